@@ -1,0 +1,1 @@
+//! CRIU image reader for gpucr (being written).

@@ -1,0 +1,67 @@
+//! `gpucr dump PID DIR`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::common::{CriuArgs, NetworkLockArg, OutputArgs};
+
+/// Checkpoint a process tree into an image directory.
+///
+/// Freezes PID and all its descendants, dumps them through CRIU into DIR and writes the
+/// manifest `DIR/gpucr.json` last. DIR is created with mode 0700 (it holds process
+/// memory); an existing DIR must be empty unless --force is given. Unless
+/// --leave-running is given, the tree is killed after a successful dump. If the dump
+/// fails, the tree keeps running and DIR is marked incomplete (`gpucr-incomplete.json`).
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = super::EXIT_STATUS_HELP)]
+pub struct DumpArgs {
+    /// The root of the process tree to checkpoint.
+    #[arg(value_name = "PID")]
+    pub pid: i32,
+
+    /// The image directory to write.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Keep the tree running after the dump instead of killing it.
+    #[arg(long)]
+    pub leave_running: bool,
+
+    /// Dump established TCP connections (restored with their sequence numbers; needs a
+    /// network lock).
+    #[arg(long)]
+    pub tcp_established: bool,
+
+    /// The tree is a shell job: it shares a session or controlling terminal with the
+    /// caller.
+    #[arg(long)]
+    pub shell_job: bool,
+
+    /// Allow unix sockets connected to peers outside the tree.
+    #[arg(long)]
+    pub ext_unix_sk: bool,
+
+    /// Dump file locks (flock, POSIX and OFD locks).
+    #[arg(long)]
+    pub file_locks: bool,
+
+    /// How to lock the network during the dump [default: iptables when
+    /// iptables-restore is installed, otherwise nftables].
+    #[arg(long, value_enum, value_name = "METHOD")]
+    pub network_lock: Option<NetworkLockArg>,
+
+    /// Give up when the tree cannot be frozen within SECS seconds (CRIU's --timeout).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u32>,
+
+    /// Write into DIR even when it is not empty (a previous image's files are removed).
+    #[arg(long)]
+    pub force: bool,
+
+    #[command(flatten)]
+    pub criu: CriuArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}

@@ -1,0 +1,53 @@
+//! `gpucr restore DIR`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::common::{CriuArgs, NetworkLockArg, OutputArgs};
+
+/// Restore a process tree from an image directory.
+///
+/// Refuses a missing, incomplete or damaged image before CRIU starts: the manifest is
+/// read and every file's size and checksum verified. The options the image needs
+/// (tcp-established, shell-job, ext-unix-sk, file-locks, network lock) come from the
+/// manifest; the flags below override them. By default gpucr waits for the restored
+/// tree, like `criu restore`, and exits with its status; --detach prints the new root
+/// pid and returns at once.
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = super::EXIT_STATUS_HELP)]
+pub struct RestoreArgs {
+    /// The image directory written by `gpucr dump`.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Print the restored root pid and return instead of waiting for the tree.
+    #[arg(short, long)]
+    pub detach: bool,
+
+    /// Restore established TCP connections (on by default when the image has them).
+    #[arg(long)]
+    pub tcp_established: bool,
+
+    /// Restore as a shell job (on by default when the image was dumped as one).
+    #[arg(long)]
+    pub shell_job: bool,
+
+    /// Allow unix sockets connected to peers outside the tree.
+    #[arg(long)]
+    pub ext_unix_sk: bool,
+
+    /// Restore file locks.
+    #[arg(long)]
+    pub file_locks: bool,
+
+    /// How to lock the network while connections are restored [default: as dumped].
+    #[arg(long, value_enum, value_name = "METHOD")]
+    pub network_lock: Option<NetworkLockArg>,
+
+    #[command(flatten)]
+    pub criu: CriuArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}

@@ -1,0 +1,59 @@
+//! `gpucr dump PID DIR`: map flags to [`DumpOptions`], print the result.
+
+use serde_json::json;
+
+use crate::cli::DumpArgs;
+use crate::cmd::common::{network_lock, print_timeline, size};
+use crate::dump::{dump, DumpOptions};
+use crate::exit_code;
+use crate::progress::Progress;
+
+pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
+    let opts = DumpOptions {
+        pid: args.pid,
+        dir: args.dir.clone(),
+        leave_running: args.leave_running,
+        tcp_established: args.tcp_established,
+        shell_job: args.shell_job,
+        ext_unix_sk: args.ext_unix_sk,
+        file_locks: args.file_locks,
+        network_lock: args.network_lock.map(network_lock),
+        timeout: args.timeout,
+        force: args.force,
+        criu: args.criu.criu.clone(),
+        verbose: args.criu.verbose > 0,
+    };
+    let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
+    let result = dump(&opts, &mut progress);
+    progress.finish();
+    let outcome = result?;
+    let m = &outcome.manifest;
+    if args.output.json {
+        let value = json!({
+            "pid": m.target.pid,
+            "comm": m.target.comm,
+            "dir": args.dir,
+            "criu_version": m.criu_version,
+            "left_running": m.options.leave_running,
+            "image_bytes": outcome.image_bytes,
+            "pages_bytes": outcome.pages_bytes,
+            "files": m.files.len(),
+            "total_ms": m.timings.total_ms,
+            "events": m.timings.events,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!(
+            "dumped pid {} ({}) to {}: {} in {} files ({} of memory pages), {}",
+            m.target.pid,
+            m.target.comm,
+            args.dir.display(),
+            size(outcome.image_bytes),
+            m.files.len(),
+            size(outcome.pages_bytes),
+            if m.options.leave_running { "left running" } else { "tree killed" },
+        );
+        print_timeline(&m.timings.events, m.timings.total_ms);
+    }
+    Ok(exit_code::SUCCESS)
+}

@@ -1,0 +1,79 @@
+//! Errors of the CRIU client.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::exit_code;
+
+/// What went wrong talking to CRIU.
+#[derive(Debug, thiserror::Error)]
+pub enum CriuError {
+    #[error(
+        "criu not found (looked for {searched}); install CRIU >= 4.2 with \
+         scripts/install-criu.sh, or name the binary with --criu PATH or GPUCR_CRIU"
+    )]
+    NotFound { searched: String },
+    #[error("cannot run {path}")]
+    Spawn {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "{path} is CRIU {found}; gpucr needs CRIU >= {needed}. Install a newer CRIU with \
+         scripts/install-criu.sh (it builds 4.2.1), or name one with --criu PATH"
+    )]
+    TooOld { path: PathBuf, found: String, needed: String },
+    #[error("cannot talk to criu over its RPC socket")]
+    Socket(#[source] io::Error),
+    #[error("criu broke the RPC protocol: {detail}")]
+    Protocol { detail: String },
+    #[error("criu exited before answering ({status})")]
+    Died { status: String },
+    #[error("{}", failed_message(.request, .errno, .errmsg, .log, .log_tail))]
+    Failed {
+        request: &'static str,
+        errno: Option<i32>,
+        errmsg: Option<String>,
+        log: Option<PathBuf>,
+        log_tail: Vec<String>,
+    },
+}
+
+impl CriuError {
+    /// The process exit code this error maps to.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CriuError::Failed { .. } => exit_code::CRIU_FAILED,
+            _ => exit_code::CRIU_UNAVAILABLE,
+        }
+    }
+}
+
+fn failed_message(
+    request: &str,
+    errno: &Option<i32>,
+    errmsg: &Option<String>,
+    log: &Option<PathBuf>,
+    log_tail: &[String],
+) -> String {
+    let mut text = format!("criu {request} failed");
+    match errmsg {
+        Some(msg) if !msg.trim().is_empty() => text.push_str(&format!(": {}", msg.trim())),
+        _ => {}
+    }
+    if let Some(errno) = errno.filter(|e| *e != 0) {
+        text.push_str(&format!(" ({})", io::Error::from_raw_os_error(errno)));
+    }
+    if !log_tail.is_empty() {
+        text.push_str("\n  last lines of the CRIU log:");
+        for line in log_tail {
+            text.push_str("\n    ");
+            text.push_str(line);
+        }
+    }
+    if let Some(log) = log {
+        text.push_str(&format!("\n  full log: {}", log.display()));
+    }
+    text
+}

@@ -1,0 +1,25 @@
+//! The CRIU client: `criu swrk <fd>` driven over a SOCK_SEQPACKET socketpair.
+//!
+//! gpucr never builds a CRIU command line or parses CRIU's output: every request is a
+//! protobuf `criu_req`, every answer a `criu_resp`, and every notification CRIU sends
+//! (pre-dump, post-restore, ...) is answered by an ack after a callback has seen it.
+
+mod binary;
+mod error;
+mod log_tail;
+mod request;
+mod swrk;
+mod version;
+
+pub use binary::locate;
+pub use error::CriuError;
+pub use log_tail::log_tail;
+pub use request::{CommonOptions, DumpRequest, NetworkLock, RestoreRequest};
+pub use swrk::{Notify, Swrk};
+pub use version::{check_supported, CriuVersion, MIN_VERSION, SOCKETS_OK_VERSION};
+
+/// The protobuf messages of CRIU's RPC protocol (`proto/criu/rpc.proto`).
+#[allow(missing_docs, clippy::all)]
+pub mod rpc {
+    include!(concat!(env!("OUT_DIR"), "/criu.rpc.rs"));
+}

@@ -1,0 +1,206 @@
+//! Typed DUMP and RESTORE requests, turned into CRIU's `criu_opts`.
+
+use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
+use std::str::FromStr;
+
+use super::rpc;
+
+/// How CRIU locks the network while it dumps or restores TCP connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkLock {
+    Iptables,
+    Nftables,
+    Skip,
+}
+
+impl NetworkLock {
+    /// The name used on the command line and in the manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkLock::Iptables => "iptables",
+            NetworkLock::Nftables => "nftables",
+            NetworkLock::Skip => "skip",
+        }
+    }
+
+    /// What this machine has: iptables when `iptables-restore` is installed (CRIU's
+    /// default method needs it), otherwise nftables (CRIU 4.2 is built with libnftables).
+    pub fn detect() -> NetworkLock {
+        let has_iptables = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .iter()
+            .chain([Path::new("/usr/sbin").to_path_buf(), Path::new("/sbin").to_path_buf()].iter())
+            .any(|d| d.join("iptables-restore").exists());
+        if has_iptables {
+            NetworkLock::Iptables
+        } else {
+            NetworkLock::Nftables
+        }
+    }
+
+    fn to_rpc(self) -> rpc::CriuNetworkLockMethod {
+        match self {
+            NetworkLock::Iptables => rpc::CriuNetworkLockMethod::Iptables,
+            NetworkLock::Nftables => rpc::CriuNetworkLockMethod::Nftables,
+            NetworkLock::Skip => rpc::CriuNetworkLockMethod::Skip,
+        }
+    }
+}
+
+impl fmt::Display for NetworkLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for NetworkLock {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "iptables" => Ok(NetworkLock::Iptables),
+            "nftables" => Ok(NetworkLock::Nftables),
+            "skip" => Ok(NetworkLock::Skip),
+            other => Err(format!("unknown network lock method {other:?}")),
+        }
+    }
+}
+
+/// The options common to DUMP and RESTORE.
+#[derive(Debug, Clone, Copy)]
+pub struct CommonOptions {
+    pub tcp_established: bool,
+    pub shell_job: bool,
+    pub ext_unix_sk: bool,
+    pub file_locks: bool,
+    pub network_lock: NetworkLock,
+    /// CRIU's log level: 2 (errors and warnings) by default, 4 for debug.
+    pub log_level: i32,
+}
+
+/// A DUMP request.
+#[derive(Debug)]
+pub struct DumpRequest<'a> {
+    pub pid: i32,
+    /// The image directory, an fd in gpucr's own table (CRIU opens it through /proc).
+    pub images_dir: BorrowedFd<'a>,
+    /// The log file name, relative to the image directory.
+    pub log_file: &'a str,
+    pub leave_running: bool,
+    /// Give up freezing after this many seconds.
+    pub timeout: Option<u32>,
+    pub common: CommonOptions,
+}
+
+/// A RESTORE request.
+#[derive(Debug)]
+pub struct RestoreRequest<'a> {
+    pub images_dir: BorrowedFd<'a>,
+    pub log_file: &'a str,
+    pub common: CommonOptions,
+}
+
+impl CommonOptions {
+    fn opts(&self, images_dir: BorrowedFd<'_>, log_file: &str) -> rpc::CriuOpts {
+        rpc::CriuOpts {
+            images_dir_fd: images_dir.as_raw_fd(),
+            log_level: Some(self.log_level),
+            log_file: Some(log_file.to_owned()),
+            notify_scripts: Some(true),
+            tcp_established: Some(self.tcp_established),
+            shell_job: Some(self.shell_job),
+            ext_unix_sk: Some(self.ext_unix_sk),
+            file_locks: Some(self.file_locks),
+            network_lock: Some(self.network_lock.to_rpc() as i32),
+            ..Default::default()
+        }
+    }
+}
+
+impl DumpRequest<'_> {
+    pub fn to_rpc(&self) -> rpc::CriuReq {
+        let mut opts = self.common.opts(self.images_dir, self.log_file);
+        opts.pid = Some(self.pid);
+        opts.leave_running = Some(self.leave_running);
+        opts.timeout = self.timeout;
+        request(rpc::CriuReqType::Dump, Some(opts))
+    }
+}
+
+impl RestoreRequest<'_> {
+    pub fn to_rpc(&self) -> rpc::CriuReq {
+        let mut opts = self.common.opts(self.images_dir, self.log_file);
+        // The restored root becomes gpucr's child, so gpucr can wait for it.
+        opts.rst_sibling = Some(true);
+        request(rpc::CriuReqType::Restore, Some(opts))
+    }
+}
+
+pub(super) fn request(kind: rpc::CriuReqType, opts: Option<rpc::CriuOpts>) -> rpc::CriuReq {
+    rpc::CriuReq { r#type: kind as i32, opts, ..Default::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    fn common() -> CommonOptions {
+        CommonOptions {
+            tcp_established: true,
+            shell_job: false,
+            ext_unix_sk: false,
+            file_locks: true,
+            network_lock: NetworkLock::Nftables,
+            log_level: 2,
+        }
+    }
+
+    #[test]
+    fn dump_request_carries_every_option() {
+        let dir = File::open("/").unwrap();
+        let req = DumpRequest {
+            pid: 42,
+            images_dir: dir.as_fd(),
+            log_file: "dump.log",
+            leave_running: true,
+            timeout: Some(7),
+            common: common(),
+        }
+        .to_rpc();
+        assert_eq!(req.r#type, rpc::CriuReqType::Dump as i32);
+        let o = req.opts.unwrap();
+        assert_eq!(o.images_dir_fd, dir.as_raw_fd());
+        assert_eq!(o.pid, Some(42));
+        assert_eq!(o.leave_running, Some(true));
+        assert_eq!(o.tcp_established, Some(true));
+        assert_eq!(o.file_locks, Some(true));
+        assert_eq!(o.timeout, Some(7));
+        assert_eq!(o.network_lock, Some(rpc::CriuNetworkLockMethod::Nftables as i32));
+        assert_eq!(o.notify_scripts, Some(true));
+        assert_eq!(o.log_file.as_deref(), Some("dump.log"));
+    }
+
+    #[test]
+    fn restore_request_makes_the_root_our_child() {
+        let dir = File::open("/").unwrap();
+        let req =
+            RestoreRequest { images_dir: dir.as_fd(), log_file: "restore.log", common: common() }
+                .to_rpc();
+        let o = req.opts.unwrap();
+        assert_eq!(o.rst_sibling, Some(true));
+        assert_eq!(o.pid, None);
+    }
+
+    #[test]
+    fn network_lock_names_round_trip() {
+        for m in [NetworkLock::Iptables, NetworkLock::Nftables, NetworkLock::Skip] {
+            assert_eq!(m.as_str().parse::<NetworkLock>().unwrap(), m);
+        }
+        assert!("bogus".parse::<NetworkLock>().is_err());
+    }
+}

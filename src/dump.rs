@@ -1,0 +1,190 @@
+//! `gpucr dump`: validate, run CRIU's DUMP, checksum the image, write the manifest last.
+
+use std::path::{Path, PathBuf};
+
+use nix::sys::utsname::uname;
+
+use crate::criu::{self, CommonOptions, CriuError, DumpRequest, NetworkLock, Swrk};
+use crate::exit_code;
+use crate::image::checksum;
+use crate::image::dir::{self, ImageDirError};
+use crate::image::manifest::{self, FileRecord, Manifest, ManifestError, Timings};
+use crate::image::{self, DUMP_LOG};
+use crate::progress::{describe_notify, Progress};
+use crate::target::{self, TargetError};
+
+/// What to dump and how.
+#[derive(Debug, Clone)]
+pub struct DumpOptions {
+    pub pid: i32,
+    pub dir: PathBuf,
+    pub leave_running: bool,
+    pub tcp_established: bool,
+    pub shell_job: bool,
+    pub ext_unix_sk: bool,
+    pub file_locks: bool,
+    /// None: what the machine has ([`NetworkLock::detect`]).
+    pub network_lock: Option<NetworkLock>,
+    pub timeout: Option<u32>,
+    pub force: bool,
+    /// None: look for criu on PATH.
+    pub criu: Option<PathBuf>,
+    pub verbose: bool,
+}
+
+/// A finished dump.
+#[derive(Debug, Clone)]
+pub struct DumpOutcome {
+    pub manifest: Manifest,
+    /// Bytes of all image files.
+    pub image_bytes: u64,
+    /// Bytes of CPU memory pages (pages-*.img).
+    pub pages_bytes: u64,
+}
+
+/// Why a dump failed. In every case the tree keeps running.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    ImageDir(#[from] ImageDirError),
+    #[error("{error}\n  the image in {dir} is incomplete; {running}")]
+    Criu { error: CriuError, dir: PathBuf, running: String },
+    #[error(transparent)]
+    CriuSetup(CriuError),
+    #[error("{path}: cannot checksum the dumped file")]
+    Checksum {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+impl DumpError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DumpError::Target(e) => e.exit_code(),
+            DumpError::ImageDir(_) => exit_code::IMAGE_DIR,
+            DumpError::Criu { error, .. } | DumpError::CriuSetup(error) => error.exit_code(),
+            DumpError::Checksum { .. } | DumpError::Manifest(_) => exit_code::FAILURE,
+        }
+    }
+}
+
+/// Start `criu swrk`, check its version and print the socket warning where it applies.
+pub fn start_criu(
+    explicit: Option<&Path>,
+    progress: &mut Progress,
+) -> Result<(Swrk, criu::CriuVersion), CriuError> {
+    let path = criu::locate(explicit)?;
+    let mut swrk = Swrk::spawn(&path, &[])?;
+    let version = swrk.version()?;
+    let kernel = uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(warning) = criu::check_supported(&path, version, &kernel)? {
+        progress.warn(&warning);
+    }
+    progress.event("criu-started", &format!("CRIU {version} started"));
+    Ok((swrk, version))
+}
+
+/// Checkpoint `opts.pid` into `opts.dir`.
+pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, DumpError> {
+    progress.event("start", "checking the target");
+    let target = target::validate(opts.pid)?;
+    let (mut swrk, version) = start_criu(opts.criu.as_deref(), progress).map_err(DumpError::CriuSetup)?;
+    let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
+    let network_lock = opts.network_lock.unwrap_or_else(NetworkLock::detect);
+    let request = DumpRequest {
+        pid: opts.pid,
+        images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
+        log_file: DUMP_LOG,
+        leave_running: opts.leave_running,
+        timeout: opts.timeout,
+        common: CommonOptions {
+            tcp_established: opts.tcp_established,
+            shell_job: opts.shell_job,
+            ext_unix_sk: opts.ext_unix_sk,
+            file_locks: opts.file_locks,
+            network_lock,
+            log_level: if opts.verbose { 4 } else { 2 },
+        },
+    };
+    let log = opts.dir.join(DUMP_LOG);
+    let result = swrk.dump(&request, &log, &mut |n| {
+        progress.event(&n.script, &describe_notify(&n.script));
+        Ok(())
+    });
+    if let Err(error) = result.and_then(|()| swrk.finish()) {
+        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
+        let running = if target::exists(opts.pid) {
+            format!("pid {} is still running", opts.pid)
+        } else {
+            format!("pid {} is no longer running", opts.pid)
+        };
+        return Err(DumpError::Criu { error, dir: opts.dir.clone(), running });
+    }
+    progress.event("criu-done", "checksumming the image");
+
+    let files = checksum_image(&opts.dir)?;
+    progress.event("checksums-done", "writing the manifest");
+    let image_bytes = files.iter().map(|f| f.size).sum();
+    let pages_bytes = files.iter().filter(|f| is_pages_file(&f.path)).map(|f| f.size).sum();
+    let uts = uname().ok();
+    let uts_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
+        uts.as_ref().map(|u| f(u).to_string_lossy().into_owned()).unwrap_or_default()
+    };
+    let mut manifest = Manifest {
+        format: manifest::FORMAT_NAME.into(),
+        format_version: manifest::FORMAT_VERSION,
+        gpucr_version: env!("CARGO_PKG_VERSION").into(),
+        criu_version: version.to_string(),
+        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        host: manifest::Host {
+            hostname: uts_field(|u| u.nodename()),
+            kernel: uts_field(|u| u.release()),
+            arch: uts_field(|u| u.machine()),
+        },
+        backend: "none".into(),
+        target: manifest::Target { pid: target.pid, comm: target.comm, cmdline: target.cmdline },
+        options: manifest::DumpOptions {
+            leave_running: opts.leave_running,
+            tcp_established: opts.tcp_established,
+            shell_job: opts.shell_job,
+            ext_unix_sk: opts.ext_unix_sk,
+            file_locks: opts.file_locks,
+            network_lock: network_lock.as_str().into(),
+        },
+        checksum_algorithm: checksum::ALGORITHM.into(),
+        files,
+        timings: Timings::default(),
+    };
+    progress.event("manifest-written", "done");
+    manifest.timings = Timings { total_ms: progress.elapsed_ms(), events: progress.events().to_vec() };
+    manifest.write(&opts.dir)?;
+    Ok(DumpOutcome { manifest, image_bytes, pages_bytes })
+}
+
+/// `pages-N.img`: CPU memory contents.
+pub fn is_pages_file(path: &str) -> bool {
+    path.starts_with("pages-") && path.ends_with(".img")
+}
+
+fn checksum_image(dir: &Path) -> Result<Vec<FileRecord>, DumpError> {
+    let names = dir::image_files(dir)?;
+    let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    let digests = checksum::digest_files(&refs, image::verify::default_threads());
+    names
+        .into_iter()
+        .zip(paths)
+        .zip(digests)
+        .map(|((name, path), digest)| {
+            let digest = digest.map_err(|source| DumpError::Checksum { path, source })?;
+            let blocks = if digest.blocks.len() > 1 { digest.block_hex() } else { Vec::new() };
+            Ok(FileRecord { path: name, size: digest.size, checksum: digest.checksum(), blocks })
+        })
+        .collect()
+}

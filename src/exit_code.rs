@@ -1,0 +1,91 @@
+//! The process exit codes of `gpucr`, one named constant per outcome.
+//!
+//! These are part of gpucr's interface: scripts branch on them. They are listed in the
+//! README and in every man page (`EXIT STATUS`). `gpucr restore` without `--detach` is the
+//! exception: it waits for the restored tree and exits with the tree's own status.
+
+/// Success (for `check-topology DIR`: the image can be restored here; for
+/// `inspect --verify`: the image is intact).
+pub const SUCCESS: u8 = 0;
+/// An unexpected internal error (a bug, or an I/O error no other code covers).
+pub const FAILURE: u8 = 1;
+/// The command line is wrong: unknown flag, bad value, missing argument.
+pub const USAGE: u8 = 2;
+/// The target process does not exist, is a kernel thread, is gpucr itself, or may not be
+/// checkpointed by this user (needs root or CAP_CHECKPOINT_RESTORE).
+pub const TARGET: u8 = 3;
+/// CRIU cannot be used: not installed, not executable, too old, or it died or broke the
+/// RPC protocol.
+pub const CRIU_UNAVAILABLE: u8 = 4;
+/// CRIU ran and reported that the dump or restore failed.
+pub const CRIU_FAILED: u8 = 5;
+/// The image directory cannot be written: not empty (without `--force`), not writable,
+/// not a directory.
+pub const IMAGE_DIR: u8 = 6;
+/// The image is damaged: a checksum, size, manifest field or CRIU image does not match.
+pub const IMAGE_DAMAGED: u8 = 7;
+/// The image is incomplete: no manifest (`gpucr.json`), or the dump was marked failed.
+pub const IMAGE_INCOMPLETE: u8 = 8;
+/// The GPU topology of this machine cannot hold the image.
+pub const TOPOLOGY_INCOMPATIBLE: u8 = 9;
+
+/// Every documented exit code with its one-line meaning, in order. The README table and
+/// the man pages are generated from (and tested against) this list.
+pub const ALL: &[(u8, &str)] = &[
+    (SUCCESS, "success (check-topology: compatible; inspect --verify: intact)"),
+    (FAILURE, "unexpected internal error"),
+    (USAGE, "usage error (bad flag, value or argument)"),
+    (TARGET, "target process not found, a kernel thread, or not permitted"),
+    (CRIU_UNAVAILABLE, "CRIU missing, too old, or it broke the RPC protocol"),
+    (CRIU_FAILED, "CRIU reported that the dump or restore failed"),
+    (IMAGE_DIR, "image directory not usable (not empty, not writable)"),
+    (IMAGE_DAMAGED, "image damaged (checksum, size or format mismatch)"),
+    (IMAGE_INCOMPLETE, "image incomplete (no manifest, or the dump failed)"),
+    (TOPOLOGY_INCOMPATIBLE, "GPU topology incompatible"),
+];
+
+/// The `EXIT STATUS` text shared by the man pages and `--help`.
+pub fn table() -> String {
+    ALL.iter()
+        .map(|(code, meaning)| format!("  {code:>3}  {meaning}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The exit code for an error that reached `main`: the first error in the chain that
+/// knows its code decides; anything else is [`FAILURE`].
+pub fn for_error(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<crate::dump::DumpError>() {
+            return e.exit_code();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::restore::RestoreError>() {
+            return e.exit_code();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::criu::CriuError>() {
+            return e.exit_code();
+        }
+        if let Some(e) = cause.downcast_ref::<crate::target::TargetError>() {
+            return e.exit_code();
+        }
+        if cause.downcast_ref::<crate::image::ImageDirError>().is_some() {
+            return IMAGE_DIR;
+        }
+        if let Some(e) = cause.downcast_ref::<crate::image::ManifestError>() {
+            return match e {
+                crate::image::ManifestError::Missing { .. } => IMAGE_INCOMPLETE,
+                crate::image::ManifestError::Read { .. }
+                | crate::image::ManifestError::Write { .. } => FAILURE,
+                _ => IMAGE_DAMAGED,
+            };
+        }
+    }
+    FAILURE
+}
+
+/// True when the error is a closed stdout (`gpucr inspect DIR | head`): not a failure.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

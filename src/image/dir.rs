@@ -1,0 +1,250 @@
+//! Creating an image directory for a dump and listing what it holds.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::manifest::write_atomically;
+use super::{INCOMPLETE_FILE, MANIFEST_FILE};
+
+/// Why an image directory cannot be used for a dump.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageDirError {
+    #[error("{path}: not empty (holds {first:?}); use --force to overwrite an image there")]
+    NotEmpty { path: PathBuf, first: String },
+    #[error("{path}: exists and is not a directory")]
+    NotADirectory { path: PathBuf },
+    #[error("{path}: cannot create the image directory")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: not writable")]
+    NotWritable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: cannot read the image directory")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: cannot remove the previous image's file")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Make `dir` ready for a dump: create it (mode 0700) or check that it is an empty,
+/// writable directory. With `force`, the files of a previous image are removed first.
+/// Returns the directory opened (O_DIRECTORY) for CRIU's `images_dir_fd`.
+pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<File, ImageDirError> {
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| ImageDirError::Create { path: dir.into(), source })?;
+        }
+        Err(source) => return Err(ImageDirError::Read { path: dir.into(), source }),
+        Ok(meta) if !meta.is_dir() => {
+            return Err(ImageDirError::NotADirectory { path: dir.into() })
+        }
+        Ok(_) => {
+            if force {
+                remove_previous_image(dir)?;
+            }
+            let entries = sorted_entries(dir)?;
+            if let Some(first) = entries.first() {
+                return Err(ImageDirError::NotEmpty { path: dir.into(), first: first.clone() });
+            }
+            // The image will hold process memory: keep it private even in an existing dir.
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+                .map_err(|source| ImageDirError::NotWritable { path: dir.into(), source })?;
+        }
+    }
+    probe_writable(dir)?;
+    open_dir(dir)
+}
+
+/// Open a directory for use as CRIU's `images_dir_fd`.
+pub fn open_dir(dir: &Path) -> Result<File, ImageDirError> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .map_err(|source| ImageDirError::Read { path: dir.into(), source })
+}
+
+/// Every regular file of the image below `dir` except the manifest and the incomplete
+/// marker, as sorted '/'-separated relative paths.
+pub fn image_files(dir: &Path) -> Result<Vec<String>, ImageDirError> {
+    let mut out = Vec::new();
+    walk(dir, "", &mut out)?;
+    out.retain(|p| p != MANIFEST_FILE && p != INCOMPLETE_FILE && !p.ends_with(".tmp"));
+    out.sort();
+    Ok(out)
+}
+
+/// Mark a failed dump: write `gpucr-incomplete.json` with the reason, and make sure no
+/// manifest claims the image is complete.
+pub fn mark_incomplete(dir: &Path, reason: &str) -> io::Result<()> {
+    #[derive(Serialize)]
+    struct Incomplete<'a> {
+        complete: bool,
+        reason: &'a str,
+        gpucr_version: &'a str,
+    }
+    let _ = fs::remove_file(dir.join(MANIFEST_FILE));
+    let body = Incomplete { complete: false, reason, gpucr_version: env!("CARGO_PKG_VERSION") };
+    let mut text = serde_json::to_vec_pretty(&body).map_err(io::Error::other)?;
+    text.push(b'\n');
+    write_atomically(&dir.join(INCOMPLETE_FILE), &text)
+}
+
+/// The reason recorded by [`mark_incomplete`], if the directory has one.
+pub fn incomplete_reason(dir: &Path) -> Option<String> {
+    let text = fs::read(dir.join(INCOMPLETE_FILE)).ok()?;
+    let value: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    Some(value.get("reason")?.as_str()?.to_owned())
+}
+
+fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), ImageDirError> {
+    let read_err = |source| ImageDirError::Read { path: dir.into(), source };
+    for entry in fs::read_dir(dir).map_err(read_err)? {
+        let entry = entry.map_err(read_err)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let kind = entry.file_type().map_err(read_err)?;
+        if kind.is_dir() {
+            walk(&entry.path(), &rel, out)?;
+        } else if kind.is_file() {
+            out.push(rel);
+        }
+    }
+    Ok(())
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<String>, ImageDirError> {
+    let read_err = |source| ImageDirError::Read { path: dir.into(), source };
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(read_err)? {
+        names.push(entry.map_err(read_err)?.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The names a previous gpucr image consists of (removed by `--force`).
+fn is_previous_image_file(name: &str) -> bool {
+    name.ends_with(".img")
+        || name.ends_with(".log")
+        || name.starts_with("stats-")
+        || name == MANIFEST_FILE
+        || name == INCOMPLETE_FILE
+        || name == "gpu"
+}
+
+fn remove_previous_image(dir: &Path) -> Result<(), ImageDirError> {
+    for name in sorted_entries(dir)? {
+        if !is_previous_image_file(&name) {
+            continue;
+        }
+        let path = dir.join(&name);
+        let result = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        result.map_err(|source| ImageDirError::Remove { path, source })?;
+    }
+    Ok(())
+}
+
+/// Create and remove a file: the only reliable test (root passes access(2) checks, but
+/// not a read-only or immutable file system).
+fn probe_writable(dir: &Path) -> Result<(), ImageDirError> {
+    let probe = dir.join(".gpucr-write-probe");
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&probe)
+        .and_then(|_| fs::remove_file(&probe))
+        .map_err(|source| ImageDirError::NotWritable { path: dir.into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn creates_missing_dir_with_mode_0700() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        prepare_for_dump(&dir, false).unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn existing_empty_dir_is_tightened_to_0700() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_for_dump(tmp.path(), false).unwrap();
+        assert_eq!(fs::metadata(tmp.path()).unwrap().mode() & 0o777, 0o700);
+        assert!(sorted_entries(tmp.path()).unwrap().is_empty(), "probe file left behind");
+    }
+
+    #[test]
+    fn non_empty_dir_is_refused_unless_forced() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("core-1.img"), b"x").unwrap();
+        fs::write(tmp.path().join(MANIFEST_FILE), b"{}").unwrap();
+        let err = prepare_for_dump(tmp.path(), false).unwrap_err();
+        assert!(err.to_string().contains("not empty (holds \"core-1.img\")"), "{err}");
+        prepare_for_dump(tmp.path(), true).unwrap();
+        assert!(sorted_entries(tmp.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn force_keeps_files_that_are_not_part_of_an_image() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("notes.txt"), b"x").unwrap();
+        let err = prepare_for_dump(tmp.path(), true).unwrap_err();
+        assert!(matches!(err, ImageDirError::NotEmpty { .. }), "{err}");
+        assert!(tmp.path().join("notes.txt").exists());
+    }
+
+    #[test]
+    fn a_file_is_not_a_directory() {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let err = prepare_for_dump(tmp.path(), false).unwrap_err();
+        assert!(matches!(err, ImageDirError::NotADirectory { .. }), "{err}");
+    }
+
+    #[test]
+    fn image_files_are_recursive_sorted_and_skip_the_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join("gpu")).unwrap();
+        for f in ["b.img", "a.img", "gpu/0.chunk", MANIFEST_FILE, INCOMPLETE_FILE] {
+            fs::write(tmp.path().join(f), b"x").unwrap();
+        }
+        assert_eq!(image_files(tmp.path()).unwrap(), ["a.img", "b.img", "gpu/0.chunk"]);
+    }
+
+    #[test]
+    fn incomplete_marker_replaces_the_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join(MANIFEST_FILE), b"{}").unwrap();
+        mark_incomplete(tmp.path(), "criu failed").unwrap();
+        assert!(!tmp.path().join(MANIFEST_FILE).exists());
+        assert_eq!(incomplete_reason(tmp.path()).as_deref(), Some("criu failed"));
+    }
+}

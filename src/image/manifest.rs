@@ -1,0 +1,282 @@
+//! `gpucr.json`: what an image holds and how to check it.
+//!
+//! The manifest is written last, atomically (temporary file, fsync, rename, fsync of the
+//! directory): a directory without it is an incomplete image. Its schema is versioned by
+//! `format_version`; readers refuse versions newer than they know.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::MANIFEST_FILE;
+
+/// The value of the `format` field.
+pub const FORMAT_NAME: &str = "gpucr-image";
+/// The newest manifest version this gpucr reads and the one it writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Errors reading or writing a manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{path}: no manifest: the image is incomplete (the dump did not finish)")]
+    Missing { path: PathBuf },
+    #[error("{path}: cannot read the manifest")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: malformed manifest at line {line}, column {column}: {message}")]
+    Malformed {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{path}: field `format` is {found:?}, not {FORMAT_NAME:?}: not a gpucr image")]
+    WrongFormat { path: PathBuf, found: String },
+    #[error(
+        "{path}: field `format_version` is {found}, this gpucr reads up to {FORMAT_VERSION}: \
+         upgrade gpucr"
+    )]
+    TooNew { path: PathBuf, found: u32 },
+    #[error("{path}: cannot write the manifest")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The manifest of one image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// The schema version, [`FORMAT_VERSION`] when written by this gpucr.
+    pub format_version: u32,
+    /// The gpucr that wrote the image.
+    pub gpucr_version: String,
+    /// The CRIU that dumped the image ("4.2.1").
+    pub criu_version: String,
+    /// When the dump finished (RFC 3339, UTC).
+    pub created: String,
+    pub host: Host,
+    /// The GPU backend that carried device state: "none" for a CPU-only tree.
+    pub backend: String,
+    pub target: Target,
+    pub options: DumpOptions,
+    /// The checksum scheme of `files` (see `image::checksum::ALGORITHM`).
+    pub checksum_algorithm: String,
+    /// Every file of the image except the manifest, with size and checksum.
+    pub files: Vec<FileRecord>,
+    pub timings: Timings,
+}
+
+/// The machine the image was dumped on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    pub hostname: String,
+    /// `uname -r`.
+    pub kernel: String,
+    /// `uname -m`.
+    pub arch: String,
+}
+
+/// The checkpointed tree's root, as seen from the dumping host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub pid: i32,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+}
+
+/// The CRIU options of the dump; restore reuses those that must match.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DumpOptions {
+    pub leave_running: bool,
+    pub tcp_established: bool,
+    pub shell_job: bool,
+    pub ext_unix_sk: bool,
+    pub file_locks: bool,
+    /// "iptables", "nftables" or "skip".
+    pub network_lock: String,
+}
+
+/// One file of the image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// Relative to the image directory, '/'-separated.
+    pub path: String,
+    pub size: u64,
+    /// The whole-file checksum (see `image::checksum`).
+    pub checksum: String,
+    /// Per-block digests, present when the file spans more than one block.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<String>,
+}
+
+/// How long the dump took, and when each phase began.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// From the start of `gpucr dump` to the manifest being written.
+    pub total_ms: f64,
+    /// Events in order: gpucr's own steps and CRIU's notifications.
+    pub events: Vec<TimedEvent>,
+}
+
+/// One point in time during a dump or restore.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimedEvent {
+    /// "criu-started", a CRIU notify name such as "post-dump", or "criu-done".
+    pub name: String,
+    /// Milliseconds since the command started.
+    pub at_ms: f64,
+}
+
+impl Manifest {
+    /// The manifest path of an image directory.
+    pub fn path_in(dir: &Path) -> PathBuf {
+        dir.join(MANIFEST_FILE)
+    }
+
+    /// Read and validate the manifest of `dir`.
+    pub fn read(dir: &Path) -> Result<Manifest, ManifestError> {
+        let path = Self::path_in(dir);
+        let text = match fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ManifestError::Missing { path })
+            }
+            Err(source) => return Err(ManifestError::Read { path, source }),
+        };
+        Self::parse(&text, &path)
+    }
+
+    /// Parse manifest bytes; `path` names the file in errors.
+    pub fn parse(text: &[u8], path: &Path) -> Result<Manifest, ManifestError> {
+        // Check the format and version first so that a newer manifest gets "upgrade"
+        // rather than a confusing missing-field error.
+        #[derive(Deserialize)]
+        struct Header {
+            format: Option<String>,
+            format_version: Option<u32>,
+        }
+        let malformed = |e: serde_json::Error| ManifestError::Malformed {
+            path: path.to_path_buf(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        };
+        let header: Header = serde_json::from_slice(text).map_err(malformed)?;
+        let format = header.format.unwrap_or_default();
+        if format != FORMAT_NAME {
+            return Err(ManifestError::WrongFormat { path: path.to_path_buf(), found: format });
+        }
+        if let Some(v) = header.format_version {
+            if v > FORMAT_VERSION {
+                return Err(ManifestError::TooNew { path: path.to_path_buf(), found: v });
+            }
+        }
+        serde_json::from_slice(text).map_err(malformed)
+    }
+
+    /// Write the manifest into `dir` atomically.
+    pub fn write(&self, dir: &Path) -> Result<(), ManifestError> {
+        let path = Self::path_in(dir);
+        let err = |source| ManifestError::Write { path: path.clone(), source };
+        let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other).map_err(err)?;
+        text.push(b'\n');
+        write_atomically(&path, &text).map_err(err)
+    }
+}
+
+/// Write `bytes` to `path` through a temporary file in the same directory, fsync it,
+/// rename it into place and fsync the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> Manifest {
+        Manifest {
+            format: FORMAT_NAME.into(),
+            format_version: FORMAT_VERSION,
+            gpucr_version: "0.1.0".into(),
+            criu_version: "4.2.1".into(),
+            created: "2026-11-22T12:00:00Z".into(),
+            host: Host { hostname: "h".into(), kernel: "6.18.0".into(), arch: "x86_64".into() },
+            backend: "none".into(),
+            target: Target { pid: 42, comm: "w".into(), cmdline: vec!["w".into()] },
+            options: DumpOptions { network_lock: "nftables".into(), ..Default::default() },
+            checksum_algorithm: crate::image::checksum::ALGORITHM.into(),
+            files: vec![FileRecord {
+                path: "core-1.img".into(),
+                size: 3,
+                checksum: "00".into(),
+                blocks: vec![],
+            }],
+            timings: Timings::default(),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = sample();
+        m.write(dir.path()).unwrap();
+        assert_eq!(Manifest::read(dir.path()).unwrap(), m);
+        assert!(!dir.path().join(".gpucr.json.tmp").exists());
+    }
+
+    #[test]
+    fn missing_manifest_means_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Manifest::read(dir.path()).unwrap_err();
+        assert!(matches!(err, ManifestError::Missing { .. }), "{err}");
+        assert!(err.to_string().contains("incomplete"));
+    }
+
+    #[test]
+    fn malformed_json_names_the_position() {
+        let err = Manifest::parse(b"{\n  \"format\": ", Path::new("x/gpucr.json")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("x/gpucr.json: malformed manifest at line 2"), "{text}");
+    }
+
+    #[test]
+    fn missing_field_is_named() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v.as_object_mut().unwrap().remove("files");
+        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap(), Path::new("m")).unwrap_err();
+        assert!(err.to_string().contains("missing field `files`"), "{err}");
+    }
+
+    #[test]
+    fn newer_format_version_is_refused() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["format_version"] = 99.into();
+        v.as_object_mut().unwrap().remove("files");
+        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap(), Path::new("m")).unwrap_err();
+        assert!(matches!(err, ManifestError::TooNew { found: 99, .. }), "{err}");
+    }
+
+    #[test]
+    fn other_json_is_not_a_gpucr_image() {
+        let err = Manifest::parse(b"{\"a\": 1}", Path::new("m")).unwrap_err();
+        assert!(matches!(err, ManifestError::WrongFormat { .. }), "{err}");
+    }
+}

@@ -1,0 +1,178 @@
+//! Verify an image directory against its manifest: every listed file present, with the
+//! recorded size and checksum.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::checksum::{self, FileDigest, BLOCK_SIZE};
+use super::manifest::{FileRecord, Manifest};
+
+/// Errors that stop verification itself (as opposed to problems found in the image).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(
+        "{path}: checksum algorithm {found:?} is not supported (this gpucr knows {:?})",
+        checksum::ALGORITHM
+    )]
+    UnknownAlgorithm { path: PathBuf, found: String },
+    #[error("{path}: unsafe file name {name:?} in the manifest")]
+    UnsafeName { path: PathBuf, name: String },
+}
+
+/// One thing wrong with an image file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file, relative to the image directory.
+    pub file: String,
+    pub kind: ProblemKind,
+}
+
+/// What is wrong with the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// Listed in the manifest, absent from the directory.
+    Missing,
+    /// Present but unreadable.
+    Unreadable(String),
+    /// Its size differs from the manifest's (truncated or grown).
+    Size { expected: u64, actual: u64 },
+    /// Its content differs; `offset..end` is the first block that differs, when known.
+    Content { offset: u64, end: u64 },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = &self.file;
+        match &self.kind {
+            ProblemKind::Missing => write!(f, "{file}: missing"),
+            ProblemKind::Unreadable(e) => write!(f, "{file}: cannot read: {e}"),
+            ProblemKind::Size { expected, actual } if actual < expected => write!(
+                f,
+                "{file}: truncated at offset {actual}: {actual} bytes, the manifest says {expected}"
+            ),
+            ProblemKind::Size { expected, actual } => write!(
+                f,
+                "{file}: {actual} bytes, the manifest says {expected} (grew after the dump)"
+            ),
+            ProblemKind::Content { offset, end } => write!(
+                f,
+                "{file}: checksum mismatch: bytes {offset}..{end} differ from the dump"
+            ),
+        }
+    }
+}
+
+/// Check every file the manifest lists. Returns the problems found (empty: intact).
+pub fn verify_files(
+    dir: &Path,
+    manifest: &Manifest,
+    threads: usize,
+) -> Result<Vec<Problem>, VerifyError> {
+    let manifest_path = Manifest::path_in(dir);
+    if manifest.checksum_algorithm != checksum::ALGORITHM {
+        return Err(VerifyError::UnknownAlgorithm {
+            path: manifest_path,
+            found: manifest.checksum_algorithm.clone(),
+        });
+    }
+    let mut problems = Vec::new();
+    let mut to_hash: Vec<(&FileRecord, PathBuf)> = Vec::new();
+    for record in &manifest.files {
+        if !is_safe_relative(&record.path) {
+            return Err(VerifyError::UnsafeName {
+                path: manifest_path,
+                name: record.path.clone(),
+            });
+        }
+        let path = dir.join(&record.path);
+        match path.metadata() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => problems.push(Problem {
+                file: record.path.clone(),
+                kind: ProblemKind::Missing,
+            }),
+            Err(e) => problems.push(Problem {
+                file: record.path.clone(),
+                kind: ProblemKind::Unreadable(e.to_string()),
+            }),
+            Ok(meta) if meta.len() != record.size => problems.push(Problem {
+                file: record.path.clone(),
+                kind: ProblemKind::Size { expected: record.size, actual: meta.len() },
+            }),
+            Ok(_) => to_hash.push((record, path)),
+        }
+    }
+    let paths: Vec<&Path> = to_hash.iter().map(|(_, p)| p.as_path()).collect();
+    let digests = checksum::digest_files(&paths, threads);
+    for ((record, _), digest) in to_hash.iter().zip(digests) {
+        match digest {
+            Err(e) => problems.push(Problem {
+                file: record.path.clone(),
+                kind: ProblemKind::Unreadable(e.to_string()),
+            }),
+            Ok(digest) if digest.checksum() != record.checksum => problems.push(Problem {
+                file: record.path.clone(),
+                kind: first_bad_block(record, &digest),
+            }),
+            Ok(_) => {}
+        }
+    }
+    problems.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(problems)
+}
+
+/// The number of threads to hash with: the machine's cores.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+fn first_bad_block(record: &FileRecord, digest: &FileDigest) -> ProblemKind {
+    let actual = digest.block_hex();
+    let whole = ProblemKind::Content { offset: 0, end: record.size };
+    if record.blocks.len() != actual.len() {
+        return whole;
+    }
+    match record.blocks.iter().zip(&actual).position(|(a, b)| a != b) {
+        Some(i) => {
+            let offset = i as u64 * BLOCK_SIZE;
+            ProblemKind::Content { offset, end: (offset + BLOCK_SIZE).min(record.size) }
+        }
+        None => whole,
+    }
+}
+
+/// A manifest path must stay inside the image directory.
+fn is_safe_relative(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('/')
+        && name.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_names_are_rejected() {
+        for bad in ["", "/etc/passwd", "../x", "a/../../b", "a//b", "./a"] {
+            assert!(!is_safe_relative(bad), "{bad}");
+        }
+        for good in ["core-1.img", "gpu/index.bin", "a.b"] {
+            assert!(is_safe_relative(good), "{good}");
+        }
+    }
+
+    #[test]
+    fn problems_render_with_file_and_offset() {
+        let p = Problem {
+            file: "pages-1.img".into(),
+            kind: ProblemKind::Size { expected: 8192, actual: 4096 },
+        };
+        assert_eq!(
+            p.to_string(),
+            "pages-1.img: truncated at offset 4096: 4096 bytes, the manifest says 8192"
+        );
+        let p = Problem { file: "core-1.img".into(), kind: ProblemKind::Content { offset: 0, end: 10 } };
+        assert_eq!(p.to_string(), "core-1.img: checksum mismatch: bytes 0..10 differ from the dump");
+    }
+}

@@ -1,0 +1,17 @@
+//! gpucr: checkpoint and restore GPU process trees through CRIU.
+//!
+//! The binary (`src/main.rs`) only parses the command line and maps errors to exit
+//! codes; everything else lives in this library so that tests can drive it.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod cli;
+pub mod cmd;
+pub mod criu;
+pub mod exit_code;
+pub mod image;
+pub mod progress;
+pub mod target;
+pub mod dump;
+pub mod restore;

@@ -1,0 +1,39 @@
+//! The `gpucr` command: parse, dispatch, map errors to exit codes.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpucr::cli::{Cli, Command};
+use gpucr::{cmd, exit_code};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // --help and --version print to stdout and succeed; real errors exit USAGE.
+            let code = if err.use_stderr() { exit_code::USAGE } else { exit_code::SUCCESS };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match &cli.command {
+        Command::Dump(args) => cmd::dump::run(args),
+        Command::Restore(args) => cmd::restore::run(args),
+        Command::Inspect(args) => cmd::inspect::run(args),
+        Command::CheckTopology(args) => cmd::check_topology::run(args),
+        Command::Completions(args) => cmd::completions::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            if exit_code::is_broken_pipe(&err) {
+                return ExitCode::from(exit_code::SUCCESS);
+            }
+            eprintln!("gpucr: error: {err}");
+            for cause in err.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(exit_code::for_error(&err))
+        }
+    }
+}

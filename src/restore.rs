@@ -1,0 +1,160 @@
+//! `gpucr restore`: refuse a bad image before CRIU starts, then run CRIU's RESTORE.
+
+use std::path::{Path, PathBuf};
+
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::criu::{CommonOptions, CriuError, NetworkLock, RestoreRequest};
+use crate::dump::start_criu;
+use crate::exit_code;
+use crate::image::dir::{self, ImageDirError};
+use crate::image::manifest::{Manifest, ManifestError};
+use crate::image::verify::{self, Problem, VerifyError};
+use crate::image::RESTORE_LOG;
+use crate::progress::{describe_notify, Progress};
+
+/// What to restore and how. The boolean flags force an option on; the others come from
+/// the manifest.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreOptions {
+    pub dir: PathBuf,
+    pub tcp_established: bool,
+    pub shell_job: bool,
+    pub ext_unix_sk: bool,
+    pub file_locks: bool,
+    pub network_lock: Option<NetworkLock>,
+    pub criu: Option<PathBuf>,
+    pub verbose: bool,
+}
+
+/// A restored tree.
+#[derive(Debug, Clone)]
+pub struct RestoreOutcome {
+    /// The restored root, a child of this process.
+    pub pid: i32,
+    pub manifest: Manifest,
+}
+
+/// Why a restore failed. No restored process is left behind in any case.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("{dir}: no such image directory")]
+    NoDir { dir: PathBuf },
+    #[error("{}: the image is incomplete: {reason}", .dir.display())]
+    Incomplete { dir: PathBuf, reason: String },
+    #[error(transparent)]
+    Manifest(ManifestError),
+    #[error("{}", damaged_message(.dir, .problems))]
+    Damaged { dir: PathBuf, problems: Vec<Problem> },
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    #[error(transparent)]
+    ImageDir(#[from] ImageDirError),
+    #[error("{0}")]
+    Criu(#[from] CriuError),
+    #[error("{}: option {field} has the unknown value {value:?}", .manifest.display())]
+    BadOption { manifest: PathBuf, field: &'static str, value: String },
+}
+
+impl RestoreError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RestoreError::NoDir { .. } | RestoreError::Incomplete { .. } => {
+                exit_code::IMAGE_INCOMPLETE
+            }
+            RestoreError::Manifest(ManifestError::Missing { .. }) => exit_code::IMAGE_INCOMPLETE,
+            RestoreError::Manifest(ManifestError::Read { .. }) => exit_code::FAILURE,
+            RestoreError::Manifest(_)
+            | RestoreError::Damaged { .. }
+            | RestoreError::Verify(_)
+            | RestoreError::BadOption { .. } => exit_code::IMAGE_DAMAGED,
+            RestoreError::ImageDir(_) => exit_code::FAILURE,
+            RestoreError::Criu(e) => e.exit_code(),
+        }
+    }
+}
+
+fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
+    let mut text = format!("{}: the image is damaged; refusing to restore it", dir.display());
+    for p in problems {
+        text.push_str(&format!("\n  {p}"));
+    }
+    text
+}
+
+/// Read the manifest and verify every file, before anything else touches the image.
+pub fn load_verified(dir: &Path) -> Result<Manifest, RestoreError> {
+    if !dir.is_dir() {
+        return Err(RestoreError::NoDir { dir: dir.to_path_buf() });
+    }
+    let manifest = match Manifest::read(dir) {
+        Ok(m) => m,
+        Err(ManifestError::Missing { path }) => {
+            let reason = dir::incomplete_reason(dir).map_or_else(
+                || format!("{} is missing (the dump did not finish)", path.display()),
+                |r| format!("the dump failed: {r}"),
+            );
+            return Err(RestoreError::Incomplete { dir: dir.to_path_buf(), reason });
+        }
+        Err(e) => return Err(RestoreError::Manifest(e)),
+    };
+    let problems = verify::verify_files(dir, &manifest, verify::default_threads())?;
+    if !problems.is_empty() {
+        return Err(RestoreError::Damaged { dir: dir.to_path_buf(), problems });
+    }
+    Ok(manifest)
+}
+
+/// Restore the image in `opts.dir`. The root of the restored tree is a child of this
+/// process: wait for it with [`wait_for_tree`], or leave it running.
+pub fn restore(opts: &RestoreOptions, progress: &mut Progress) -> Result<RestoreOutcome, RestoreError> {
+    progress.event("start", "verifying the image");
+    let manifest = load_verified(&opts.dir)?;
+    progress.event("verified", "image verified");
+    let dumped = &manifest.options;
+    let network_lock = match opts.network_lock {
+        Some(lock) => lock,
+        None => dumped.network_lock.parse().map_err(|_| RestoreError::BadOption {
+            manifest: Manifest::path_in(&opts.dir),
+            field: "options.network_lock",
+            value: dumped.network_lock.clone(),
+        })?,
+    };
+    let (mut swrk, _) = start_criu(opts.criu.as_deref(), progress)?;
+    let dir_fd = dir::open_dir(&opts.dir)?;
+    let request = RestoreRequest {
+        images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
+        log_file: RESTORE_LOG,
+        common: CommonOptions {
+            tcp_established: opts.tcp_established || dumped.tcp_established,
+            shell_job: opts.shell_job || dumped.shell_job,
+            ext_unix_sk: opts.ext_unix_sk || dumped.ext_unix_sk,
+            file_locks: opts.file_locks || dumped.file_locks,
+            network_lock,
+            log_level: if opts.verbose { 4 } else { 2 },
+        },
+    };
+    let log = opts.dir.join(RESTORE_LOG);
+    let pid = swrk.restore(&request, &log, &mut |n| {
+        progress.event(&n.script, &describe_notify(&n.script));
+        Ok(())
+    })?;
+    swrk.finish()?;
+    progress.event("criu-done", "restored");
+    Ok(RestoreOutcome { pid, manifest })
+}
+
+/// Wait for the restored root (a child of this process) and return the exit code a
+/// shell would show for it: its status, or 128 + the signal that killed it.
+pub fn wait_for_tree(pid: i32) -> std::io::Result<u8> {
+    loop {
+        match waitpid(Pid::from_raw(pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(code as u8),
+            Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128u8.wrapping_add(signal as u8)),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! The process tree to checkpoint: does it exist, may we dump it, what is it.
+
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+
+use crate::exit_code;
+
+/// The kernel's PF_KTHREAD flag in /proc/PID/stat.
+const PF_KTHREAD: u64 = 0x0020_0000;
+/// CAP_SYS_ADMIN and CAP_CHECKPOINT_RESTORE: either lets CRIU checkpoint.
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_CHECKPOINT_RESTORE: u32 = 40;
+
+/// Why a pid cannot be checkpointed.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("pid {pid}: not a valid process id")]
+    InvalidPid { pid: i32 },
+    #[error("pid {pid}: no such process")]
+    NotFound { pid: i32 },
+    #[error("pid {pid}: {comm} is a kernel thread; only user processes can be checkpointed")]
+    KernelThread { pid: i32, comm: String },
+    #[error("pid {pid}: that is gpucr itself")]
+    Itself { pid: i32 },
+    #[error(
+        "pid {pid}: {comm} is an ancestor of gpucr; the dump would freeze gpucr too \
+         (run gpucr from outside the tree)"
+    )]
+    Ancestor { pid: i32, comm: String },
+    #[error(
+        "pid {pid}: not permitted: checkpointing needs root or CAP_CHECKPOINT_RESTORE \
+         (run gpucr with sudo)"
+    )]
+    NotPermitted { pid: i32 },
+    #[error("pid {pid}: cannot read {path}")]
+    Proc {
+        pid: i32,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl TargetError {
+    pub fn exit_code(&self) -> u8 {
+        exit_code::TARGET
+    }
+}
+
+/// What gpucr records about the tree's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetInfo {
+    pub pid: i32,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+}
+
+/// Check that `pid` is a user process this gpucr may checkpoint, and describe it.
+pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
+    if pid <= 0 {
+        return Err(TargetError::InvalidPid { pid });
+    }
+    let stat = read_proc(pid, "stat")?;
+    let (comm, fields) = parse_stat(&stat).ok_or_else(|| TargetError::Proc {
+        pid,
+        path: proc_path(pid, "stat"),
+        source: io::Error::new(io::ErrorKind::InvalidData, "unexpected format"),
+    })?;
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    if flags & PF_KTHREAD != 0 {
+        return Err(TargetError::KernelThread { pid, comm });
+    }
+    let me = std::process::id() as i32;
+    if pid == me {
+        return Err(TargetError::Itself { pid });
+    }
+    if ancestors_of(me).contains(&pid) {
+        return Err(TargetError::Ancestor { pid, comm });
+    }
+    if !may_checkpoint() {
+        return Err(TargetError::NotPermitted { pid });
+    }
+    let cmdline = read_proc(pid, "cmdline")
+        .map(|raw| {
+            raw.split('\0').filter(|s| !s.is_empty()).map(str::to_owned).collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    Ok(TargetInfo { pid, comm, cmdline })
+}
+
+/// True while /proc/PID exists (a zombie counts as existing).
+pub fn exists(pid: i32) -> bool {
+    pid > 0 && proc_path(pid, "").exists()
+}
+
+fn proc_path(pid: i32, name: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{name}"))
+}
+
+fn read_proc(pid: i32, name: &str) -> Result<String, TargetError> {
+    let path = proc_path(pid, name);
+    match fs::read(&path) {
+        Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(TargetError::NotFound { pid }),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(TargetError::NotFound { pid }),
+        Err(source) => Err(TargetError::Proc { pid, path, source }),
+    }
+}
+
+/// Split /proc/PID/stat into comm and the fields after it (state is fields[0]).
+fn parse_stat(stat: &str) -> Option<(String, Vec<&str>)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_owned();
+    let fields = stat.get(close + 1..)?.split_whitespace().collect();
+    Some((comm, fields))
+}
+
+/// The pids from `pid`'s parent up to init.
+fn ancestors_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut current = pid;
+    while let Ok(stat) = fs::read_to_string(proc_path(current, "stat")) {
+        let Some(ppid) = parse_stat(&stat).and_then(|(_, f)| f.get(1)?.parse::<i32>().ok())
+        else {
+            break;
+        };
+        if ppid <= 0 || out.contains(&ppid) {
+            break;
+        }
+        out.push(ppid);
+        current = ppid;
+    }
+    out
+}
+
+/// Root, or holding CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE in the effective set.
+fn may_checkpoint() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let Ok(status) = fs::read_to_string("/proc/self/status") else { return false };
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    [CAP_SYS_ADMIN, CAP_CHECKPOINT_RESTORE].iter().any(|cap| cap_eff & (1 << cap) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_spaces_and_parens_in_comm() {
+        let (comm, fields) = parse_stat("12 (a (b) c) S 1 12 12 0 -1 4194560 5").unwrap();
+        assert_eq!(comm, "a (b) c");
+        assert_eq!(fields[0], "S");
+        assert_eq!(fields[1], "1");
+        assert_eq!(fields[6], "4194560");
+    }
+
+    #[test]
+    fn invalid_and_missing_pids() {
+        assert!(matches!(validate(0), Err(TargetError::InvalidPid { pid: 0 })));
+        assert!(matches!(validate(-5), Err(TargetError::InvalidPid { .. })));
+        // pid_max is at most 2^22.
+        assert!(matches!(validate(99_999_999), Err(TargetError::NotFound { .. })));
+    }
+
+    #[test]
+    fn gpucr_itself_and_its_ancestors_are_refused() {
+        let me = std::process::id() as i32;
+        assert!(matches!(validate(me), Err(TargetError::Itself { .. })));
+        let parent = nix::unistd::getppid().as_raw();
+        if parent > 1 {
+            assert!(matches!(validate(parent), Err(TargetError::Ancestor { .. })));
+        }
+    }
+
+    #[test]
+    fn kthreadd_is_a_kernel_thread() {
+        // pid 2 is kthreadd in the initial PID namespace.
+        if let Ok(stat) = fs::read_to_string("/proc/2/stat") {
+            if stat.contains("(kthreadd)") {
+                assert!(matches!(validate(2), Err(TargetError::KernelThread { .. })));
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! GPU topology for gpucr (being written).
