@@ -9,9 +9,10 @@
 pub mod cli;
 pub mod cmd;
 pub mod criu;
+pub mod docs;
+pub mod dump;
 pub mod exit_code;
 pub mod image;
 pub mod progress;
-pub mod target;
-pub mod dump;
 pub mod restore;
+pub mod target;

@@ -51,7 +51,7 @@ pub enum RestoreError {
     Verify(#[from] VerifyError),
     #[error(transparent)]
     ImageDir(#[from] ImageDirError),
-    #[error("{0}")]
+    #[error(transparent)]
     Criu(#[from] CriuError),
     #[error("{}: option {field} has the unknown value {value:?}", .manifest.display())]
     BadOption { manifest: PathBuf, field: &'static str, value: String },

@@ -233,8 +233,15 @@ impl Swrk {
         }
     }
 
-    /// What CRIU wrote to stderr, if it has exited and closed it.
+    /// What CRIU wrote to stderr, once it has exited and its pipe drained (waits at most
+    /// half a second: a restored task could still hold the pipe open).
     fn stderr_text(&mut self) -> String {
+        for _ in 0..50 {
+            if self.stderr.as_ref().is_none_or(|h| h.is_finished()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         match self.stderr.take() {
             Some(handle) if handle.is_finished() => {
                 let bytes = handle.join().unwrap_or_default();

@@ -1,0 +1,76 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_gpucr_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_gpucr_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_gpucr_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_gpucr_using_subcommand
+    set -l cmd (__fish_gpucr_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c gpucr -n "__fish_gpucr_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_needs_command" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "dump" -d 'Checkpoint a process tree into an image directory'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "restore" -d 'Restore a process tree from an image directory'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "inspect" -d 'Show what is in an image directory'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "check-topology" -d 'Show the local GPUs, or whether an image can be restored here'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "completions" -d 'Print a shell completion script to stdout'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l network-lock -d 'How to lock the network during the dump [default: iptables when iptables-restore is installed, otherwise nftables]' -r -f -a "iptables\t'iptables rules (CRIU\'s default; needs iptables-restore)'
+nftables\t'an nftables table (needs CRIU built with libnftables)'
+skip\t'no lock: only safe when nothing can reach the connections meanwhile'"
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l timeout -d 'Give up when the tree cannot be frozen within SECS seconds (CRIU\'s --timeout)' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l criu -d 'The criu binary to run (default: `criu` on PATH, then /usr/local/sbin, /usr/sbin)' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l leave-running -d 'Keep the tree running after the dump instead of killing it'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l tcp-established -d 'Dump established TCP connections (restored with their sequence numbers; needs a network lock)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l shell-job -d 'The tree is a shell job: it shares a session or controlling terminal with the caller'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l ext-unix-sk -d 'Allow unix sockets connected to peers outside the tree'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l file-locks -d 'Dump file locks (flock, POSIX and OFD locks)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l force -d 'Write into DIR even when it is not empty (a previous image\'s files are removed)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s v -l verbose -d 'More detail: -v shows every CRIU phase and raises CRIU\'s log level to 4 (debug)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l network-lock -d 'How to lock the network while connections are restored [default: as dumped]' -r -f -a "iptables\t'iptables rules (CRIU\'s default; needs iptables-restore)'
+nftables\t'an nftables table (needs CRIU built with libnftables)'
+skip\t'no lock: only safe when nothing can reach the connections meanwhile'"
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l criu -d 'The criu binary to run (default: `criu` on PATH, then /usr/local/sbin, /usr/sbin)' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -s d -l detach -d 'Print the restored root pid and return instead of waiting for the tree'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l tcp-established -d 'Restore established TCP connections (on by default when the image has them)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l shell-job -d 'Restore as a shell job (on by default when the image was dumped as one)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l ext-unix-sk -d 'Allow unix sockets connected to peers outside the tree'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l file-locks -d 'Restore file locks'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -s v -l verbose -d 'More detail: -v shows every CRIU phase and raises CRIU\'s log level to 4 (debug)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand inspect" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
+complete -c gpucr -n "__fish_gpucr_using_subcommand inspect" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand inspect" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
+complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology completions help" -f -a "dump" -d 'Checkpoint a process tree into an image directory'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology completions help" -f -a "restore" -d 'Restore a process tree from an image directory'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology completions help" -f -a "inspect" -d 'Show what is in an image directory'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology completions help" -f -a "check-topology" -d 'Show the local GPUs, or whether an image can be restored here'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology completions help" -f -a "completions" -d 'Print a shell completion script to stdout'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,0 +1,69 @@
+//! Man pages and shell completions, generated from the clap tree.
+//!
+//! The committed copies in `man/` and `completions/` are checked against this output by
+//! `tests/cli.rs` (`generated_docs_are_fresh`), so they never go stale.
+
+use std::io;
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+use clap_mangen::roff::{roman, Roff};
+use clap_mangen::Man;
+
+use crate::cli::Cli;
+use crate::exit_code;
+
+/// Every generated file: (path relative to the repository root, contents).
+pub fn render_all() -> io::Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let root = Cli::command();
+    out.push(("man/gpucr.1".to_owned(), man_page(root.clone())?));
+    for sub in root.get_subcommands() {
+        let name = format!("gpucr-{}", sub.get_name());
+        let page = sub
+            .clone()
+            .name(name.clone())
+            .bin_name(format!("gpucr {}", sub.get_name()))
+            .version(env!("CARGO_PKG_VERSION"));
+        out.push((format!("man/{name}.1"), man_page(page)?));
+    }
+    for (shell, file) in
+        [(Shell::Bash, "gpucr.bash"), (Shell::Zsh, "_gpucr"), (Shell::Fish, "gpucr.fish")]
+    {
+        let mut buf = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "gpucr", &mut buf);
+        out.push((format!("completions/{file}"), buf));
+    }
+    Ok(out)
+}
+
+/// One man page with gpucr's EXIT STATUS section.
+fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
+    let man = Man::new(cmd.clone()).date("").source(format!("gpucr {}", env!("CARGO_PKG_VERSION")));
+    let mut buf = Vec::new();
+    man.render_title(&mut buf)?;
+    man.render_name_section(&mut buf)?;
+    man.render_synopsis_section(&mut buf)?;
+    man.render_description_section(&mut buf)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut buf)?;
+    }
+    if cmd.has_subcommands() {
+        man.render_subcommands_section(&mut buf)?;
+    }
+    let mut roff = Roff::new();
+    roff.control("SH", ["EXIT STATUS"]);
+    for (code, meaning) in exit_code::ALL {
+        roff.control("TP", []);
+        roff.text([roman(code.to_string())]);
+        roff.text([roman(*meaning)]);
+    }
+    roff.control("PP", []);
+    roff.text([roman(
+        "gpucr restore without --detach exits with the restored tree's own status \
+         (128 + N when signal N killed it).",
+    )]);
+    roff.to_writer(&mut buf)?;
+    man.render_version_section(&mut buf)?;
+    Ok(buf)
+}

@@ -1,0 +1,133 @@
+//! End-to-end checkpoint tests with real CRIU and real process trees, each in its own
+//! PID namespace: dump, kill, restore, and check that the tree goes on from where it was.
+
+mod common;
+
+use std::fs;
+
+use common::*;
+
+/// Dump the tree (killing it), restore it detached, and check it carried on.
+#[test]
+fn dump_kill_restore_continues_where_it_was() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &["--memory-mib", "64"]);
+    let before: Vec<JournalLine> = ROLES.iter().map(|r| tree.last(r)).collect();
+
+    let out = gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(stdout(&out).contains(&format!("dumped pid {}", tree.pid)), "{}", stdout(&out));
+    wait_for(std::time::Duration::from_secs(10), "the dumped tree to be killed", || {
+        (!alive(tree.pid)).then_some(())
+    });
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(fs::metadata(&image).unwrap().permissions().mode() & 0o777, 0o700);
+    assert!(image.join("gpucr.json").exists());
+    assert!(image.join("pstree.img").exists());
+    let dumped: Vec<usize> = ROLES.iter().map(|r| tree.journal(r).len()).collect();
+
+    let out = gpucr(&["restore", "--detach", image.to_str().unwrap()]);
+    assert_success(&out);
+    let pid: i32 = stdout(&out).trim().parse().expect("restore --detach prints the pid");
+    let _restored = Restored(pid);
+    tree.wait_ticks(5);
+
+    for (i, role) in ROLES.iter().enumerate() {
+        assert_journal_continuous(&state, role);
+        let now = tree.last(role);
+        assert!(tree.journal(role).len() > dumped[i] + 3, "{role} did not go on");
+        assert!(now.num("tick") > before[i].num("tick"));
+    }
+    // Every channel kept working: TCP and unix pings, the pipe sequence, and the 64 MiB
+    // pattern was checked again after the restore.
+    let parent = tree.last("parent");
+    assert!(parent.num("pipe") > before[0].num("pipe"));
+    assert!(tree.last("tcp").num("tcp") > before[1].num("tcp"));
+    assert!(tree.last("pipe").num("unix") > before[2].num("unix"));
+    wait_for(std::time::Duration::from_secs(20), "a memory check after restore", || {
+        (tree.last("parent").num("passes") > parent.num("passes")).then_some(())
+    });
+    assert!(tree.last("parent").healthy());
+}
+
+/// --leave-running: the tree is not killed and goes on ticking.
+#[test]
+fn leave_running_keeps_the_tree_running() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &[]);
+    let out = gpucr(&[
+        "dump",
+        "--leave-running",
+        "--tcp-established",
+        "--json",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("--json output");
+    assert_eq!(json["pid"], tree.pid);
+    assert_eq!(json["left_running"], true);
+    assert!(json["pages_bytes"].as_u64().unwrap() > 64 << 20);
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    assert_eq!(manifest["options"]["leave_running"], true);
+}
+
+/// One image restores twice (the workload's own files are put back as they were at the
+/// dump: CRIU checks their sizes, it does not carry their contents).
+#[test]
+fn one_image_restores_twice() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let snapshot = tmp.path().join("snapshot");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &[]);
+    assert_success(&gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]));
+    kill_and_wait(tree.pid);
+    copy_files(&state, &snapshot);
+    let dumped_ticks = tree.last("parent").num("tick");
+
+    for round in 0..2 {
+        copy_files(&snapshot, &state);
+        let out = gpucr(&["restore", "-d", image.to_str().unwrap()]);
+        assert_success(&out);
+        let restored = Restored(stdout(&out).trim().parse().unwrap());
+        tree.wait_ticks(3);
+        for role in ROLES {
+            assert_journal_continuous(&state, role);
+        }
+        assert!(tree.last("parent").num("tick") > dumped_ticks + 2, "round {round}");
+        drop(restored);
+    }
+}
+
+/// Without --detach, gpucr waits for the restored tree and exits with its status.
+#[test]
+fn restore_waits_for_the_tree_and_exits_with_its_status() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &["--exit-after-ticks", "30", "--exit-code", "7"]);
+    assert_success(&gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]));
+    kill_and_wait(tree.pid);
+    let out = gpucr(&["restore", image.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("restored pid"), "{err}");
+    assert!(err.contains("total"), "no timeline: {err}");
+    assert_eq!(tree.last("parent").num("tick"), 30);
+    assert_journal_continuous(&state, "parent");
+}

@@ -1,0 +1,250 @@
+//! Command-line behaviour: every failure path with its message and exit code, and the
+//! generated man pages and completions being up to date.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// Exit codes, as documented (src/exit_code.rs).
+const USAGE: i32 = 2;
+const TARGET: i32 = 3;
+const CRIU_UNAVAILABLE: i32 = 4;
+const CRIU_FAILED: i32 = 5;
+const IMAGE_DIR: i32 = 6;
+const IMAGE_DAMAGED: i32 = 7;
+const IMAGE_INCOMPLETE: i32 = 8;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// A harmless live process to name as a target.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn start() -> Sleeper {
+        Sleeper(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().unwrap())
+    }
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_fails_with(&gpucr(&["dump"]), USAGE, "required");
+    assert_fails_with(&gpucr(&["dump", "notapid", "/tmp/x"]), USAGE, "invalid value");
+    assert_fails_with(&gpucr(&["frobnicate"]), USAGE, "unrecognized subcommand");
+    assert_success(&gpucr(&["--help"]));
+    assert!(stdout(&gpucr(&["--version"])).starts_with("gpucr "));
+}
+
+#[test]
+fn dump_of_a_missing_pid_fails_with_target_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("img");
+    let out = gpucr(&["dump", "99999999", dir.to_str().unwrap()]);
+    assert_fails_with(&out, TARGET, "pid 99999999: no such process");
+    assert!(!dir.exists(), "nothing is created for a bad target");
+}
+
+#[test]
+fn dump_of_a_kernel_thread_fails_with_target_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = gpucr(&["dump", "2", tmp.path().join("img").to_str().unwrap()]);
+    assert_fails_with(&out, TARGET, "pid 2: kthreadd is a kernel thread");
+}
+
+#[test]
+fn dump_into_a_non_empty_dir_is_refused() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("keep.txt"), b"mine").unwrap();
+    let out = gpucr(&["dump", &target.pid(), tmp.path().to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_DIR, "not empty (holds \"keep.txt\")");
+    assert_eq!(fs::read(tmp.path().join("keep.txt")).unwrap(), b"mine");
+}
+
+#[test]
+fn dump_into_a_read_only_dir_is_refused() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ro");
+    fs::create_dir(&dir).unwrap();
+    // A read-only tmpfs over DIR, in a private mount namespace that dies with the command.
+    let script = format!(
+        "mount -t tmpfs -o ro none '{dir}' && exec '{bin}' dump {pid} '{dir}'",
+        dir = dir.display(),
+        bin = gpucr_bin().display(),
+        pid = target.pid()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_fails_with(&out, IMAGE_DIR, "not writable");
+    assert!(stderr(&out).contains("Read-only file system"), "{}", stderr(&out));
+}
+
+#[test]
+fn missing_criu_is_reported_with_install_advice() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("img");
+    let out = gpucr(&["dump", "--criu", "/nonexistent/criu", &target.pid(), dir.to_str().unwrap()]);
+    assert_fails_with(&out, CRIU_UNAVAILABLE, "criu not found (looked for /nonexistent/criu)");
+    assert!(stderr(&out).contains("scripts/install-criu.sh"));
+    // The environment variable selects the binary too.
+    let out = gpucr_env(
+        &["dump", &target.pid(), dir.to_str().unwrap()],
+        &[("GPUCR_CRIU", "/nonexistent/criu2")],
+    );
+    assert_fails_with(&out, CRIU_UNAVAILABLE, "/nonexistent/criu2");
+    assert!(!dir.exists());
+}
+
+#[test]
+fn criu_older_than_4_0_is_refused() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = fixture("fake-criu-3.17");
+    let out = gpucr(&["dump", "--criu", fake.to_str().unwrap(), &target.pid(), tmp.path().join("i").to_str().unwrap()]);
+    assert_fails_with(&out, CRIU_UNAVAILABLE, "is CRIU 3.17; gpucr needs CRIU >= 4.0");
+    assert!(stderr(&out).contains("scripts/install-criu.sh"));
+}
+
+#[test]
+fn criu_that_dies_is_reported() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let fake = fixture("fake-criu-crash");
+    let out = gpucr(&["dump", "--criu", fake.to_str().unwrap(), &target.pid(), tmp.path().join("i").to_str().unwrap()]);
+    assert_fails_with(&out, CRIU_UNAVAILABLE, "criu exited before answering (exit status: 1");
+    assert!(stderr(&out).contains("crashing on purpose"), "{}", stderr(&out));
+}
+
+/// A device CRIU cannot dump: the dump fails, the tree keeps running, the image is
+/// marked incomplete, and restore refuses it.
+#[test]
+fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
+    let _lock = criu_lock();
+    let device = ["/dev/kvm", "/dev/fuse"].into_iter().find(|d| Path::new(d).exists());
+    let device = device.expect("this test needs /dev/kvm or /dev/fuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &["--hold", device]);
+    let out = gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]);
+    assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
+    let err = stderr(&out);
+    assert!(err.contains("Can't dump file"), "CRIU's reason is shown: {err}");
+    assert!(err.contains("dump.log"), "the log is named: {err}");
+    assert!(err.contains(&format!("pid {} is still running", tree.pid)), "{err}");
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+    assert!(!image.join("gpucr.json").exists());
+    assert!(image.join("gpucr-incomplete.json").exists());
+    let out = gpucr(&["restore", image.to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_INCOMPLETE, "the image is incomplete: the dump failed");
+}
+
+/// Damaged images are refused before CRIU starts (CRIU would write restore.log).
+#[test]
+fn damaged_images_are_refused_before_criu_starts() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("image");
+    {
+        let tree = Tree::start(&tmp.path().join("state"), &["--memory-mib", "16"]);
+        let out = gpucr(&["dump", "--leave-running", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]);
+        assert_success(&out);
+    }
+    let variant = |name: &str| {
+        let dir = tmp.path().join(name);
+        copy_files(&image, &dir);
+        dir
+    };
+    let first = |dir: &Path, prefix: &str| {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(prefix) && n.ends_with(".img"))
+            .collect();
+        names.sort();
+        dir.join(&names[0])
+    };
+
+    let no_manifest = variant("no-manifest");
+    fs::remove_file(no_manifest.join("gpucr.json")).unwrap();
+    let out = gpucr(&["restore", no_manifest.to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_INCOMPLETE, "gpucr.json is missing");
+    assert!(!no_manifest.join("restore.log").exists());
+
+    let truncated = variant("truncated");
+    let pages = first(&truncated, "pages-");
+    let len = fs::metadata(&pages).unwrap().len();
+    fs::File::options().write(true).open(&pages).unwrap().set_len(len / 2).unwrap();
+    let out = gpucr(&["restore", truncated.to_str().unwrap()]);
+    let name = pages.file_name().unwrap().to_str().unwrap();
+    assert_fails_with(&out, IMAGE_DAMAGED, &format!("{name}: truncated at offset {}", len / 2));
+    assert!(!truncated.join("restore.log").exists());
+
+    let flipped = variant("flipped");
+    let core = first(&flipped, "core-");
+    let mut bytes = fs::read(&core).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    fs::write(&core, bytes).unwrap();
+    let out = gpucr(&["restore", flipped.to_str().unwrap()]);
+    let name = core.file_name().unwrap().to_str().unwrap();
+    assert_fails_with(&out, IMAGE_DAMAGED, &format!("{name}: checksum mismatch: bytes 0.."));
+    assert!(stderr(&out).contains("refusing to restore"));
+    assert!(!flipped.join("restore.log").exists());
+
+    let garbage = variant("garbage-manifest");
+    fs::write(garbage.join("gpucr.json"), b"{\"format\": \"gpucr-image\", \"format_version\": 1,").unwrap();
+    let out = gpucr(&["restore", garbage.to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_DAMAGED, "gpucr.json: malformed manifest at line 1");
+
+    let out = gpucr(&["restore", tmp.path().join("nowhere").to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_INCOMPLETE, "no such image directory");
+}
+
+// ----- generated documentation --------------------------------------------------------
+
+/// Regenerate with `GPUCR_BLESS=1 cargo test --test cli generated_docs_are_fresh`.
+#[test]
+fn generated_docs_are_fresh() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let generated = gpucr::docs::render_all().expect("render docs");
+    let bless = std::env::var_os("GPUCR_BLESS").is_some();
+    let mut stale = Vec::new();
+    for (rel, content) in &generated {
+        let path = root.join(rel);
+        if bless {
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(&path, content).unwrap();
+        } else if fs::read(&path).ok().as_deref() != Some(content.as_slice()) {
+            stale.push(rel.clone());
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "stale generated files {stale:?}: run `GPUCR_BLESS=1 cargo test --test cli generated_docs_are_fresh`"
+    );
+}

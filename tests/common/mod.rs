@@ -1,0 +1,252 @@
+//! Shared test harness: the gpucr binary, the sample workload in its own PID namespace,
+//! and its journals.
+//!
+//! Every workload runs as `unshare --pid --fork setsid workload ...` so restored pids
+//! never collide with anything (ARCHITECTURE.md §8). Tests that run CRIU take a
+//! machine-wide lock so they never checkpoint concurrently, whichever runner runs them.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// The gpucr binary under test.
+pub fn gpucr_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpucr"))
+}
+
+/// The sample workload (built by `cargo test` with the other examples).
+pub fn workload_bin() -> PathBuf {
+    let bin = gpucr_bin();
+    let path = bin.parent().expect("target dir").join("examples/workload");
+    assert!(path.exists(), "{} is missing: build it with `cargo build --examples`", path.display());
+    path
+}
+
+/// Run gpucr with `args`; never reads stdin.
+pub fn gpucr(args: &[&str]) -> Output {
+    gpucr_env(args, &[])
+}
+
+pub fn gpucr_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(gpucr_bin());
+    cmd.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run gpucr")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Assert the exit code and that stderr contains `needle`, with a useful failure text.
+pub fn assert_fails_with(out: &Output, code: i32, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "expected exit code {code}, got {:?}\nstdout: {}\nstderr: {err}",
+        out.status.code(),
+        stdout(out)
+    );
+    assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
+}
+
+pub fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "gpucr failed with {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// Hold this while checkpointing: one CRIU run at a time on the machine.
+pub fn criu_lock() -> Flock<File> {
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/gpucr-tests.lock")
+        .expect("open lock file");
+    Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e).expect("lock")
+}
+
+/// One line of a workload journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalLine(pub BTreeMap<String, String>);
+
+impl JournalLine {
+    pub fn num(&self, key: &str) -> u64 {
+        self.0.get(key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in {self:?}"))
+    }
+    pub fn healthy(&self) -> bool {
+        ["mem", "memfd", "other"].iter().all(|k| self.0.get(*k).map(String::as_str) == Some("ok"))
+    }
+}
+
+/// The sample workload tree, started in its own PID namespace.
+pub struct Tree {
+    pub state: PathBuf,
+    unshare: Child,
+    /// The root's pid in gpucr's (the initial) PID namespace.
+    pub pid: i32,
+}
+
+pub const ROLES: [&str; 3] = ["parent", "tcp", "pipe"];
+
+impl Tree {
+    /// Start the workload with extra arguments; returns once it is set up.
+    pub fn start(state: &Path, extra: &[&str]) -> Tree {
+        fs::create_dir_all(state).unwrap();
+        let unshare = Command::new("unshare")
+            .args(["--pid", "--fork", "setsid"])
+            .arg(workload_bin())
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn unshare");
+        let children = format!("/proc/{0}/task/{0}/children", unshare.id());
+        let pid = wait_for(Duration::from_secs(20), "the workload root", || {
+            fs::read_to_string(&children).ok()?.split_whitespace().next()?.parse::<i32>().ok()
+        });
+        let tree = Tree { state: state.to_path_buf(), unshare, pid };
+        wait_for(Duration::from_secs(30), "the workload to be ready", || {
+            state.join("ready").exists().then_some(())
+        });
+        tree.wait_ticks(2);
+        tree
+    }
+
+    /// Every line of a role's journal.
+    pub fn journal(&self, role: &str) -> Vec<JournalLine> {
+        read_journal(&self.state, role)
+    }
+
+    pub fn last(&self, role: &str) -> JournalLine {
+        self.journal(role).pop().unwrap_or_else(|| panic!("journal-{role} is empty"))
+    }
+
+    /// Wait until every role has written `n` more lines than now.
+    pub fn wait_ticks(&self, n: u64) {
+        let start: Vec<u64> = ROLES.iter().map(|r| self.journal(r).len() as u64).collect();
+        wait_for(Duration::from_secs(30), "the workload to tick", || {
+            ROLES
+                .iter()
+                .zip(&start)
+                .all(|(r, s)| self.journal(r).len() as u64 >= s + n)
+                .then_some(())
+        });
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        kill_and_wait(self.pid);
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+    }
+}
+
+pub fn read_journal(state: &Path, role: &str) -> Vec<JournalLine> {
+    let text = fs::read_to_string(state.join(format!("journal-{role}"))).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.ends_with(|c: char| c.is_ascii_alphanumeric()))
+        .map(|l| {
+            JournalLine(
+                l.split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// Assert a journal is one unbroken run tick=1,2,3,... with growing counters and every
+/// health flag ok: nothing was lost or overwritten across checkpoints.
+pub fn assert_journal_continuous(state: &Path, role: &str) {
+    let lines = read_journal(state, role);
+    assert!(!lines.is_empty(), "journal-{role} is empty");
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line.num("tick"), i as u64 + 1, "journal-{role} line {}: {line:?}", i + 1);
+        assert!(line.healthy(), "journal-{role} line {}: {line:?}", i + 1);
+    }
+    for key in ["pipe", "tcp", "unix", "passes"] {
+        for w in lines.windows(2) {
+            assert!(w[1].num(key) >= w[0].num(key), "journal-{role}: {key} went back: {w:?}");
+        }
+    }
+}
+
+/// SIGKILL a process and wait until it is gone from /proc.
+pub fn kill_and_wait(pid: i32) {
+    if pid <= 0 {
+        return;
+    }
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    let _ = wait_for_opt(Duration::from_secs(10), || {
+        (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+}
+
+/// A restored tree (detached from gpucr), killed when dropped.
+pub struct Restored(pub i32);
+
+impl Drop for Restored {
+    fn drop(&mut self) {
+        kill_and_wait(self.0);
+    }
+}
+
+pub fn alive(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .unwrap_or(false)
+}
+
+pub fn wait_for<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_for_opt(timeout, f).unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+fn wait_for_opt<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Copy every regular file of `from` into `to` (a snapshot of the workload's state).
+pub fn copy_files(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
