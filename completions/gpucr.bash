@@ -225,12 +225,20 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__inspect)
-            opts="-h -V --json --help --version"
+            opts="-p -h -V --ps-tree --ps-tree-cmd --ps-tree-env --files --sockets --mounts --memory --gpu --stats --all --pid --verify --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -239,7 +247,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__restore)
-            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --criu --verbose --json --help --version"
+            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --network-lock --criu --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -45,8 +45,7 @@ struct Options {
 
 fn parse_args() -> Options {
     let mut args = std::env::args().skip(1);
-    let mut opts =
-        Options {
+    let mut opts = Options {
         state: PathBuf::new(),
         memory_mib: 64,
         exit_after_ticks: None,
@@ -54,7 +53,10 @@ fn parse_args() -> Options {
         hold: Vec::new(),
     };
     while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
+        let mut value = || {
+            args.next()
+                .unwrap_or_else(|| usage(&format!("{arg} needs a value")))
+        };
         match arg.as_str() {
             "--state" => opts.state = PathBuf::from(value()),
             "--memory-mib" => opts.memory_mib = value().parse().unwrap_or_else(|_| usage("bad N")),
@@ -160,10 +162,14 @@ fn main() {
         .hold
         .iter()
         .map(|p| {
-            OpenOptions::new().read(true).write(true).open(p).unwrap_or_else(|e| {
-                eprintln!("workload: cannot open {}: {e}", p.display());
-                exit(2)
-            })
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .unwrap_or_else(|e| {
+                    eprintln!("workload: cannot open {}: {e}", p.display());
+                    exit(2)
+                })
         })
         .collect();
     let (tcp, _) = listener.accept().expect("accept");
@@ -226,7 +232,13 @@ fn run_ticks(opts: &Options, role: &str, health: &Health, mut each: impl FnMut(u
     loop {
         tick += 1;
         each(tick);
-        let flag = |b: &AtomicBool| if b.load(Ordering::SeqCst) { "BAD" } else { "ok" };
+        let flag = |b: &AtomicBool| {
+            if b.load(Ordering::SeqCst) {
+                "BAD"
+            } else {
+                "ok"
+            }
+        };
         let line = format!(
             "tick={tick} pipe={} tcp={} unix={} mem={} passes={} memfd={} other={}\n",
             health.pipe.load(Ordering::SeqCst),
@@ -295,7 +307,10 @@ fn filled_region(bytes: usize) -> Vec<u64> {
 }
 
 fn pattern_intact(memory: &[u64]) -> bool {
-    memory.iter().enumerate().all(|(i, w)| *w == pattern_word(i))
+    memory
+        .iter()
+        .enumerate()
+        .all(|(i, w)| *w == pattern_word(i))
 }
 
 fn make_memfd() -> OwnedFd {

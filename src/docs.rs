@@ -27,9 +27,11 @@ pub fn render_all() -> io::Result<Vec<(String, Vec<u8>)>> {
             .version(env!("CARGO_PKG_VERSION"));
         out.push((format!("man/{name}.1"), man_page(page)?));
     }
-    for (shell, file) in
-        [(Shell::Bash, "gpucr.bash"), (Shell::Zsh, "_gpucr"), (Shell::Fish, "gpucr.fish")]
-    {
+    for (shell, file) in [
+        (Shell::Bash, "gpucr.bash"),
+        (Shell::Zsh, "_gpucr"),
+        (Shell::Fish, "gpucr.fish"),
+    ] {
         let mut buf = Vec::new();
         clap_complete::generate(shell, &mut Cli::command(), "gpucr", &mut buf);
         out.push((format!("completions/{file}"), buf));
@@ -39,7 +41,9 @@ pub fn render_all() -> io::Result<Vec<(String, Vec<u8>)>> {
 
 /// One man page with gpucr's EXIT STATUS section.
 fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
-    let man = Man::new(cmd.clone()).date("").source(format!("gpucr {}", env!("CARGO_PKG_VERSION")));
+    let man = Man::new(cmd.clone())
+        .date("")
+        .source(format!("gpucr {}", env!("CARGO_PKG_VERSION")));
     let mut buf = Vec::new();
     man.render_title(&mut buf)?;
     man.render_name_section(&mut buf)?;

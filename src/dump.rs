@@ -8,6 +8,7 @@ use crate::criu::{self, CommonOptions, CriuError, DumpRequest, NetworkLock, Swrk
 use crate::exit_code;
 use crate::image::checksum;
 use crate::image::dir::{self, ImageDirError};
+use crate::image::follow::{Follower, Prefixes};
 use crate::image::manifest::{self, FileRecord, Manifest, ManifestError, Timings};
 use crate::image::{self, DUMP_LOG};
 use crate::progress::{describe_notify, Progress};
@@ -50,9 +51,13 @@ pub enum DumpError {
     #[error(transparent)]
     ImageDir(#[from] ImageDirError),
     #[error("{error}\n  the image in {dir} is incomplete; {running}")]
-    Criu { error: CriuError, dir: PathBuf, running: String },
+    Criu {
+        error: Box<CriuError>,
+        dir: PathBuf,
+        running: String,
+    },
     #[error(transparent)]
-    CriuSetup(CriuError),
+    CriuSetup(Box<CriuError>),
     #[error("{path}: cannot checksum the dumped file")]
     Checksum {
         path: PathBuf,
@@ -82,7 +87,9 @@ pub fn start_criu(
     let path = criu::locate(explicit)?;
     let mut swrk = Swrk::spawn(&path, &[])?;
     let version = swrk.version()?;
-    let kernel = uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    let kernel = uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
     if let Some(warning) = criu::check_supported(&path, version, &kernel)? {
         progress.warn(&warning);
     }
@@ -94,7 +101,8 @@ pub fn start_criu(
 pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, DumpError> {
     progress.event("start", "checking the target");
     let target = target::validate(opts.pid)?;
-    let (mut swrk, version) = start_criu(opts.criu.as_deref(), progress).map_err(DumpError::CriuSetup)?;
+    let (mut swrk, version) = start_criu(opts.criu.as_deref(), progress)
+        .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
     let network_lock = opts.network_lock.unwrap_or_else(NetworkLock::detect);
     let request = DumpRequest {
@@ -113,6 +121,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         },
     };
     let log = opts.dir.join(DUMP_LOG);
+    let follower = Follower::start(opts.dir.clone(), is_pages_file);
     let result = swrk.dump(&request, &log, &mut |n| {
         progress.event(&n.script, &describe_notify(&n.script));
         Ok(())
@@ -124,17 +133,27 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         } else {
             format!("pid {} is no longer running", opts.pid)
         };
-        return Err(DumpError::Criu { error, dir: opts.dir.clone(), running });
+        return Err(DumpError::Criu {
+            error: Box::new(error),
+            dir: opts.dir.clone(),
+            running,
+        });
     }
     progress.event("criu-done", "checksumming the image");
 
-    let files = checksum_image(&opts.dir)?;
+    let files = checksum_image(&opts.dir, &follower.finish())?;
     progress.event("checksums-done", "writing the manifest");
     let image_bytes = files.iter().map(|f| f.size).sum();
-    let pages_bytes = files.iter().filter(|f| is_pages_file(&f.path)).map(|f| f.size).sum();
+    let pages_bytes = files
+        .iter()
+        .filter(|f| is_pages_file(&f.path))
+        .map(|f| f.size)
+        .sum();
     let uts = uname().ok();
     let uts_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
-        uts.as_ref().map(|u| f(u).to_string_lossy().into_owned()).unwrap_or_default()
+        uts.as_ref()
+            .map(|u| f(u).to_string_lossy().into_owned())
+            .unwrap_or_default()
     };
     let mut manifest = Manifest {
         format: manifest::FORMAT_NAME.into(),
@@ -148,7 +167,11 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             arch: uts_field(|u| u.machine()),
         },
         backend: "none".into(),
-        target: manifest::Target { pid: target.pid, comm: target.comm, cmdline: target.cmdline },
+        target: manifest::Target {
+            pid: target.pid,
+            comm: target.comm,
+            cmdline: target.cmdline,
+        },
         options: manifest::DumpOptions {
             leave_running: opts.leave_running,
             tcp_established: opts.tcp_established,
@@ -162,9 +185,16 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         timings: Timings::default(),
     };
     progress.event("manifest-written", "done");
-    manifest.timings = Timings { total_ms: progress.elapsed_ms(), events: progress.events().to_vec() };
+    manifest.timings = Timings {
+        total_ms: progress.elapsed_ms(),
+        events: progress.events().to_vec(),
+    };
     manifest.write(&opts.dir)?;
-    Ok(DumpOutcome { manifest, image_bytes, pages_bytes })
+    Ok(DumpOutcome {
+        manifest,
+        image_bytes,
+        pages_bytes,
+    })
 }
 
 /// `pages-N.img`: CPU memory contents.
@@ -172,19 +202,34 @@ pub fn is_pages_file(path: &str) -> bool {
     path.starts_with("pages-") && path.ends_with(".img")
 }
 
-fn checksum_image(dir: &Path) -> Result<Vec<FileRecord>, DumpError> {
+/// Checksum every image file; `known` holds the blocks the follower already hashed.
+fn checksum_image(dir: &Path, known: &Prefixes) -> Result<Vec<FileRecord>, DumpError> {
     let names = dir::image_files(dir)?;
     let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
     let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    let digests = checksum::digest_files(&refs, image::verify::default_threads());
+    let prefixes: Vec<Vec<u64>> = names
+        .iter()
+        .map(|n| known.get(n).cloned().unwrap_or_default())
+        .collect();
+    let digests =
+        checksum::digest_files_resuming(&refs, &prefixes, image::verify::default_threads());
     names
         .into_iter()
         .zip(paths)
         .zip(digests)
         .map(|((name, path), digest)| {
             let digest = digest.map_err(|source| DumpError::Checksum { path, source })?;
-            let blocks = if digest.blocks.len() > 1 { digest.block_hex() } else { Vec::new() };
-            Ok(FileRecord { path: name, size: digest.size, checksum: digest.checksum(), blocks })
+            let blocks = if digest.blocks.len() > 1 {
+                digest.block_hex()
+            } else {
+                Vec::new()
+            };
+            Ok(FileRecord {
+                path: name,
+                size: digest.size,
+                checksum: digest.checksum(),
+                blocks,
+            })
         })
         .collect()
 }

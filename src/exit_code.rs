@@ -32,15 +32,33 @@ pub const TOPOLOGY_INCOMPATIBLE: u8 = 9;
 /// Every documented exit code with its one-line meaning, in order. The README table and
 /// the man pages are generated from (and tested against) this list.
 pub const ALL: &[(u8, &str)] = &[
-    (SUCCESS, "success (check-topology: compatible; inspect --verify: intact)"),
+    (
+        SUCCESS,
+        "success (check-topology: compatible; inspect --verify: intact)",
+    ),
     (FAILURE, "unexpected internal error"),
     (USAGE, "usage error (bad flag, value or argument)"),
-    (TARGET, "target process not found, a kernel thread, or not permitted"),
-    (CRIU_UNAVAILABLE, "CRIU missing, too old, or it broke the RPC protocol"),
+    (
+        TARGET,
+        "target process not found, a kernel thread, or not permitted",
+    ),
+    (
+        CRIU_UNAVAILABLE,
+        "CRIU missing, too old, or it broke the RPC protocol",
+    ),
     (CRIU_FAILED, "CRIU reported that the dump or restore failed"),
-    (IMAGE_DIR, "image directory not usable (not empty, not writable)"),
-    (IMAGE_DAMAGED, "image damaged (checksum, size or format mismatch)"),
-    (IMAGE_INCOMPLETE, "image incomplete (no manifest, or the dump failed)"),
+    (
+        IMAGE_DIR,
+        "image directory not usable (not empty, not writable)",
+    ),
+    (
+        IMAGE_DAMAGED,
+        "image damaged (checksum, size or format mismatch)",
+    ),
+    (
+        IMAGE_INCOMPLETE,
+        "image incomplete (no manifest, or the dump failed)",
+    ),
     (TOPOLOGY_INCOMPATIBLE, "GPU topology incompatible"),
 ];
 
@@ -68,7 +86,10 @@ pub fn for_error(err: &anyhow::Error) -> u8 {
         if let Some(e) = cause.downcast_ref::<crate::target::TargetError>() {
             return e.exit_code();
         }
-        if cause.downcast_ref::<crate::image::ImageDirError>().is_some() {
+        if cause
+            .downcast_ref::<crate::image::ImageDirError>()
+            .is_some()
+        {
             return IMAGE_DIR;
         }
         if let Some(e) = cause.downcast_ref::<crate::image::ManifestError>() {
@@ -86,6 +107,7 @@ pub fn for_error(err: &anyhow::Error) -> u8 {
 /// True when the error is a closed stdout (`gpucr inspect DIR | head`): not a failure.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }

@@ -13,6 +13,7 @@ pub mod docs;
 pub mod dump;
 pub mod exit_code;
 pub mod image;
+pub mod inspect;
 pub mod progress;
 pub mod restore;
 pub mod target;

@@ -11,7 +11,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => {
             // --help and --version print to stdout and succeed; real errors exit USAGE.
-            let code = if err.use_stderr() { exit_code::USAGE } else { exit_code::SUCCESS };
+            let code = if err.use_stderr() {
+                exit_code::USAGE
+            } else {
+                exit_code::SUCCESS
+            };
             let _ = err.print();
             return ExitCode::from(code);
         }

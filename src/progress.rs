@@ -24,7 +24,8 @@ pub struct Progress {
 impl Progress {
     /// A reporter that draws only where a person is watching.
     pub fn new(json: bool, verbose: bool) -> Progress {
-        let interactive = !json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
+        let interactive =
+            !json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
         Self::with_display(interactive, verbose && !json)
     }
 
@@ -43,7 +44,12 @@ impl Progress {
             bar.enable_steady_tick(Duration::from_millis(100));
             bar
         });
-        Progress { start: Instant::now(), bar, verbose, events: Vec::new() }
+        Progress {
+            start: Instant::now(),
+            bar,
+            verbose,
+            events: Vec::new(),
+        }
     }
 
     /// Milliseconds since the command started.
@@ -54,7 +60,10 @@ impl Progress {
     /// Record an event (a gpucr step or a CRIU notification) and show it.
     pub fn event(&mut self, name: &str, message: &str) {
         let at_ms = self.elapsed_ms();
-        self.events.push(TimedEvent { name: name.to_owned(), at_ms });
+        self.events.push(TimedEvent {
+            name: name.to_owned(),
+            at_ms,
+        });
         if let Some(bar) = &self.bar {
             bar.set_message(message.to_owned());
         }
@@ -93,7 +102,13 @@ impl Progress {
 pub fn spans(events: &[TimedEvent]) -> Vec<(String, String, f64)> {
     events
         .windows(2)
-        .map(|w| (w[0].name.clone(), w[1].name.clone(), w[1].at_ms - w[0].at_ms))
+        .map(|w| {
+            (
+                w[0].name.clone(),
+                w[1].name.clone(),
+                w[1].at_ms - w[0].at_ms,
+            )
+        })
         .collect()
 }
 

@@ -10,7 +10,7 @@ use crate::dump::start_criu;
 use crate::exit_code;
 use crate::image::dir::{self, ImageDirError};
 use crate::image::manifest::{Manifest, ManifestError};
-use crate::image::verify::{self, Problem, VerifyError};
+use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
 use crate::image::RESTORE_LOG;
 use crate::progress::{describe_notify, Progress};
 
@@ -26,6 +26,9 @@ pub struct RestoreOptions {
     pub network_lock: Option<NetworkLock>,
     pub criu: Option<PathBuf>,
     pub verbose: bool,
+    /// Hash every file before CRIU starts, instead of hashing the memory pages while
+    /// CRIU restores (the tree is never resumed before they are verified either way).
+    pub verify_first: bool,
 }
 
 /// A restored tree.
@@ -46,7 +49,10 @@ pub enum RestoreError {
     #[error(transparent)]
     Manifest(ManifestError),
     #[error("{}", damaged_message(.dir, .problems))]
-    Damaged { dir: PathBuf, problems: Vec<Problem> },
+    Damaged {
+        dir: PathBuf,
+        problems: Vec<Problem>,
+    },
     #[error(transparent)]
     Verify(#[from] VerifyError),
     #[error(transparent)]
@@ -54,7 +60,11 @@ pub enum RestoreError {
     #[error(transparent)]
     Criu(#[from] CriuError),
     #[error("{}: option {field} has the unknown value {value:?}", .manifest.display())]
-    BadOption { manifest: PathBuf, field: &'static str, value: String },
+    BadOption {
+        manifest: PathBuf,
+        field: &'static str,
+        value: String,
+    },
 }
 
 impl RestoreError {
@@ -76,7 +86,10 @@ impl RestoreError {
 }
 
 fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
-    let mut text = format!("{}: the image is damaged; refusing to restore it", dir.display());
+    let mut text = format!(
+        "{}: the image is damaged; refusing to restore it",
+        dir.display()
+    );
     for p in problems {
         text.push_str(&format!("\n  {p}"));
     }
@@ -85,8 +98,15 @@ fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
 
 /// Read the manifest and verify every file, before anything else touches the image.
 pub fn load_verified(dir: &Path) -> Result<Manifest, RestoreError> {
+    load_checked(dir, Scope::All)
+}
+
+/// Read the manifest and check the files `scope` covers.
+fn load_checked(dir: &Path, scope: Scope) -> Result<Manifest, RestoreError> {
     if !dir.is_dir() {
-        return Err(RestoreError::NoDir { dir: dir.to_path_buf() });
+        return Err(RestoreError::NoDir {
+            dir: dir.to_path_buf(),
+        });
     }
     let manifest = match Manifest::read(dir) {
         Ok(m) => m,
@@ -95,31 +115,63 @@ pub fn load_verified(dir: &Path) -> Result<Manifest, RestoreError> {
                 || format!("{} is missing (the dump did not finish)", path.display()),
                 |r| format!("the dump failed: {r}"),
             );
-            return Err(RestoreError::Incomplete { dir: dir.to_path_buf(), reason });
+            return Err(RestoreError::Incomplete {
+                dir: dir.to_path_buf(),
+                reason,
+            });
         }
         Err(e) => return Err(RestoreError::Manifest(e)),
     };
-    let problems = verify::verify_files(dir, &manifest, verify::default_threads())?;
+    let problems = verify::verify_files_scoped(dir, &manifest, verify::default_threads(), scope)?;
     if !problems.is_empty() {
-        return Err(RestoreError::Damaged { dir: dir.to_path_buf(), problems });
+        return Err(RestoreError::Damaged {
+            dir: dir.to_path_buf(),
+            problems,
+        });
     }
     Ok(manifest)
 }
 
 /// Restore the image in `opts.dir`. The root of the restored tree is a child of this
 /// process: wait for it with [`wait_for_tree`], or leave it running.
-pub fn restore(opts: &RestoreOptions, progress: &mut Progress) -> Result<RestoreOutcome, RestoreError> {
+///
+/// Every file's size and every small file's checksum are verified before CRIU starts.
+/// The memory pages (files of [`verify::BULK_THRESHOLD`] and more) are hashed on a
+/// second thread while CRIU restores, and CRIU's post-restore notification, which comes
+/// before any restored task runs, is answered only once they are verified: a damaged
+/// pages file makes CRIU abort and kill the half-made tree. With `verify_first`,
+/// everything is hashed before CRIU starts.
+pub fn restore(
+    opts: &RestoreOptions,
+    progress: &mut Progress,
+) -> Result<RestoreOutcome, RestoreError> {
     progress.event("start", "verifying the image");
-    let manifest = load_verified(&opts.dir)?;
+    let scope = if opts.verify_first {
+        Scope::All
+    } else {
+        Scope::SmallFiles
+    };
+    let manifest = load_checked(&opts.dir, scope)?;
     progress.event("verified", "image verified");
+    let mut bulk = (!opts.verify_first).then(|| {
+        let (dir, manifest) = (opts.dir.clone(), manifest.clone());
+        let threads = verify::default_threads().saturating_sub(1).max(1);
+        std::thread::spawn(move || {
+            verify::verify_files_scoped(&dir, &manifest, threads, Scope::BulkFiles)
+        })
+    });
+    let mut bulk_problems: Vec<Problem> = Vec::new();
     let dumped = &manifest.options;
     let network_lock = match opts.network_lock {
         Some(lock) => lock,
-        None => dumped.network_lock.parse().map_err(|_| RestoreError::BadOption {
-            manifest: Manifest::path_in(&opts.dir),
-            field: "options.network_lock",
-            value: dumped.network_lock.clone(),
-        })?,
+        None => dumped
+            .network_lock
+            .parse()
+            .map_err(|_| RestoreError::BadOption {
+                manifest: Manifest::path_in(&opts.dir),
+                field: "options.network_lock",
+                value: dumped.network_lock.clone(),
+            })?,
     };
     let (mut swrk, _) = start_criu(opts.criu.as_deref(), progress)?;
     let dir_fd = dir::open_dir(&opts.dir)?;
@@ -136,13 +188,51 @@ pub fn restore(opts: &RestoreOptions, progress: &mut Progress) -> Result<Restore
         },
     };
     let log = opts.dir.join(RESTORE_LOG);
-    let pid = swrk.restore(&request, &log, &mut |n| {
+    let result = swrk.restore(&request, &log, &mut |n| {
         progress.event(&n.script, &describe_notify(&n.script));
-        Ok(())
-    })?;
+        if n.script != "post-restore" {
+            return Ok(());
+        }
+        let Some(handle) = bulk.take() else {
+            return Ok(());
+        };
+        bulk_problems = join_bulk(handle);
+        progress.event("pages-verified", "memory pages verified");
+        if bulk_problems.is_empty() {
+            Ok(())
+        } else {
+            Err("the image is damaged".to_owned())
+        }
+    });
+    if let Some(handle) = bulk.take() {
+        // CRIU failed before post-restore: still report damage, which explains it best.
+        bulk_problems = join_bulk(handle);
+    }
+    if !bulk_problems.is_empty() {
+        return Err(RestoreError::Damaged {
+            dir: opts.dir.clone(),
+            problems: bulk_problems,
+        });
+    }
+    let pid = result?;
     swrk.finish()?;
     progress.event("criu-done", "restored");
     Ok(RestoreOutcome { pid, manifest })
+}
+
+/// The outcome of the background verification of the memory pages.
+fn join_bulk(handle: std::thread::JoinHandle<Result<Vec<Problem>, VerifyError>>) -> Vec<Problem> {
+    match handle.join() {
+        Ok(Ok(problems)) => problems,
+        Ok(Err(e)) => vec![Problem {
+            file: "gpucr.json".into(),
+            kind: ProblemKind::Unreadable(e.to_string()),
+        }],
+        Err(_) => vec![Problem {
+            file: "(pages)".into(),
+            kind: ProblemKind::Unreadable("the verification thread panicked".into()),
+        }],
+    }
 }
 
 /// Wait for the restored root (a child of this process) and return the exit code a

@@ -83,7 +83,10 @@ pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
     }
     let cmdline = read_proc(pid, "cmdline")
         .map(|raw| {
-            raw.split('\0').filter(|s| !s.is_empty()).map(str::to_owned).collect::<Vec<_>>()
+            raw.split('\0')
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
         })
         .unwrap_or_default();
     Ok(TargetInfo { pid, comm, cmdline })
@@ -122,8 +125,7 @@ fn ancestors_of(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
     let mut current = pid;
     while let Ok(stat) = fs::read_to_string(proc_path(current, "stat")) {
-        let Some(ppid) = parse_stat(&stat).and_then(|(_, f)| f.get(1)?.parse::<i32>().ok())
-        else {
+        let Some(ppid) = parse_stat(&stat).and_then(|(_, f)| f.get(1)?.parse::<i32>().ok()) else {
             break;
         };
         if ppid <= 0 || out.contains(&ppid) {
@@ -140,13 +142,17 @@ fn may_checkpoint() -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
-    let Ok(status) = fs::read_to_string("/proc/self/status") else { return false };
+    let Ok(status) = fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
     let cap_eff = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .unwrap_or(0);
-    [CAP_SYS_ADMIN, CAP_CHECKPOINT_RESTORE].iter().any(|cap| cap_eff & (1 << cap) != 0)
+    [CAP_SYS_ADMIN, CAP_CHECKPOINT_RESTORE]
+        .iter()
+        .any(|cap| cap_eff & (1 << cap) != 0)
 }
 
 #[cfg(test)]
@@ -164,10 +170,16 @@ mod tests {
 
     #[test]
     fn invalid_and_missing_pids() {
-        assert!(matches!(validate(0), Err(TargetError::InvalidPid { pid: 0 })));
+        assert!(matches!(
+            validate(0),
+            Err(TargetError::InvalidPid { pid: 0 })
+        ));
         assert!(matches!(validate(-5), Err(TargetError::InvalidPid { .. })));
         // pid_max is at most 2^22.
-        assert!(matches!(validate(99_999_999), Err(TargetError::NotFound { .. })));
+        assert!(matches!(
+            validate(99_999_999),
+            Err(TargetError::NotFound { .. })
+        ));
     }
 
     #[test]
@@ -176,7 +188,10 @@ mod tests {
         assert!(matches!(validate(me), Err(TargetError::Itself { .. })));
         let parent = nix::unistd::getppid().as_raw();
         if parent > 1 {
-            assert!(matches!(validate(parent), Err(TargetError::Ancestor { .. })));
+            assert!(matches!(
+                validate(parent),
+                Err(TargetError::Ancestor { .. })
+            ));
         }
     }
 

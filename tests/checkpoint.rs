@@ -17,28 +17,48 @@ fn dump_kill_restore_continues_where_it_was() {
     let tree = Tree::start(&state, &["--memory-mib", "64"]);
     let before: Vec<JournalLine> = ROLES.iter().map(|r| tree.last(r)).collect();
 
-    let out = gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]);
+    let out = gpucr(&[
+        "dump",
+        "--tcp-established",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
     assert_success(&out);
-    assert!(stdout(&out).contains(&format!("dumped pid {}", tree.pid)), "{}", stdout(&out));
-    wait_for(std::time::Duration::from_secs(10), "the dumped tree to be killed", || {
-        (!alive(tree.pid)).then_some(())
-    });
+    assert!(
+        stdout(&out).contains(&format!("dumped pid {}", tree.pid)),
+        "{}",
+        stdout(&out)
+    );
+    wait_for(
+        std::time::Duration::from_secs(10),
+        "the dumped tree to be killed",
+        || (!alive(tree.pid)).then_some(()),
+    );
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(fs::metadata(&image).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        fs::metadata(&image).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
     assert!(image.join("gpucr.json").exists());
     assert!(image.join("pstree.img").exists());
     let dumped: Vec<usize> = ROLES.iter().map(|r| tree.journal(r).len()).collect();
 
     let out = gpucr(&["restore", "--detach", image.to_str().unwrap()]);
     assert_success(&out);
-    let pid: i32 = stdout(&out).trim().parse().expect("restore --detach prints the pid");
+    let pid: i32 = stdout(&out)
+        .trim()
+        .parse()
+        .expect("restore --detach prints the pid");
     let _restored = Restored(pid);
     tree.wait_ticks(5);
 
     for (i, role) in ROLES.iter().enumerate() {
         assert_journal_continuous(&state, role);
         let now = tree.last(role);
-        assert!(tree.journal(role).len() > dumped[i] + 3, "{role} did not go on");
+        assert!(
+            tree.journal(role).len() > dumped[i] + 3,
+            "{role} did not go on"
+        );
         assert!(now.num("tick") > before[i].num("tick"));
     }
     // Every channel kept working: TCP and unix pings, the pipe sequence, and the 64 MiB
@@ -47,9 +67,11 @@ fn dump_kill_restore_continues_where_it_was() {
     assert!(parent.num("pipe") > before[0].num("pipe"));
     assert!(tree.last("tcp").num("tcp") > before[1].num("tcp"));
     assert!(tree.last("pipe").num("unix") > before[2].num("unix"));
-    wait_for(std::time::Duration::from_secs(20), "a memory check after restore", || {
-        (tree.last("parent").num("passes") > parent.num("passes")).then_some(())
-    });
+    wait_for(
+        std::time::Duration::from_secs(20),
+        "a memory check after restore",
+        || (tree.last("parent").num("passes") > parent.num("passes")).then_some(()),
+    );
     assert!(tree.last("parent").healthy());
 }
 
@@ -94,7 +116,12 @@ fn one_image_restores_twice() {
     let snapshot = tmp.path().join("snapshot");
     let image = tmp.path().join("image");
     let tree = Tree::start(&state, &[]);
-    assert_success(&gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]));
+    assert_success(&gpucr(&[
+        "dump",
+        "--tcp-established",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]));
     kill_and_wait(tree.pid);
     copy_files(&state, &snapshot);
     let dumped_ticks = tree.last("parent").num("tick");
@@ -108,7 +135,10 @@ fn one_image_restores_twice() {
         for role in ROLES {
             assert_journal_continuous(&state, role);
         }
-        assert!(tree.last("parent").num("tick") > dumped_ticks + 2, "round {round}");
+        assert!(
+            tree.last("parent").num("tick") > dumped_ticks + 2,
+            "round {round}"
+        );
         drop(restored);
     }
 }
@@ -121,7 +151,12 @@ fn restore_waits_for_the_tree_and_exits_with_its_status() {
     let state = tmp.path().join("state");
     let image = tmp.path().join("image");
     let tree = Tree::start(&state, &["--exit-after-ticks", "30", "--exit-code", "7"]);
-    assert_success(&gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]));
+    assert_success(&gpucr(&[
+        "dump",
+        "--tcp-established",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]));
     kill_and_wait(tree.pid);
     let out = gpucr(&["restore", image.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));

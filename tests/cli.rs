@@ -19,7 +19,9 @@ const IMAGE_DAMAGED: i32 = 7;
 const IMAGE_INCOMPLETE: i32 = 8;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// A harmless live process to name as a target.
@@ -27,7 +29,13 @@ struct Sleeper(std::process::Child);
 
 impl Sleeper {
     fn start() -> Sleeper {
-        Sleeper(Command::new("sleep").arg("600").stdin(Stdio::null()).spawn().unwrap())
+        Sleeper(
+            Command::new("sleep")
+                .arg("600")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
     }
     fn pid(&self) -> String {
         self.0.id().to_string()
@@ -44,7 +52,11 @@ impl Drop for Sleeper {
 #[test]
 fn usage_errors_exit_2() {
     assert_fails_with(&gpucr(&["dump"]), USAGE, "required");
-    assert_fails_with(&gpucr(&["dump", "notapid", "/tmp/x"]), USAGE, "invalid value");
+    assert_fails_with(
+        &gpucr(&["dump", "notapid", "/tmp/x"]),
+        USAGE,
+        "invalid value",
+    );
     assert_fails_with(&gpucr(&["frobnicate"]), USAGE, "unrecognized subcommand");
     assert_success(&gpucr(&["--help"]));
     assert!(stdout(&gpucr(&["--version"])).starts_with("gpucr "));
@@ -95,7 +107,11 @@ fn dump_into_a_read_only_dir_is_refused() {
         .output()
         .unwrap();
     assert_fails_with(&out, IMAGE_DIR, "not writable");
-    assert!(stderr(&out).contains("Read-only file system"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Read-only file system"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -103,8 +119,18 @@ fn missing_criu_is_reported_with_install_advice() {
     let target = Sleeper::start();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("img");
-    let out = gpucr(&["dump", "--criu", "/nonexistent/criu", &target.pid(), dir.to_str().unwrap()]);
-    assert_fails_with(&out, CRIU_UNAVAILABLE, "criu not found (looked for /nonexistent/criu)");
+    let out = gpucr(&[
+        "dump",
+        "--criu",
+        "/nonexistent/criu",
+        &target.pid(),
+        dir.to_str().unwrap(),
+    ]);
+    assert_fails_with(
+        &out,
+        CRIU_UNAVAILABLE,
+        "criu not found (looked for /nonexistent/criu)",
+    );
     assert!(stderr(&out).contains("scripts/install-criu.sh"));
     // The environment variable selects the binary too.
     let out = gpucr_env(
@@ -120,8 +146,18 @@ fn criu_older_than_4_0_is_refused() {
     let target = Sleeper::start();
     let tmp = tempfile::tempdir().unwrap();
     let fake = fixture("fake-criu-3.17");
-    let out = gpucr(&["dump", "--criu", fake.to_str().unwrap(), &target.pid(), tmp.path().join("i").to_str().unwrap()]);
-    assert_fails_with(&out, CRIU_UNAVAILABLE, "is CRIU 3.17; gpucr needs CRIU >= 4.0");
+    let out = gpucr(&[
+        "dump",
+        "--criu",
+        fake.to_str().unwrap(),
+        &target.pid(),
+        tmp.path().join("i").to_str().unwrap(),
+    ]);
+    assert_fails_with(
+        &out,
+        CRIU_UNAVAILABLE,
+        "is CRIU 3.17; gpucr needs CRIU >= 4.0",
+    );
     assert!(stderr(&out).contains("scripts/install-criu.sh"));
 }
 
@@ -130,9 +166,23 @@ fn criu_that_dies_is_reported() {
     let target = Sleeper::start();
     let tmp = tempfile::tempdir().unwrap();
     let fake = fixture("fake-criu-crash");
-    let out = gpucr(&["dump", "--criu", fake.to_str().unwrap(), &target.pid(), tmp.path().join("i").to_str().unwrap()]);
-    assert_fails_with(&out, CRIU_UNAVAILABLE, "criu exited before answering (exit status: 1");
-    assert!(stderr(&out).contains("crashing on purpose"), "{}", stderr(&out));
+    let out = gpucr(&[
+        "dump",
+        "--criu",
+        fake.to_str().unwrap(),
+        &target.pid(),
+        tmp.path().join("i").to_str().unwrap(),
+    ]);
+    assert_fails_with(
+        &out,
+        CRIU_UNAVAILABLE,
+        "criu exited before answering (exit status: 1",
+    );
+    assert!(
+        stderr(&out).contains("crashing on purpose"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A device CRIU cannot dump: the dump fails, the tree keeps running, the image is
@@ -140,18 +190,31 @@ fn criu_that_dies_is_reported() {
 #[test]
 fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
     let _lock = criu_lock();
-    let device = ["/dev/kvm", "/dev/fuse"].into_iter().find(|d| Path::new(d).exists());
+    let device = ["/dev/kvm", "/dev/fuse"]
+        .into_iter()
+        .find(|d| Path::new(d).exists());
     let device = device.expect("this test needs /dev/kvm or /dev/fuse");
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let image = tmp.path().join("image");
     let tree = Tree::start(&state, &["--hold", device]);
-    let out = gpucr(&["dump", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]);
+    let out = gpucr(&[
+        "dump",
+        "--tcp-established",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
     assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
     let err = stderr(&out);
-    assert!(err.contains("Can't dump file"), "CRIU's reason is shown: {err}");
+    assert!(
+        err.contains("Can't dump file"),
+        "CRIU's reason is shown: {err}"
+    );
     assert!(err.contains("dump.log"), "the log is named: {err}");
-    assert!(err.contains(&format!("pid {} is still running", tree.pid)), "{err}");
+    assert!(
+        err.contains(&format!("pid {} is still running", tree.pid)),
+        "{err}"
+    );
     assert!(alive(tree.pid));
     tree.wait_ticks(3);
     for role in ROLES {
@@ -160,20 +223,31 @@ fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
     assert!(!image.join("gpucr.json").exists());
     assert!(image.join("gpucr-incomplete.json").exists());
     let out = gpucr(&["restore", image.to_str().unwrap()]);
-    assert_fails_with(&out, IMAGE_INCOMPLETE, "the image is incomplete: the dump failed");
+    assert_fails_with(
+        &out,
+        IMAGE_INCOMPLETE,
+        "the image is incomplete: the dump failed",
+    );
 }
 
-/// Damaged images are refused before CRIU starts (CRIU would write restore.log).
+/// Damaged images are refused before CRIU starts (CRIU would write restore.log), except
+/// memory pages, which are verified before the restored tree may run.
 #[test]
-fn damaged_images_are_refused_before_criu_starts() {
+fn damaged_images_are_refused_and_never_run() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     let image = tmp.path().join("image");
-    {
-        let tree = Tree::start(&tmp.path().join("state"), &["--memory-mib", "16"]);
-        let out = gpucr(&["dump", "--leave-running", "--tcp-established", &tree.pid.to_string(), image.to_str().unwrap()]);
-        assert_success(&out);
-    }
+    let state = tmp.path().join("state");
+    let tree = Tree::start(&state, &["--memory-mib", "32"]);
+    let out = gpucr(&[
+        "dump",
+        "--tcp-established",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    kill_and_wait(tree.pid);
+    let journal_at_dump = tree.journal("parent").len();
     let variant = |name: &str| {
         let dir = tmp.path().join(name);
         copy_files(&image, &dir);
@@ -198,10 +272,19 @@ fn damaged_images_are_refused_before_criu_starts() {
     let truncated = variant("truncated");
     let pages = first(&truncated, "pages-");
     let len = fs::metadata(&pages).unwrap().len();
-    fs::File::options().write(true).open(&pages).unwrap().set_len(len / 2).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&pages)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
     let out = gpucr(&["restore", truncated.to_str().unwrap()]);
     let name = pages.file_name().unwrap().to_str().unwrap();
-    assert_fails_with(&out, IMAGE_DAMAGED, &format!("{name}: truncated at offset {}", len / 2));
+    assert_fails_with(
+        &out,
+        IMAGE_DAMAGED,
+        &format!("{name}: truncated at offset {}", len / 2),
+    );
     assert!(!truncated.join("restore.log").exists());
 
     let flipped = variant("flipped");
@@ -212,17 +295,93 @@ fn damaged_images_are_refused_before_criu_starts() {
     fs::write(&core, bytes).unwrap();
     let out = gpucr(&["restore", flipped.to_str().unwrap()]);
     let name = core.file_name().unwrap().to_str().unwrap();
-    assert_fails_with(&out, IMAGE_DAMAGED, &format!("{name}: checksum mismatch: bytes 0.."));
+    assert_fails_with(
+        &out,
+        IMAGE_DAMAGED,
+        &format!("{name}: checksum mismatch: bytes 0.."),
+    );
     assert!(stderr(&out).contains("refusing to restore"));
     assert!(!flipped.join("restore.log").exists());
 
     let garbage = variant("garbage-manifest");
-    fs::write(garbage.join("gpucr.json"), b"{\"format\": \"gpucr-image\", \"format_version\": 1,").unwrap();
+    fs::write(
+        garbage.join("gpucr.json"),
+        b"{\"format\": \"gpucr-image\", \"format_version\": 1,",
+    )
+    .unwrap();
     let out = gpucr(&["restore", garbage.to_str().unwrap()]);
-    assert_fails_with(&out, IMAGE_DAMAGED, "gpucr.json: malformed manifest at line 1");
+    assert_fails_with(
+        &out,
+        IMAGE_DAMAGED,
+        "gpucr.json: malformed manifest at line 1",
+    );
 
     let out = gpucr(&["restore", tmp.path().join("nowhere").to_str().unwrap()]);
     assert_fails_with(&out, IMAGE_INCOMPLETE, "no such image directory");
+
+    // A flipped byte in the memory pages. By default they are hashed while CRIU restores
+    // and the post-restore notification is refused: CRIU kills the half-made tree before
+    // it ever runs. With --verify-first the image is refused before CRIU starts.
+    let big_pages = |dir: &Path| {
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with("pages-")
+            })
+            .max_by_key(|p| fs::metadata(p).unwrap().len())
+            .unwrap()
+    };
+    let flip_middle = |path: &Path| {
+        let mut bytes = fs::read(path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x01;
+        fs::write(path, bytes).unwrap();
+        middle as u64
+    };
+    let strict = variant("flipped-pages-strict");
+    let pages = big_pages(&strict);
+    let offset = flip_middle(&pages);
+    let block = offset / (4 << 20) * (4 << 20);
+    let name = pages.file_name().unwrap().to_str().unwrap().to_owned();
+    let out = gpucr(&["restore", "--verify-first", strict.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        IMAGE_DAMAGED,
+        &format!("{name}: checksum mismatch: bytes {block}.."),
+    );
+    assert!(!strict.join("restore.log").exists());
+
+    let overlapped = variant("flipped-pages");
+    flip_middle(&overlapped.join(&name));
+    let out = gpucr(&["restore", "--detach", overlapped.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        IMAGE_DAMAGED,
+        &format!("{name}: checksum mismatch: bytes {block}.."),
+    );
+    let log = fs::read_to_string(overlapped.join("restore.log")).unwrap();
+    assert!(
+        log.contains("Aborting restore due to post-restore script"),
+        "{log}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        tree.journal("parent").len(),
+        journal_at_dump,
+        "the half-made tree never ran"
+    );
+
+    // The intact image still restores.
+    let out = gpucr(&["restore", "--detach", image.to_str().unwrap()]);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    tree.wait_ticks(2);
+    assert_journal_continuous(&state, "parent");
 }
 
 // ----- generated documentation --------------------------------------------------------

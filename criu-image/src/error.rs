@@ -83,6 +83,23 @@ impl ImageError {
             .unwrap_or_else(|| self.path.display().to_string())
     }
 
+    /// The message with the file named relative to `base` (the image directory).
+    pub fn describe_in(&self, base: &Path) -> String {
+        let name = self.relative_path(base);
+        match &self.kind {
+            ErrorKind::Missing => format!("{name}: missing"),
+            kind => format!("{name}: at offset {}: {kind}", self.offset),
+        }
+    }
+
+    /// The file relative to `base`, '/'-separated; the full path if it is not below it.
+    pub fn relative_path(&self, base: &Path) -> String {
+        self.path
+            .strip_prefix(base)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| self.path.display().to_string())
+    }
+
     /// True when the file does not exist.
     pub fn is_missing(&self) -> bool {
         matches!(self.kind, ErrorKind::Missing)
@@ -128,6 +145,7 @@ mod tests {
              in the file"
         );
         assert_eq!(e.file_name(), "pstree.img");
+        assert!(e.describe_in(Path::new("d")).starts_with("pstree.img: at offset 8: entry of"));
         assert_eq!(ImageError::missing(Path::new("d/x.img")).to_string(), "d/x.img: missing");
     }
 

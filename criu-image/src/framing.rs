@@ -324,7 +324,7 @@ mod tests {
         let mut img = ImageFile::open(f.path()).unwrap();
         let err = img.next::<PstreeEntry>().unwrap_err();
         assert_eq!(err.offset, 8);
-        assert!(err.to_string().contains("malformed criu.images.pstree_entry entry"), "{err}");
+        assert!(err.to_string().contains("at offset 8: malformed pstree_entry entry"), "{err}");
     }
 
     #[test]

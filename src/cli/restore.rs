@@ -41,6 +41,11 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub file_locks: bool,
 
+    /// Hash every image file before CRIU starts. By default the memory pages are hashed
+    /// while CRIU restores, and the tree is resumed only once they are verified.
+    #[arg(long)]
+    pub verify_first: bool,
+
     /// How to lock the network while connections are restored [default: as dumped].
     #[arg(long, value_enum, value_name = "METHOD")]
     pub network_lock: Option<NetworkLockArg>,

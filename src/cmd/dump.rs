@@ -51,7 +51,11 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
             size(outcome.image_bytes),
             m.files.len(),
             size(outcome.pages_bytes),
-            if m.options.leave_running { "left running" } else { "tree killed" },
+            if m.options.leave_running {
+                "left running"
+            } else {
+                "tree killed"
+            },
         );
         print_timeline(&m.timings.events, m.timings.total_ms);
     }

@@ -19,6 +19,7 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         network_lock: args.network_lock.map(network_lock),
         criu: args.criu.criu.clone(),
         verbose: args.criu.verbose > 0,
+        verify_first: args.verify_first,
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = restore(&opts, &mut progress);
@@ -43,5 +44,6 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     if args.detach {
         return Ok(exit_code::SUCCESS);
     }
-    wait_for_tree(outcome.pid).with_context(|| format!("cannot wait for restored pid {}", outcome.pid))
+    wait_for_tree(outcome.pid)
+        .with_context(|| format!("cannot wait for restored pid {}", outcome.pid))
 }

@@ -16,7 +16,9 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, CriuError> {
         return if is_executable(path) {
             Ok(path.to_path_buf())
         } else {
-            Err(CriuError::NotFound { searched: path.display().to_string() })
+            Err(CriuError::NotFound {
+                searched: path.display().to_string(),
+            })
         };
     }
     let path_var = env::var_os("PATH").unwrap_or_default();
@@ -32,7 +34,9 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf, CriuError> {
 }
 
 fn is_executable(path: &Path) -> bool {
-    path.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

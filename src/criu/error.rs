@@ -23,7 +23,11 @@ pub enum CriuError {
         "{path} is CRIU {found}; gpucr needs CRIU >= {needed}. Install a newer CRIU with \
          scripts/install-criu.sh (it builds 4.2.1), or name one with --criu PATH"
     )]
-    TooOld { path: PathBuf, found: String, needed: String },
+    TooOld {
+        path: PathBuf,
+        found: String,
+        needed: String,
+    },
     #[error("cannot talk to criu over its RPC socket")]
     Socket(#[source] io::Error),
     #[error("criu broke the RPC protocol: {detail}")]

@@ -8,9 +8,14 @@ use std::path::Path;
 /// warnings are what a user needs; a missing log gives an empty list.
 pub fn log_tail(path: &Path, lines: usize) -> Vec<String> {
     const WINDOW: u64 = 64 << 10;
-    let Ok(mut file) = File::open(path) else { return Vec::new() };
+    let Ok(mut file) = File::open(path) else {
+        return Vec::new();
+    };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if file.seek(SeekFrom::Start(len.saturating_sub(WINDOW))).is_err() {
+    if file
+        .seek(SeekFrom::Start(len.saturating_sub(WINDOW)))
+        .is_err()
+    {
         return Vec::new();
     }
     let mut bytes = Vec::new();
@@ -19,7 +24,10 @@ pub fn log_tail(path: &Path, lines: usize) -> Vec<String> {
     }
     let text = String::from_utf8_lossy(&bytes);
     let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    all[all.len().saturating_sub(lines)..].iter().map(|l| l.to_string()).collect()
+    all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|l| l.to_string())
+        .collect()
 }
 
 #[cfg(test)]

@@ -32,7 +32,13 @@ impl NetworkLock {
             .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
             .unwrap_or_default()
             .iter()
-            .chain([Path::new("/usr/sbin").to_path_buf(), Path::new("/sbin").to_path_buf()].iter())
+            .chain(
+                [
+                    Path::new("/usr/sbin").to_path_buf(),
+                    Path::new("/sbin").to_path_buf(),
+                ]
+                .iter(),
+            )
             .any(|d| d.join("iptables-restore").exists());
         if has_iptables {
             NetworkLock::Iptables
@@ -139,7 +145,11 @@ impl RestoreRequest<'_> {
 }
 
 pub(super) fn request(kind: rpc::CriuReqType, opts: Option<rpc::CriuOpts>) -> rpc::CriuReq {
-    rpc::CriuReq { r#type: kind as i32, opts, ..Default::default() }
+    rpc::CriuReq {
+        r#type: kind as i32,
+        opts,
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -180,7 +190,10 @@ mod tests {
         assert_eq!(o.tcp_established, Some(true));
         assert_eq!(o.file_locks, Some(true));
         assert_eq!(o.timeout, Some(7));
-        assert_eq!(o.network_lock, Some(rpc::CriuNetworkLockMethod::Nftables as i32));
+        assert_eq!(
+            o.network_lock,
+            Some(rpc::CriuNetworkLockMethod::Nftables as i32)
+        );
         assert_eq!(o.notify_scripts, Some(true));
         assert_eq!(o.log_file.as_deref(), Some("dump.log"));
     }
@@ -188,9 +201,12 @@ mod tests {
     #[test]
     fn restore_request_makes_the_root_our_child() {
         let dir = File::open("/").unwrap();
-        let req =
-            RestoreRequest { images_dir: dir.as_fd(), log_file: "restore.log", common: common() }
-                .to_rpc();
+        let req = RestoreRequest {
+            images_dir: dir.as_fd(),
+            log_file: "restore.log",
+            common: common(),
+        }
+        .to_rpc();
         let o = req.opts.unwrap();
         assert_eq!(o.rst_sibling, Some(true));
         assert_eq!(o.pid, None);
@@ -198,7 +214,11 @@ mod tests {
 
     #[test]
     fn network_lock_names_round_trip() {
-        for m in [NetworkLock::Iptables, NetworkLock::Nftables, NetworkLock::Skip] {
+        for m in [
+            NetworkLock::Iptables,
+            NetworkLock::Nftables,
+            NetworkLock::Skip,
+        ] {
             assert_eq!(m.as_str().parse::<NetworkLock>().unwrap(), m);
         }
         assert!("bogus".parse::<NetworkLock>().is_err());

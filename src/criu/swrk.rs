@@ -60,8 +60,10 @@ impl Swrk {
         }
         let spawned = cmd.spawn();
         drop(theirs);
-        let mut child =
-            spawned.map_err(|source| CriuError::Spawn { path: path.to_path_buf(), source })?;
+        let mut child = spawned.map_err(|source| CriuError::Spawn {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let stderr = child.stderr.take().map(|mut pipe| {
             std::thread::spawn(move || {
                 let mut out = Vec::new();
@@ -69,7 +71,12 @@ impl Swrk {
                 out
             })
         });
-        Ok(Swrk { child: Some(child), sock: ours, path: path.to_path_buf(), stderr })
+        Ok(Swrk {
+            child: Some(child),
+            sock: ours,
+            path: path.to_path_buf(),
+            stderr,
+        })
     }
 
     /// The binary this client runs.
@@ -95,7 +102,8 @@ impl Swrk {
         log: &Path,
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<(), CriuError> {
-        self.call(req.to_rpc(), "dump", Some(log), on_notify).map(|_| ())
+        self.call(req.to_rpc(), "dump", Some(log), on_notify)
+            .map(|_| ())
     }
 
     /// Restore a tree; returns the restored root's pid (a child of this process).
@@ -106,9 +114,11 @@ impl Swrk {
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<i32, CriuError> {
         let resp = self.call(req.to_rpc(), "restore", Some(log), on_notify)?;
-        resp.restore.map(|r| r.pid).ok_or_else(|| CriuError::Protocol {
-            detail: "RESTORE answer without the restored pid".into(),
-        })
+        resp.restore
+            .map(|r| r.pid)
+            .ok_or_else(|| CriuError::Protocol {
+                detail: "RESTORE answer without the restored pid".into(),
+            })
     }
 
     /// Wait for the swrk child to exit after its last answer.
@@ -133,8 +143,10 @@ impl Swrk {
             let resp = self.recv()?;
             if resp.r#type == CriuReqType::Notify as i32 {
                 let notify = resp.notify.unwrap_or_default();
-                let notify =
-                    Notify { script: notify.script.unwrap_or_default(), pid: notify.pid };
+                let notify = Notify {
+                    script: notify.script.unwrap_or_default(),
+                    pid: notify.pid,
+                };
                 let ok = on_notify(&notify).is_ok();
                 let mut ack = request(CriuReqType::Notify, None);
                 ack.notify_success = Some(ok);
@@ -166,10 +178,9 @@ impl Swrk {
             match send(self.sock.as_raw_fd(), &bytes, MsgFlags::MSG_NOSIGNAL) {
                 Ok(n) if n == bytes.len() => return Ok(()),
                 Ok(n) => {
-                    return Err(self.protocol_error(format!(
-                        "short send: {n} of {} bytes",
-                        bytes.len()
-                    )))
+                    return Err(
+                        self.protocol_error(format!("short send: {n} of {} bytes", bytes.len()))
+                    )
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET) => {
@@ -216,7 +227,11 @@ impl Swrk {
             None => "already reaped".into(),
         };
         let stderr = self.stderr_text();
-        let status = if stderr.is_empty() { status } else { format!("{status}; stderr: {stderr}") };
+        let status = if stderr.is_empty() {
+            status
+        } else {
+            format!("{status}; stderr: {stderr}")
+        };
         CriuError::Died { status }
     }
 
@@ -264,7 +279,9 @@ impl Drop for Swrk {
 
 impl std::fmt::Debug for Swrk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Swrk").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Swrk")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 

@@ -15,9 +15,17 @@ pub struct CriuVersion {
 }
 
 /// The oldest CRIU gpucr drives (plugin ABI 0x200 and the RPC fields it sets).
-pub const MIN_VERSION: CriuVersion = CriuVersion { major: 4, minor: 0, sublevel: 0 };
+pub const MIN_VERSION: CriuVersion = CriuVersion {
+    major: 4,
+    minor: 0,
+    sublevel: 0,
+};
 /// The first CRIU that dumps TCP/UDP sockets on Linux >= 6.16 (CRIU issue #2705).
-pub const SOCKETS_OK_VERSION: CriuVersion = CriuVersion { major: 4, minor: 2, sublevel: 0 };
+pub const SOCKETS_OK_VERSION: CriuVersion = CriuVersion {
+    major: 4,
+    minor: 2,
+    sublevel: 0,
+};
 /// The kernel release from which older CRIU fails on every inet socket.
 const SOCKET_BREAKING_KERNEL: (u32, u32) = (6, 16);
 
@@ -81,7 +89,11 @@ mod tests {
     use super::*;
 
     fn v(major: u32, minor: u32, sublevel: u32) -> CriuVersion {
-        CriuVersion { major, minor, sublevel }
+        CriuVersion {
+            major,
+            minor,
+            sublevel,
+        }
     }
 
     #[test]
@@ -94,7 +106,10 @@ mod tests {
     fn too_old_is_refused_with_advice() {
         let err = check_supported(Path::new("/x/criu"), v(3, 17, 1), "6.1.0").unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("/x/criu is CRIU 3.17.1; gpucr needs CRIU >= 4.0"), "{text}");
+        assert!(
+            text.contains("/x/criu is CRIU 3.17.1; gpucr needs CRIU >= 4.0"),
+            "{text}"
+        );
         assert!(text.contains("scripts/install-criu.sh"), "{text}");
     }
 
@@ -102,8 +117,14 @@ mod tests {
     fn old_criu_on_new_kernel_warns() {
         let warning = check_supported(Path::new("c"), v(4, 1, 1), "6.18.0-1-amd64").unwrap();
         assert!(warning.unwrap().contains("cannot dump TCP/UDP sockets"));
-        assert_eq!(check_supported(Path::new("c"), v(4, 1, 1), "6.15.2").unwrap(), None);
-        assert_eq!(check_supported(Path::new("c"), v(4, 2, 1), "6.18.0").unwrap(), None);
+        assert_eq!(
+            check_supported(Path::new("c"), v(4, 1, 1), "6.15.2").unwrap(),
+            None
+        );
+        assert_eq!(
+            check_supported(Path::new("c"), v(4, 2, 1), "6.18.0").unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -12,7 +12,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
+use twox_hash::{XxHash3_128, XxHash3_64};
+
+fn xxh3_64(data: &[u8]) -> u64 {
+    XxHash3_64::oneshot(data)
+}
+
+fn xxh3_128(data: &[u8]) -> u128 {
+    XxHash3_128::oneshot(data)
+}
 
 /// Size of one checksummed block.
 pub const BLOCK_SIZE: u64 = 4 << 20;
@@ -44,31 +52,42 @@ impl FileDigest {
 ///
 /// Returns one result per path, in order.
 pub fn digest_files(paths: &[&Path], threads: usize) -> Vec<io::Result<FileDigest>> {
+    let known = vec![Vec::new(); paths.len()];
+    digest_files_resuming(paths, &known, threads)
+}
+
+/// Like [`digest_files`], for files whose leading full blocks were already hashed
+/// (`known[i]`, e.g. by a [`Follower`] while the file was being written): only the rest
+/// is read. A prefix longer than the file now is ignored and the file hashed whole.
+pub fn digest_files_resuming(
+    paths: &[&Path],
+    known: &[Vec<u64>],
+    threads: usize,
+) -> Vec<io::Result<FileDigest>> {
     struct Job {
         file: usize,
         block: usize,
     }
     let mut opened: Vec<io::Result<(File, u64)>> = Vec::with_capacity(paths.len());
+    let mut results: Vec<Mutex<Vec<Option<io::Result<u64>>>>> = Vec::with_capacity(paths.len());
     let mut jobs = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         let entry = File::open(path).and_then(|f| {
             let size = f.metadata()?.len();
             Ok((f, size))
         });
+        let mut slots = Vec::new();
         if let Ok((_, size)) = &entry {
-            for block in 0..block_count(*size) {
+            let prefix = usable_prefix(&known[i], *size);
+            slots.extend(prefix.iter().map(|b| Some(Ok(*b))));
+            for block in prefix.len()..block_count(*size) {
                 jobs.push(Job { file: i, block });
+                slots.push(None);
             }
         }
+        results.push(Mutex::new(slots));
         opened.push(entry);
     }
-    let results: Vec<Mutex<Vec<Option<io::Result<u64>>>>> = opened
-        .iter()
-        .map(|e| {
-            let n = e.as_ref().map(|(_, size)| block_count(*size)).unwrap_or(0);
-            Mutex::new((0..n).map(|_| None).collect())
-        })
-        .collect();
     let next = AtomicUsize::new(0);
     let threads = threads.clamp(1, jobs.len().max(1));
     std::thread::scope(|scope| {
@@ -78,10 +97,13 @@ pub fn digest_files(paths: &[&Path], threads: usize) -> Vec<io::Result<FileDiges
                 loop {
                     let idx = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(idx) else { break };
-                    let Ok((file, size)) = &opened[job.file] else { continue };
+                    let Ok((file, size)) = &opened[job.file] else {
+                        continue;
+                    };
                     let digest = hash_block(file, *size, job.block, &mut buf);
-                    results[job.file].lock().expect("no thread panics holding it")[job.block] =
-                        Some(digest);
+                    results[job.file]
+                        .lock()
+                        .expect("no thread panics holding it")[job.block] = Some(digest);
                 }
             });
         }
@@ -102,6 +124,16 @@ pub fn digest_files(paths: &[&Path], threads: usize) -> Vec<io::Result<FileDiges
         .collect()
 }
 
+/// The known leading blocks that are still valid for a file of `size` bytes: full
+/// blocks only, and none if the file is now shorter than they cover.
+fn usable_prefix(known: &[u64], size: u64) -> &[u64] {
+    if known.len() as u64 * BLOCK_SIZE <= size {
+        known
+    } else {
+        &[]
+    }
+}
+
 /// Digest one file with the calling thread only.
 pub fn digest_file(path: &Path) -> io::Result<FileDigest> {
     digest_files(&[path], 1).pop().expect("one result per path")
@@ -112,7 +144,7 @@ pub fn block_count(size: u64) -> usize {
     size.div_ceil(BLOCK_SIZE).max(1) as usize
 }
 
-fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -> io::Result<u64> {
+pub(crate) fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -> io::Result<u64> {
     let start = block as u64 * BLOCK_SIZE;
     let len = (size - start.min(size)).min(BLOCK_SIZE) as usize;
     let buf = &mut buf[..len];
@@ -122,7 +154,10 @@ fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -> io::Resul
             Ok(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("file shrank while being read (at byte {})", start + done as u64),
+                    format!(
+                        "file shrank while being read (at byte {})",
+                        start + done as u64
+                    ),
                 ))
             }
             Ok(n) => done += n,
@@ -155,7 +190,9 @@ mod tests {
 
     #[test]
     fn blocks_split_at_block_size_and_parallel_equals_serial() {
-        let data: Vec<u8> = (0..(BLOCK_SIZE as usize * 2 + 17)).map(|i| (i % 251) as u8).collect();
+        let data: Vec<u8> = (0..(BLOCK_SIZE as usize * 2 + 17))
+            .map(|i| (i % 251) as u8)
+            .collect();
         let f = file_with(&data);
         let serial = digest_file(f.path()).unwrap();
         assert_eq!(serial.blocks.len(), 3);

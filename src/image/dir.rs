@@ -53,9 +53,17 @@ pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<File, ImageDirError> 
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)
-                .map_err(|source| ImageDirError::Create { path: dir.into(), source })?;
+                .map_err(|source| ImageDirError::Create {
+                    path: dir.into(),
+                    source,
+                })?;
         }
-        Err(source) => return Err(ImageDirError::Read { path: dir.into(), source }),
+        Err(source) => {
+            return Err(ImageDirError::Read {
+                path: dir.into(),
+                source,
+            })
+        }
         Ok(meta) if !meta.is_dir() => {
             return Err(ImageDirError::NotADirectory { path: dir.into() })
         }
@@ -65,11 +73,18 @@ pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<File, ImageDirError> 
             }
             let entries = sorted_entries(dir)?;
             if let Some(first) = entries.first() {
-                return Err(ImageDirError::NotEmpty { path: dir.into(), first: first.clone() });
+                return Err(ImageDirError::NotEmpty {
+                    path: dir.into(),
+                    first: first.clone(),
+                });
             }
             // The image will hold process memory: keep it private even in an existing dir.
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-                .map_err(|source| ImageDirError::NotWritable { path: dir.into(), source })?;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|source| {
+                ImageDirError::NotWritable {
+                    path: dir.into(),
+                    source,
+                }
+            })?;
         }
     }
     probe_writable(dir)?;
@@ -82,7 +97,10 @@ pub fn open_dir(dir: &Path) -> Result<File, ImageDirError> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY)
         .open(dir)
-        .map_err(|source| ImageDirError::Read { path: dir.into(), source })
+        .map_err(|source| ImageDirError::Read {
+            path: dir.into(),
+            source,
+        })
 }
 
 /// Every regular file of the image below `dir` except the manifest and the incomplete
@@ -105,7 +123,11 @@ pub fn mark_incomplete(dir: &Path, reason: &str) -> io::Result<()> {
         gpucr_version: &'a str,
     }
     let _ = fs::remove_file(dir.join(MANIFEST_FILE));
-    let body = Incomplete { complete: false, reason, gpucr_version: env!("CARGO_PKG_VERSION") };
+    let body = Incomplete {
+        complete: false,
+        reason,
+        gpucr_version: env!("CARGO_PKG_VERSION"),
+    };
     let mut text = serde_json::to_vec_pretty(&body).map_err(io::Error::other)?;
     text.push(b'\n');
     write_atomically(&dir.join(INCOMPLETE_FILE), &text)
@@ -119,11 +141,18 @@ pub fn incomplete_reason(dir: &Path) -> Option<String> {
 }
 
 fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), ImageDirError> {
-    let read_err = |source| ImageDirError::Read { path: dir.into(), source };
+    let read_err = |source| ImageDirError::Read {
+        path: dir.into(),
+        source,
+    };
     for entry in fs::read_dir(dir).map_err(read_err)? {
         let entry = entry.map_err(read_err)?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let rel = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
         let kind = entry.file_type().map_err(read_err)?;
         if kind.is_dir() {
             walk(&entry.path(), &rel, out)?;
@@ -135,10 +164,19 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), ImageDirE
 }
 
 fn sorted_entries(dir: &Path) -> Result<Vec<String>, ImageDirError> {
-    let read_err = |source| ImageDirError::Read { path: dir.into(), source };
+    let read_err = |source| ImageDirError::Read {
+        path: dir.into(),
+        source,
+    };
     let mut names = Vec::new();
     for entry in fs::read_dir(dir).map_err(read_err)? {
-        names.push(entry.map_err(read_err)?.file_name().to_string_lossy().into_owned());
+        names.push(
+            entry
+                .map_err(read_err)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
     }
     names.sort();
     Ok(names)
@@ -160,7 +198,11 @@ fn remove_previous_image(dir: &Path) -> Result<(), ImageDirError> {
             continue;
         }
         let path = dir.join(&name);
-        let result = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        let result = if path.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
         result.map_err(|source| ImageDirError::Remove { path, source })?;
     }
     Ok(())
@@ -176,7 +218,10 @@ fn probe_writable(dir: &Path) -> Result<(), ImageDirError> {
         .mode(0o600)
         .open(&probe)
         .and_then(|_| fs::remove_file(&probe))
-        .map_err(|source| ImageDirError::NotWritable { path: dir.into(), source })
+        .map_err(|source| ImageDirError::NotWritable {
+            path: dir.into(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -199,7 +244,10 @@ mod tests {
         fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
         prepare_for_dump(tmp.path(), false).unwrap();
         assert_eq!(fs::metadata(tmp.path()).unwrap().mode() & 0o777, 0o700);
-        assert!(sorted_entries(tmp.path()).unwrap().is_empty(), "probe file left behind");
+        assert!(
+            sorted_entries(tmp.path()).unwrap().is_empty(),
+            "probe file left behind"
+        );
     }
 
     #[test]
@@ -208,7 +256,10 @@ mod tests {
         fs::write(tmp.path().join("core-1.img"), b"x").unwrap();
         fs::write(tmp.path().join(MANIFEST_FILE), b"{}").unwrap();
         let err = prepare_for_dump(tmp.path(), false).unwrap_err();
-        assert!(err.to_string().contains("not empty (holds \"core-1.img\")"), "{err}");
+        assert!(
+            err.to_string().contains("not empty (holds \"core-1.img\")"),
+            "{err}"
+        );
         prepare_for_dump(tmp.path(), true).unwrap();
         assert!(sorted_entries(tmp.path()).unwrap().is_empty());
     }
@@ -233,10 +284,19 @@ mod tests {
     fn image_files_are_recursive_sorted_and_skip_the_manifest() {
         let tmp = tempfile::tempdir().unwrap();
         fs::create_dir(tmp.path().join("gpu")).unwrap();
-        for f in ["b.img", "a.img", "gpu/0.chunk", MANIFEST_FILE, INCOMPLETE_FILE] {
+        for f in [
+            "b.img",
+            "a.img",
+            "gpu/0.chunk",
+            MANIFEST_FILE,
+            INCOMPLETE_FILE,
+        ] {
             fs::write(tmp.path().join(f), b"x").unwrap();
         }
-        assert_eq!(image_files(tmp.path()).unwrap(), ["a.img", "b.img", "gpu/0.chunk"]);
+        assert_eq!(
+            image_files(tmp.path()).unwrap(),
+            ["a.img", "b.img", "gpu/0.chunk"]
+        );
     }
 
     #[test]
@@ -245,6 +305,9 @@ mod tests {
         fs::write(tmp.path().join(MANIFEST_FILE), b"{}").unwrap();
         mark_incomplete(tmp.path(), "criu failed").unwrap();
         assert!(!tmp.path().join(MANIFEST_FILE).exists());
-        assert_eq!(incomplete_reason(tmp.path()).as_deref(), Some("criu failed"));
+        assert_eq!(
+            incomplete_reason(tmp.path()).as_deref(),
+            Some("criu failed")
+        );
     }
 }

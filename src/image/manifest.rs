@@ -173,11 +173,17 @@ impl Manifest {
         let header: Header = serde_json::from_slice(text).map_err(malformed)?;
         let format = header.format.unwrap_or_default();
         if format != FORMAT_NAME {
-            return Err(ManifestError::WrongFormat { path: path.to_path_buf(), found: format });
+            return Err(ManifestError::WrongFormat {
+                path: path.to_path_buf(),
+                found: format,
+            });
         }
         if let Some(v) = header.format_version {
             if v > FORMAT_VERSION {
-                return Err(ManifestError::TooNew { path: path.to_path_buf(), found: v });
+                return Err(ManifestError::TooNew {
+                    path: path.to_path_buf(),
+                    found: v,
+                });
             }
         }
         serde_json::from_slice(text).map_err(malformed)
@@ -186,8 +192,13 @@ impl Manifest {
     /// Write the manifest into `dir` atomically.
     pub fn write(&self, dir: &Path) -> Result<(), ManifestError> {
         let path = Self::path_in(dir);
-        let err = |source| ManifestError::Write { path: path.clone(), source };
-        let mut text = serde_json::to_vec_pretty(self).map_err(io::Error::other).map_err(err)?;
+        let err = |source| ManifestError::Write {
+            path: path.clone(),
+            source,
+        };
+        let mut text = serde_json::to_vec_pretty(self)
+            .map_err(io::Error::other)
+            .map_err(err)?;
         text.push(b'\n');
         write_atomically(&path, &text).map_err(err)
     }
@@ -197,7 +208,10 @@ impl Manifest {
 /// rename it into place and fsync the directory.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut file = File::create(&tmp)?;
     file.write_all(bytes)?;
@@ -218,10 +232,21 @@ mod tests {
             gpucr_version: "0.1.0".into(),
             criu_version: "4.2.1".into(),
             created: "2026-11-22T12:00:00Z".into(),
-            host: Host { hostname: "h".into(), kernel: "6.18.0".into(), arch: "x86_64".into() },
+            host: Host {
+                hostname: "h".into(),
+                kernel: "6.18.0".into(),
+                arch: "x86_64".into(),
+            },
             backend: "none".into(),
-            target: Target { pid: 42, comm: "w".into(), cmdline: vec!["w".into()] },
-            options: DumpOptions { network_lock: "nftables".into(), ..Default::default() },
+            target: Target {
+                pid: 42,
+                comm: "w".into(),
+                cmdline: vec!["w".into()],
+            },
+            options: DumpOptions {
+                network_lock: "nftables".into(),
+                ..Default::default()
+            },
             checksum_algorithm: crate::image::checksum::ALGORITHM.into(),
             files: vec![FileRecord {
                 path: "core-1.img".into(),
@@ -254,7 +279,10 @@ mod tests {
     fn malformed_json_names_the_position() {
         let err = Manifest::parse(b"{\n  \"format\": ", Path::new("x/gpucr.json")).unwrap_err();
         let text = err.to_string();
-        assert!(text.starts_with("x/gpucr.json: malformed manifest at line 2"), "{text}");
+        assert!(
+            text.starts_with("x/gpucr.json: malformed manifest at line 2"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -271,7 +299,10 @@ mod tests {
         v["format_version"] = 99.into();
         v.as_object_mut().unwrap().remove("files");
         let err = Manifest::parse(&serde_json::to_vec(&v).unwrap(), Path::new("m")).unwrap_err();
-        assert!(matches!(err, ManifestError::TooNew { found: 99, .. }), "{err}");
+        assert!(
+            matches!(err, ManifestError::TooNew { found: 99, .. }),
+            "{err}"
+        );
     }
 
     #[test]

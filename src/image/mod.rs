@@ -5,6 +5,7 @@
 
 pub mod checksum;
 pub mod dir;
+pub mod follow;
 pub mod manifest;
 pub mod verify;
 

@@ -63,11 +63,51 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Check every file the manifest lists. Returns the problems found (empty: intact).
+/// Files at least this large are "bulk" (memory pages): [`Scope`] lets a restore hash
+/// them while CRIU runs instead of before.
+pub const BULK_THRESHOLD: u64 = 4 * BLOCK_SIZE;
+
+/// Which files [`verify_files`] checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Presence, size and checksum of every file.
+    All,
+    /// Presence and size of every file; checksums of files below [`BULK_THRESHOLD`].
+    SmallFiles,
+    /// Checksums of files of [`BULK_THRESHOLD`] and more.
+    BulkFiles,
+}
+
+impl Scope {
+    fn checks_size(self, _record: &FileRecord) -> bool {
+        self != Scope::BulkFiles
+    }
+
+    fn checks_content(self, record: &FileRecord) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::SmallFiles => record.size < BULK_THRESHOLD,
+            Scope::BulkFiles => record.size >= BULK_THRESHOLD,
+        }
+    }
+}
+
+/// Check every file the manifest lists: presence, size and checksum. Returns the
+/// problems found (empty: intact).
 pub fn verify_files(
     dir: &Path,
     manifest: &Manifest,
     threads: usize,
+) -> Result<Vec<Problem>, VerifyError> {
+    verify_files_scoped(dir, manifest, threads, Scope::All)
+}
+
+/// Check the files the manifest lists, as far as `scope` says.
+pub fn verify_files_scoped(
+    dir: &Path,
+    manifest: &Manifest,
+    threads: usize,
+    scope: Scope,
 ) -> Result<Vec<Problem>, VerifyError> {
     let manifest_path = Manifest::path_in(dir);
     if manifest.checksum_algorithm != checksum::ALGORITHM {
@@ -79,6 +119,9 @@ pub fn verify_files(
     let mut problems = Vec::new();
     let mut to_hash: Vec<(&FileRecord, PathBuf)> = Vec::new();
     for record in &manifest.files {
+        if !scope.checks_size(record) && !scope.checks_content(record) {
+            continue;
+        }
         if !is_safe_relative(&record.path) {
             return Err(VerifyError::UnsafeName {
                 path: manifest_path,
@@ -95,11 +138,17 @@ pub fn verify_files(
                 file: record.path.clone(),
                 kind: ProblemKind::Unreadable(e.to_string()),
             }),
-            Ok(meta) if meta.len() != record.size => problems.push(Problem {
-                file: record.path.clone(),
-                kind: ProblemKind::Size { expected: record.size, actual: meta.len() },
-            }),
-            Ok(_) => to_hash.push((record, path)),
+            Ok(meta) if meta.len() != record.size && scope.checks_size(record) => {
+                problems.push(Problem {
+                    file: record.path.clone(),
+                    kind: ProblemKind::Size {
+                        expected: record.size,
+                        actual: meta.len(),
+                    },
+                })
+            }
+            Ok(_) if scope.checks_content(record) => to_hash.push((record, path)),
+            Ok(_) => {}
         }
     }
     let paths: Vec<&Path> = to_hash.iter().map(|(_, p)| p.as_path()).collect();
@@ -123,19 +172,27 @@ pub fn verify_files(
 
 /// The number of threads to hash with: the machine's cores.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 fn first_bad_block(record: &FileRecord, digest: &FileDigest) -> ProblemKind {
     let actual = digest.block_hex();
-    let whole = ProblemKind::Content { offset: 0, end: record.size };
+    let whole = ProblemKind::Content {
+        offset: 0,
+        end: record.size,
+    };
     if record.blocks.len() != actual.len() {
         return whole;
     }
     match record.blocks.iter().zip(&actual).position(|(a, b)| a != b) {
         Some(i) => {
             let offset = i as u64 * BLOCK_SIZE;
-            ProblemKind::Content { offset, end: (offset + BLOCK_SIZE).min(record.size) }
+            ProblemKind::Content {
+                offset,
+                end: (offset + BLOCK_SIZE).min(record.size),
+            }
         }
         None => whole,
     }
@@ -145,7 +202,9 @@ fn first_bad_block(record: &FileRecord, digest: &FileDigest) -> ProblemKind {
 fn is_safe_relative(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('/')
-        && name.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
 #[cfg(test)]
@@ -166,13 +225,22 @@ mod tests {
     fn problems_render_with_file_and_offset() {
         let p = Problem {
             file: "pages-1.img".into(),
-            kind: ProblemKind::Size { expected: 8192, actual: 4096 },
+            kind: ProblemKind::Size {
+                expected: 8192,
+                actual: 4096,
+            },
         };
         assert_eq!(
             p.to_string(),
             "pages-1.img: truncated at offset 4096: 4096 bytes, the manifest says 8192"
         );
-        let p = Problem { file: "core-1.img".into(), kind: ProblemKind::Content { offset: 0, end: 10 } };
-        assert_eq!(p.to_string(), "core-1.img: checksum mismatch: bytes 0..10 differ from the dump");
+        let p = Problem {
+            file: "core-1.img".into(),
+            kind: ProblemKind::Content { offset: 0, end: 10 },
+        };
+        assert_eq!(
+            p.to_string(),
+            "core-1.img: checksum mismatch: bytes 0..10 differ from the dump"
+        );
     }
 }

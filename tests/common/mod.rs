@@ -26,7 +26,11 @@ pub fn gpucr_bin() -> PathBuf {
 pub fn workload_bin() -> PathBuf {
     let bin = gpucr_bin();
     let path = bin.parent().expect("target dir").join("examples/workload");
-    assert!(path.exists(), "{} is missing: build it with `cargo build --examples`", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --examples`",
+        path.display()
+    );
     path
 }
 
@@ -83,7 +87,9 @@ pub fn criu_lock() -> Flock<File> {
         .write(true)
         .open("/tmp/gpucr-tests.lock")
         .expect("open lock file");
-    Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e).expect("lock")
+    Flock::lock(file, FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .expect("lock")
 }
 
 /// One line of a workload journal.
@@ -92,10 +98,15 @@ pub struct JournalLine(pub BTreeMap<String, String>);
 
 impl JournalLine {
     pub fn num(&self, key: &str) -> u64 {
-        self.0.get(key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in {self:?}"))
+        self.0
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {self:?}"))
     }
     pub fn healthy(&self) -> bool {
-        ["mem", "memfd", "other"].iter().all(|k| self.0.get(*k).map(String::as_str) == Some("ok"))
+        ["mem", "memfd", "other"]
+            .iter()
+            .all(|k| self.0.get(*k).map(String::as_str) == Some("ok"))
     }
 }
 
@@ -126,9 +137,18 @@ impl Tree {
             .expect("spawn unshare");
         let children = format!("/proc/{0}/task/{0}/children", unshare.id());
         let pid = wait_for(Duration::from_secs(20), "the workload root", || {
-            fs::read_to_string(&children).ok()?.split_whitespace().next()?.parse::<i32>().ok()
+            fs::read_to_string(&children)
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<i32>()
+                .ok()
         });
-        let tree = Tree { state: state.to_path_buf(), unshare, pid };
+        let tree = Tree {
+            state: state.to_path_buf(),
+            unshare,
+            pid,
+        };
         wait_for(Duration::from_secs(30), "the workload to be ready", || {
             state.join("ready").exists().then_some(())
         });
@@ -142,7 +162,9 @@ impl Tree {
     }
 
     pub fn last(&self, role: &str) -> JournalLine {
-        self.journal(role).pop().unwrap_or_else(|| panic!("journal-{role} is empty"))
+        self.journal(role)
+            .pop()
+            .unwrap_or_else(|| panic!("journal-{role} is empty"))
     }
 
     /// Wait until every role has written `n` more lines than now.
@@ -187,12 +209,20 @@ pub fn assert_journal_continuous(state: &Path, role: &str) {
     let lines = read_journal(state, role);
     assert!(!lines.is_empty(), "journal-{role} is empty");
     for (i, line) in lines.iter().enumerate() {
-        assert_eq!(line.num("tick"), i as u64 + 1, "journal-{role} line {}: {line:?}", i + 1);
+        assert_eq!(
+            line.num("tick"),
+            i as u64 + 1,
+            "journal-{role} line {}: {line:?}",
+            i + 1
+        );
         assert!(line.healthy(), "journal-{role} line {}: {line:?}", i + 1);
     }
     for key in ["pipe", "tcp", "unix", "passes"] {
         for w in lines.windows(2) {
-            assert!(w[1].num(key) >= w[0].num(key), "journal-{role}: {key} went back: {w:?}");
+            assert!(
+                w[1].num(key) >= w[0].num(key),
+                "journal-{role}: {key} went back: {w:?}"
+            );
         }
     }
 }
@@ -219,7 +249,13 @@ impl Drop for Restored {
 
 pub fn alive(pid: i32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
         .unwrap_or(false)
 }
 

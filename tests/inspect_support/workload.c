@@ -14,8 +14,9 @@
  *   grandchild  argv: workload grandchild gamma   child of child-b, 1 extra thread
  *
  * Every process but root is exec'ed from /proc/self/exe with its own argv and the
- * environment GPUCR_INSPECT_MARK=<role>. When all are set up, root creates READY;
- * then every process sleeps until killed.
+ * environment GPUCR_INSPECT_MARK=<role>, and names itself <role> (comm). Root also maps
+ * the memfd shared. When all are set up, root creates READY; then every process sleeps
+ * until killed.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -90,6 +92,9 @@ static int child(const char *role)
 	const char *sync_env = getenv("GPUCR_INSPECT_SYNC");
 	int sync_fd = sync_env ? atoi(sync_env) : -1;
 
+	if (prctl(PR_SET_NAME, role, 0, 0, 0))
+		die("prctl");
+
 	if (!strcmp(role, "child-b")) {
 		int sync[2];
 		if (pipe(sync))
@@ -136,6 +141,10 @@ static int root(int port, const char *path, const char *ready)
 	memset(page, 'm', sizeof(page));
 	if (write(memfd, page, sizeof(page)) != (ssize_t)sizeof(page))
 		die("write memfd");
+	char *shared = mmap(NULL, sizeof(page), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (shared == MAP_FAILED)
+		die("mmap memfd");
+	shared[0] = 'M';
 
 	int lsk = socket(AF_INET, SOCK_STREAM, 0);
 	int one = 1;

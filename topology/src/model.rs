@@ -197,7 +197,7 @@ impl KfdNode {
 }
 
 /// The VRAM of a KFD GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Vram {
     /// Whether the host can map all of it (heap type public).
     pub public: bool,

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Benchmark: gpucr dump/restore vs the plain `criu dump`/`criu restore` command line, on
+# the same workload (the sample workload with a 1 GiB anonymous region), side by side in
+# one hyperfine run each, median of RUNS runs. Results: docs/benchmarks.md.
+#
+#   scripts/bench-dump-restore.sh               (MEM_MIB=1024 RUNS=7)
+#
+# Both tools get the same options: --tcp-established, nftables network lock, log level 2,
+# images in the same directory on the same disk, page cache warm.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+MEM_MIB=${MEM_MIB:-1024}
+RUNS=${RUNS:-7}
+WORK=${WORK:-/var/tmp/gpucr-bench}
+gpucr=$root/target/release/gpucr
+workload=$root/target/release/examples/workload
+criu=$(command -v criu)
+
+# --- helpers called by hyperfine's --prepare -------------------------------------------
+kill_all() {
+    for f in "$WORK"/pid "$WORK"/restored; do
+        [ -f "$f" ] || continue
+        local pid; pid=$(cat "$f")
+        kill -KILL "$pid" 2>/dev/null || true
+        for _ in $(seq 200); do [ -d "/proc/$pid" ] || break; sleep 0.05; done
+        rm -f "$f"
+    done
+}
+
+start_workload() {
+    kill_all
+    rm -rf "$WORK/state" && mkdir -p "$WORK/state"
+    unshare --pid --fork setsid "$workload" --state "$WORK/state" --memory-mib "$MEM_MIB" \
+        </dev/null >/dev/null 2>&1 &
+    local up=$! pid=""
+    for _ in $(seq 600); do
+        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
+        [ -n "$pid" ] && [ -f "$WORK/state/ready" ] && break
+        sleep 0.05
+    done
+    [ -f "$WORK/state/ready" ] || { echo "workload did not start" >&2; exit 1; }
+    echo "$pid" > "$WORK/pid"
+    sleep 0.3
+}
+
+case "${1:-}" in
+prepare-dump)
+    start_workload
+    rm -rf "$WORK/image" && mkdir -p "$WORK/image"
+    exit 0 ;;
+prepare-restore)
+    kill_all
+    # CRIU checks the sizes of the tree's open files: put them back as at the dump.
+    rm -rf "$WORK/state" && cp -a "$WORK/state-at-dump" "$WORK/state"
+    rm -f "$WORK/ref-image/restore.log" "$WORK/ref-image/stats-restore"
+    exit 0 ;;
+gpucr-restore)
+    "$gpucr" restore --detach "$WORK/ref-image" > "$WORK/restored"
+    exit 0 ;;
+criu-restore)
+    "$criu" restore -D "$WORK/ref-image" -d --tcp-established --network-lock nftables \
+        -o restore.log --pidfile "$WORK/restored"
+    exit 0 ;;
+"") ;;
+*) echo "unknown step $1" >&2; exit 2 ;;
+esac
+
+command -v hyperfine >/dev/null || apt-get install -y -qq hyperfine >/dev/null
+[ -x "$gpucr" ] && [ -x "$workload" ] || cargo build --release --bins --examples -q
+mkdir -p "$WORK"
+self=$root/scripts/bench-dump-restore.sh
+export MEM_MIB WORK
+
+echo "# dump of a ${MEM_MIB} MiB process tree"
+hyperfine --runs "$RUNS" --export-json "$WORK/dump.json" \
+    --prepare "$self prepare-dump" \
+    -n "criu dump" "$criu dump -t \$(cat $WORK/pid) -D $WORK/image --tcp-established --network-lock nftables -o dump.log" \
+    --prepare "$self prepare-dump" \
+    -n "gpucr dump" "$gpucr dump --tcp-established --network-lock nftables \$(cat $WORK/pid) $WORK/image"
+
+# One reference image for both restores, made by gpucr (a CRIU image plus gpucr.json).
+"$self" prepare-dump
+rm -rf "$WORK/ref-image"
+"$gpucr" dump --tcp-established --network-lock nftables "$(cat "$WORK/pid")" "$WORK/ref-image" >/dev/null
+rm -f "$WORK/pid"
+rm -rf "$WORK/state-at-dump" && cp -a "$WORK/state" "$WORK/state-at-dump"
+
+echo "# restore of a ${MEM_MIB} MiB process tree"
+hyperfine --runs "$RUNS" --export-json "$WORK/restore.json" \
+    --prepare "$self prepare-restore" -n "criu restore" "$self criu-restore" \
+    --prepare "$self prepare-restore" -n "gpucr restore" "$self gpucr-restore"
+"$self" prepare-restore >/dev/null
+
+python3 - "$WORK/dump.json" "$WORK/restore.json" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    results = json.load(open(path))["results"]
+    base = results[0]["median"]
+    for r in results:
+        print(f"{r['command']:>14}: median {r['median']*1000:8.1f} ms  "
+              f"(min {r['min']*1000:.1f}, max {r['max']*1000:.1f}, n={len(r['times'])})  "
+              f"ratio {r['median']/base:.3f}")
+PY

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install everything gpucr needs on a fresh Debian/Ubuntu machine and build it.
+#
+#   scripts/setup.sh            system packages, CRIU 4.2.1 (+ crit), release build
+#
+# Environment: CRIU_TARBALL=PATH (a local criu_4.2.1.orig.tar.xz, see install-criu.sh),
+# SKIP_CRIT=1. Idempotent: a second run only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+[ "$(id -u)" = 0 ] || { log "error: run as root (apt-get, CRIU install, checkpointing need it)"; exit 1; }
+
+packages=(build-essential pkg-config python3 python3-pip util-linux nftables)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+command -v cargo >/dev/null || { log "error: cargo not found: install Rust (https://rustup.rs)"; exit 1; }
+
+scripts/install-criu.sh
+
+log "building gpucr (release)"
+cargo build --release --bins --examples -q
+log "ready: target/release/gpucr"

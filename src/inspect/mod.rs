@@ -1,0 +1,51 @@
+//! `gpucr inspect`: what an image holds, and whether it is intact.
+//!
+//! * [`collect`] reads the manifest and CRIU's images into a [`Report`] (the schema in
+//!   [`model`], printed as JSON by `--json`);
+//! * [`text`] renders the report as the text views;
+//! * [`verify`] checks the image against its manifest and CRIU's format.
+
+pub mod collect;
+pub mod model;
+pub mod text;
+pub mod tree;
+pub mod verify;
+
+use std::path::PathBuf;
+
+pub use collect::{collect, Options};
+pub use model::{Report, SCHEMA_VERSION};
+pub use text::Views;
+pub use verify::Status;
+
+use crate::exit_code;
+
+/// Why `gpucr inspect` cannot show an image at all.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("{path}: not an image directory (no such directory)")]
+    NotADirectory { path: PathBuf },
+    #[error("process {pid} is not in the image (its processes: {pids})")]
+    NoSuchProcess { pid: u32, pids: String },
+}
+
+impl InspectError {
+    /// The exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            InspectError::NotADirectory { .. } => exit_code::FAILURE,
+            InspectError::NoSuchProcess { .. } => exit_code::USAGE,
+        }
+    }
+}
+
+/// The page size of this machine, used to read pagemaps (CRIU does not record the
+/// dumping host's).
+pub fn host_page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size)
+        .ok()
+        .filter(|s| s.is_power_of_two())
+        .unwrap_or(4096)
+}

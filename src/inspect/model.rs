@@ -1,0 +1,358 @@
+//! The report `gpucr inspect` builds: one structure behind both the text views and
+//! `--json`. Its JSON form is a documented, stable interface (docs/inspect.md):
+//! fields are only ever added, and `schema_version` goes up when one changes meaning.
+//!
+//! Conventions: sizes are bytes, times carry their unit in the name (`_us`, `_ms`),
+//! addresses are "0x..." hex strings (64-bit values do not survive JSON parsers that
+//! use doubles), pids are as seen inside the dumped tree's PID namespace, and a value
+//! the image does not record is `null`.
+
+use serde::Serialize;
+
+/// The version of the JSON schema below.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything `gpucr inspect` knows about an image.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub image: ImageSummary,
+    /// The process tree (the subtree of `-p PID` when given): usually one root.
+    pub process_tree: Vec<TreeNode>,
+    /// Every process of `process_tree`, depth first.
+    pub processes: Vec<ProcessInfo>,
+    /// Mounts of the tree's mount namespaces; null when the image records none (the
+    /// tree shared the host's mount namespace).
+    pub mounts: Option<Vec<MountInfo>>,
+    pub gpu: GpuInfo,
+    pub stats: Stats,
+    /// Set by `--verify`.
+    pub verify: Option<VerifyReport>,
+    /// Parts of the image that could not be read; the sections they feed are left
+    /// out (null or empty). Empty for a sound image.
+    pub errors: Vec<ReportError>,
+}
+
+/// The summary: what the image is and where it comes from.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImageSummary {
+    /// The image directory as given.
+    pub dir: String,
+    /// True when the manifest is present and no failed dump marked the image.
+    pub complete: bool,
+    /// Why the image is incomplete (no manifest, or the reason a failed dump recorded).
+    pub incomplete_reason: Option<String>,
+    /// The manifest's `format_version`; null without a manifest.
+    pub format_version: Option<u32>,
+    pub gpucr_version: Option<String>,
+    pub criu_version: Option<String>,
+    /// CRIU's image format version (inventory.img `img_version`).
+    pub criu_image_version: Option<u32>,
+    /// When the dump finished (RFC 3339, UTC).
+    pub created: Option<String>,
+    pub host: Option<HostInfo>,
+    /// The GPU backend: "none" for a CPU-only tree; null without a manifest.
+    pub backend: Option<String>,
+    pub target: Option<TargetInfo>,
+    /// The CRIU plugins that took part in the dump (inventory.img).
+    pub criu_plugins: Vec<String>,
+    /// The page size used to read the pagemaps (the inspecting host's).
+    pub page_size: u64,
+    pub processes: u64,
+    pub threads: u64,
+    pub sizes: Sizes,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HostInfo {
+    pub hostname: String,
+    pub kernel: String,
+    pub arch: String,
+}
+
+/// The dumped tree's root as seen from the dumping host.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetInfo {
+    pub pid: i32,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+}
+
+/// How big the image is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sizes {
+    /// Every file of the directory, the manifest included.
+    pub total: u64,
+    pub files: u64,
+    /// CRIU's pages files (`pages-*.img`): the dumped CPU memory.
+    pub cpu_pages: u64,
+    /// GPU memory as it was on the device, and as stored in the image.
+    pub gpu_raw: u64,
+    pub gpu_stored: u64,
+}
+
+/// One node of the process tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeNode {
+    pub pid: u32,
+    pub comm: String,
+    pub children: Vec<TreeNode>,
+}
+
+/// One process.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    pub pgid: u32,
+    pub sid: u32,
+    pub comm: String,
+    /// "alive", "stopped", "zombie", "dead" or "unknown".
+    pub state: String,
+    /// The exit code of a zombie.
+    pub exit_code: Option<u32>,
+    /// Every thread, the main one (tid == pid) first.
+    pub threads: Vec<ThreadInfo>,
+    /// argv, read from the dumped memory; null when the image does not hold it.
+    pub cmdline: Option<Vec<String>>,
+    /// The environment ("NAME=value"), read from the dumped memory.
+    pub environment: Option<Vec<String>>,
+    /// Open descriptors; null for a process without files (a zombie).
+    pub files: Option<Vec<FdInfo>>,
+    pub cwd: Option<String>,
+    pub root: Option<String>,
+    /// The sockets among `files`.
+    pub sockets: Vec<SocketInfo>,
+    pub memory: Option<MemoryInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadInfo {
+    pub tid: u32,
+    pub comm: Option<String>,
+}
+
+/// One open descriptor.
+#[derive(Debug, Clone, Serialize)]
+pub struct FdInfo {
+    pub fd: u32,
+    /// CRIU's file type: "REG", "PIPE", "FIFO", "UNIXSK", "INETSK", "NETLINKSK",
+    /// "PACKETSK", "EVENTFD", "EVENTPOLL", "SIGNALFD", "TIMERFD", "MEMFD", "TTY", "EXT", ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A path for regular files; `pipe[N]`, `unix[INO (PEER) NAME]`, `memfd:NAME`,
+    /// `tcp 127.0.0.1:80 LISTEN`, ... for the others.
+    pub path: String,
+    /// The file object's id in CRIU's files.img.
+    pub id: u32,
+    /// open(2) flags, when recorded.
+    pub flags: Option<u32>,
+    /// File offset (regular files, memfds).
+    pub pos: Option<u64>,
+}
+
+/// One socket.
+#[derive(Debug, Clone, Serialize)]
+pub struct SocketInfo {
+    pub fd: u32,
+    /// "unix", "inet", "inet6", "netlink", "packet".
+    pub family: String,
+    /// "tcp", "udp", "unix", a netlink protocol ("route", ...), "packet", ...
+    pub protocol: String,
+    /// "stream", "dgram", "seqpacket", "raw", ...
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The kernel's state name ("LISTEN", "ESTABLISHED", "CLOSE", ...).
+    pub state: Option<String>,
+    pub inode: u32,
+    pub local: Option<String>,
+    pub local_port: Option<u16>,
+    pub remote: Option<String>,
+    pub remote_port: Option<u16>,
+    /// The peer's inode (unix sockets).
+    pub peer_inode: Option<u32>,
+    pub backlog: Option<u32>,
+    /// SO_SNDBUF / SO_RCVBUF.
+    pub send_buf: u32,
+    pub recv_buf: u32,
+    /// Bytes of queued data carried in the image.
+    pub in_queue: Option<u64>,
+    pub out_queue: Option<u64>,
+}
+
+/// The address space of one process.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryInfo {
+    pub exe: Option<String>,
+    /// Bytes mapped (sum of VMA sizes).
+    pub vma_bytes: u64,
+    /// Pages (and bytes) whose contents are in the image.
+    pub dumped_pages: u64,
+    pub dumped_bytes: u64,
+    /// The pages file holding them.
+    pub pages_file: String,
+    pub arg_start: String,
+    pub arg_end: String,
+    pub env_start: String,
+    pub env_end: String,
+    pub vmas: Vec<VmaInfo>,
+    /// The pagemap as dumped, sorted by address.
+    pub pagemap: Vec<PagemapRun>,
+}
+
+/// One mapping.
+#[derive(Debug, Clone, Serialize)]
+pub struct VmaInfo {
+    pub start: String,
+    pub end: String,
+    pub size: u64,
+    /// "rwxp" as in /proc/PID/maps ('s' for shared).
+    pub prot: String,
+    /// "anon", "file", "shmem", "memfd", "stack", "heap", "vdso", "vvar", "vsyscall",
+    /// "sysvipc", "socket", "aio", "plugin" or "other".
+    pub kind: String,
+    pub file: Option<String>,
+    /// Offset into the file, bytes.
+    pub pgoff: u64,
+    pub dumped_pages: u64,
+    pub dumped_bytes: u64,
+    /// MAP_* flags and CRIU's VMA status bits, raw.
+    pub flags: u32,
+    pub status: u32,
+}
+
+/// One pagemap entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct PagemapRun {
+    pub vaddr: String,
+    pub nr_pages: u64,
+    /// "present" (in the pages file), "parent" (in a parent image), "lazy".
+    pub flags: Vec<String>,
+}
+
+/// One mount.
+#[derive(Debug, Clone, Serialize)]
+pub struct MountInfo {
+    pub ns_id: u32,
+    pub mnt_id: u32,
+    pub parent_mnt_id: u32,
+    pub mountpoint: String,
+    pub fstype: String,
+    pub source: String,
+    pub root: String,
+    pub options: String,
+}
+
+/// GPU state carried by the image.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuInfo {
+    /// The backend that carried device state: "none" for a CPU-only tree; null without
+    /// a manifest.
+    pub backend: Option<String>,
+    /// Whether the image holds GPU state (a `gpu/` directory).
+    pub recorded: bool,
+    pub devices: Vec<serde_json::Value>,
+    pub buffers: Vec<serde_json::Value>,
+    /// Device memory as it was on the GPU, and as stored in the image.
+    pub memory_raw: u64,
+    pub memory_stored: u64,
+    /// memory_raw / memory_stored; null when nothing is stored.
+    pub compression_ratio: Option<f64>,
+    pub topology: Option<serde_json::Value>,
+    /// A sentence for people: what is (not) recorded.
+    pub note: String,
+}
+
+/// CRIU's statistics and gpucr's phase timings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// CRIU's stats-dump; null when absent.
+    pub dump: Option<DumpStats>,
+    /// CRIU's stats-restore, present after a restore from this directory.
+    pub restore: Option<RestoreStats>,
+    /// gpucr's timeline of the dump (from the manifest).
+    pub gpucr: Option<PhaseTimings>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DumpStats {
+    pub freezing_time_us: u32,
+    pub frozen_time_us: u32,
+    pub memdump_time_us: u32,
+    pub memwrite_time_us: u32,
+    pub irmap_resolve_us: Option<u32>,
+    pub pages_scanned: u64,
+    pub pages_skipped_parent: u64,
+    pub pages_written: u64,
+    pub pages_lazy: u64,
+    pub page_pipes: Option<u64>,
+    pub page_pipe_bufs: Option<u64>,
+    pub shpages_scanned: Option<u64>,
+    pub shpages_skipped_parent: Option<u64>,
+    pub shpages_written: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreStats {
+    pub forking_time_us: u32,
+    pub restore_time_us: u32,
+    pub pages_compared: u64,
+    pub pages_skipped_cow: u64,
+    pub pages_restored: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseTimings {
+    pub total_ms: f64,
+    pub events: Vec<TimedEventInfo>,
+    /// Time between consecutive events.
+    pub phases: Vec<Phase>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TimedEventInfo {
+    pub name: String,
+    pub at_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    pub from: String,
+    pub to: String,
+    pub ms: f64,
+}
+
+/// The result of `--verify`.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// "intact", "damaged" or "incomplete".
+    pub status: String,
+    pub problems: Vec<Problem>,
+    /// Files checked against the manifest, and their bytes.
+    pub files_checked: u64,
+    pub bytes_checked: u64,
+    /// CRIU images whose framing was checked.
+    pub images_checked: u64,
+}
+
+/// One thing wrong with the image.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Problem {
+    /// The file, relative to the image directory.
+    pub file: String,
+    /// Where in the file, when known.
+    pub offset: Option<u64>,
+    /// "missing", "size", "checksum", "unreadable", "framing", "pages", "manifest",
+    /// "incomplete" or "gpu".
+    pub kind: String,
+    /// The whole message, starting with the file name.
+    pub message: String,
+}
+
+/// A part of the image that could not be read.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ReportError {
+    pub file: String,
+    pub offset: Option<u64>,
+    pub message: String,
+}

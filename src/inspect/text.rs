@@ -1,0 +1,457 @@
+//! The text views of a [`Report`]: a summary, then the sections the flags ask for, each
+//! a tree as checkpointctl prints them.
+
+use super::model::*;
+use super::tree::Node;
+use super::verify::Status;
+
+/// Which sections to show after the summary and the process tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Views {
+    /// argv instead of comm in the process tree.
+    pub cmdline: bool,
+    /// The environment under each process in the tree.
+    pub environment: bool,
+    pub files: bool,
+    pub sockets: bool,
+    pub mounts: bool,
+    pub memory: bool,
+    pub gpu: bool,
+    pub stats: bool,
+}
+
+impl Views {
+    /// Every section.
+    pub fn all() -> Views {
+        Views {
+            cmdline: true,
+            environment: true,
+            files: true,
+            sockets: true,
+            mounts: true,
+            memory: true,
+            gpu: true,
+            stats: true,
+        }
+    }
+}
+
+/// The summary, the process tree and the chosen sections.
+pub fn render(report: &Report, views: &Views) -> String {
+    let mut root = Node::new(format!("Image {}", report.image.dir));
+    summary(&mut root, report);
+    process_tree(&mut root, report, views);
+    if views.files {
+        files(&mut root, report);
+    }
+    if views.sockets {
+        sockets(&mut root, report);
+    }
+    if views.mounts {
+        mounts(&mut root, report);
+    }
+    if views.memory {
+        memory(&mut root, report);
+    }
+    if views.gpu {
+        gpu(&mut root, report);
+    }
+    if views.stats {
+        stats(&mut root, report);
+    }
+    root.render()
+}
+
+/// The result of `--verify`: one line per problem, then the verdict.
+pub fn render_verify(report: &Report, verify: &VerifyReport, status: Status) -> String {
+    let mut out = String::new();
+    for p in &verify.problems {
+        out.push_str(&p.message);
+        out.push('\n');
+    }
+    let detail = match status {
+        Status::Intact => format!(
+            "{} files ({}) match the manifest; {} CRIU images are well formed",
+            verify.files_checked,
+            size(verify.bytes_checked),
+            verify.images_checked
+        ),
+        Status::Damaged | Status::Incomplete => format!(
+            "{} problem{} found",
+            verify.problems.len(),
+            if verify.problems.len() == 1 { "" } else { "s" }
+        ),
+    };
+    out.push_str(&format!(
+        "{}: {}: {detail}\n",
+        report.image.dir,
+        status.name()
+    ));
+    out
+}
+
+fn summary(root: &mut Node, r: &Report) {
+    let i = &r.image;
+    match &i.incomplete_reason {
+        None => root.leaf("Complete: yes"),
+        Some(reason) => root.leaf(format!("Complete: no ({reason})")),
+    }
+    let versions = match (&i.gpucr_version, &i.criu_version) {
+        (Some(g), Some(c)) => format!("gpucr {g}, CRIU {c}"),
+        _ => "gpucr: unknown (no manifest)".to_string(),
+    };
+    let images = i
+        .criu_image_version
+        .map(|v| format!(" (CRIU images v{v})"))
+        .unwrap_or_default();
+    root.leaf(format!("Versions: {versions}{images}"));
+    if let (Some(created), Some(host)) = (&i.created, &i.host) {
+        root.leaf(format!(
+            "Created: {created} on {} (Linux {}, {})",
+            host.hostname, host.kernel, host.arch
+        ));
+    }
+    if let Some(t) = &i.target {
+        let cmd = if t.cmdline.is_empty() {
+            t.comm.clone()
+        } else {
+            t.cmdline.join(" ")
+        };
+        root.leaf(format!("Target: pid {} ({}): {cmd}", t.pid, t.comm));
+    }
+    let mut backend = format!("Backend: {}", i.backend.as_deref().unwrap_or("unknown"));
+    if !i.criu_plugins.is_empty() {
+        backend.push_str(&format!(" (CRIU plugins: {})", i.criu_plugins.join(", ")));
+    }
+    root.leaf(backend);
+    root.leaf(format!(
+        "Processes: {}, threads: {}",
+        i.processes, i.threads
+    ));
+    let s = &i.sizes;
+    let size_node = root.push(Node::new(format!(
+        "Size: {} in {} files",
+        size(s.total),
+        s.files
+    )));
+    size_node.leaf(format!("CPU memory pages: {}", size(s.cpu_pages)));
+    if r.gpu.recorded {
+        size_node.leaf(format!(
+            "GPU memory: {} raw, {} stored",
+            size(r.gpu.memory_raw),
+            size(r.gpu.memory_stored)
+        ));
+    } else {
+        size_node.leaf("GPU memory: none recorded");
+    }
+}
+
+fn process_label(p: &ProcessInfo, views: &Views) -> String {
+    let name = match (&p.cmdline, views.cmdline) {
+        (Some(argv), true) if !argv.is_empty() => argv.join(" "),
+        _ => p.comm.clone(),
+    };
+    let mut label = format!("[{}] {name}", p.pid);
+    if p.threads.len() > 1 {
+        label.push_str(&format!(" ({} threads)", p.threads.len()));
+    }
+    if p.state != "alive" {
+        label.push_str(&format!(" <{}>", p.state));
+    }
+    label
+}
+
+fn process_tree(root: &mut Node, r: &Report, views: &Views) {
+    let section = root.push(Node::new("Process tree"));
+    if r.process_tree.is_empty() {
+        section.leaf("(no processes could be read)");
+    }
+    for node in &r.process_tree {
+        section.push(tree_node(node, r, views));
+    }
+}
+
+fn tree_node(node: &TreeNode, r: &Report, views: &Views) -> Node {
+    let process = r.processes.iter().find(|p| p.pid == node.pid);
+    let mut out = match process {
+        Some(p) => Node::new(process_label(p, views)),
+        None => Node::new(format!("[{}] {}", node.pid, node.comm)),
+    };
+    if views.environment {
+        if let Some(p) = process {
+            let mut env = Node::new("Environment variables");
+            match &p.environment {
+                Some(vars) if vars.is_empty() => env.leaf("(empty)"),
+                Some(vars) => vars.iter().for_each(|v| env.leaf(v.clone())),
+                None => env.leaf("(not in the image)"),
+            }
+            out.push(env);
+        }
+    }
+    for child in &node.children {
+        out.push(tree_node(child, r, views));
+    }
+    out
+}
+
+fn files(root: &mut Node, r: &Report) {
+    let section = root.push(Node::new("Open files"));
+    for p in &r.processes {
+        let Some(list) = &p.files else { continue };
+        let node = section.push(Node::new(format!("[{}] {}", p.pid, p.comm)));
+        for f in list {
+            node.leaf(format!("[{} {}] {}", f.kind, f.fd, f.path));
+        }
+        if let Some(cwd) = &p.cwd {
+            node.leaf(format!("[cwd] {cwd}"));
+        }
+        if let Some(root_dir) = &p.root {
+            node.leaf(format!("[root] {root_dir}"));
+        }
+    }
+}
+
+fn sockets(root: &mut Node, r: &Report) {
+    let section = root.push(Node::new("Open sockets"));
+    for p in r.processes.iter().filter(|p| !p.sockets.is_empty()) {
+        let node = section.push(Node::new(format!("[{}] {}", p.pid, p.comm)));
+        for s in &p.sockets {
+            node.leaf(socket_line(s));
+        }
+    }
+    if section.children.is_empty() {
+        section.leaf("(none)");
+    }
+}
+
+fn socket_line(s: &SocketInfo) -> String {
+    let proto = match s.family.as_str() {
+        "unix" => format!("UNIX ({})", s.kind),
+        "inet" | "inet6" => {
+            let v = if s.family == "inet6" { "6" } else { "" };
+            format!("{}{v}", s.protocol.to_uppercase())
+        }
+        "netlink" => format!("NETLINK ({})", s.protocol),
+        other => other.to_uppercase(),
+    };
+    let state = s
+        .state
+        .as_deref()
+        .map(|st| format!(" {st}"))
+        .unwrap_or_default();
+    let endpoint = |addr: &Option<String>, port: Option<u16>| {
+        let a = addr.as_deref().unwrap_or("*");
+        match port {
+            Some(p) if a.contains(':') => format!("[{a}]:{p}"),
+            Some(p) => format!("{a}:{p}"),
+            None => a.to_string(),
+        }
+    };
+    let mut text = format!("[fd {}] {proto}{state}", s.fd);
+    match s.family.as_str() {
+        "unix" => {
+            text.push_str(&format!(" {}", s.local.as_deref().unwrap_or("(unnamed)")));
+            if let Some(peer) = s.peer_inode {
+                text.push_str(&format!(" ino {} -> peer {peer}", s.inode));
+            } else {
+                text.push_str(&format!(" ino {}", s.inode));
+            }
+        }
+        _ => {
+            text.push_str(&format!(" {}", endpoint(&s.local, s.local_port)));
+            if s.remote.is_some() || s.remote_port.is_some() {
+                text.push_str(&format!(" -> {}", endpoint(&s.remote, s.remote_port)));
+            }
+        }
+    }
+    text.push_str(&format!(
+        " (↑ {} ↓ {}",
+        size(u64::from(s.send_buf)),
+        size(u64::from(s.recv_buf))
+    ));
+    if s.in_queue.is_some() || s.out_queue.is_some() {
+        text.push_str(&format!(
+            "; queued in {} out {}",
+            size(s.in_queue.unwrap_or(0)),
+            size(s.out_queue.unwrap_or(0))
+        ));
+    }
+    text.push(')');
+    text
+}
+
+fn mounts(root: &mut Node, r: &Report) {
+    let section = root.push(Node::new("Mounts"));
+    match &r.mounts {
+        None => section.leaf("(not recorded: the tree shared the host's mount namespace)"),
+        Some(list) => {
+            for m in list {
+                section.leaf(format!(
+                    "{} {} {} ({})",
+                    m.mountpoint, m.fstype, m.source, m.options
+                ));
+            }
+        }
+    }
+}
+
+fn memory(root: &mut Node, r: &Report) {
+    let section = root.push(Node::new("Memory"));
+    for p in &r.processes {
+        let Some(m) = &p.memory else { continue };
+        let node = section.push(Node::new(format!(
+            "[{}] {}: {} VMAs, {} mapped, {} dumped ({} pages in {})",
+            p.pid,
+            p.comm,
+            m.vmas.len(),
+            size(m.vma_bytes),
+            size(m.dumped_bytes),
+            m.dumped_pages,
+            m.pages_file
+        )));
+        if let Some(exe) = &m.exe {
+            node.leaf(format!("exe {exe}"));
+        }
+        for v in &m.vmas {
+            let what = match (&v.file, v.kind.as_str()) {
+                (Some(f), _) if v.pgoff > 0 => format!("{f} + {:#x}", v.pgoff),
+                (Some(f), _) => f.clone(),
+                (None, "anon") => String::new(),
+                (None, kind) => format!("[{kind}]"),
+            };
+            let dumped = if v.dumped_bytes > 0 {
+                format!(" dumped {}", size(v.dumped_bytes))
+            } else {
+                String::new()
+            };
+            node.leaf(
+                format!(
+                    "{:>14}-{:<14} {} {:>10}{dumped} {what}",
+                    v.start.trim_start_matches("0x"),
+                    v.end.trim_start_matches("0x"),
+                    v.prot,
+                    size(v.size)
+                )
+                .trim_end()
+                .to_string(),
+            );
+        }
+    }
+}
+
+fn gpu(root: &mut Node, r: &Report) {
+    let g = &r.gpu;
+    let section = root.push(Node::new("GPU"));
+    section.leaf(format!(
+        "Backend: {}",
+        g.backend.as_deref().unwrap_or("unknown")
+    ));
+    section.leaf(g.note.clone());
+    if g.recorded {
+        section.leaf(format!("Stored: {}", size(g.memory_stored)));
+    }
+}
+
+fn stats(root: &mut Node, r: &Report) {
+    let section = root.push(Node::new("Statistics"));
+    match &r.stats.dump {
+        None => section.leaf("CRIU dump statistics: (none: no stats-dump)"),
+        Some(d) => {
+            let node = section.push(Node::new("CRIU dump statistics"));
+            node.leaf(format!("Freezing time: {}", usec(d.freezing_time_us)));
+            node.leaf(format!("Frozen time: {}", usec(d.frozen_time_us)));
+            node.leaf(format!("Memdump time: {}", usec(d.memdump_time_us)));
+            node.leaf(format!("Memwrite time: {}", usec(d.memwrite_time_us)));
+            node.leaf(format!("Pages scanned: {}", d.pages_scanned));
+            node.leaf(format!("Pages written: {}", d.pages_written));
+            if d.pages_skipped_parent > 0 {
+                node.leaf(format!(
+                    "Pages skipped (in parent): {}",
+                    d.pages_skipped_parent
+                ));
+            }
+            if d.pages_lazy > 0 {
+                node.leaf(format!("Pages lazy: {}", d.pages_lazy));
+            }
+        }
+    }
+    if let Some(rs) = &r.stats.restore {
+        let node = section.push(Node::new("CRIU restore statistics"));
+        node.leaf(format!("Forking time: {}", usec(rs.forking_time_us)));
+        node.leaf(format!("Restore time: {}", usec(rs.restore_time_us)));
+        node.leaf(format!("Pages compared: {}", rs.pages_compared));
+        node.leaf(format!("Pages skipped (COW): {}", rs.pages_skipped_cow));
+        if let Some(n) = rs.pages_restored {
+            node.leaf(format!("Pages restored: {n}"));
+        }
+    }
+    if let Some(t) = &r.stats.gpucr {
+        let node = section.push(Node::new(format!(
+            "gpucr dump phases ({:.1} ms in all)",
+            t.total_ms
+        )));
+        for p in &t.phases {
+            node.leaf(format!("{:>9.1} ms  {} -> {}", p.ms, p.from, p.to));
+        }
+    }
+}
+
+/// Bytes in binary units: "1.5 KiB".
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Microseconds as milliseconds: "12.345 ms".
+fn usec(us: u32) -> String {
+    format!("{:.3} ms", f64::from(us) / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(16 << 20), "16.0 MiB");
+        assert_eq!(usec(827), "0.827 ms");
+    }
+
+    #[test]
+    fn socket_lines_show_addresses_states_and_queues() {
+        let s = SocketInfo {
+            fd: 13,
+            family: "inet".into(),
+            protocol: "tcp".into(),
+            kind: "stream".into(),
+            state: Some("ESTABLISHED".into()),
+            inode: 7,
+            local: Some("127.0.0.1".into()),
+            local_port: Some(44534),
+            remote: Some("127.0.0.1".into()),
+            remote_port: Some(47123),
+            peer_inode: None,
+            backlog: Some(0),
+            send_buf: 16384,
+            recv_buf: 131072,
+            in_queue: Some(5),
+            out_queue: Some(0),
+        };
+        assert_eq!(
+            socket_line(&s),
+            "[fd 13] TCP ESTABLISHED 127.0.0.1:44534 -> 127.0.0.1:47123 (↑ 16.0 KiB ↓ 128.0 KiB; \
+             queued in 5 B out 0 B)"
+        );
+    }
+}
