@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     files.sort();
     let fds = protox::compile(&files, [&dir])?;
-    prost_build::Config::new().enable_type_names().compile_fds(fds)?;
+    prost_build::Config::new()
+        .enable_type_names()
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `gpucr dump`: validate, run CRIU's DUMP, checksum the image, write the manifest last.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use nix::sys::utsname::uname;
@@ -7,7 +8,11 @@ use nix::sys::utsname::uname;
 use crate::criu::{self, CommonOptions, CriuError, DumpRequest, NetworkLock, Swrk};
 use crate::exit_code;
 use crate::image::checksum;
+use crate::gpu::session::GpuDump;
+use crate::gpu::{self, GpuError};
+use crate::helper::{HelperError, Session};
 use crate::image::dir::{self, ImageDirError};
+use crate::transfer::TransferConfig;
 use crate::image::follow::{Follower, Prefixes};
 use crate::image::manifest::{self, FileRecord, Manifest, ManifestError, Timings};
 use crate::image::{self, DUMP_LOG};
@@ -31,6 +36,8 @@ pub struct DumpOptions {
     /// None: look for criu on PATH.
     pub criu: Option<PathBuf>,
     pub verbose: bool,
+    /// How GPU memory is moved (threads, compression).
+    pub transfer: TransferConfig,
 }
 
 /// A finished dump.
@@ -66,6 +73,12 @@ pub enum DumpError {
     },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error("{error}\n  the image in {dir} is incomplete; {running}")]
+    Helper { error: Box<HelperError>, dir: PathBuf, running: String },
+    #[error(transparent)]
+    HelperSetup(Box<HelperError>),
 }
 
 impl DumpError {
@@ -74,7 +87,11 @@ impl DumpError {
             DumpError::Target(e) => e.exit_code(),
             DumpError::ImageDir(_) => exit_code::IMAGE_DIR,
             DumpError::Criu { error, .. } | DumpError::CriuSetup(error) => error.exit_code(),
-            DumpError::Checksum { .. } | DumpError::Manifest(_) => exit_code::FAILURE,
+            DumpError::Checksum { .. }
+            | DumpError::Manifest(_)
+            | DumpError::Gpu(_)
+            | DumpError::Helper { .. }
+            | DumpError::HelperSetup(_) => exit_code::FAILURE,
         }
     }
 }
@@ -82,10 +99,11 @@ impl DumpError {
 /// Start `criu swrk`, check its version and print the socket warning where it applies.
 pub fn start_criu(
     explicit: Option<&Path>,
+    env: &[(OsString, OsString)],
     progress: &mut Progress,
 ) -> Result<(Swrk, criu::CriuVersion), CriuError> {
     let path = criu::locate(explicit)?;
-    let mut swrk = Swrk::spawn(&path, &[])?;
+    let mut swrk = Swrk::spawn(&path, env)?;
     let version = swrk.version()?;
     let kernel = uname()
         .map(|u| u.release().to_string_lossy().into_owned())
@@ -101,9 +119,23 @@ pub fn start_criu(
 pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, DumpError> {
     progress.event("start", "checking the target");
     let target = target::validate(opts.pid)?;
-    let (mut swrk, version) = start_criu(opts.criu.as_deref(), progress)
+    let backend = gpu::detect(opts.pid)?;
+    let session = match &backend {
+        Some(_) => Some(Session::create().map_err(|e| DumpError::HelperSetup(Box::new(e)))?),
+        None => None,
+    };
+    let env = session.as_ref().map(Session::criu_env).unwrap_or_default();
+    let (mut swrk, version) = start_criu(opts.criu.as_deref(), &env, progress)
         .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
+    let gpu = match (backend, session) {
+        (Some(backend), Some(session)) => {
+            progress.event("helper-started", &format!("GPU backend {}: helper started", backend.name()));
+            let started = GpuDump::start(session, &opts.dir, backend, opts.transfer.clone(), progress.gpu_events());
+            Some(started.map_err(|e| DumpError::HelperSetup(Box::new(e)))?)
+        }
+        _ => None,
+    };
     let network_lock = opts.network_lock.unwrap_or_else(NetworkLock::detect);
     let request = DumpRequest {
         pid: opts.pid,
@@ -117,27 +149,47 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             ext_unix_sk: opts.ext_unix_sk,
             file_locks: opts.file_locks,
             network_lock,
-            log_level: if opts.verbose { 4 } else { 2 },
+            log_level: criu_log_level(opts.verbose, gpu.is_some()),
         },
     };
     let log = opts.dir.join(DUMP_LOG);
     let follower = Follower::start(opts.dir.clone(), is_pages_file);
+    let mut gpu_manifest = None;
+    let mut gpu_error = None;
     let result = swrk.dump(&request, &log, &mut |n| {
         progress.event(&n.script, &describe_notify(&n.script));
+        // post-dump comes before CRIU lets the tree go: the device memory must be in the
+        // image by then, or the dump fails and the tree keeps running.
+        if let (Some(gpu), "post-dump") = (&gpu, n.script.as_str()) {
+            match gpu.finish() {
+                Ok(m) => {
+                    progress.event("gpu-done", "GPU memory written");
+                    gpu_manifest = Some(m);
+                }
+                Err(e) => {
+                    let text = e.to_string();
+                    gpu_error = Some(e);
+                    return Err(text);
+                }
+            }
+        }
         Ok(())
     });
-    if let Err(error) = result.and_then(|()| swrk.finish()) {
-        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
-        let running = if target::exists(opts.pid) {
+    let running = || {
+        if target::exists(opts.pid) {
             format!("pid {} is still running", opts.pid)
         } else {
             format!("pid {} is no longer running", opts.pid)
-        };
-        return Err(DumpError::Criu {
-            error: Box::new(error),
-            dir: opts.dir.clone(),
-            running,
-        });
+        }
+    };
+    if let Some(error) = gpu_error {
+        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
+        drop(swrk);
+        return Err(DumpError::Helper { error: Box::new(error), dir: opts.dir.clone(), running: running() });
+    }
+    if let Err(error) = result.and_then(|()| swrk.finish()) {
+        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
+        return Err(DumpError::Criu { error: Box::new(error), dir: opts.dir.clone(), running: running() });
     }
     progress.event("criu-done", "checksumming the image");
 
@@ -166,7 +218,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             kernel: uts_field(|u| u.release()),
             arch: uts_field(|u| u.machine()),
         },
-        backend: "none".into(),
+        backend: gpu_manifest.as_ref().map_or("none".into(), |g| g.backend.clone()),
         target: manifest::Target {
             pid: target.pid,
             comm: target.comm,
@@ -183,6 +235,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         checksum_algorithm: checksum::ALGORITHM.into(),
         files,
         timings: Timings::default(),
+        gpu: gpu_manifest,
     };
     progress.event("manifest-written", "done");
     manifest.timings = Timings {
@@ -198,13 +251,44 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
 }
 
 /// `pages-N.img`: CPU memory contents.
+/// CRIU's log level: 2 (errors and warnings), or 4 (debug) with -v or whenever gpucr's
+/// plugin is in use, so the log shows the plugin loading and each hook it answers.
+pub fn criu_log_level(verbose: bool, plugin: bool) -> i32 {
+    if verbose || plugin {
+        4
+    } else {
+        2
+    }
+}
+
+/// `gpu/<data file>`: GPU memory, checksummed per chunk by the transfer engine.
+pub fn is_gpu_data_file(path: &str) -> bool {
+    // Everything in gpu/ but the index ("gpu/index", see docs/gpu-image-format.md).
+    path.strip_prefix("gpu/").is_some_and(|name| name != "index" && !name.contains('/'))
+}
+
 pub fn is_pages_file(path: &str) -> bool {
     path.starts_with("pages-") && path.ends_with(".img")
 }
 
 /// Checksum every image file; `known` holds the blocks the follower already hashed.
 fn checksum_image(dir: &Path, known: &Prefixes) -> Result<Vec<FileRecord>, DumpError> {
-    let names = dir::image_files(dir)?;
+    let mut names = dir::image_files(dir)?;
+    // GPU data files carry a checksum per chunk (gpu/index): record only their size.
+    let mut records: Vec<FileRecord> = Vec::new();
+    names.retain(|name| {
+        if !is_gpu_data_file(name) {
+            return true;
+        }
+        let size = std::fs::metadata(dir.join(name)).map(|m| m.len()).unwrap_or(0);
+        records.push(FileRecord {
+            path: name.clone(),
+            size,
+            checksum: checksum::CHUNK_VERIFIED.into(),
+            blocks: Vec::new(),
+        });
+        false
+    });
     let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
     let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
     let prefixes: Vec<Vec<u64>> = names
@@ -231,5 +315,10 @@ fn checksum_image(dir: &Path, known: &Prefixes) -> Result<Vec<FileRecord>, DumpE
                 blocks,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, DumpError>>()
+        .map(|mut hashed| {
+            hashed.append(&mut records);
+            hashed.sort_by(|a, b| a.path.cmp(&b.path));
+            hashed
+        })
 }

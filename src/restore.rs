@@ -8,7 +8,11 @@ use nix::unistd::Pid;
 use crate::criu::{CommonOptions, CriuError, NetworkLock, RestoreRequest};
 use crate::dump::start_criu;
 use crate::exit_code;
+use crate::gpu::session::GpuRestore;
+use crate::gpu::GpuError;
+use crate::helper::{HelperError, Session, TaskTiming};
 use crate::image::dir::{self, ImageDirError};
+use crate::transfer::{GpuStats, TransferConfig};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
 use crate::image::RESTORE_LOG;
@@ -29,6 +33,11 @@ pub struct RestoreOptions {
     /// Hash every file before CRIU starts, instead of hashing the memory pages while
     /// CRIU restores (the tree is never resumed before they are verified either way).
     pub verify_first: bool,
+    /// How GPU memory is moved (threads, staging memory).
+    pub transfer: TransferConfig,
+    /// Read the GPU image only once each task's buffers exist, and fill them inside
+    /// RESTORE_EXT_FILE (CRIU 4.1's way), instead of streaming from the start.
+    pub no_parallel_restore: bool,
 }
 
 /// A restored tree.
@@ -37,6 +46,8 @@ pub struct RestoreOutcome {
     /// The restored root, a child of this process.
     pub pid: i32,
     pub manifest: Manifest,
+    /// What moved GPU memory, and when each task's buffers were filled.
+    pub gpu: Option<(GpuStats, Vec<TaskTiming>)>,
 }
 
 /// Why a restore failed. No restored process is left behind in any case.
@@ -65,6 +76,10 @@ pub enum RestoreError {
         field: &'static str,
         value: String,
     },
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error("{0}\n  the restore was aborted before any restored task ran")]
+    Helper(Box<HelperError>),
 }
 
 impl RestoreError {
@@ -81,6 +96,11 @@ impl RestoreError {
             | RestoreError::BadOption { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
+            RestoreError::Gpu(_) => exit_code::FAILURE,
+            RestoreError::Helper(e) => match e.as_ref() {
+                HelperError::Transfer(t) => t.exit_code(),
+                _ => exit_code::FAILURE,
+            },
         }
     }
 }
@@ -173,7 +193,32 @@ pub fn restore(
                 value: dumped.network_lock.clone(),
             })?,
     };
-    let (mut swrk, _) = start_criu(opts.criu.as_deref(), progress)?;
+    let gpu_setup = match &manifest.gpu {
+        Some(gpu) => {
+            let backend = crate::gpu::backend_named(&gpu.backend)?;
+            let session = Session::create().map_err(|e| RestoreError::Helper(Box::new(e)))?;
+            Some((gpu, backend, session))
+        }
+        None => None,
+    };
+    let env = gpu_setup.as_ref().map(|(_, _, s)| s.criu_env()).unwrap_or_default();
+    let (mut swrk, _) = start_criu(opts.criu.as_deref(), &env, progress)?;
+    let gpu = match gpu_setup {
+        Some((gpu, backend, session)) => {
+            let started = GpuRestore::start(
+                session,
+                &opts.dir,
+                gpu,
+                backend,
+                opts.transfer.clone(),
+                !opts.no_parallel_restore,
+                progress.gpu_events(),
+            );
+            progress.event("helper-started", "GPU helper started");
+            Some(started.map_err(|e| RestoreError::Helper(Box::new(e)))?)
+        }
+        None => None,
+    };
     let dir_fd = dir::open_dir(&opts.dir)?;
     let request = RestoreRequest {
         images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
@@ -184,25 +229,34 @@ pub fn restore(
             ext_unix_sk: opts.ext_unix_sk || dumped.ext_unix_sk,
             file_locks: opts.file_locks || dumped.file_locks,
             network_lock,
-            log_level: if opts.verbose { 4 } else { 2 },
+            log_level: crate::dump::criu_log_level(opts.verbose, gpu.is_some()),
         },
     };
     let log = opts.dir.join(RESTORE_LOG);
+    let mut gpu_error = None;
     let result = swrk.restore(&request, &log, &mut |n| {
         progress.event(&n.script, &describe_notify(&n.script));
         if n.script != "post-restore" {
             return Ok(());
         }
-        let Some(handle) = bulk.take() else {
-            return Ok(());
-        };
-        bulk_problems = join_bulk(handle);
-        progress.event("pages-verified", "memory pages verified");
-        if bulk_problems.is_empty() {
-            Ok(())
-        } else {
-            Err("the image is damaged".to_owned())
+        // post-restore comes before any restored task runs, and a refusal here makes
+        // CRIU kill the tree: everything must be verified and in place by now.
+        if let Some(handle) = bulk.take() {
+            bulk_problems = join_bulk(handle);
+            progress.event("pages-verified", "memory pages verified");
+            if !bulk_problems.is_empty() {
+                return Err("the image is damaged".to_owned());
+            }
         }
+        if let Some(gpu) = &gpu {
+            if let Err(e) = gpu.wait_restored() {
+                let text = e.to_string();
+                gpu_error = Some(e);
+                return Err(text);
+            }
+            progress.event("gpu-done", "GPU memory restored");
+        }
+        Ok(())
     });
     if let Some(handle) = bulk.take() {
         // CRIU failed before post-restore: still report damage, which explains it best.
@@ -214,10 +268,17 @@ pub fn restore(
             problems: bulk_problems,
         });
     }
+    if let Some(error) = gpu_error {
+        return Err(RestoreError::Helper(Box::new(error)));
+    }
     let pid = result?;
     swrk.finish()?;
     progress.event("criu-done", "restored");
-    Ok(RestoreOutcome { pid, manifest })
+    let gpu = match gpu {
+        Some(gpu) => Some(gpu.finish().map_err(|e| RestoreError::Helper(Box::new(e)))?),
+        None => None,
+    };
+    Ok(RestoreOutcome { pid, manifest, gpu })
 }
 
 /// The outcome of the background verification of the memory pages.

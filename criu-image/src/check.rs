@@ -20,10 +20,10 @@ use crate::framing::ImageFile;
 use crate::magic;
 use crate::pagemap::Pagemap;
 use crate::proto::{
-    BpfmapDataEntry, CoreEntry, FdinfoEntry, FileEntry, FsEntry, GhostChunkEntry,
-    GhostFileEntry, InventoryEntry, IpcMsg, IpcMsgEntry, IpcSemEntry, IpcShmEntry,
-    MemfdInodeEntry, MmEntry, MntEntry, PagemapEntry, PagemapHead, PipeDataEntry, PstreeEntry,
-    SkPacketEntry, StatsEntry, TaskKobjIdsEntry, TcpStreamEntry, TtyInfoEntry, UnknownEntry,
+    BpfmapDataEntry, CoreEntry, FdinfoEntry, FileEntry, FsEntry, GhostChunkEntry, GhostFileEntry,
+    InventoryEntry, IpcMsg, IpcMsgEntry, IpcSemEntry, IpcShmEntry, MemfdInodeEntry, MmEntry,
+    MntEntry, PagemapEntry, PagemapHead, PipeDataEntry, PstreeEntry, SkPacketEntry, StatsEntry,
+    TaskKobjIdsEntry, TcpStreamEntry, TtyInfoEntry, UnknownEntry,
 };
 
 /// How many entries an image holds.
@@ -53,7 +53,11 @@ pub fn check_framing(path: &std::path::Path) -> Result<Framing> {
             Ok(u64::from(e.keys_bytes) + u64::from(e.values_bytes))
         })?,
         magic::IPCNS_SHM => with_payload::<IpcShmEntry>(&mut image, |e| {
-            Ok(if e.in_pagemaps == Some(true) { 0 } else { e.size.div_ceil(4).saturating_mul(4) })
+            Ok(if e.in_pagemaps == Some(true) {
+                0
+            } else {
+                e.size.div_ceil(4).saturating_mul(4)
+            })
         })?,
         magic::IPCNS_SEM => with_payload::<IpcSemEntry>(&mut image, |e| {
             Ok((u64::from(e.nsems) * 2).div_ceil(8) * 8)
@@ -101,9 +105,14 @@ pub fn check_dir(dir: &ImageDir) -> Vec<ImageError> {
 fn check_pages_sizes(dir: &ImageDir, names: &[String], problems: &mut Vec<ImageError>) {
     // pages_id -> (bytes needed, pagemap names)
     let mut needed: BTreeMap<u32, (u64, Vec<String>)> = BTreeMap::new();
-    for name in names.iter().filter(|n| n.starts_with("pagemap-") && n.ends_with(".img")) {
+    for name in names
+        .iter()
+        .filter(|n| n.starts_with("pagemap-") && n.ends_with(".img"))
+    {
         // A pagemap that does not parse is already reported by the framing check.
-        let Ok(pm) = Pagemap::read(&dir.file(name), dir.page_size()) else { continue };
+        let Ok(pm) = Pagemap::read(&dir.file(name), dir.page_size()) else {
+            continue;
+        };
         let slot = needed.entry(pm.pages_id()).or_default();
         slot.0 = slot.0.saturating_add(pm.present_bytes());
         slot.1.push(name.clone());
@@ -175,14 +184,21 @@ fn check_process_images(dir: &ImageDir, problems: &mut Vec<ImageError>) {
 
 /// Decode up to `limit` entries (all when None) as `M`; a missing limited entry is an
 /// error.
-fn entries_of<M: Message + Name + Default>(image: &mut ImageFile, limit: Option<u64>) -> Result<u64> {
+fn entries_of<M: Message + Name + Default>(
+    image: &mut ImageFile,
+    limit: Option<u64>,
+) -> Result<u64> {
     let mut n = 0;
     while limit.is_none_or(|l| n < l) {
         let at = image.offset();
-        match image.next::<M>()? {
+        match image.read_entry::<M>()? {
             Some(_) => n += 1,
             None if limit.is_some() => {
-                return Err(ImageError::invalid(image.path(), at, format!("no {} entry", M::NAME)))
+                return Err(ImageError::invalid(
+                    image.path(),
+                    at,
+                    format!("no {} entry", M::NAME),
+                ))
             }
             None => break,
         }
@@ -196,7 +212,7 @@ fn with_payload<M: Message + Name + Default>(
     payload: impl Fn(&M) -> Result<u64>,
 ) -> Result<u64> {
     let mut n = 0;
-    while let Some(entry) = image.next::<M>()? {
+    while let Some(entry) = image.read_entry::<M>()? {
         image.skip(payload(&entry)?)?;
         n += 1;
     }
@@ -205,10 +221,10 @@ fn with_payload<M: Message + Name + Default>(
 
 fn ipc_messages(image: &mut ImageFile) -> Result<u64> {
     let mut n = 0;
-    while let Some(queue) = image.next::<IpcMsgEntry>()? {
+    while let Some(queue) = image.read_entry::<IpcMsgEntry>()? {
         for _ in 0..queue.qnum {
             let at = image.offset();
-            let msg = image.next::<IpcMsg>()?.ok_or_else(|| {
+            let msg = image.read_entry::<IpcMsg>()?.ok_or_else(|| {
                 ImageError::invalid(image.path(), at, "fewer messages than the queue's qnum")
             })?;
             image.skip(u64::from(msg.msize).div_ceil(8) * 8)?;
@@ -221,14 +237,14 @@ fn ipc_messages(image: &mut ImageFile) -> Result<u64> {
 fn ghost_file(image: &mut ImageFile) -> Result<u64> {
     let at = image.offset();
     let head = image
-        .next::<GhostFileEntry>()?
+        .read_entry::<GhostFileEntry>()?
         .ok_or_else(|| ImageError::invalid(image.path(), at, "no ghost_file_entry"))?;
     if head.chunks != Some(true) {
         image.skip_to_end()?;
         return Ok(1);
     }
     let mut n = 1;
-    while let Some(chunk) = image.next::<GhostChunkEntry>()? {
+    while let Some(chunk) = image.read_entry::<GhostChunkEntry>()? {
         image.skip(chunk.len)?;
         n += 1;
     }

@@ -11,11 +11,11 @@ use crate::magic;
 use crate::pagemap::Pagemap;
 use crate::pages::PageReader;
 use crate::proto::{
-    CoreEntry, EventfdFileEntry, EventpollFileEntry, ExtFileEntry, FdTypes, FdinfoEntry,
-    FifoEntry, FileEntry, FsEntry, InetSkEntry, InventoryEntry, MemfdInodeEntry, MmEntry,
-    MntEntry, NetlinkSkEntry, PacketSockEntry, PipeEntry, PstreeEntry, RegFileEntry,
-    SignalfdEntry, SkPacketEntry, StatsEntry, TaskKobjIdsEntry, TcpStreamEntry, TimerfdEntry,
-    TtyFileEntry, TtyInfoEntry, UnixSkEntry,
+    CoreEntry, EventfdFileEntry, EventpollFileEntry, ExtFileEntry, FdTypes, FdinfoEntry, FifoEntry,
+    FileEntry, FsEntry, InetSkEntry, InventoryEntry, MemfdInodeEntry, MmEntry, MntEntry,
+    NetlinkSkEntry, PacketSockEntry, PipeEntry, PstreeEntry, RegFileEntry, SignalfdEntry,
+    SkPacketEntry, StatsEntry, TaskKobjIdsEntry, TcpStreamEntry, TimerfdEntry, TtyFileEntry,
+    TtyInfoEntry, UnixSkEntry,
 };
 
 /// One CRIU image directory. Nothing is read until asked for.
@@ -57,8 +57,14 @@ impl ImageDir {
     /// The images in `root`, dumped on a host whose page size was `page_size` bytes
     /// (CRIU does not record it; pass the dumping host's `sysconf(_SC_PAGESIZE)`).
     pub fn new(root: impl Into<PathBuf>, page_size: u64) -> ImageDir {
-        assert!(page_size.is_power_of_two(), "page size {page_size} is not a power of two");
-        ImageDir { root: root.into(), page_size }
+        assert!(
+            page_size.is_power_of_two(),
+            "page size {page_size} is not a power of two"
+        );
+        ImageDir {
+            root: root.into(),
+            page_size,
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -97,9 +103,10 @@ impl ImageDir {
     pub fn ids(&self, pid: u32) -> Result<TaskKobjIdsEntry> {
         let path = self.file(&format!("ids-{pid}.img"));
         match read_one(&path, magic::IDS) {
-            Err(e) if e.is_missing() => {
-                self.core(pid)?.ids.ok_or_else(|| ImageError::missing(&path))
-            }
+            Err(e) if e.is_missing() => self
+                .core(pid)?
+                .ids
+                .ok_or_else(|| ImageError::missing(&path)),
             other => other,
         }
     }
@@ -225,7 +232,7 @@ impl ImageDir {
             Err(e) if e.is_missing() => return Ok(out),
             Err(e) => return Err(e),
         };
-        while let Some(entry) = image.next::<SkPacketEntry>()? {
+        while let Some(entry) = image.read_entry::<SkPacketEntry>()? {
             image.skip(u64::from(entry.length))?;
             *out.entry(entry.id_for).or_insert(0) += u64::from(entry.length);
         }
@@ -289,8 +296,11 @@ impl ImageDir {
 }
 
 fn file(kind: FdTypes, id: u32, fill: impl FnOnce(&mut FileEntry)) -> FileEntry {
-    let mut entry = FileEntry { r#type: kind as i32, id, ..Default::default() };
+    let mut entry = FileEntry {
+        r#type: kind as i32,
+        id,
+        ..Default::default()
+    };
     fill(&mut entry);
     entry
 }
-

@@ -35,7 +35,11 @@ pub enum ErrorKind {
     BadHeadMagic { found: u32 },
     #[error("magic {found:#010x} ({}), expected {expected} ({expected_value:#010x})",
         crate::magic::name(*found).unwrap_or("unknown"))]
-    WrongMagic { expected: &'static str, expected_value: u32, found: u32 },
+    WrongMagic {
+        expected: &'static str,
+        expected_value: u32,
+        found: u32,
+    },
     #[error("unknown image magic {found:#010x}")]
     UnknownMagic { found: u32 },
     #[error("entry of {size} bytes, but only {available} bytes are left in the file")]
@@ -54,7 +58,11 @@ pub enum ErrorKind {
 
 impl ImageError {
     pub fn new(path: impl Into<PathBuf>, offset: u64, kind: ErrorKind) -> ImageError {
-        ImageError { path: path.into(), offset, kind }
+        ImageError {
+            path: path.into(),
+            offset,
+            kind,
+        }
     }
 
     /// A file that should exist does not.
@@ -110,7 +118,12 @@ impl fmt::Display for ImageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             ErrorKind::Missing => write!(f, "{}: missing", self.path.display()),
-            kind => write!(f, "{}: at offset {}: {kind}", self.path.display(), self.offset),
+            kind => write!(
+                f,
+                "{}: at offset {}: {kind}",
+                self.path.display(),
+                self.offset
+            ),
         }
     }
 }
@@ -137,7 +150,10 @@ mod tests {
         let e = ImageError::new(
             "d/pstree.img",
             8,
-            ErrorKind::EntryTooLarge { size: 4_294_967_295, available: 92 },
+            ErrorKind::EntryTooLarge {
+                size: 4_294_967_295,
+                available: 92,
+            },
         );
         assert_eq!(
             e.to_string(),
@@ -145,8 +161,13 @@ mod tests {
              in the file"
         );
         assert_eq!(e.file_name(), "pstree.img");
-        assert!(e.describe_in(Path::new("d")).starts_with("pstree.img: at offset 8: entry of"));
-        assert_eq!(ImageError::missing(Path::new("d/x.img")).to_string(), "d/x.img: missing");
+        assert!(e
+            .describe_in(Path::new("d"))
+            .starts_with("pstree.img: at offset 8: entry of"));
+        assert_eq!(
+            ImageError::missing(Path::new("d/x.img")).to_string(),
+            "d/x.img: missing"
+        );
     }
 
     #[test]

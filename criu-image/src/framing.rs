@@ -52,7 +52,10 @@ impl ImageFile {
     /// inventory.img's magic is valid.
     pub fn open(path: &Path) -> Result<ImageFile> {
         let file = File::open(path).map_err(|e| ImageError::io(path, 0, e))?;
-        let size = file.metadata().map_err(|e| ImageError::io(path, 0, e))?.len();
+        let size = file
+            .metadata()
+            .map_err(|e| ImageError::io(path, 0, e))?
+            .len();
         let capacity = size.clamp(64, 64 * 1024) as usize;
         let mut image = ImageFile {
             path: path.to_path_buf(),
@@ -66,7 +69,11 @@ impl ImageFile {
         let first = image.read_u32()?;
         match first {
             magic::IMG_COMMON | magic::IMG_SERVICE => {
-                image.head = if first == magic::IMG_COMMON { Head::Common } else { Head::Service };
+                image.head = if first == magic::IMG_COMMON {
+                    Head::Common
+                } else {
+                    Head::Service
+                };
                 image.magic = image.read_u32()?;
             }
             magic::INVENTORY => image.magic = first,
@@ -121,39 +128,58 @@ impl ImageFile {
     }
 
     /// The next entry's payload, or None at a clean end of file.
-    pub fn next_raw(&mut self) -> Result<Option<RawEntry<'_>>> {
+    pub fn read_raw(&mut self) -> Result<Option<RawEntry<'_>>> {
         let offset = self.pos;
-        let Some(len) = self.read_u32_or_eof()? else { return Ok(None) };
+        let Some(len) = self.read_u32_or_eof()? else {
+            return Ok(None);
+        };
         let len = u64::from(len);
         if len > self.remaining() {
             return Err(ImageError::new(
                 &self.path,
                 offset,
-                ErrorKind::EntryTooLarge { size: len, available: self.remaining() },
+                ErrorKind::EntryTooLarge {
+                    size: len,
+                    available: self.remaining(),
+                },
             ));
         }
         // Bounded: `len` is at most what is left of the file.
         self.buf.resize(len as usize, 0);
         let at = self.pos;
-        self.reader.read_exact(&mut self.buf).map_err(|e| self.read_error(at, len, e))?;
+        self.reader
+            .read_exact(&mut self.buf)
+            .map_err(|e| self.read_error(at, len, e))?;
         self.pos += len;
-        Ok(Some(RawEntry { offset, payload: &self.buf }))
+        Ok(Some(RawEntry {
+            offset,
+            payload: &self.buf,
+        }))
     }
 
     /// The next entry decoded as `M`, with its offset; None at a clean end of file.
-    pub fn next_at<M: Message + Name + Default>(&mut self) -> Result<Option<(u64, M)>> {
+    pub fn read_entry_at<M: Message + Name + Default>(&mut self) -> Result<Option<(u64, M)>> {
         let path = self.path.clone();
-        let Some(entry) = self.next_raw()? else { return Ok(None) };
+        let Some(entry) = self.read_raw()? else {
+            return Ok(None);
+        };
         let offset = entry.offset;
         let message = M::decode(entry.payload).map_err(|source| {
-            ImageError::new(path, offset, ErrorKind::Decode { message: M::NAME, source })
+            ImageError::new(
+                path,
+                offset,
+                ErrorKind::Decode {
+                    message: M::NAME,
+                    source,
+                },
+            )
         })?;
         Ok(Some((offset, message)))
     }
 
     /// The next entry decoded as `M`; None at a clean end of file.
-    pub fn next<M: Message + Name + Default>(&mut self) -> Result<Option<M>> {
-        Ok(self.next_at()?.map(|(_, m)| m))
+    pub fn read_entry<M: Message + Name + Default>(&mut self) -> Result<Option<M>> {
+        Ok(self.read_entry_at()?.map(|(_, m)| m))
     }
 
     /// Skip `len` bytes of payload that follow an entry (pipe data, queued packets).
@@ -162,11 +188,16 @@ impl ImageFile {
             return Err(ImageError::new(
                 &self.path,
                 self.pos,
-                ErrorKind::Truncated { needed: len, available: self.remaining() },
+                ErrorKind::Truncated {
+                    needed: len,
+                    available: self.remaining(),
+                },
             ));
         }
         let offset = i64::try_from(len).expect("bounded by the file size");
-        self.reader.seek_relative(offset).map_err(|e| ImageError::io(&self.path, self.pos, e))?;
+        self.reader
+            .seek_relative(offset)
+            .map_err(|e| ImageError::io(&self.path, self.pos, e))?;
         self.pos += len;
         Ok(())
     }
@@ -179,7 +210,9 @@ impl ImageFile {
     /// Rewind to just after the magic(s).
     pub fn rewind(&mut self) -> Result<()> {
         let start = if self.head == Head::Bare { 4 } else { 8 };
-        self.reader.seek(SeekFrom::Start(start)).map_err(|e| ImageError::io(&self.path, 0, e))?;
+        self.reader
+            .seek(SeekFrom::Start(start))
+            .map_err(|e| ImageError::io(&self.path, 0, e))?;
         self.pos = start;
         Ok(())
     }
@@ -191,7 +224,10 @@ impl ImageFile {
             None => Err(ImageError::new(
                 &self.path,
                 at,
-                ErrorKind::Truncated { needed: 4, available: 0 },
+                ErrorKind::Truncated {
+                    needed: 4,
+                    available: 0,
+                },
             )),
         }
     }
@@ -217,7 +253,10 @@ impl ImageFile {
             n => Err(ImageError::new(
                 &self.path,
                 at,
-                ErrorKind::Truncated { needed: 4, available: n as u64 },
+                ErrorKind::Truncated {
+                    needed: 4,
+                    available: n as u64,
+                },
             )),
         }
     }
@@ -225,7 +264,14 @@ impl ImageFile {
     fn read_error(&self, at: u64, len: u64, e: io::Error) -> ImageError {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             // The file shrank after it was opened.
-            ImageError::new(&self.path, at, ErrorKind::Truncated { needed: len, available: 0 })
+            ImageError::new(
+                &self.path,
+                at,
+                ErrorKind::Truncated {
+                    needed: len,
+                    available: 0,
+                },
+            )
         } else {
             ImageError::io(&self.path, at, e)
         }
@@ -236,7 +282,7 @@ impl ImageFile {
 pub fn read_all<M: Message + Name + Default>(path: &Path, expected: u32) -> Result<Vec<M>> {
     let mut image = ImageFile::open_as(path, expected)?;
     let mut out = Vec::new();
-    while let Some(m) = image.next()? {
+    while let Some(m) = image.read_entry()? {
         out.push(m);
     }
     Ok(out)
@@ -247,7 +293,9 @@ pub fn read_all<M: Message + Name + Default>(path: &Path, expected: u32) -> Resu
 pub fn read_one<M: Message + Name + Default>(path: &Path, expected: u32) -> Result<M> {
     let mut image = ImageFile::open_as(path, expected)?;
     let end = image.offset();
-    image.next()?.ok_or_else(|| ImageError::new(path, end, ErrorKind::Empty { message: M::NAME }))
+    image
+        .read_entry()?
+        .ok_or_else(|| ImageError::new(path, end, ErrorKind::Empty { message: M::NAME }))
 }
 
 #[cfg(test)]
@@ -271,7 +319,13 @@ mod tests {
 
     #[test]
     fn reads_entries_after_both_magics() {
-        let entry = PstreeEntry { pid: 1, ppid: 0, pgid: 1, sid: 1, threads: vec![1, 2] };
+        let entry = PstreeEntry {
+            pid: 1,
+            ppid: 0,
+            pgid: 1,
+            sid: 1,
+            threads: vec![1, 2],
+        };
         let bytes = entry.encode_to_vec();
         let f = image(&[magic::IMG_COMMON, magic::PSTREE], &[&bytes, &bytes]);
         let all: Vec<PstreeEntry> = read_all(f.path(), magic::PSTREE).unwrap();
@@ -292,10 +346,16 @@ mod tests {
         f.write_all(&u32::MAX.to_le_bytes()).unwrap();
         f.write_all(&[0u8; 88]).unwrap();
         let mut img = ImageFile::open(f.path()).unwrap();
-        let err = img.next_raw().unwrap_err();
+        let err = img.read_raw().unwrap_err();
         assert_eq!(err.offset, 8);
         assert!(
-            matches!(err.kind, ErrorKind::EntryTooLarge { size: 4_294_967_295, available: 88 }),
+            matches!(
+                err.kind,
+                ErrorKind::EntryTooLarge {
+                    size: 4_294_967_295,
+                    available: 88
+                }
+            ),
             "{err}"
         );
     }
@@ -305,8 +365,17 @@ mod tests {
         let mut f = image(&[magic::IMG_COMMON, magic::PSTREE], &[]);
         f.write_all(&[1, 0]).unwrap();
         let mut img = ImageFile::open(f.path()).unwrap();
-        let err = img.next_raw().unwrap_err();
-        assert!(matches!(err.kind, ErrorKind::Truncated { needed: 4, available: 2 }), "{err}");
+        let err = img.read_raw().unwrap_err();
+        assert!(
+            matches!(
+                err.kind,
+                ErrorKind::Truncated {
+                    needed: 4,
+                    available: 2
+                }
+            ),
+            "{err}"
+        );
         assert_eq!(err.offset, 8);
     }
 
@@ -315,24 +384,40 @@ mod tests {
         let f = image(&[0xdead_beef, magic::PSTREE], &[]);
         let err = ImageFile::open(f.path()).unwrap_err();
         assert_eq!(err.offset, 0);
-        assert!(matches!(err.kind, ErrorKind::BadHeadMagic { found: 0xdead_beef }));
+        assert!(matches!(
+            err.kind,
+            ErrorKind::BadHeadMagic { found: 0xdead_beef }
+        ));
     }
 
     #[test]
     fn undecodable_entry_names_message_and_offset() {
-        let f = image(&[magic::IMG_COMMON, magic::PSTREE], &[&[0x08], &[0xff, 0xff]]);
+        let f = image(
+            &[magic::IMG_COMMON, magic::PSTREE],
+            &[&[0x08], &[0xff, 0xff]],
+        );
         let mut img = ImageFile::open(f.path()).unwrap();
-        let err = img.next::<PstreeEntry>().unwrap_err();
+        let err = img.read_entry::<PstreeEntry>().unwrap_err();
         assert_eq!(err.offset, 8);
-        assert!(err.to_string().contains("at offset 8: malformed pstree_entry entry"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("at offset 8: malformed pstree_entry entry"),
+            "{err}"
+        );
     }
 
     #[test]
     fn skip_is_bounded() {
         let f = image(&[magic::IMG_COMMON, magic::PIPES_DATA], &[&[]]);
         let mut img = ImageFile::open(f.path()).unwrap();
-        img.next_raw().unwrap().unwrap();
+        img.read_raw().unwrap().unwrap();
         let err = img.skip(10).unwrap_err();
-        assert!(matches!(err.kind, ErrorKind::Truncated { needed: 10, available: 0 }));
+        assert!(matches!(
+            err.kind,
+            ErrorKind::Truncated {
+                needed: 10,
+                available: 0
+            }
+        ));
     }
 }

@@ -189,7 +189,10 @@ mod tests {
     fn names_are_unique_per_magic() {
         for (i, (m, n)) in NAMES.iter().enumerate() {
             assert_eq!(name(*m), Some(*n));
-            assert!(NAMES[i + 1..].iter().all(|(m2, _)| m2 != m), "{n} listed twice");
+            assert!(
+                NAMES[i + 1..].iter().all(|(m2, _)| m2 != m),
+                "{n} listed twice"
+            );
         }
         assert_eq!(name(0x1234), None);
     }

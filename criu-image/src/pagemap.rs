@@ -69,13 +69,13 @@ impl Pagemap {
     pub fn read(path: &Path, page_size: u64) -> Result<Pagemap> {
         let mut image = ImageFile::open_as(path, magic::PAGEMAP)?;
         let head_offset = image.offset();
-        let head: PagemapHead = image.next()?.ok_or_else(|| {
-            ImageError::invalid(path, head_offset, "no pagemap_head entry")
-        })?;
+        let head: PagemapHead = image
+            .read_entry()?
+            .ok_or_else(|| ImageError::invalid(path, head_offset, "no pagemap_head entry"))?;
         let mut runs = Vec::new();
         let mut next_offset: u64 = 0;
         let mut present_pages: u64 = 0;
-        while let Some((offset, entry)) = image.next_at::<PagemapEntry>()? {
+        while let Some((offset, entry)) = image.read_entry_at::<PagemapEntry>()? {
             let run = to_run(&entry, offset, page_size, &mut next_offset)
                 .ok_or_else(|| ImageError::invalid(path, offset, overflow_message(&entry)))?;
             if run.is_present() {
@@ -98,7 +98,13 @@ impl Pagemap {
                 ));
             }
         }
-        Ok(Pagemap { path: path.to_path_buf(), pages_id: head.pages_id, page_size, runs, present_pages })
+        Ok(Pagemap {
+            path: path.to_path_buf(),
+            pages_id: head.pages_id,
+            page_size,
+            runs,
+            present_pages,
+        })
     }
 
     /// The pagemap file.
@@ -162,7 +168,9 @@ impl Pagemap {
 
     /// Pages of `start..end` whose data is in the pages file.
     pub fn present_pages_in(&self, start: u64, end: u64) -> u64 {
-        let first = self.runs.partition_point(|r| r.vaddr + r.nr_pages * self.page_size <= start);
+        let first = self
+            .runs
+            .partition_point(|r| r.vaddr + r.nr_pages * self.page_size <= start);
         let mut pages = 0;
         for run in self.runs[first..].iter().take_while(|r| r.vaddr < end) {
             if !run.is_present() {
@@ -195,7 +203,13 @@ fn to_run(entry: &PagemapEntry, offset: u64, page_size: u64, next: &mut u64) -> 
     } else {
         None
     };
-    Some(Run { vaddr: entry.vaddr, nr_pages, flags, file_offset, entry_offset: offset })
+    Some(Run {
+        vaddr: entry.vaddr,
+        nr_pages,
+        flags,
+        file_offset,
+        entry_offset: offset,
+    })
 }
 
 fn overflow_message(entry: &PagemapEntry) -> String {
@@ -216,7 +230,12 @@ pub(crate) mod tests_support {
     use crate::proto::{PagemapEntry, PagemapHead};
 
     /// Write `name` in `dir`: a pagemap of `pages_id` with `entries`.
-    pub fn write_pagemap_in(dir: &Path, name: &str, pages_id: u32, entries: &[PagemapEntry]) -> PathBuf {
+    pub fn write_pagemap_in(
+        dir: &Path,
+        name: &str,
+        pages_id: u32,
+        entries: &[PagemapEntry],
+    ) -> PathBuf {
         let mut bytes = image_bytes(Head::Common, magic::PAGEMAP, &[PagemapHead { pages_id }]);
         for e in entries {
             push_entry(&mut bytes, e);
@@ -244,7 +263,13 @@ mod tests {
     }
 
     fn entry(vaddr: u64, nr_pages: u64, flags: Option<u32>) -> PagemapEntry {
-        PagemapEntry { vaddr, compat_nr_pages: 0, in_parent: None, flags, nr_pages: Some(nr_pages) }
+        PagemapEntry {
+            vaddr,
+            compat_nr_pages: 0,
+            in_parent: None,
+            flags,
+            nr_pages: Some(nr_pages),
+        }
     }
 
     #[test]
@@ -272,7 +297,13 @@ mod tests {
 
     #[test]
     fn page_size_is_a_parameter() {
-        let f = write_pagemap(1, &[entry(0x100000, 2, Some(PE_PRESENT)), entry(0x200000, 1, None)]);
+        let f = write_pagemap(
+            1,
+            &[
+                entry(0x100000, 2, Some(PE_PRESENT)),
+                entry(0x200000, 1, None),
+            ],
+        );
         let pm = Pagemap::read(&f.path, 65536).unwrap();
         assert_eq!(pm.present_bytes(), 3 * 65536);
         assert_eq!(pm.locate(0x200000 + 5), Location::Pages(2 * 65536 + 5));
@@ -301,7 +332,10 @@ mod tests {
         assert_eq!(err.offset, 14);
         let f = write_pagemap(
             1,
-            &[entry(0x1000, 2, Some(PE_PRESENT)), entry(0x2000, 1, Some(PE_PRESENT))],
+            &[
+                entry(0x1000, 2, Some(PE_PRESENT)),
+                entry(0x2000, 1, Some(PE_PRESENT)),
+            ],
         );
         let err = Pagemap::read(&f.path, 4096).unwrap_err();
         assert!(err.to_string().contains("overlap"), "{err}");

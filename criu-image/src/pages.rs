@@ -23,8 +23,16 @@ impl PageReader {
     pub fn open(dir: &Path, pagemap: Pagemap) -> Result<PageReader> {
         let path = dir.join(pagemap.pages_file_name());
         let file = File::open(&path).map_err(|e| ImageError::io(&path, 0, e))?;
-        let size = file.metadata().map_err(|e| ImageError::io(&path, 0, e))?.len();
-        Ok(PageReader { pagemap, path, file, size })
+        let size = file
+            .metadata()
+            .map_err(|e| ImageError::io(&path, 0, e))?
+            .len();
+        Ok(PageReader {
+            pagemap,
+            path,
+            file,
+            size,
+        })
     }
 
     pub fn pagemap(&self) -> &Pagemap {
@@ -40,13 +48,17 @@ impl PageReader {
     /// into this image (a hole, a parent image or a page server). `len` is the caller's
     /// bound on the allocation.
     pub fn read(&self, start: u64, len: usize) -> Result<Option<Vec<u8>>> {
-        let Some(end) = start.checked_add(len as u64) else { return Ok(None) };
+        let Some(end) = start.checked_add(len as u64) else {
+            return Ok(None);
+        };
         let page = self.pagemap.page_size();
         // Check the whole range first, so nothing is allocated for a range that is not
         // there.
         let mut addr = start;
         while addr < end {
-            let Location::Pages(at) = self.pagemap.locate(addr) else { return Ok(None) };
+            let Location::Pages(at) = self.pagemap.locate(addr) else {
+                return Ok(None);
+            };
             let chunk = (page - addr % page).min(end - addr);
             if at + chunk > self.size {
                 return Err(self.truncated(at, chunk));
@@ -56,7 +68,9 @@ impl PageReader {
         let mut out = vec![0u8; len];
         let mut addr = start;
         while addr < end {
-            let Location::Pages(at) = self.pagemap.locate(addr) else { return Ok(None) };
+            let Location::Pages(at) = self.pagemap.locate(addr) else {
+                return Ok(None);
+            };
             let chunk = (page - addr % page).min(end - addr);
             let from = (addr - start) as usize;
             self.read_exact_at(&mut out[from..from + chunk as usize], at)?;
@@ -82,7 +96,10 @@ impl PageReader {
         ImageError::new(
             &self.path,
             at,
-            ErrorKind::Truncated { needed, available: self.size.saturating_sub(at) },
+            ErrorKind::Truncated {
+                needed,
+                available: self.size.saturating_sub(at),
+            },
         )
     }
 }
@@ -94,7 +111,10 @@ pub fn split_nul(bytes: &[u8]) -> Vec<String> {
     if bytes.is_empty() {
         return Vec::new();
     }
-    bytes.split(|b| *b == 0).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
+    bytes
+        .split(|b| *b == 0)
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
 }
 
 #[cfg(test)]
@@ -106,7 +126,13 @@ mod tests {
     use crate::proto::PagemapEntry;
 
     fn entry(vaddr: u64, nr_pages: u64, flags: u32) -> PagemapEntry {
-        PagemapEntry { vaddr, compat_nr_pages: 0, in_parent: None, flags: Some(flags), nr_pages: Some(nr_pages) }
+        PagemapEntry {
+            vaddr,
+            compat_nr_pages: 0,
+            in_parent: None,
+            flags: Some(flags),
+            nr_pages: Some(nr_pages),
+        }
     }
 
     #[test]
@@ -116,7 +142,11 @@ mod tests {
             dir.path(),
             "pagemap-1.img",
             7,
-            &[entry(0x1000, 1, PE_PRESENT), entry(0x2000, 1, PE_PRESENT), entry(0x3000, 1, PE_PARENT)],
+            &[
+                entry(0x1000, 1, PE_PRESENT),
+                entry(0x2000, 1, PE_PRESENT),
+                entry(0x3000, 1, PE_PARENT),
+            ],
         );
         let mut pages = File::create(dir.path().join("pages-7.img")).unwrap();
         pages.write_all(&[b'a'; 4096]).unwrap();
@@ -143,7 +173,11 @@ mod tests {
         assert!(reader.read(0x2000, 100).unwrap().is_some());
         let err = reader.read(0x2000 + 900, 200).unwrap_err();
         assert_eq!(err.offset, 4996);
-        assert!(err.to_string().contains("pages-1.img: at offset 4996: unexpected end"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("pages-1.img: at offset 4996: unexpected end"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,12 +1,24 @@
-//! `gpucr check-topology [DIR]`.
+//! `gpucr check-topology [DIR]`, and the topology flags `gpucr restore` shares.
 
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
+use gpucr_topology::CheckName;
 
 use super::common::OutputArgs;
 
 /// Show the local GPUs, or whether an image can be restored here.
+///
+/// Without DIR: a table of this machine's GPUs (KFD node, gpu_id or UUID, name, VRAM,
+/// compute units, firmware, NUMA node, links). With DIR: the image's GPU topology against
+/// this machine's, and the mapping a restore would use (checkpointed GPU -> local GPU), or,
+/// when there is none, every check each checkpointed GPU fails against each local GPU, with
+/// both values.
+///
+/// AMD GPUs are compared by the rules of CRIU's amdgpu plugin, NVIDIA GPUs by CUDA's (same
+/// chip, enough memory, every GPU mapped). Exit status 0: compatible (or no DIR);
+/// 9: incompatible; other codes: an error (see below).
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct CheckTopologyArgs {
@@ -15,5 +27,72 @@ pub struct CheckTopologyArgs {
     pub dir: Option<PathBuf>,
 
     #[command(flatten)]
+    pub topology: TopologyCheckArgs,
+
+    #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// Where this machine's GPU topology is read, and which compatibility checks are skipped.
+#[derive(Debug, Clone, Default, Args)]
+pub struct TopologyCheckArgs {
+    /// Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes,
+    /// DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the
+    /// simulator's root, or a copy of another machine's files.
+    #[arg(long, value_name = "DIR", env = "GPUCR_SYSFS_ROOT")]
+    pub sysfs_root: Option<PathBuf>,
+
+    /// Do not apply the topology check NAME (repeatable). CRIU's variables KFD_FW_VER_CHECK,
+    /// KFD_SDMA_FW_VER_CHECK, KFD_CACHES_COUNT_CHECK, KFD_NUM_GWS_CHECK, KFD_VRAM_SIZE_CHECK,
+    /// KFD_NUMA_CHECK and KFD_CAPABILITY_CHECK (0/NO off, 1/YES on) switch the same checks.
+    #[arg(long = "skip-check", value_name = "NAME", value_parser = check_name())]
+    pub skip_check: Vec<CheckName>,
+}
+
+fn check_name() -> impl TypedValueParser<Value = CheckName> {
+    PossibleValuesParser::new(CheckName::ALL.iter().map(|c| c.as_str()))
+        .try_map(|name| name.parse::<CheckName>())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Result<CheckTopologyArgs, clap::Error> {
+        let cli = Cli::try_parse_from(args)?;
+        match cli.command {
+            Command::CheckTopology(args) => Ok(args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn skip_check_is_repeatable_and_validated() {
+        let args = parse(&[
+            "gpucr",
+            "check-topology",
+            "img",
+            "--skip-check",
+            "fw_version",
+            "--skip-check=numa",
+            "--sysfs-root",
+            "/tmp/root",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.topology.skip_check,
+            [CheckName::FwVersion, CheckName::Numa]
+        );
+        assert_eq!(
+            args.topology.sysfs_root.as_deref(),
+            Some(std::path::Path::new("/tmp/root"))
+        );
+        assert!(args.output.json);
+        let err = parse(&["gpucr", "check-topology", "--skip-check", "firmware"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+    }
 }

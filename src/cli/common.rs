@@ -34,3 +34,44 @@ pub enum NetworkLockArg {
     /// no lock: only safe when nothing can reach the connections meanwhile.
     Skip,
 }
+
+/// How GPU memory moves (only used when the tree holds a GPU).
+#[derive(Debug, Clone, Args)]
+pub struct TransferArgs {
+    /// Threads moving GPU memory (default: the number of CPU cores).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub jobs: Option<u16>,
+}
+
+/// Parse a size: "512M", "1G", "1GiB", "4096" (binary units).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: u64 = number.trim().parse().map_err(|_| format!("{text:?} is not a size"))?;
+    let shift = match unit.trim().trim_end_matches("iB").trim_end_matches('B') {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        other => return Err(format!("unknown unit {other:?} in {text:?} (use K, M, G, T)")),
+    };
+    value.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_in_binary_units() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::common::{CriuArgs, NetworkLockArg, OutputArgs};
+use super::common::{CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
+use crate::transfer::Compression;
 
 /// Checkpoint a process tree into an image directory.
 ///
@@ -58,6 +59,14 @@ pub struct DumpArgs {
     /// Write into DIR even when it is not empty (a previous image's files are removed).
     #[arg(long)]
     pub force: bool,
+
+    /// How GPU memory is stored: none, zstd (level 1) or zstd:LEVEL. Chunks that do not
+    /// compress are stored raw either way, and all-zero chunks are not stored.
+    #[arg(long, value_name = "METHOD", default_value = "zstd")]
+    pub compress: Compression,
+
+    #[command(flatten)]
+    pub transfer: TransferArgs,
 
     #[command(flatten)]
     pub criu: CriuArgs,

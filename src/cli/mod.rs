@@ -13,7 +13,8 @@ mod restore;
 use clap::{Parser, Subcommand};
 
 pub use check_topology::CheckTopologyArgs;
-pub use common::{CriuArgs, NetworkLockArg, OutputArgs};
+pub use check_topology::TopologyCheckArgs;
+pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
 pub use completions::CompletionsArgs;
 pub use dump::DumpArgs;
 pub use inspect::InspectArgs;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::common::{CriuArgs, NetworkLockArg, OutputArgs};
+use super::common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
 
 /// Restore a process tree from an image directory.
 ///
@@ -49,6 +49,19 @@ pub struct RestoreArgs {
     /// How to lock the network while connections are restored [default: as dumped].
     #[arg(long, value_enum, value_name = "METHOD")]
     pub network_lock: Option<NetworkLockArg>,
+
+    /// Memory for GPU data read ahead of its buffers (binary units: 512M, 2G).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    pub max_staging: u64,
+
+    /// Read GPU memory only once each task's buffers exist and fill them before the task
+    /// goes on (CRIU 4.1's sequential way; for comparison). By default gpucr streams
+    /// the image from the start while CRIU restores the rest.
+    #[arg(long)]
+    pub no_parallel_restore: bool,
+
+    #[command(flatten)]
+    pub transfer: TransferArgs,
 
     #[command(flatten)]
     pub criu: CriuArgs,

@@ -1,7 +1,162 @@
-//! `gpucr check-topology [DIR]`.
+//! `gpucr check-topology [DIR]`: glue between the CLI and `gpucr-topology`.
+//!
+//! Exit codes: [`exit_code::SUCCESS`] when the image can be restored here (or without
+//! DIR, once the table is printed), [`exit_code::TOPOLOGY_INCOMPATIBLE`] when it cannot;
+//! errors are returned, and [`CheckTopologyError::exit_code`] says which code an error
+//! about the image's manifest deserves.
 
-use crate::cli::CheckTopologyArgs;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use gpucr_topology::{check, read_local, Checks, GpuTable, Report, Topology};
+use serde::Deserialize;
+
+use crate::cli::{CheckTopologyArgs, TopologyCheckArgs};
+use crate::exit_code;
+
+/// The manifest's file name in an image directory.
+const MANIFEST: &str = "gpucr.json";
+
+/// What `check-topology DIR` says about an image without GPU state.
+const NO_GPU_STATE: &str = "the image holds no GPU state: compatible with any machine";
+
+/// Why the image's topology could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckTopologyError {
+    /// No `gpucr.json`: not an image, or an incomplete one.
+    #[error("{} is missing: not a gpucr image, or the dump did not finish", path.display())]
+    ManifestMissing {
+        /// The manifest's path.
+        path: PathBuf,
+    },
+    /// The manifest exists but cannot be read.
+    #[error("cannot read {}", path.display())]
+    ManifestRead {
+        /// The manifest's path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The manifest is not JSON, or its `topology` is not a topology.
+    #[error("{} has no valid `topology`", path.display())]
+    ManifestMalformed {
+        /// The manifest's path.
+        path: PathBuf,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl CheckTopologyError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CheckTopologyError::ManifestMissing { .. } => exit_code::IMAGE_INCOMPLETE,
+            CheckTopologyError::ManifestRead { .. } => exit_code::FAILURE,
+            CheckTopologyError::ManifestMalformed { .. } => exit_code::IMAGE_DAMAGED,
+        }
+    }
+}
+
+/// The one manifest field this command needs.
+#[derive(Deserialize)]
+struct ManifestTopology {
+    #[serde(default)]
+    topology: Option<Topology>,
+}
+
+/// The GPU topology stored in the image at `dir`; `None` when the image has no GPU state.
+pub fn read_image_topology(dir: &Path) -> Result<Option<Topology>, CheckTopologyError> {
+    let path = dir.join(MANIFEST);
+    let text = fs::read_to_string(&path).map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            CheckTopologyError::ManifestMissing { path: path.clone() }
+        } else {
+            CheckTopologyError::ManifestRead {
+                path: path.clone(),
+                source,
+            }
+        }
+    })?;
+    let manifest: ManifestTopology = serde_json::from_str(&text)
+        .map_err(|source| CheckTopologyError::ManifestMalformed { path, source })?;
+    Ok(manifest.topology.filter(Topology::has_gpus))
+}
+
+/// Reads this machine's topology (`--sysfs-root`) and compares `saved` with it under the
+/// checks the environment and `--skip-check` leave on. `gpucr restore` runs this before it
+/// touches anything, and refuses with the report when it is not compatible.
+pub fn check_against_local(saved: &Topology, args: &TopologyCheckArgs) -> anyhow::Result<Report> {
+    let local = read_local(args.sysfs_root.as_deref())
+        .context("cannot read this machine's GPU topology")?;
+    let checks = Checks::from_env_and_skips(&args.skip_check);
+    Ok(check(saved, &local, &checks))
+}
 
 pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
-    anyhow::bail!("check-topology is not available yet ({:?})", args.dir)
+    let json = args.output.json;
+    let Some(dir) = &args.dir else {
+        let local = read_local(args.topology.sysfs_root.as_deref())
+            .context("cannot read this machine's GPU topology")?;
+        let table = GpuTable::new(&local);
+        if json {
+            println!("{}", serde_json::to_string_pretty(&table)?);
+        } else {
+            print!("{table}");
+        }
+        return Ok(exit_code::SUCCESS);
+    };
+
+    let Some(saved) = read_image_topology(dir)? else {
+        if json {
+            let value = serde_json::json!({
+                "compatible": true,
+                "mapping": null,
+                "disabled_checks": [],
+                "problems": [],
+                "gpus": [],
+                "would_map_without": [],
+                "notes": [NO_GPU_STATE],
+            });
+            println!("{}", serde_json::to_string_pretty(&value)?);
+        } else {
+            println!("{NO_GPU_STATE}");
+        }
+        return Ok(exit_code::SUCCESS);
+    };
+
+    let report = check_against_local(&saved, &args.topology)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(if report.compatible {
+        exit_code::SUCCESS
+    } else {
+        exit_code::TOPOLOGY_INCOMPATIBLE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_errors_have_image_exit_codes() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = read_image_topology(dir.path()).unwrap_err();
+        assert_eq!(err.exit_code(), exit_code::IMAGE_INCOMPLETE);
+        fs::write(dir.path().join(MANIFEST), "{").unwrap();
+        let err = read_image_topology(dir.path()).unwrap_err();
+        assert_eq!(err.exit_code(), exit_code::IMAGE_DAMAGED);
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        fs::create_dir(dir.path().join("sub").join(MANIFEST)).unwrap();
+        let err = read_image_topology(&dir.path().join("sub")).unwrap_err();
+        assert_eq!(err.exit_code(), exit_code::FAILURE);
+    }
 }

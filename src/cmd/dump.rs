@@ -7,6 +7,7 @@ use crate::cmd::common::{network_lock, print_timeline, size};
 use crate::dump::{dump, DumpOptions};
 use crate::exit_code;
 use crate::progress::Progress;
+use crate::transfer::TransferConfig;
 
 pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
     let opts = DumpOptions {
@@ -22,6 +23,11 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
         force: args.force,
         criu: args.criu.criu.clone(),
         verbose: args.criu.verbose > 0,
+        transfer: TransferConfig {
+            compression: args.compress,
+            jobs: args.transfer.jobs.map_or(TransferConfig::default().jobs, usize::from),
+            ..TransferConfig::default()
+        },
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);
@@ -40,6 +46,12 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
             "files": m.files.len(),
             "total_ms": m.timings.total_ms,
             "events": m.timings.events,
+            "gpu": m.gpu.as_ref().map(|g| json!({
+                "backend": g.backend,
+                "tasks": g.tasks.len(),
+                "stats": g.stats,
+                "timings": g.timings,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -57,6 +69,16 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
                 "tree killed"
             },
         );
+        if let Some(g) = &m.gpu {
+            println!(
+                "GPU ({}): {} buffers of {} tasks, {} stored as {}",
+                g.backend,
+                g.stats.buffers,
+                g.tasks.len(),
+                size(g.stats.raw_bytes),
+                size(g.stats.stored_bytes)
+            );
+        }
         print_timeline(&m.timings.events, m.timings.total_ms);
     }
     Ok(exit_code::SUCCESS)

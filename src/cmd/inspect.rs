@@ -9,13 +9,17 @@ use crate::inspect::{self, text, Options, Views};
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
     let page_size = inspect::host_page_size();
-    let mut report = inspect::collect(
-        &args.dir,
-        &Options {
-            pid: args.pid,
-            page_size,
-        },
-    )?;
+    let opts = Options {
+        pid: args.pid,
+        page_size,
+    };
+    let mut report = match inspect::collect(&args.dir, &opts) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("gpucr: error: {e}");
+            return Ok(e.exit_code());
+        }
+    };
     let mut verdict = None;
     let code = if args.verify {
         let (status, result) =

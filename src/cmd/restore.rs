@@ -7,6 +7,7 @@ use crate::cli::RestoreArgs;
 use crate::cmd::common::{network_lock, print_timeline};
 use crate::exit_code;
 use crate::progress::Progress;
+use crate::transfer::TransferConfig;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};
 
 pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
@@ -20,6 +21,12 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         criu: args.criu.criu.clone(),
         verbose: args.criu.verbose > 0,
         verify_first: args.verify_first,
+        transfer: TransferConfig {
+            jobs: args.transfer.jobs.map_or(TransferConfig::default().jobs, usize::from),
+            max_staging: args.max_staging,
+            ..TransferConfig::default()
+        },
+        no_parallel_restore: args.no_parallel_restore,
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = restore(&opts, &mut progress);
@@ -33,6 +40,7 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
             "detached": args.detach,
             "total_ms": total_ms,
             "events": events,
+            "gpu": outcome.gpu.as_ref().map(|(stats, timings)| json!({"stats": stats, "timings": timings})),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else if args.detach {
@@ -40,6 +48,18 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     } else {
         eprintln!("restored pid {} from {}", outcome.pid, args.dir.display());
         print_timeline(&events, total_ms);
+        if let Some((stats, timings)) = &outcome.gpu {
+            eprintln!("  GPU memory: {} buffers, {:.1} MiB", stats.buffers, stats.raw_bytes as f64 / 1048576.0);
+            for t in timings {
+                eprintln!(
+                    "    task {:>5}: {:>8.1} MiB filled {:>8.1} ms -> {:>8.1} ms (helper clock)",
+                    t.ns_pid,
+                    t.bytes as f64 / 1048576.0,
+                    t.start_ms.unwrap_or(0.0),
+                    t.end_ms.unwrap_or(0.0)
+                );
+            }
+        }
     }
     if args.detach {
         return Ok(exit_code::SUCCESS);

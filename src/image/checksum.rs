@@ -24,6 +24,10 @@ fn xxh3_128(data: &[u8]) -> u128 {
 
 /// Size of one checksummed block.
 pub const BLOCK_SIZE: u64 = 4 << 20;
+/// The `checksum` of a file whose content is verified chunk by chunk through another
+/// index (the GPU memory data files, see `gpu/index`), not as a whole.
+pub const CHUNK_VERIFIED: &str = "verified-by-gpu-index";
+
 /// The name recorded in the manifest for this scheme.
 pub const ALGORITHM: &str = "xxh3-blocks-4m";
 

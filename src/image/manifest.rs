@@ -73,6 +73,10 @@ pub struct Manifest {
     /// Every file of the image except the manifest, with size and checksum.
     pub files: Vec<FileRecord>,
     pub timings: Timings,
+    /// The device state of the tree and how its memory was stored (absent for a
+    /// CPU-only tree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::gpu::session::GpuManifest>,
 }
 
 /// The machine the image was dumped on.
@@ -255,6 +259,7 @@ mod tests {
                 blocks: vec![],
             }],
             timings: Timings::default(),
+            gpu: None,
         }
     }
 

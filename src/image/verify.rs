@@ -84,6 +84,9 @@ impl Scope {
     }
 
     fn checks_content(self, record: &FileRecord) -> bool {
+        if record.checksum == checksum::CHUNK_VERIFIED {
+            return false;
+        }
         match self {
             Scope::All => true,
             Scope::SmallFiles => record.size < BULK_THRESHOLD,

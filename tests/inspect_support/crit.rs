@@ -74,7 +74,7 @@ pub fn fds(dir: &Path) -> BTreeMap<u32, BTreeMap<String, String>> {
         }
         let (key, value) = line.trim().split_once(": ").unwrap();
         out.get_mut(&pid)
-            .unwrap()
+            .expect("a pid line comes first")
             .insert(key.trim().to_string(), value.to_string());
     }
     out
@@ -94,7 +94,7 @@ pub struct MemRow {
 /// `crit x DIR mems`: pid -> (exe, VMAs).
 pub fn mems(dir: &Path) -> BTreeMap<u32, (String, Vec<MemRow>)> {
     let text = crit(&["x", dir.to_str().unwrap(), "mems"]);
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<u32, (String, Vec<MemRow>)> = BTreeMap::new();
     let mut pid = 0;
     for line in text.lines() {
         if !line.starts_with('\t') {
@@ -108,16 +108,16 @@ pub fn mems(dir: &Path) -> BTreeMap<u32, (String, Vec<MemRow>)> {
         }
         let (range, rest) = line.split_at(36);
         let (start, end) = range.trim().split_once('-').unwrap();
-        let prot = rest[..3].to_string();
-        let tag = rest[3..].trim().to_string();
         let row = MemRow {
             start: u64::from_str_radix(start, 16).unwrap(),
             end: u64::from_str_radix(end, 16).unwrap(),
-            prot,
-            tag,
+            prot: rest[..3].to_string(),
+            tag: rest[3..].trim().to_string(),
         };
         out.get_mut(&pid)
-            .map(|(_, v): &mut (String, Vec<MemRow>)| v.push(row));
+            .expect("the exe line comes first")
+            .1
+            .push(row);
     }
     out
 }

@@ -7,8 +7,9 @@
  *               2 extra threads; FILE opened read-write at offset 1234; a memfd
  *               "gpucr-inspect-memfd" holding 8 KiB; a TCP listener on 127.0.0.1:PORT
  *               and an established loopback connection to it with 5 unread bytes; a
- *               16 MiB private anonymous region filled with a pattern; the write end
- *               of a pipe and one end of a unix socketpair
+ *               private anonymous region filled with a pattern (16 MiB, or
+ *               $GPUCR_INSPECT_MIB MiB for benchmarks); the write end of a pipe and
+ *               one end of a unix socketpair
  *   child-a     argv: workload child-a alpha      the pipe's read end, 1 extra thread
  *   child-b     argv: workload child-b beta       the socketpair's other end, 1 thread
  *   grandchild  argv: workload grandchild gamma   child of child-b, 1 extra thread
@@ -163,7 +164,8 @@ static int root(int port, const char *path, const char *ready)
 	if (write(csk, "hello", 5) != 5)
 		die("write tcp");
 
-	size_t big = 16 << 20;
+	const char *mib = getenv("GPUCR_INSPECT_MIB");
+	size_t big = (size_t)(mib ? atol(mib) : 16) << 20;
 	unsigned char *mem = mmap(NULL, big, PROT_READ | PROT_WRITE,
 				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (mem == MAP_FAILED)

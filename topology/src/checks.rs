@@ -195,7 +195,9 @@ impl Checks {
             match parse_bool(&value) {
                 Some(true) => {}
                 Some(false) => {
-                    checks.disabled.insert(check, Disabled::Env { variable, value });
+                    checks
+                        .disabled
+                        .insert(check, Disabled::Env { variable, value });
                 }
                 None => checks.warnings.push(format!(
                     "ignoring invalid value for {variable}={value:?}, expecting YES/NO or 1/0"
@@ -264,7 +266,10 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), CheckName::ALL.len());
         let err = "fw".parse::<CheckName>().unwrap_err().to_string();
-        assert!(err.contains("\"fw\"") && err.contains("fw_version"), "{err}");
+        assert!(
+            err.contains("\"fw\"") && err.contains("fw_version"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -323,6 +328,9 @@ mod tests {
             [CheckName::DeviceId, CheckName::FwVersion]
         );
         let checks = Checks::from_lookup(env(&[("KFD_NUMA_CHECK", "0")]), &[CheckName::Numa]);
-        assert_eq!(checks.disabled().next(), Some((CheckName::Numa, &Disabled::Flag)));
+        assert_eq!(
+            checks.disabled().next(),
+            Some((CheckName::Numa, &Disabled::Flag))
+        );
     }
 }

@@ -38,8 +38,11 @@ pub(crate) fn valid(saved: &System, local: &System, checks: &Checks, gpus: &[usi
     if checks.enabled(CheckName::XgmiHive) {
         let mut used = Vec::new();
         for hive in &saved.hives {
-            let targets: Vec<Option<usize>> = hive.iter().map(|&s| local.gpus[gpus[s]].hive).collect();
-            let Some(first) = targets[0] else { return false };
+            let targets: Vec<Option<usize>> =
+                hive.iter().map(|&s| local.gpus[gpus[s]].hive).collect();
+            let Some(first) = targets[0] else {
+                return false;
+            };
             if targets.iter().any(|t| *t != Some(first)) || used.contains(&first) {
                 return false;
             }
@@ -66,7 +69,10 @@ pub(crate) fn valid(saved: &System, local: &System, checks: &Checks, gpus: &[usi
                 })
             })
         };
-        if !injections(cpus.len(), local.cpus.len()).iter().any(|m| fits(m)) {
+        if !injections(cpus.len(), local.cpus.len())
+            .iter()
+            .any(|m| fits(m))
+        {
             return false;
         }
     }
@@ -193,7 +199,10 @@ fn build(rng: &mut Rng, cpus: usize, gpus: &[GenGpu]) -> Topology {
                 ("fw_version", g.fw),
             ]),
             mem_banks: vec![MemBank {
-                properties: Properties::from([("heap_type", 1), ("size_in_bytes", g.vram_gib << 30)]),
+                properties: Properties::from([
+                    ("heap_type", 1),
+                    ("size_in_bytes", g.vram_gib << 30),
+                ]),
             }],
             ..KfdNode::default()
         });
@@ -201,9 +210,13 @@ fn build(rng: &mut Rng, cpus: usize, gpus: &[GenGpu]) -> Topology {
     for (i, g) in gpus.iter().enumerate() {
         let me = cpus + i;
         for &(cpu, kind, back) in &g.cpus {
-            nodes[me].io_links.push(IoLink::new(kind, me as u32, cpu as u32));
+            nodes[me]
+                .io_links
+                .push(IoLink::new(kind, me as u32, cpu as u32));
             if back {
-                nodes[cpu].io_links.push(IoLink::new(kind, cpu as u32, me as u32));
+                nodes[cpu]
+                    .io_links
+                    .push(IoLink::new(kind, cpu as u32, me as u32));
             }
         }
         for (j, h) in gpus.iter().enumerate() {
@@ -213,10 +226,14 @@ fn build(rng: &mut Rng, cpus: usize, gpus: &[GenGpu]) -> Topology {
             let other = (cpus + j) as u32;
             if g.hive == h.hive {
                 if !rng.chance(8) {
-                    nodes[me].io_links.push(IoLink::new(LinkType::Xgmi, me as u32, other));
+                    nodes[me]
+                        .io_links
+                        .push(IoLink::new(LinkType::Xgmi, me as u32, other));
                 }
             } else if rng.chance(15) {
-                nodes[me].io_links.push(IoLink::new(LinkType::Pcie, me as u32, other));
+                nodes[me]
+                    .io_links
+                    .push(IoLink::new(LinkType::Pcie, me as u32, other));
             }
         }
     }
@@ -286,7 +303,11 @@ fn search_agrees_with_exhaustive_search_on_random_topologies() {
                 checks = checks.without(check);
             }
         }
-        let extra = if checks.enabled(CheckName::GpuCount) { 0 } else { rng.below(2) as usize };
+        let extra = if checks.enabled(CheckName::GpuCount) {
+            0
+        } else {
+            rng.below(2) as usize
+        };
         let saved_gpus = random_gpus(&mut rng, n, saved_cpus);
         let local_gpus = if rng.chance(75) {
             perturb(&mut rng, &saved_gpus, local_cpus, extra)

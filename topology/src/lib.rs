@@ -67,8 +67,8 @@ pub use model::{
 };
 pub use nvidia::{NvidiaError, NvmlError};
 pub use report::{
-    check, Candidate, CpuPair, DisabledCheck, GpuPair, GpuRef, GpuReport, Mapping, Problem,
-    Report,
+    check, find_mapping, Candidate, CpuPair, DisabledCheck, GpuPair, GpuRef, GpuReport, Mapping,
+    Problem, Report,
 };
 pub use rules::{Mismatch, Value};
 pub use table::{GpuRow, GpuTable, LinkRow};

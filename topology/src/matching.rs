@@ -12,7 +12,10 @@ pub(crate) enum Matching {
     /// Every row got a column: `columns[row]`.
     Complete(Vec<usize>),
     /// These rows can only use these (fewer) columns between them.
-    Deficient { rows: Vec<usize>, columns: Vec<usize> },
+    Deficient {
+        rows: Vec<usize>,
+        columns: Vec<usize>,
+    },
 }
 
 /// Matches each row to a distinct column among `rows[row]` (sets of columns below
@@ -99,7 +102,12 @@ mod tests {
 
     #[test]
     fn reports_a_hall_violator() {
-        let rows = [set(4, &[0, 1]), set(4, &[2, 3]), set(4, &[0, 1]), set(4, &[1, 0])];
+        let rows = [
+            set(4, &[0, 1]),
+            set(4, &[2, 3]),
+            set(4, &[0, 1]),
+            set(4, &[1, 0]),
+        ];
         assert_eq!(
             match_rows(&rows, 4),
             Matching::Deficient {

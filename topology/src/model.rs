@@ -40,7 +40,11 @@ pub struct Topology {
 impl Topology {
     /// The identities of every GPU, KFD GPUs first.
     pub fn gpus(&self) -> Vec<GpuId> {
-        let kfd = self.kfd_nodes.iter().filter(|n| n.is_gpu()).map(KfdNode::id);
+        let kfd = self
+            .kfd_nodes
+            .iter()
+            .filter(|n| n.is_gpu())
+            .map(KfdNode::id);
         let nvidia = self.nvidia_gpus.iter().map(NvidiaGpu::id);
         kfd.flatten().chain(nvidia).collect()
     }
@@ -172,7 +176,10 @@ impl KfdNode {
 
     /// The LLVM target name (`gfx942`) from `gfx_target_version` (90402), when listed.
     pub fn gfx_target(&self) -> Option<String> {
-        let v = self.properties.get("gfx_target_version").filter(|v| *v != 0)?;
+        let v = self
+            .properties
+            .get("gfx_target_version")
+            .filter(|v| *v != 0)?;
         Some(format!(
             "gfx{}{:x}{:x}",
             v / 10000,

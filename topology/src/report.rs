@@ -198,6 +198,15 @@ fn solve(saved: &System, local: &System, checks: &Checks) -> (Option<Assignment>
     (outcome.assignment, outcome.steps)
 }
 
+/// Only the mapping search, without the report: the mapping when one exists. [`check`]
+/// finds the same mapping and explains a failure.
+pub fn find_mapping(saved: &Topology, local: &Topology, checks: &Checks) -> Option<Mapping> {
+    let saved_sys = System::new(saved);
+    let local_sys = System::new(local);
+    let (assignment, _) = solve(&saved_sys, &local_sys, checks);
+    assignment.map(|a| mapping(&saved_sys, &local_sys, &a))
+}
+
 /// Compares the checkpointed topology with the local one.
 pub fn check(saved: &Topology, local: &Topology, checks: &Checks) -> Report {
     let saved_sys = System::new(saved);
@@ -253,7 +262,10 @@ fn mapping(saved: &System, local: &System, assignment: &Assignment) -> Mapping {
 fn notes(saved: &System, local: &System, checks: &Checks) -> Vec<String> {
     let mut notes: Vec<String> = checks.warnings().to_vec();
     let unknown = |system: &System| {
-        system.gpus.iter().any(|g| g.kind() == Kind::Nvidia && g.vram.is_none())
+        system
+            .gpus
+            .iter()
+            .any(|g| g.kind() == Kind::Nvidia && g.vram.is_none())
     };
     if checks.enabled(CheckName::VramSize)
         && saved.count(Kind::Nvidia) > 0
@@ -317,7 +329,8 @@ fn diagnose(saved: &System, local: &System, checks: &Checks, report: &mut Report
     let every_gpu_has_a_candidate = compat.iter().all(|c| !c.is_empty());
 
     if every_gpu_has_a_candidate {
-        if let Matching::Deficient { rows, columns } = matching::match_rows(&compat, local.gpus.len())
+        if let Matching::Deficient { rows, columns } =
+            matching::match_rows(&compat, local.gpus.len())
         {
             if report.problems.is_empty() {
                 let names = |sys: &System, idx: &[usize]| {
@@ -345,10 +358,24 @@ fn diagnose(saved: &System, local: &System, checks: &Checks, report: &mut Report
         report.problems.extend(hive_problems(saved, local, &compat));
     }
 
+    // A pairwise check that no pair fails cannot be what blocks the mapping; only the
+    // others are worth a search without them.
+    let failing: Vec<CheckName> = report
+        .gpus
+        .iter()
+        .flat_map(|g| g.candidates.iter())
+        .flat_map(|c| c.failed.iter().map(|m| m.check))
+        .collect();
+    let global = [
+        CheckName::CpuLinks,
+        CheckName::Numa,
+        CheckName::XgmiHive,
+        CheckName::GpuCount,
+    ];
     report.would_map_without = CheckName::ALL
         .iter()
         .copied()
-        .filter(|&c| checks.enabled(c))
+        .filter(|&c| checks.enabled(c) && (global.contains(&c) || failing.contains(&c)))
         .filter(|&c| solve(saved, local, &checks.clone().without(c)).0.is_some())
         .collect();
 
@@ -465,12 +492,7 @@ impl fmt::Display for Report {
                     .max()
                     .unwrap_or(0);
                 for pair in &mapping.gpus {
-                    writeln!(
-                        f,
-                        "  {:width$} -> {}",
-                        pair.saved.to_string(),
-                        pair.local
-                    )?;
+                    writeln!(f, "  {:width$} -> {}", pair.saved.to_string(), pair.local)?;
                 }
                 for cpu in &mapping.cpu_nodes {
                     writeln!(f, "  CPU node {} -> CPU node {}", cpu.saved, cpu.local)?;

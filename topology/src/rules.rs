@@ -67,10 +67,9 @@ impl fmt::Display for Mismatch {
 /// How a value reads in the human report.
 pub(crate) fn format_value(check: CheckName, value: &Value) -> String {
     match (check, value) {
-        (
-            CheckName::VendorId | CheckName::DeviceId | CheckName::Capability,
-            Value::Number(n),
-        ) => format!("{n:#06x}"),
+        (CheckName::VendorId | CheckName::DeviceId | CheckName::Capability, Value::Number(n)) => {
+            format!("{n:#06x}")
+        }
         (CheckName::VramSize, Value::Number(n)) => format_bytes(*n),
         (_, Value::Number(n)) => n.to_string(),
         (_, Value::Flag(b)) => if *b { "yes" } else { "no" }.to_owned(),
@@ -104,7 +103,10 @@ const EQUAL_PROPERTIES: &[(CheckName, &str)] = &[
     (CheckName::DeviceId, "device_id"),
     (CheckName::NumSdmaEngines, "num_sdma_engines"),
     (CheckName::NumSdmaXgmiEngines, "num_sdma_xgmi_engines"),
-    (CheckName::NumSdmaQueuesPerEngine, "num_sdma_queues_per_engine"),
+    (
+        CheckName::NumSdmaQueuesPerEngine,
+        "num_sdma_queues_per_engine",
+    ),
     (CheckName::NumCpQueues, "num_cp_queues"),
     (CheckName::Capability, "capability"),
 ];
@@ -172,7 +174,10 @@ pub(crate) fn compare(
                     push(check, Value::Number(a), Value::Number(b));
                 }
             }
-            let (s_vram, l_vram) = (saved.vram.unwrap_or_default(), local.vram.unwrap_or_default());
+            let (s_vram, l_vram) = (
+                saved.vram.unwrap_or_default(),
+                local.vram.unwrap_or_default(),
+            );
             if s_vram.public != l_vram.public {
                 push(
                     CheckName::VramPublic,

@@ -47,6 +47,10 @@ pub(crate) struct Outcome {
     pub steps: u64,
 }
 
+/// What makes local GPUs interchangeable: which checkpointed GPUs may use it, its hive,
+/// and the CPU nodes each link of each checkpointed GPU could map to through it.
+type Signature = (Vec<bool>, Option<usize>, Vec<BitSet>);
+
 /// The fixed data of one search.
 struct Instance {
     n_local: usize,
@@ -66,6 +70,9 @@ struct Instance {
     options: Vec<Vec<Vec<BitSet>>>,
     /// Interchangeable local GPUs share a class.
     class: Vec<usize>,
+    /// The local GPU with the same identity, tried first (a restore on the machine it was
+    /// dumped on keeps every GPU).
+    same_id: Vec<Option<usize>>,
 }
 
 impl Instance {
@@ -147,8 +154,7 @@ impl Instance {
             .collect();
 
         // Interchangeable local GPUs: same candidates column, same hive, same CPU options.
-        let mut class_of_signature: HashMap<(Vec<bool>, Option<usize>, Vec<BitSet>), usize> =
-            HashMap::new();
+        let mut class_of_signature: HashMap<Signature, usize> = HashMap::new();
         let compat_ref: &Vec<BitSet> = &compat;
         let class = (0..n_local)
             .map(|d| {
@@ -177,6 +183,11 @@ impl Instance {
             saved_links,
             options,
             class,
+            same_id: saved
+                .gpus
+                .iter()
+                .map(|s| local.gpus.iter().position(|d| d.id == s.id))
+                .collect(),
         }
     }
 }
@@ -205,11 +216,20 @@ pub(crate) fn search(saved: &System, local: &System, checks: &Checks) -> Outcome
         cpu_used: BitSet::new(inst.n_local_cpus),
         steps: 0,
     };
-    let found = extend(&inst, &mut state);
-    let assignment = found.then(|| Assignment {
-        gpus: state.gpu.iter().map(|g| g.unwrap_or(usize::MAX)).collect(),
-        cpus: state.cpu_map.clone(),
-    });
+    let assignment = if extend(&inst, &mut state) {
+        // Complete: every checkpointed GPU has its local GPU.
+        state
+            .gpu
+            .iter()
+            .copied()
+            .collect::<Option<Vec<usize>>>()
+            .map(|gpus| Assignment {
+                gpus,
+                cpus: state.cpu_map.clone(),
+            })
+    } else {
+        None
+    };
     Outcome {
         assignment,
         steps: state.steps,
@@ -320,8 +340,12 @@ fn extend(inst: &Instance, st: &mut State) -> bool {
         .unwrap_or(0);
     let s = open[pick];
 
+    let preferred = inst.same_id[s].filter(|&d| cands[pick].contains(d));
+    let order = preferred
+        .into_iter()
+        .chain(cands[pick].iter().filter(|&d| Some(d) != preferred));
     let mut tried_classes: Vec<usize> = Vec::new();
-    for d in cands[pick].iter() {
+    for d in order {
         if tried_classes.contains(&inst.class[d]) {
             continue;
         }

@@ -82,11 +82,8 @@ pub(crate) struct System<'t> {
 impl<'t> System<'t> {
     pub(crate) fn new(topology: &'t Topology) -> Self {
         let nodes = &topology.kfd_nodes;
-        let index: HashMap<u32, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.node, i))
-            .collect();
+        let index: HashMap<u32, usize> =
+            nodes.iter().enumerate().map(|(i, n)| (n.node, i)).collect();
         // Kept links of each node: (kind, target node index) for valid PCIe/XGMI links.
         let links: Vec<Vec<(LinkType, usize)>> = nodes
             .iter()
@@ -99,7 +96,9 @@ impl<'t> System<'t> {
             })
             .collect();
         let has_link_back = |from: usize, kind: LinkType, to: usize| {
-            links[to].iter().any(|&(k, target)| k == kind && target == from)
+            links[to]
+                .iter()
+                .any(|&(k, target)| k == kind && target == from)
         };
 
         let cpus: Vec<u32> = nodes
@@ -147,9 +146,13 @@ impl<'t> System<'t> {
             x
         }
         for (i, node_links) in links.iter().enumerate() {
-            let Some(&a) = gpu_of_node.get(&i) else { continue };
+            let Some(&a) = gpu_of_node.get(&i) else {
+                continue;
+            };
             for &(kind, target) in node_links {
-                let Some(&b) = gpu_of_node.get(&target) else { continue };
+                let Some(&b) = gpu_of_node.get(&target) else {
+                    continue;
+                };
                 if kind == LinkType::Xgmi && has_link_back(i, kind, target) {
                     let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
                     parent[ra.max(rb)] = ra.min(rb);
@@ -159,8 +162,12 @@ impl<'t> System<'t> {
         let mut hives: Vec<Vec<usize>> = Vec::new();
         let mut hive_of_root: HashMap<usize, usize> = HashMap::new();
         let roots: Vec<usize> = (0..gpus.len()).map(|g| root(&mut parent, g)).collect();
+        let mut component_size: HashMap<usize, usize> = HashMap::new();
+        for &r in &roots {
+            *component_size.entry(r).or_default() += 1;
+        }
         for g in 0..gpus.len() {
-            if roots.iter().filter(|&&r| r == roots[g]).count() < 2 {
+            if component_size[&roots[g]] < 2 {
                 continue;
             }
             let hive = *hive_of_root.entry(roots[g]).or_insert_with(|| {

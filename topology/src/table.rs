@@ -64,24 +64,25 @@ impl GpuTable {
             .iter()
             .map(|gpu| match gpu.device {
                 Device::Kfd(node) => {
-                    let links = node
-                        .io_links
-                        .iter()
-                        .filter_map(|link| {
-                            let to = link.node_to()?;
-                            let target = topology.kfd_nodes.iter().find(|n| n.node == to)?;
-                            let kind = link.link_type();
-                            let back = target.io_links.iter().any(|l| {
-                                l.link_type() == kind && l.node_to() == Some(node.node)
-                            });
-                            matches!(kind, crate::LinkType::Pcie | crate::LinkType::Xgmi)
-                                .then(|| LinkRow {
-                                    to_node: to,
-                                    kind: kind.name(),
-                                    bidirectional: back,
-                                })
-                        })
-                        .collect();
+                    let links =
+                        node.io_links
+                            .iter()
+                            .filter_map(|link| {
+                                let to = link.node_to()?;
+                                let target = topology.kfd_nodes.iter().find(|n| n.node == to)?;
+                                let kind = link.link_type();
+                                let back = target.io_links.iter().any(|l| {
+                                    l.link_type() == kind && l.node_to() == Some(node.node)
+                                });
+                                matches!(kind, crate::LinkType::Pcie | crate::LinkType::Xgmi).then(
+                                    || LinkRow {
+                                        to_node: to,
+                                        kind: kind.name(),
+                                        bidirectional: back,
+                                    },
+                                )
+                            })
+                            .collect();
                     let mut numa_nodes: Vec<u32> =
                         gpu.cpu_links.iter().map(|l| system.cpus[l.cpu]).collect();
                     numa_nodes.dedup();

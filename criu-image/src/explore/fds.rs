@@ -59,12 +59,19 @@ impl FileContext {
 
     /// The path of regular file `id`, if there is one.
     pub fn reg_path(&self, id: u32) -> Option<String> {
-        self.files.get(id).and_then(|f| f.reg.as_ref()).map(|r| r.name.clone())
+        self.files
+            .get(id)
+            .and_then(|f| f.reg.as_ref())
+            .map(|r| r.name.clone())
     }
 }
 
 /// The open files of every process with resources (zombies have none), in tree order.
-pub fn explore_fds(dir: &ImageDir, tree: &ProcessTree, ctx: &FileContext) -> Result<Vec<ProcessFiles>> {
+pub fn explore_fds(
+    dir: &ImageDir,
+    tree: &ProcessTree,
+    ctx: &FileContext,
+) -> Result<Vec<ProcessFiles>> {
     let mut out = Vec::new();
     for (_, process) in tree.walk() {
         if !process.state.has_resources() {
@@ -80,14 +87,26 @@ pub fn process_files(dir: &ImageDir, ctx: &FileContext, pid: u32) -> Result<Proc
     let ids = dir.ids(pid)?;
     let mut files = Vec::new();
     for fd in dir.fdinfo(ids.files_id)? {
-        files.push(describe_fd(dir, ctx, fd.fd, fd.id, fd.r#type, Some(fd.flags))?);
+        files.push(describe_fd(
+            dir,
+            ctx,
+            fd.fd,
+            fd.id,
+            fd.r#type,
+            Some(fd.flags),
+        )?);
     }
     let (cwd, root) = match dir.fs(pid) {
         Ok(fs) => (ctx.reg_path(fs.cwd_id), ctx.reg_path(fs.root_id)),
         Err(e) if e.is_missing() => (None, None),
         Err(e) => return Err(e),
     };
-    Ok(ProcessFiles { pid, files, cwd, root })
+    Ok(ProcessFiles {
+        pid,
+        files,
+        cwd,
+        root,
+    })
 }
 
 fn describe_fd(
@@ -112,7 +131,15 @@ fn describe_fd(
     };
     let socket = sockets::describe(dir, &ctx.sockets, file)?;
     let (path, flags, pos) = describe_file(ctx, file, socket.as_ref());
-    Ok(FileDesc { fd, id, kind: kind_name, path, flags, pos, socket })
+    Ok(FileDesc {
+        fd,
+        id,
+        kind: kind_name,
+        path,
+        flags,
+        pos,
+        socket,
+    })
 }
 
 /// The name of an fd_types value ("REG"), or "TYPE-N" for one this reader does not know.
@@ -148,16 +175,28 @@ fn describe_file(
         let name = sockets::unix_name(&usk.name, usk.name_dir.as_deref())
             .map(|n| format!(" {n}"))
             .unwrap_or_default();
-        return (format!("unix[{} ({}){name}]", usk.ino, usk.peer), Some(usk.flags), None);
+        return (
+            format!("unix[{} ({}){name}]", usk.ino, usk.peer),
+            Some(usk.flags),
+            None,
+        );
     }
     if let Some(sk) = socket {
-        let state = sk.state.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
+        let state = sk
+            .state
+            .as_deref()
+            .map(|s| format!(" {s}"))
+            .unwrap_or_default();
         let local = endpoint(sk.local.as_deref(), sk.local_port);
         let remote = match (sk.remote.as_deref(), sk.remote_port) {
             (None, None) => String::new(),
             (addr, port) => format!(" -> {}", endpoint(addr, port)),
         };
-        return (format!("{} {local}{remote}{state}", sk.protocol), None, None);
+        return (
+            format!("{} {local}{remote}{state}", sk.protocol),
+            None,
+            None,
+        );
     }
     if let Some(memfd) = &file.memfd {
         let name = ctx
@@ -168,17 +207,33 @@ fn describe_file(
         return (format!("memfd:{name}"), Some(memfd.flags), Some(memfd.pos));
     }
     if let Some(efd) = &file.efd {
-        return (format!("eventfd[counter={}]", efd.counter), Some(efd.flags), None);
+        return (
+            format!("eventfd[counter={}]", efd.counter),
+            Some(efd.flags),
+            None,
+        );
     }
     if let Some(epfd) = &file.epfd {
         let targets: Vec<String> = epfd.tfd.iter().map(|t| t.tfd.to_string()).collect();
-        return (format!("eventpoll[fds={}]", targets.join(",")), Some(epfd.flags), None);
+        return (
+            format!("eventpoll[fds={}]", targets.join(",")),
+            Some(epfd.flags),
+            None,
+        );
     }
     if let Some(sgfd) = &file.sgfd {
-        return (format!("signalfd[sigmask={:#x}]", sgfd.sigmask), Some(sgfd.flags), None);
+        return (
+            format!("signalfd[sigmask={:#x}]", sgfd.sigmask),
+            Some(sgfd.flags),
+            None,
+        );
     }
     if let Some(tfd) = &file.tfd {
-        return (format!("timerfd[clock={}]", tfd.clockid), Some(tfd.flags), None);
+        return (
+            format!("timerfd[clock={}]", tfd.clockid),
+            Some(tfd.flags),
+            None,
+        );
     }
     if let Some(tty) = &file.tty {
         let text = match ctx.ttys.get(&tty.tty_info_id) {
@@ -190,7 +245,11 @@ fn describe_file(
     if file.ext.is_some() {
         return (format!("ext[{}]", file.id), None, None);
     }
-    (format!("{}.{}", type_name(file.r#type), file.id), None, None)
+    (
+        format!("{}.{}", type_name(file.r#type), file.id),
+        None,
+        None,
+    )
 }
 
 fn endpoint(addr: Option<&str>, port: Option<u16>) -> String {
@@ -203,7 +262,10 @@ fn endpoint(addr: Option<&str>, port: Option<u16>) -> String {
 }
 
 fn tty_name(info: &TtyInfoEntry) -> String {
-    let (major, minor) = (info.rdev >> 8 & 0xfff, (info.rdev & 0xff) | (info.rdev >> 12 & 0xfff00));
+    let (major, minor) = (
+        info.rdev >> 8 & 0xfff,
+        (info.rdev & 0xff) | (info.rdev >> 12 & 0xfff00),
+    );
     let kind = match info.r#type {
         1 => "pty",
         2 => "console",

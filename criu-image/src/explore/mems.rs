@@ -172,7 +172,11 @@ impl ProcessMemory {
 }
 
 /// The memory of every process with resources, in tree order.
-pub fn explore_mems(dir: &ImageDir, tree: &ProcessTree, ctx: &FileContext) -> Result<Vec<ProcessMemory>> {
+pub fn explore_mems(
+    dir: &ImageDir,
+    tree: &ProcessTree,
+    ctx: &FileContext,
+) -> Result<Vec<ProcessMemory>> {
     let mut out = Vec::new();
     for (_, process) in tree.walk() {
         if process.state.has_resources() {
@@ -219,5 +223,11 @@ pub fn process_memory(dir: &ImageDir, ctx: &FileContext, pid: u32) -> Result<Pro
         });
     }
     let exe = ctx.reg_path(mm.exe_file_id);
-    Ok(ProcessMemory { pid, exe, mm, vmas, pagemap })
+    Ok(ProcessMemory {
+        pid,
+        exe,
+        mm,
+        vmas,
+        pagemap,
+    })
 }

@@ -34,7 +34,9 @@ pub fn explore_mounts(dir: &ImageDir, tree: &ProcessTree) -> Result<Option<Vec<M
     }
     let mut out: Option<Vec<Mount>> = None;
     for ns_id in namespaces {
-        let Some(entries) = dir.mounts(ns_id)? else { continue };
+        let Some(entries) = dir.mounts(ns_id)? else {
+            continue;
+        };
         let list = out.get_or_insert_with(Vec::new);
         for m in entries {
             list.push(Mount {

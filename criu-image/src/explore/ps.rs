@@ -70,6 +70,8 @@ pub struct Process {
 pub struct ProcessTree {
     processes: Vec<Process>,
     index: HashMap<u32, usize>,
+    /// Indexes of each pid's children, in pstree order.
+    children: HashMap<u32, Vec<usize>>,
 }
 
 impl ProcessTree {
@@ -90,7 +92,10 @@ impl ProcessTree {
             let mut threads = Vec::with_capacity(entry.threads.len());
             for &tid in &entry.threads {
                 let comm = if tid == entry.pid {
-                    core.thread_core.as_ref().and_then(|t| t.comm.clone()).or(Some(tc.comm.clone()))
+                    core.thread_core
+                        .as_ref()
+                        .and_then(|t| t.comm.clone())
+                        .or(Some(tc.comm.clone()))
                 } else {
                     dir.core(tid)?.thread_core.and_then(|t| t.comm)
                 };
@@ -114,6 +119,11 @@ impl ProcessTree {
                 threads,
             });
         }
+        for (i, p) in tree.processes.iter().enumerate() {
+            if p.ppid != p.pid {
+                tree.children.entry(p.ppid).or_default().push(i);
+            }
+        }
         Ok(tree)
     }
 
@@ -136,12 +146,18 @@ impl ProcessTree {
 
     /// The children of `pid`, in pstree order.
     pub fn children(&self, pid: u32) -> Vec<&Process> {
-        self.processes.iter().filter(|p| p.ppid == pid && p.pid != pid).collect()
+        self.children
+            .get(&pid)
+            .map(|list| list.iter().map(|&i| &self.processes[i]).collect())
+            .unwrap_or_default()
     }
 
     /// Processes whose parent is not in the image (normally just the root).
     pub fn roots(&self) -> Vec<&Process> {
-        self.processes.iter().filter(|p| p.ppid == 0 || self.get(p.ppid).is_none()).collect()
+        self.processes
+            .iter()
+            .filter(|p| p.ppid == 0 || self.get(p.ppid).is_none())
+            .collect()
     }
 
     /// Every process with its depth, depth first from the roots. Processes that a broken

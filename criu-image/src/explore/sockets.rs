@@ -84,7 +84,9 @@ pub struct SocketContext {
 
 impl SocketContext {
     pub fn load(dir: &ImageDir) -> Result<SocketContext> {
-        Ok(SocketContext { queues: dir.socket_queues()? })
+        Ok(SocketContext {
+            queues: dir.socket_queues()?,
+        })
     }
 }
 
@@ -153,8 +155,16 @@ fn inet(dir: &ImageDir, sk: &InetSkEntry) -> Result<Socket> {
         inode: sk.ino,
         local: ip_address(&sk.src_addr),
         local_port: u16::try_from(sk.src_port).ok(),
-        remote: if connected { ip_address(&sk.dst_addr) } else { None },
-        remote_port: if connected { u16::try_from(sk.dst_port).ok() } else { None },
+        remote: if connected {
+            ip_address(&sk.dst_addr)
+        } else {
+            None
+        },
+        remote_port: if connected {
+            u16::try_from(sk.dst_port).ok()
+        } else {
+            None
+        },
         peer_inode: None,
         backlog: Some(sk.backlog),
         send_buf: sk.opts.so_sndbuf,
@@ -242,7 +252,10 @@ pub fn tcp_state(raw: u32) -> String {
         "LISTEN",
         "CLOSING",
     ];
-    NAMES.get(raw as usize).map(|s| s.to_string()).unwrap_or_else(|| format!("STATE-{raw}"))
+    NAMES
+        .get(raw as usize)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| format!("STATE-{raw}"))
 }
 
 /// An address stored as 32-bit words in memory order (one for IPv4, four for IPv6).
@@ -264,7 +277,10 @@ pub fn unix_name(name: &[u8], dir: Option<&str>) -> Option<String> {
         None => None,
         Some((0, rest)) => {
             // Like ss(8): every zero byte of an abstract name shows as '@'.
-            let rest: Vec<u8> = rest.iter().map(|&b| if b == 0 { b'@' } else { b }).collect();
+            let rest: Vec<u8> = rest
+                .iter()
+                .map(|&b| if b == 0 { b'@' } else { b })
+                .collect();
             Some(format!("@{}", String::from_utf8_lossy(&rest)))
         }
         Some(_) => {
@@ -285,7 +301,10 @@ mod tests {
 
     #[test]
     fn addresses_are_in_memory_order() {
-        assert_eq!(ip_address(&[u32::from_le_bytes([127, 0, 0, 1])]).unwrap(), "127.0.0.1");
+        assert_eq!(
+            ip_address(&[u32::from_le_bytes([127, 0, 0, 1])]).unwrap(),
+            "127.0.0.1"
+        );
         let mut v6 = [0u32; 4];
         v6[3] = u32::from_le_bytes([0, 0, 0, 1]);
         assert_eq!(ip_address(&v6).unwrap(), "::1");

@@ -38,7 +38,9 @@ pub enum KfdError {
         source: io::Error,
     },
     /// A line of a `properties` file is not `NAME VALUE` with an unsigned integer.
-    #[error("{path}:{line}: malformed line {text:?} (expected `NAME VALUE`, VALUE an unsigned integer)")]
+    #[error(
+        "{path}:{line}: malformed line {text:?} (expected `NAME VALUE`, VALUE an unsigned integer)"
+    )]
     MalformedLine {
         /// The file.
         path: PathBuf,
@@ -56,7 +58,9 @@ pub enum KfdError {
         text: String,
     },
     /// A GPU node has no memory bank of heap type 1 or 2 with a non-zero size.
-    #[error("{path}: GPU node has no VRAM bank (no mem_banks entry with heap_type 1 or 2 and a size)")]
+    #[error(
+        "{path}: GPU node has no VRAM bank (no mem_banks entry with heap_type 1 or 2 and a size)"
+    )]
     NoVram {
         /// The node's `mem_banks` directory.
         path: PathBuf,

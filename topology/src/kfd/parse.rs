@@ -39,7 +39,9 @@ pub(crate) fn cache_properties(text: &str, path: &Path) -> Result<Properties, Kf
         .collect();
     // Line numbers in errors must match the file, so skipped lines keep their place.
     properties(&kept, path).map_err(|err| match err {
-        KfdError::MalformedLine { path, text: bad, .. } => {
+        KfdError::MalformedLine {
+            path, text: bad, ..
+        } => {
             let line = text.lines().position(|l| l == bad).map_or(0, |i| i + 1);
             KfdError::MalformedLine {
                 path,

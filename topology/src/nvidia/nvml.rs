@@ -144,8 +144,8 @@ impl Functions {
         // library's own state; gpucr loads no other copy of it.
         let library =
             unsafe { Library::new(LIBRARY) }.map_err(|source| NvmlError::Load { source })?;
-        // SAFETY (every `symbol` call): each type alias matches the nvml.h declaration of
-        // the named function.
+        // SAFETY: for every `symbol` call, the type alias matches the nvml.h declaration
+        // of the named function.
         unsafe {
             Ok(Functions {
                 init: symbol(&library, "nvmlInit_v2")?,

@@ -174,7 +174,10 @@ mod tests {
         let path = Path::new("/proc/driver/nvidia/gpus/0000:62:00.0/information");
         let no_model = H100.replace("Model:", "Modell:");
         let err = parse_information(&no_model, path).unwrap_err().to_string();
-        assert!(err.contains(path.to_str().unwrap()) && err.contains("Model"), "{err}");
+        assert!(
+            err.contains(path.to_str().unwrap()) && err.contains("Model"),
+            "{err}"
+        );
 
         let hidden = H100.replace(
             "GPU-9221d5d1-b60b-a624-bf14-0a1819cfda3b",

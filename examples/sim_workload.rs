@@ -1,0 +1,300 @@
+//! A "GPU program" for gpucr's simulator: device contexts with buffers on several
+//! simulated GPUs, "kernels" updating them deterministically, a child process with its
+//! own device, and a verify mode that proves every byte of every buffer is what it must
+//! be after a restore.
+//!
+//! Run it as the init of its own PID namespace, with the sim root in the environment:
+//!   GPUCR_SIM_ROOT=/dev/shm/sim unshare --pid --fork setsid sim_workload --state DIR
+//!
+//! Options: --state DIR (required), --gpus N (default 3; creates the sim topology when
+//! the root has none), --parent-mib N (default 768), --child-mib N (default 320, 0: no
+//! child).
+//!
+//! The parent forks the child first (as GPU programs fork before initialising the
+//! device), then each opens its own device and allocates buffers of mixed sizes (4 KiB up
+//! to 1 GiB) round-robin over the GPUs: random data, compressible data, and buffers that
+//! start zeroed. One kernel thread per GPU rewrites one 4 KiB page of each of its buffers
+//! every 20 ms: page `s % pages` of step `s` gets generation `s / pages + 1`, so a
+//! buffer's whole content follows from its step counter, which lives in CPU memory
+//! (carried by CRIU) while the buffer lives in device memory (carried by gpucr).
+//!
+//! Each process appends `tick=N steps=S verified=V bad=B` to `DIR/journal-<role>` every
+//! 100 ms. Writing a number to `DIR/verify` asks every process to check every byte; when
+//! all buffers match, `verified` becomes that number. Any mismatch sets `bad=1` (and the
+//! offending buffer and page are written to `DIR/bad-<role>`).
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::exit;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use gpucr::gpu::sim::client::{MappedBuffer, SimDevice};
+use gpucr::gpu::sim::{SimRoot, DEFAULT_DEVICE, ENV_DEVICE};
+
+const PAGE: usize = 4096;
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+struct Options {
+    state: PathBuf,
+    gpus: usize,
+    parent_mib: u64,
+    child_mib: u64,
+}
+
+fn parse_args() -> Options {
+    let mut opts = Options { state: PathBuf::new(), gpus: 3, parent_mib: 768, child_mib: 320 };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| die(&format!("{arg} needs a value")));
+        let number = |v: String| v.parse::<u64>().unwrap_or_else(|_| die(&format!("bad number {v:?}")));
+        match arg.as_str() {
+            "--state" => opts.state = PathBuf::from(value()),
+            "--gpus" => opts.gpus = number(value()) as usize,
+            "--parent-mib" => opts.parent_mib = number(value()),
+            "--child-mib" => opts.child_mib = number(value()),
+            _ => die(&format!("unknown argument {arg}")),
+        }
+    }
+    if opts.state.as_os_str().is_empty() {
+        die("--state DIR is required");
+    }
+    if opts.gpus == 0 {
+        die("--gpus must be at least 1");
+    }
+    opts
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("sim_workload: {msg}");
+    exit(2)
+}
+
+/// How a buffer starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    Random,
+    Compressible,
+    Zero,
+}
+
+struct Buffer {
+    id: u64,
+    fill: Fill,
+    mem: MappedBuffer,
+    steps: AtomicU64,
+}
+
+impl Buffer {
+    fn pages(&self) -> u64 {
+        (self.mem.len() / PAGE) as u64
+    }
+
+    /// The generation page `p` has after `steps` steps.
+    fn generation(&self, p: u64, steps: u64) -> u64 {
+        let pages = self.pages();
+        steps / pages + u64::from(p < steps % pages)
+    }
+}
+
+/// The content of page `p` of buffer `id` at generation `g`, into `out`.
+fn page_content(id: u64, fill: Fill, p: u64, g: u64, out: &mut [u8]) {
+    if g == 0 && fill == Fill::Zero {
+        out.fill(0);
+        return;
+    }
+    let seed = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ p.wrapping_mul(0xBF58_476D_1CE4_E5B9) ^ g;
+    if fill == Fill::Compressible && g == 0 {
+        // Text-like: a short line repeated, different per page.
+        let line = format!("buffer {id} page {p} generation {g} seed {seed:x}\n");
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = line.as_bytes()[i % line.len()];
+        }
+        return;
+    }
+    let mut x = seed;
+    for word in out.chunks_mut(8) {
+        x = splitmix(x);
+        word.copy_from_slice(&x.to_le_bytes()[..word.len()]);
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Buffer sizes adding up to `total` bytes: small ones first, then big ones of at most
+/// 1 GiB.
+fn buffer_sizes(total: u64) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    let mut left = total;
+    for small in [4 * KIB, 64 * KIB, MIB, 16 * MIB] {
+        if left >= small {
+            sizes.push(small);
+            left -= small;
+        }
+    }
+    while left >= PAGE as u64 {
+        let size = left.min(1 << 30) / PAGE as u64 * PAGE as u64;
+        sizes.push(size);
+        left -= size;
+    }
+    sizes
+}
+
+fn main() {
+    let opts = parse_args();
+    let root = SimRoot::from_env().unwrap_or_else(|| die("GPUCR_SIM_ROOT is not set"));
+    let device_path = std::env::var_os(ENV_DEVICE)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DEVICE));
+    fs::create_dir_all(&opts.state).unwrap_or_else(|e| die(&format!("state dir: {e}")));
+    let gpu_ids = root.ensure_topology(opts.gpus).unwrap_or_else(|e| die(&e.to_string()));
+
+    let mut role = "parent";
+    let mut mib = opts.parent_mib;
+    if opts.child_mib > 0 {
+        // SAFETY: no thread has been started yet, so the child is a copy of a
+        // single-threaded process.
+        match unsafe { nix::unistd::fork() }.unwrap_or_else(|e| die(&format!("fork: {e}"))) {
+            nix::unistd::ForkResult::Child => {
+                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+                role = "child";
+                mib = opts.child_mib;
+            }
+            nix::unistd::ForkResult::Parent { .. } => {}
+        }
+    }
+    let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(format!("simgpu-{role}")).unwrap());
+    run(&opts.state, role, &root, &device_path, &gpu_ids, mib * MIB);
+}
+
+fn run(state: &Path, role: &str, root: &SimRoot, device_path: &Path, gpu_ids: &[u32], bytes: u64) -> ! {
+    let host_pid = fs::read_link("/proc/self").ok().and_then(|p| p.to_str()?.parse::<u32>().ok()).unwrap_or(0);
+    let mut device = SimDevice::open(root, device_path, &format!("{role}-{host_pid}"))
+        .unwrap_or_else(|e| die(&e.to_string()));
+    let role_id: u64 = if role == "parent" { 0 } else { 1000 };
+    let mut per_gpu: Vec<Vec<Arc<Buffer>>> = vec![Vec::new(); gpu_ids.len()];
+    for (i, size) in buffer_sizes(bytes).into_iter().enumerate() {
+        let gpu = i % gpu_ids.len();
+        let fill = [Fill::Random, Fill::Compressible, Fill::Zero][i % 3];
+        let kind = if i % 4 == 3 { "gtt" } else { "vram" };
+        let mut mem = device
+            .alloc(&format!("buf{i}"), gpu_ids[gpu], size, kind)
+            .unwrap_or_else(|e| die(&e.to_string()));
+        let id = role_id + i as u64;
+        if fill != Fill::Zero {
+            for (p, page) in mem.as_mut_slice().chunks_mut(PAGE).enumerate() {
+                page_content(id, fill, p as u64, 0, page);
+            }
+        }
+        per_gpu[gpu].push(Arc::new(Buffer { id, fill, mem, steps: AtomicU64::new(0) }));
+    }
+
+    let verify_request = Arc::new(AtomicU64::new(0));
+    let verified = Arc::new(Mutex::new(vec![0u64; per_gpu.len()]));
+    let bad = Arc::new(AtomicU64::new(0));
+    let total_steps = Arc::new(AtomicU64::new(0));
+    for (g, buffers) in per_gpu.into_iter().enumerate() {
+        let (request, verified, bad, steps) = (verify_request.clone(), verified.clone(), bad.clone(), total_steps.clone());
+        let bad_file = state.join(format!("bad-{role}"));
+        thread::spawn(move || kernel(g, &buffers, &request, &verified, &bad, &steps, &bad_file));
+    }
+
+    let journal_path = state.join(format!("journal-{role}"));
+    let mut journal = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&journal_path)
+        .unwrap_or_else(|e| die(&format!("{}: {e}", journal_path.display())));
+    fs::write(state.join(format!("ready-{role}")), b"ready\n").unwrap_or_else(|e| die(&e.to_string()));
+    let mut tick = 0u64;
+    loop {
+        tick += 1;
+        if let Some(n) = fs::read_to_string(state.join("verify")).ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+            verify_request.fetch_max(n, Ordering::SeqCst);
+        }
+        let done = verified.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().min().unwrap_or(0);
+        let line = format!(
+            "tick={tick} steps={} verified={done} bad={}\n",
+            total_steps.load(Ordering::SeqCst),
+            bad.load(Ordering::SeqCst)
+        );
+        if journal.write_all(line.as_bytes()).is_err() {
+            exit(3);
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One GPU: step every buffer it owns every 20 ms; verify all of them on request.
+fn kernel(
+    gpu: usize,
+    buffers: &[Arc<Buffer>],
+    request: &AtomicU64,
+    verified: &Mutex<Vec<u64>>,
+    bad: &AtomicU64,
+    steps: &AtomicU64,
+    bad_file: &Path,
+) {
+    let mut page = vec![0u8; PAGE];
+    loop {
+        let wanted = request.load(Ordering::SeqCst);
+        let have = verified.lock().unwrap_or_else(|e| e.into_inner())[gpu];
+        if wanted > have {
+            let ok = buffers.iter().all(|b| verify(b, bad_file));
+            if ok {
+                verified.lock().unwrap_or_else(|e| e.into_inner())[gpu] = wanted;
+            } else {
+                bad.store(1, Ordering::SeqCst);
+            }
+        }
+        for b in buffers {
+            let s = b.steps.load(Ordering::SeqCst);
+            let p = s % b.pages();
+            page_content(b.id, b.fill, p, b.generation(p, s + 1), &mut page);
+            let offset = p as usize * PAGE;
+            // SAFETY: only this thread writes this buffer, and nothing holds a slice of
+            // it across this write; the mapping lives as long as `b`.
+            let mem = unsafe {
+                std::slice::from_raw_parts_mut(b.mem.as_slice().as_ptr().cast_mut().add(offset), PAGE)
+            };
+            mem.copy_from_slice(&page);
+            b.steps.store(s + 1, Ordering::SeqCst);
+            steps.fetch_add(1, Ordering::SeqCst);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Check every page of `b` against its step counter. The page of the step in flight when
+/// the process was frozen may already hold the next generation.
+fn verify(b: &Buffer, bad_file: &Path) -> bool {
+    let s = b.steps.load(Ordering::SeqCst);
+    let mut expected = vec![0u8; PAGE];
+    for (p, actual) in b.mem.as_slice().chunks(PAGE).enumerate() {
+        let p = p as u64;
+        let g = b.generation(p, s);
+        page_content(b.id, b.fill, p, g, &mut expected);
+        if actual == expected.as_slice() {
+            continue;
+        }
+        if p == s % b.pages() {
+            page_content(b.id, b.fill, p, g + 1, &mut expected);
+            if actual == expected.as_slice() {
+                continue;
+            }
+        }
+        let _ = fs::write(bad_file, format!("buffer {} page {p} (steps {s}) differs\n", b.id));
+        return false;
+    }
+    true
+}

@@ -1,0 +1,90 @@
+//! gpucr's CRIU plugin.
+//!
+//! CRIU loads it from the directory gpucr names in `CRIU_LIBS_DIR` (set on the `criu
+//! swrk` child only). It does only what must happen inside CRIU's process or inside a
+//! restored task, and hands everything else to gpucr's helper over the socket named by
+//! `GPUCR_HELPER_SOCK`:
+//!
+//! * CHECKPOINT_DEVICES(pid), criu main, tree frozen: the helper starts copying the
+//!   task's device memory while CRIU dumps CPU pages.
+//! * DUMP_EXT_FILE(fd, id), criu main: the helper says whether the fd is a device it
+//!   carries; if so the plugin registers itself in the image inventory.
+//! * RESTORE_EXT_FILE(id), inside the restored task: recreate the device state the
+//!   helper describes (directories, files, sized buffers), hand the buffers to the helper
+//!   to fill, return the reopened device fd to CRIU at once.
+//! * RESUME_DEVICES_LATE(pid), criu main, before the task runs: wait until the helper
+//!   has filled the task's buffers.
+//!
+//! Every hook answers `-ENOTSUP` for what it does not own (so other plugins get their
+//! turn), and every entry point catches panics at the C boundary.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod criu;
+mod device;
+mod helper;
+mod hooks;
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
+use gpucr_abi::plugin_abi::{hook, CrPluginDesc, CRIU_PLUGIN_VERSION};
+
+/// `CR_PLUGIN_DESC` holds raw pointers, which are not `Sync`; CRIU only reads it.
+#[repr(transparent)]
+pub struct Descriptor(CrPluginDesc);
+
+// SAFETY: the descriptor is immutable; its pointers are to a static string and to
+// functions, valid for the life of the library, and CRIU never writes through them.
+unsafe impl Sync for Descriptor {}
+
+const fn hooks() -> [*const c_void; hook::COUNT] {
+    let mut hooks = [ptr::null(); hook::COUNT];
+    hooks[hook::DUMP_EXT_FILE] = hooks::dump_ext_file as *const c_void;
+    hooks[hook::RESTORE_EXT_FILE] = hooks::restore_ext_file as *const c_void;
+    hooks[hook::RESUME_DEVICES_LATE] = hooks::resume_devices_late as *const c_void;
+    hooks[hook::CHECKPOINT_DEVICES] = hooks::checkpoint_devices as *const c_void;
+    hooks
+}
+
+/// The descriptor CRIU looks up with `dlsym(h, "CR_PLUGIN_DESC")`.
+#[unsafe(no_mangle)]
+pub static CR_PLUGIN_DESC: Descriptor = Descriptor(CrPluginDesc {
+    name: c"gpucr".as_ptr(),
+    init: Some(hooks::init),
+    exit: Some(hooks::exit),
+    version: CRIU_PLUGIN_VERSION,
+    max_hooks: hook::COUNT as u32,
+    hooks: hooks(),
+});
+
+/// The errno a hook returns for files and devices that are not gpucr's.
+pub const NOT_OURS: c_int = -libc::ENOTSUP;
+
+#[cfg(test)]
+mod tests {
+    use gpucr_abi::PLUGIN_NAME;
+
+    use super::*;
+
+    #[test]
+    fn descriptor_is_what_criu_expects() {
+        let d = &CR_PLUGIN_DESC.0;
+        assert_eq!(d.version, 0x200);
+        assert_eq!(d.max_hooks, 12);
+        // SAFETY: the name is a static NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr(d.name) };
+        assert_eq!(name.to_str().unwrap(), PLUGIN_NAME);
+        for (i, h) in d.hooks.iter().enumerate() {
+            let expected = matches!(
+                i,
+                hook::DUMP_EXT_FILE
+                    | hook::RESTORE_EXT_FILE
+                    | hook::RESUME_DEVICES_LATE
+                    | hook::CHECKPOINT_DEVICES
+            );
+            assert_eq!(!h.is_null(), expected, "hook {i}");
+        }
+    }
+}

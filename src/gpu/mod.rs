@@ -1,0 +1,233 @@
+//! GPU backends: what a task's device state is, how to find and copy its buffers, and
+//! how to recreate it on restore.
+//!
+//! One trait, one implementation per device family. The plugin, the helper protocol,
+//! the transfer engine and the image format are shared. This module has the `sim`
+//! backend, which runs every part except a kernel driver for real (ARCHITECTURE.md §4).
+
+pub mod session;
+pub mod sim;
+
+use std::fs::File;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::path::PathBuf;
+
+use gpucr_abi::proto::{BufferSpec, DeviceSpec, FileSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::transfer::{BufferSink, BufferSource};
+
+/// Errors of the GPU backends.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: malformed device state: {detail}")]
+    Malformed { path: PathBuf, detail: String },
+    #[error("pid {pid}: {detail}")]
+    Task { pid: i32, detail: String },
+    #[error("{variable}={value:?}: {detail}")]
+    Config { variable: &'static str, value: String, detail: String },
+}
+
+impl GpuError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> GpuError {
+        let path = path.into();
+        move |source| GpuError::Io { path, source }
+    }
+}
+
+/// The device state of one checkpointed task, as stored in the manifest: enough to
+/// recreate it on restore, plus the table of its buffers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskDevice {
+    /// The task's pid in the checkpointed tree's own PID namespace (stable on restore).
+    pub ns_pid: u32,
+    /// The task's pid on the dumping host.
+    pub host_pid: i32,
+    /// CRIU file ids of the task's device files (DUMP_EXT_FILE / RESTORE_EXT_FILE ids).
+    pub ext_files: Vec<u32>,
+    pub device_path: String,
+    pub device_flags: i32,
+    /// Directories of device state, recreated before the files and buffers.
+    pub directories: Vec<String>,
+    /// Small state files, recreated with their contents.
+    pub files: Vec<StateFile>,
+    /// The device buffers, in `BufferKey::buffer` order.
+    pub buffers: Vec<BufferInfo>,
+}
+
+/// A small device-state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateFile {
+    pub path: String,
+    pub contents: String,
+    /// Permission bits.
+    pub mode: u32,
+}
+
+/// One device buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BufferInfo {
+    /// Where the buffer lives (for the simulator, its file).
+    pub path: String,
+    pub size: u64,
+    /// The GPU holding it.
+    pub gpu_id: u32,
+    /// "vram", "gtt", ...
+    pub kind: String,
+    /// Permission bits of the buffer's file (the simulator's; 0 for real devices).
+    #[serde(default)]
+    pub mode: u32,
+}
+
+impl TaskDevice {
+    /// What the restored task recreates (sent to the plugin in RESTORE_EXT_FILE).
+    pub fn spec(&self) -> DeviceSpec {
+        DeviceSpec {
+            device_path: self.device_path.clone(),
+            directories: self.directories.clone(),
+            files: self
+                .files
+                .iter()
+                .map(|f| FileSpec {
+                    path: f.path.clone(),
+                    contents: f.contents.clone().into_bytes(),
+                    mode: f.mode,
+                })
+                .collect(),
+            buffers: self
+                .buffers
+                .iter()
+                .map(|b| BufferSpec { path: b.path.clone(), size: b.size, mode: b.mode })
+                .collect(),
+            device_flags: self.device_flags,
+        }
+    }
+}
+
+/// A task's device state and a copy-engine source for each of its buffers.
+pub struct Checkpointed {
+    pub device: TaskDevice,
+    pub sources: Vec<Box<dyn BufferSource>>,
+}
+
+/// One GPU device family.
+pub trait Backend: Send + Sync {
+    /// "sim", "amdgpu", "cuda".
+    fn name(&self) -> &'static str;
+
+    /// Whether `pid` holds a device of this backend (before anything is frozen).
+    fn holds_device(&self, pid: i32) -> bool;
+
+    /// CHECKPOINT_DEVICES (tree frozen): the device state of `pid`, or None when the task
+    /// holds no device of this backend.
+    fn checkpoint_task(&self, pid: i32) -> Result<Option<Checkpointed>, GpuError>;
+
+    /// DUMP_EXT_FILE: if `fd` is a device of this backend, which of `tasks` has it open.
+    fn file_owner(&self, fd: BorrowedFd<'_>, tasks: &[i32]) -> Result<Option<i32>, GpuError>;
+
+    /// A copy-engine sink writing buffer `index` of `task` through `file`, the buffer
+    /// the restored task created and handed over.
+    fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink>;
+}
+
+/// The backend whose devices the tree rooted at `pid` holds, if any. Today that is the
+/// simulator when `GPUCR_SIM_ROOT` is set.
+pub fn detect(pid: i32) -> Result<Option<std::sync::Arc<dyn Backend>>, GpuError> {
+    let Some(sim) = sim::SimBackend::from_env()? else { return Ok(None) };
+    let tree = tree_pids(pid);
+    Ok(tree.iter().any(|&p| sim.holds_device(p)).then(|| std::sync::Arc::new(sim) as std::sync::Arc<dyn Backend>))
+}
+
+/// The backend named in a manifest, configured from the environment.
+pub fn backend_named(name: &str) -> Result<std::sync::Arc<dyn Backend>, GpuError> {
+    match name {
+        "sim" => match sim::SimBackend::from_env()? {
+            Some(sim) => Ok(std::sync::Arc::new(sim)),
+            None => Err(GpuError::Config {
+                variable: sim::ENV_ROOT,
+                value: String::new(),
+                detail: "the image holds simulated GPU state: set GPUCR_SIM_ROOT to the sim root to restore into".into(),
+            }),
+        },
+        other => Err(GpuError::Config {
+            variable: "backend",
+            value: other.to_owned(),
+            detail: "this gpucr has no such GPU backend".into(),
+        }),
+    }
+}
+
+/// `pid` and all its descendants (through /proc/PID/task/TID/children).
+pub fn tree_pids(pid: i32) -> Vec<i32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in tasks.flatten() {
+                let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                for c in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                    if !out.contains(&c) {
+                        out.push(c);
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The task's pid in its innermost PID namespace (the last NSpid field).
+pub fn ns_pid(pid: i32) -> Result<u32, GpuError> {
+    let path = PathBuf::from(format!("/proc/{pid}/status"));
+    let status = std::fs::read_to_string(&path).map_err(GpuError::io(&path))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last()?.parse().ok())
+        .ok_or_else(|| GpuError::Malformed { path, detail: "no NSpid line".into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_ns_pid_is_found() {
+        let me = std::process::id() as i32;
+        assert!(ns_pid(me).unwrap() > 0);
+        assert!(ns_pid(-1).is_err());
+    }
+
+    #[test]
+    fn spec_carries_everything_to_recreate() {
+        let t = TaskDevice {
+            ns_pid: 2,
+            host_pid: 100,
+            ext_files: vec![5],
+            device_path: "/dev/fuse".into(),
+            device_flags: 2,
+            directories: vec!["/r/c".into()],
+            files: vec![StateFile { path: "/r/c/context.json".into(), contents: "{}".into(), mode: 0o644 }],
+            buffers: vec![BufferInfo {
+                path: "/r/c/b0".into(),
+                size: 10,
+                gpu_id: 7,
+                kind: "vram".into(),
+                mode: 0o600,
+            }],
+        };
+        let s = t.spec();
+        assert_eq!(s.device_path, "/dev/fuse");
+        assert_eq!(s.buffers[0].size, 10);
+        assert_eq!(s.files[0].contents, b"{}");
+    }
+}

@@ -1,0 +1,130 @@
+//! The GPU side of one dump or restore: the private session directory with the plugin,
+//! the helper serving it, and the transfer engine behind the helper.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Backend, TaskDevice};
+use crate::helper::{timeline_events, Helper, HelperError, Session, TaskTiming};
+use crate::transfer::{BufferKey, DumpWriter, EventSink, GpuStats, Restorer, TransferConfig};
+
+/// The GPU part of the manifest (`gpucr.json`, field `gpu`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuManifest {
+    /// The backend that carried the device state ("sim", "amdgpu", "cuda").
+    pub backend: String,
+    /// Every task's device state and buffer table.
+    pub tasks: Vec<TaskDevice>,
+    /// What the transfer engine stored.
+    pub stats: GpuStats,
+    /// When each task's buffers were copied, relative to the helper's start.
+    pub timings: Vec<TaskTiming>,
+}
+
+/// The GPU side of a dump.
+#[derive(Debug)]
+pub struct GpuDump {
+    helper: Helper,
+    _session: Session,
+    backend: &'static str,
+}
+
+impl GpuDump {
+    /// Start the helper of `session` for a dump into `dir` (its `gpu/` part).
+    pub fn start(
+        session: Session,
+        dir: &Path,
+        backend: Arc<dyn Backend>,
+        config: TransferConfig,
+        progress: EventSink,
+    ) -> Result<GpuDump, HelperError> {
+        let (events, timeline) = timeline_events(progress);
+        let writer = DumpWriter::start(dir, config, events)?;
+        let name = backend.name();
+        let helper = Helper::start_dump(&session.socket_path(), backend, writer, timeline)?;
+        Ok(GpuDump { _session: session, helper, backend: name })
+    }
+
+    /// Wait for every copy and close the image's GPU part (at CRIU's post-dump, before
+    /// the tree is let go).
+    pub fn finish(&self) -> Result<GpuManifest, HelperError> {
+        let outcome = self.helper.finish_dump()?;
+        Ok(GpuManifest {
+            backend: self.backend.to_owned(),
+            tasks: outcome.tasks,
+            stats: outcome.stats,
+            timings: self.helper.timings(),
+        })
+    }
+}
+
+/// The GPU side of a restore.
+#[derive(Debug)]
+pub struct GpuRestore {
+    helper: Helper,
+    _session: Session,
+}
+
+impl GpuRestore {
+    /// Open the image's GPU part and start the helper. With `parallel`, the engine starts
+    /// reading, verifying and decompressing at once, before any buffer exists.
+    pub fn start(
+        session: Session,
+        dir: &Path,
+        manifest: &GpuManifest,
+        backend: Arc<dyn Backend>,
+        config: TransferConfig,
+        parallel: bool,
+        progress: EventSink,
+    ) -> Result<GpuRestore, HelperError> {
+        let (events, timeline) = timeline_events(progress);
+        let restorer = Restorer::open(dir, config, parallel, events)?;
+        check_buffers_match(&restorer, &manifest.tasks)?;
+        let helper = Helper::start_restore(
+            &session.socket_path(),
+            backend,
+            restorer,
+            manifest.tasks.clone(),
+            parallel,
+            timeline,
+        )?;
+        Ok(GpuRestore { _session: session, helper })
+    }
+
+    /// Wait until every buffer is restored (at CRIU's post-restore, before any restored
+    /// task runs).
+    pub fn wait_restored(&self) -> Result<(), HelperError> {
+        self.helper.wait_restored()
+    }
+
+    /// Close the image; the transfer statistics and per-task timings.
+    pub fn finish(&self) -> Result<(GpuStats, Vec<TaskTiming>), HelperError> {
+        let stats = self.helper.finish_restore()?;
+        Ok((stats, self.helper.timings()))
+    }
+}
+
+/// The manifest's buffer table and the GPU index must describe the same buffers.
+fn check_buffers_match(restorer: &Restorer, tasks: &[TaskDevice]) -> Result<(), HelperError> {
+    let in_index: std::collections::BTreeMap<BufferKey, u64> = restorer.buffers().into_iter().collect();
+    for task in tasks {
+        for (i, b) in task.buffers.iter().enumerate() {
+            let key = BufferKey::new(task.ns_pid, i as u32);
+            match in_index.get(&key) {
+                Some(&len) if len == b.size => {}
+                Some(&len) => {
+                    return Err(HelperError::Failed(format!(
+                        "buffer {key} is {} bytes in gpucr.json but {len} in gpu/index",
+                        b.size
+                    )))
+                }
+                None => {
+                    return Err(HelperError::Failed(format!("buffer {key} of gpucr.json is missing from gpu/index")))
+                }
+            }
+        }
+    }
+    Ok(())
+}

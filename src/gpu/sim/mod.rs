@@ -1,0 +1,260 @@
+//! The simulator backend: device contexts and buffers as files in a sim root on tmpfs,
+//! a character device CRIU does not handle as the "device", and modelled copy engines.
+//!
+//! It keeps a real device's rules: a task's device state is found from the task itself
+//! (its mappings and open device fd), its buffers are read through a copy engine while
+//! CRIU dumps, and on restore they exist only once the restored task has recreated them
+//! in RESTORE_EXT_FILE, which is when gpucr may start writing them.
+
+pub mod client;
+mod copy_engine;
+mod root;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{self, File};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub use copy_engine::{CopyEngine, EngineBuffer};
+pub use root::{
+    parse_bandwidth, sim_gpu_id, Context, ContextBuffer, SimRoot, CONTEXT_FILE, DEFAULT_DEVICE,
+    ENV_COPY_BW, ENV_DEVICE, ENV_ROOT,
+};
+
+use super::{ns_pid, Backend, BufferInfo, Checkpointed, GpuError, StateFile, TaskDevice};
+use crate::transfer::{BufferSink, BufferSource, FileRange};
+
+/// The simulator backend.
+#[derive(Debug)]
+pub struct SimBackend {
+    root: SimRoot,
+    device: PathBuf,
+    device_rdev: u64,
+    bandwidth: Option<f64>,
+    engines: Mutex<HashMap<u32, Arc<CopyEngine>>>,
+}
+
+impl SimBackend {
+    /// The simulator configured by the environment (`GPUCR_SIM_ROOT`, `GPUCR_SIM_DEVICE`,
+    /// `GPUCR_SIM_COPY_BW`), or None when no sim root is set.
+    pub fn from_env() -> Result<Option<SimBackend>, GpuError> {
+        let Some(root) = SimRoot::from_env() else { return Ok(None) };
+        let device = std::env::var_os(ENV_DEVICE)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DEVICE));
+        let bandwidth = match std::env::var(ENV_COPY_BW) {
+            Ok(text) if !text.trim().is_empty() => Some(parse_bandwidth(&text).map_err(|detail| {
+                GpuError::Config { variable: ENV_COPY_BW, value: text.clone(), detail }
+            })?),
+            _ => None,
+        };
+        Self::new(root, &device, bandwidth).map(Some)
+    }
+
+    pub fn new(root: SimRoot, device: &Path, bandwidth: Option<f64>) -> Result<SimBackend, GpuError> {
+        let meta = fs::metadata(device).map_err(GpuError::io(device))?;
+        if !meta.file_type().is_char_device() {
+            return Err(GpuError::Config {
+                variable: ENV_DEVICE,
+                value: device.display().to_string(),
+                detail: "not a character device".into(),
+            });
+        }
+        Ok(SimBackend {
+            root,
+            device: device.to_path_buf(),
+            device_rdev: meta.rdev(),
+            bandwidth,
+            engines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn root(&self) -> &SimRoot {
+        &self.root
+    }
+
+    fn engine(&self, gpu_id: u32) -> Option<Arc<CopyEngine>> {
+        let bw = self.bandwidth?;
+        let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
+        Some(engines.entry(gpu_id).or_insert_with(|| Arc::new(CopyEngine::new(bw))).clone())
+    }
+
+    /// The sim context directories `pid` maps buffers from.
+    fn mapped_contexts(&self, pid: i32) -> Result<BTreeSet<PathBuf>, GpuError> {
+        let path = PathBuf::from(format!("/proc/{pid}/maps"));
+        let maps = fs::read_to_string(&path).map_err(GpuError::io(&path))?;
+        Ok(maps
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .filter_map(|file| self.root.context_of(Path::new(file)))
+            .collect())
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &'static str {
+        "sim"
+    }
+
+    fn holds_device(&self, pid: i32) -> bool {
+        self.mapped_contexts(pid).is_ok_and(|c| !c.is_empty())
+    }
+
+    fn checkpoint_task(&self, pid: i32) -> Result<Option<Checkpointed>, GpuError> {
+        let contexts = self.mapped_contexts(pid)?;
+        let Some(ctx_dir) = contexts.iter().next() else { return Ok(None) };
+        if contexts.len() > 1 {
+            return Err(GpuError::Task {
+                pid,
+                detail: format!("maps {} sim device contexts; one per process is supported", contexts.len()),
+            });
+        }
+        let ctx = Context::read(ctx_dir)?;
+        let fd_link = PathBuf::from(format!("/proc/{pid}/fd/{}", ctx.device_fd));
+        match fs::read_link(&fd_link) {
+            Ok(target) if target == self.device || target == Path::new(&ctx.device_path) => {}
+            _ => {
+                return Err(GpuError::Task {
+                    pid,
+                    detail: format!(
+                        "context {} says the device is fd {}, which is not {} in this process",
+                        ctx_dir.display(),
+                        ctx.device_fd,
+                        ctx.device_path
+                    ),
+                })
+            }
+        }
+        let device_flags = fd_flags(pid, ctx.device_fd)?;
+        let context_path = ctx_dir.join(CONTEXT_FILE);
+        let context_text = fs::read_to_string(&context_path).map_err(GpuError::io(&context_path))?;
+        let context_mode = fs::metadata(&context_path).map_err(GpuError::io(&context_path))?.mode() & 0o7777;
+        let mut buffers = Vec::new();
+        let mut sources: Vec<Box<dyn BufferSource>> = Vec::new();
+        for b in &ctx.buffers {
+            let path = ctx_dir.join(&b.name);
+            let file = File::open(&path).map_err(GpuError::io(&path))?;
+            let meta = file.metadata().map_err(GpuError::io(&path))?;
+            let actual = meta.len();
+            if actual != b.size {
+                return Err(GpuError::Malformed {
+                    path,
+                    detail: format!("buffer is {actual} bytes, its context says {}", b.size),
+                });
+            }
+            sources.push(Box::new(EngineBuffer::new(FileRange::new(file, 0, b.size), self.engine(b.gpu_id))));
+            buffers.push(BufferInfo {
+                path: path.display().to_string(),
+                size: b.size,
+                gpu_id: b.gpu_id,
+                kind: b.kind.clone(),
+                mode: meta.mode() & 0o7777,
+            });
+        }
+        let device = TaskDevice {
+            ns_pid: ns_pid(pid)?,
+            host_pid: pid,
+            ext_files: Vec::new(),
+            device_path: ctx.device_path.clone(),
+            device_flags,
+            directories: vec![ctx_dir.display().to_string()],
+            files: vec![StateFile {
+                path: context_path.display().to_string(),
+                contents: context_text,
+                mode: context_mode,
+            }],
+            buffers,
+        };
+        Ok(Some(Checkpointed { device, sources }))
+    }
+
+    fn file_owner(&self, fd: BorrowedFd<'_>, tasks: &[i32]) -> Result<Option<i32>, GpuError> {
+        let meta = nix::sys::stat::fstat(fd).map_err(|e| GpuError::io(&self.device)(e.into()))?;
+        let is_chr = meta.st_mode & libc::S_IFMT == libc::S_IFCHR;
+        if !is_chr || meta.st_rdev != self.device_rdev {
+            return Ok(None);
+        }
+        let me = std::process::id() as i32;
+        for &pid in tasks {
+            let dir = PathBuf::from(format!("/proc/{pid}/fd"));
+            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let Ok(theirs) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+                if same_open_file(me, fd.as_raw_fd(), pid, theirs) {
+                    return Ok(Some(pid));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink> {
+        let info = &task.buffers[index];
+        let range = FileRange::new(file, 0, info.size).starting_zeroed();
+        Box::new(EngineBuffer::new(range, self.engine(info.gpu_id)))
+    }
+}
+
+/// kcmp(KCMP_FILE): do our `fd` and `pid`'s `theirs` refer to one open file description?
+fn same_open_file(me: i32, fd: i32, pid: i32, theirs: i32) -> bool {
+    const KCMP_FILE: libc::c_long = 0;
+    // SAFETY: kcmp only compares kernel objects named by pids and fd numbers; it reads
+    // no memory of ours.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_kcmp, me as libc::c_long, pid as libc::c_long, KCMP_FILE, fd as libc::c_long, theirs as libc::c_long)
+    };
+    ret == 0
+}
+
+/// The open flags of `pid`'s fd (from /proc/PID/fdinfo), without O_CLOEXEC and
+/// creation flags.
+fn fd_flags(pid: i32, fd: i32) -> Result<i32, GpuError> {
+    let path = PathBuf::from(format!("/proc/{pid}/fdinfo/{fd}"));
+    let text = fs::read_to_string(&path).map_err(GpuError::io(&path))?;
+    let flags = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| i32::from_str_radix(v.trim(), 8).ok())
+        .ok_or_else(|| GpuError::Malformed { path, detail: "no flags line".into() })?;
+    Ok(flags & (libc::O_ACCMODE | libc::O_NONBLOCK))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    #[test]
+    fn file_owner_finds_the_process_holding_the_device() {
+        // /dev/null stands in for the device: a character device we can open anywhere.
+        let backend = SimBackend::new(SimRoot::new("/nonexistent"), Path::new("/dev/null"), None).unwrap();
+        let me = std::process::id() as i32;
+        let null = File::open("/dev/null").unwrap();
+        assert_eq!(backend.file_owner(null.as_fd(), &[me]).unwrap(), Some(me));
+        let other = File::open("/proc/self/status").unwrap();
+        assert_eq!(backend.file_owner(other.as_fd(), &[me]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_regular_file_is_not_a_device() {
+        let err = SimBackend::new(SimRoot::new("/x"), Path::new("/proc/self/status"), None).unwrap_err();
+        assert!(err.to_string().contains("not a character device"), "{err}");
+    }
+
+    #[test]
+    fn a_process_without_contexts_has_no_device_state() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = SimBackend::new(SimRoot::new(tmp.path()), Path::new("/dev/null"), None).unwrap();
+        assert!(backend.checkpoint_task(std::process::id() as i32).unwrap().is_none());
+    }
+
+    #[test]
+    fn own_fd_flags_are_read() {
+        let f = File::options().read(true).write(true).open("/dev/null").unwrap();
+        assert_eq!(fd_flags(std::process::id() as i32, f.as_raw_fd()).unwrap() & libc::O_ACCMODE, libc::O_RDWR);
+    }
+}

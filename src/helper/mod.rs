@@ -1,0 +1,42 @@
+//! The helper: gpucr's side of the plugin protocol. A socket server (a thread per
+//! connection) that receives device files and buffers from the plugin, feeds them to the
+//! transfer engine, and answers the plugin's "is this task's memory done" questions.
+//!
+//! One [`Helper`] serves one dump or one restore; [`Session`] is its private directory.
+
+mod server;
+mod session;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use server::{timeline_events, DumpOutcome, Helper, TaskTiming, Timeline};
+pub use session::{locate_plugin, Session, ENV_PLUGIN};
+
+use crate::gpu::GpuError;
+use crate::transfer::TransferError;
+
+/// Errors of the helper.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    #[error(
+        "gpucr's CRIU plugin was not found (looked for {}); build it with `cargo build \
+         --workspace` or name it with GPUCR_PLUGIN",
+        .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NoPlugin { searched: Vec<PathBuf> },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("helper socket {path}: {source}")]
+    Socket { path: PathBuf, source: nix::Error },
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    #[error("device state: {0}")]
+    Failed(String),
+}

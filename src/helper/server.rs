@@ -1,0 +1,387 @@
+//! The helper's socket server and its per-task bookkeeping.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use gpucr_abi::proto::{request, Reply, Request};
+use gpucr_abi::wire::{self, WireError};
+use gpucr_abi::PLUGIN_NAME;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{
+    accept, bind, getsockopt, listen, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
+    UnixAddr,
+};
+use serde::Serialize;
+
+use super::HelperError;
+use crate::gpu::{Backend, TaskDevice};
+use crate::transfer::{BufferKey, DumpWriter, Event, EventSink, GpuStats, Restorer};
+
+/// When one task's device memory started and finished moving (milliseconds since the
+/// helper started), for the phase timeline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct TaskTiming {
+    pub ns_pid: u32,
+    pub bytes: u64,
+    pub start_ms: Option<f64>,
+    pub end_ms: Option<f64>,
+}
+
+/// What a dump's helper collected.
+#[derive(Debug)]
+pub struct DumpOutcome {
+    pub tasks: Vec<TaskDevice>,
+    pub stats: GpuStats,
+}
+
+/// Per-task progress, fed by the transfer engine's events.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    started: Option<Instant>,
+    tasks: BTreeMap<u32, (TaskTiming, usize)>,
+}
+
+impl Timeline {
+    fn ms(&self) -> f64 {
+        self.started.map(|s| s.elapsed().as_secs_f64() * 1e3).unwrap_or(0.0)
+    }
+
+    fn begin(&mut self, ns_pid: u32, buffers: usize, bytes: u64) {
+        let at = self.ms();
+        let entry = self.tasks.entry(ns_pid).or_insert_with(|| {
+            (TaskTiming { ns_pid, ..Default::default() }, 0)
+        });
+        entry.0.start_ms.get_or_insert(at);
+        entry.0.bytes += bytes;
+        entry.1 += buffers;
+        if entry.1 == 0 {
+            entry.0.end_ms.get_or_insert(at);
+        }
+    }
+
+    fn buffer_done(&mut self, key: BufferKey) {
+        let at = self.ms();
+        if let Some((timing, remaining)) = self.tasks.get_mut(&key.task) {
+            *remaining = remaining.saturating_sub(1);
+            if *remaining == 0 {
+                timing.end_ms = Some(at);
+            }
+        }
+    }
+}
+
+enum Mode {
+    Dump {
+        writer: RwLock<Option<DumpWriter>>,
+        /// Devices found by CHECKPOINT_DEVICES, by host pid.
+        tasks: Mutex<BTreeMap<i32, TaskDevice>>,
+        /// Every pid CHECKPOINT_DEVICES was called for (the tree).
+        tree: Mutex<Vec<i32>>,
+    },
+    Restore {
+        restorer: RwLock<Option<Restorer>>,
+        tasks: Vec<TaskDevice>,
+        /// Host pid of each restored task that asked for its device (SO_PEERCRED).
+        peers: Mutex<HashMap<i32, usize>>,
+        parallel: bool,
+    },
+}
+
+struct Shared {
+    backend: Arc<dyn Backend>,
+    mode: Mode,
+    timeline: Arc<Mutex<Timeline>>,
+    /// The first failure, reported again when the command asks for the outcome.
+    failure: Mutex<Option<String>>,
+}
+
+/// A running helper.
+pub struct Helper {
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Helper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Helper").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+/// The event sink that keeps a timeline, plus an extra consumer (progress display).
+pub fn timeline_events(extra: EventSink) -> (EventSink, Arc<Mutex<Timeline>>) {
+    let timeline = Arc::new(Mutex::new(Timeline { started: Some(Instant::now()), ..Default::default() }));
+    let t = timeline.clone();
+    let sink: EventSink = Arc::new(move |event| {
+        if let Event::BufferDone(key) = event {
+            t.lock().unwrap_or_else(|e| e.into_inner()).buffer_done(key);
+        }
+        extra(event);
+    });
+    (sink, timeline)
+}
+
+impl Helper {
+    /// Serve a dump: buffers found by CHECKPOINT_DEVICES go to `writer`.
+    pub fn start_dump(
+        path: &Path,
+        backend: Arc<dyn Backend>,
+        writer: DumpWriter,
+        timeline: Arc<Mutex<Timeline>>,
+    ) -> Result<Helper, HelperError> {
+        let mode = Mode::Dump {
+            writer: RwLock::new(Some(writer)),
+            tasks: Mutex::new(BTreeMap::new()),
+            tree: Mutex::new(Vec::new()),
+        };
+        Self::start(path, backend, mode, timeline)
+    }
+
+    /// Serve a restore of `tasks` from `restorer`. Without `parallel`, a task's buffers
+    /// are filled before RESTORE_EXT_FILE returns (the CRIU 4.1 way).
+    pub fn start_restore(
+        path: &Path,
+        backend: Arc<dyn Backend>,
+        restorer: Restorer,
+        tasks: Vec<TaskDevice>,
+        parallel: bool,
+        timeline: Arc<Mutex<Timeline>>,
+    ) -> Result<Helper, HelperError> {
+        let mode = Mode::Restore {
+            restorer: RwLock::new(Some(restorer)),
+            tasks,
+            peers: Mutex::new(HashMap::new()),
+            parallel,
+        };
+        Self::start(path, backend, mode, timeline)
+    }
+
+    fn start(
+        path: &Path,
+        backend: Arc<dyn Backend>,
+        mode: Mode,
+        timeline: Arc<Mutex<Timeline>>,
+    ) -> Result<Helper, HelperError> {
+        let sock_err = |source| HelperError::Socket { path: path.to_path_buf(), source };
+        let listener = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
+            .map_err(sock_err)?;
+        bind(listener.as_raw_fd(), &UnixAddr::new(path).map_err(sock_err)?).map_err(sock_err)?;
+        listen(&listener, Backlog::new(128).map_err(sock_err)?).map_err(sock_err)?;
+        let shared = Arc::new(Shared { backend, mode, timeline, failure: Mutex::new(None) });
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (shared.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("gpucr-helper".into())
+            .spawn(move || accept_loop(listener, s, st))
+            .map_err(|source| HelperError::Io { path: path.to_path_buf(), source })?;
+        Ok(Helper { shared, stop, thread: Some(thread), path: path.to_path_buf() })
+    }
+
+    /// Dump: wait until every buffer handed over is in the image, then finish the
+    /// image's GPU part. Called at CRIU's post-dump, before the tree is let go.
+    pub fn finish_dump(&self) -> Result<DumpOutcome, HelperError> {
+        self.check_failure()?;
+        let Mode::Dump { writer, tasks, .. } = &self.shared.mode else {
+            return Err(HelperError::Failed("finish_dump on a restore helper".into()));
+        };
+        let writer = writer
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| HelperError::Failed("the dump was already finished".into()))?;
+        let stats = writer.finish()?;
+        let tasks = tasks.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        Ok(DumpOutcome { tasks, stats })
+    }
+
+    /// Restore: wait until every buffer of every task is written. Called at CRIU's
+    /// post-restore, before any restored task runs.
+    pub fn wait_restored(&self) -> Result<(), HelperError> {
+        self.check_failure()?;
+        let Mode::Restore { restorer, tasks, .. } = &self.shared.mode else {
+            return Err(HelperError::Failed("wait_restored on a dump helper".into()));
+        };
+        let keys: Vec<BufferKey> = tasks.iter().flat_map(task_keys).collect();
+        let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+        let restorer = guard.as_ref().ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+        restorer.wait(&keys)?;
+        Ok(())
+    }
+
+    /// Restore: close the image and return the transfer statistics.
+    pub fn finish_restore(&self) -> Result<GpuStats, HelperError> {
+        let Mode::Restore { restorer, .. } = &self.shared.mode else {
+            return Err(HelperError::Failed("finish_restore on a dump helper".into()));
+        };
+        let restorer = restorer
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+        Ok(restorer.finish()?)
+    }
+
+    /// When each task's device memory moved.
+    pub fn timings(&self) -> Vec<TaskTiming> {
+        let t = self.shared.timeline.lock().unwrap_or_else(|e| e.into_inner());
+        t.tasks.values().map(|(timing, _)| timing.clone()).collect()
+    }
+
+    fn check_failure(&self) -> Result<(), HelperError> {
+        match self.shared.failure.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            Some(f) => Err(HelperError::Failed(f)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
+    (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
+}
+
+fn accept_loop(listener: OwnedFd, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(100u16)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        let Ok(conn) = accept(listener.as_raw_fd()) else { continue };
+        // SAFETY: accept returned a new descriptor that nothing else owns.
+        let conn = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(conn) };
+        let s = shared.clone();
+        let _ = std::thread::Builder::new().name("gpucr-helper-conn".into()).spawn(move || serve(conn, &s));
+    }
+}
+
+/// Answer requests on one connection until the plugin closes it.
+fn serve(conn: OwnedFd, shared: &Shared) {
+    loop {
+        let (req, fds): (Request, Vec<OwnedFd>) = match wire::recv_msg(conn.as_fd()) {
+            Ok(msg) => msg,
+            Err(WireError::Closed) => return,
+            Err(e) => {
+                let _ = wire::send(conn.as_fd(), &refuse(&format!("bad request: {e}")), &[]);
+                return;
+            }
+        };
+        let peer = getsockopt(&conn, sockopt::PeerCredentials).map(|c| c.pid()).unwrap_or(0);
+        let reply = match handle(shared, req, fds, peer) {
+            Ok(reply) => reply,
+            Err(e) => {
+                let text = e.to_string();
+                shared.failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(text.clone());
+                refuse(&text)
+            }
+        };
+        if wire::send(conn.as_fd(), &reply, &[]).is_err() {
+            return;
+        }
+    }
+}
+
+fn ok() -> Reply {
+    Reply { ok: true, ..Default::default() }
+}
+
+fn refuse(error: &str) -> Reply {
+    Reply { ok: false, error: error.to_owned(), ..Default::default() }
+}
+
+fn handle(shared: &Shared, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Result<Reply, HelperError> {
+    let Some(kind) = req.kind else { return Ok(refuse("empty request")) };
+    match (&shared.mode, kind) {
+        (Mode::Dump { writer, tasks, tree }, request::Kind::CheckpointDevices(r)) => {
+            tree.lock().unwrap_or_else(|e| e.into_inner()).push(r.pid);
+            let Some(found) = shared.backend.checkpoint_task(r.pid)? else { return Ok(ok()) };
+            let device = found.device;
+            let bytes = device.buffers.iter().map(|b| b.size).sum();
+            shared.timeline.lock().unwrap_or_else(|e| e.into_inner()).begin(device.ns_pid, device.buffers.len(), bytes);
+            {
+                let guard = writer.read().unwrap_or_else(|e| e.into_inner());
+                let writer = guard.as_ref().ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
+                for (i, source) in found.sources.into_iter().enumerate() {
+                    writer.add(BufferKey::new(device.ns_pid, i as u32), source)?;
+                }
+            }
+            tasks.lock().unwrap_or_else(|e| e.into_inner()).insert(r.pid, device);
+            Ok(ok())
+        }
+        (Mode::Dump { tasks, tree, .. }, request::Kind::DumpFile(r)) => {
+            let Some(fd) = fds.first() else { return Ok(refuse("DumpFile without its fd")) };
+            let candidates = tree.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let Some(owner) = shared.backend.file_owner(fd.as_fd(), &candidates)? else {
+                return Ok(Reply { ok: true, owned: false, ..Default::default() });
+            };
+            let mut tasks = tasks.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(task) = tasks.get_mut(&owner) else {
+                return Ok(Reply { ok: true, owned: false, ..Default::default() });
+            };
+            task.ext_files.push(r.id);
+            Ok(Reply { ok: true, owned: true, plugin_name: PLUGIN_NAME.into(), ..Default::default() })
+        }
+        (Mode::Restore { tasks, peers, .. }, request::Kind::RestoreFile(r)) => {
+            let Some(index) = tasks.iter().position(|t| t.ext_files.contains(&r.id)) else {
+                // Not a device gpucr carried: let other plugins have it.
+                return Ok(refuse(""));
+            };
+            peers.lock().unwrap_or_else(|e| e.into_inner()).insert(peer, index);
+            Ok(Reply { ok: true, device: Some(tasks[index].spec()), ..Default::default() })
+        }
+        (Mode::Restore { restorer, tasks, parallel, .. }, request::Kind::BuffersReady(r)) => {
+            let Some(index) = tasks.iter().position(|t| t.ext_files.contains(&r.id)) else {
+                return Ok(refuse("BuffersReady for a file gpucr does not carry"));
+            };
+            let task = &tasks[index];
+            let first = r.first_index as usize;
+            if first + fds.len() > task.buffers.len() {
+                return Ok(refuse("more buffers than the task has"));
+            }
+            let bytes = task.buffers[first..first + fds.len()].iter().map(|b| b.size).sum();
+            shared.timeline.lock().unwrap_or_else(|e| e.into_inner()).begin(task.ns_pid, fds.len(), bytes);
+            let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+            let restorer = guard.as_ref().ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+            let mut keys = Vec::with_capacity(fds.len());
+            for (j, fd) in fds.into_iter().enumerate() {
+                let key = BufferKey::new(task.ns_pid, (first + j) as u32);
+                restorer.attach(key, shared.backend.buffer_sink(task, first + j, File::from(fd)))?;
+                keys.push(key);
+            }
+            if !parallel {
+                restorer.wait(&keys)?;
+            }
+            Ok(ok())
+        }
+        (Mode::Restore { restorer, tasks, peers, .. }, request::Kind::ResumeDevices(r)) => {
+            let index = peers.lock().unwrap_or_else(|e| e.into_inner()).get(&r.pid).copied();
+            let Some(index) = index else { return Ok(ok()) };
+            let keys: Vec<BufferKey> = task_keys(&tasks[index]).collect();
+            let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(restorer) = guard.as_ref() {
+                restorer.wait(&keys)?;
+            }
+            Ok(ok())
+        }
+        (_, request::Kind::Log(_)) => Ok(ok()),
+        (_, other) => Ok(refuse(&format!("unexpected request {other:?} in this phase"))),
+    }
+}
+

@@ -1,0 +1,347 @@
+//! `gpucr check-topology`: the table, the image check, JSON, exit codes and errors, run as
+//! the binary against the topology fixtures (`tests/fixtures/topology`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gpucr_topology::{read_local, Topology};
+
+const SUCCESS: i32 = 0;
+const USAGE: i32 = 2;
+const TOPOLOGY_INCOMPATIBLE: i32 = 9;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/topology")
+        .join(name)
+}
+
+fn machine(name: &str) -> Topology {
+    read_local(Some(&fixture(name))).unwrap()
+}
+
+/// Runs `gpucr ARGS` with the `KFD_*_CHECK` variables cleared and `extra_env` set.
+fn gpucr(args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpucr"));
+    cmd.args(args).env_remove("GPUCR_SYSFS_ROOT");
+    for var in [
+        "KFD_FW_VER_CHECK",
+        "KFD_SDMA_FW_VER_CHECK",
+        "KFD_CACHES_COUNT_CHECK",
+        "KFD_NUM_GWS_CHECK",
+        "KFD_VRAM_SIZE_CHECK",
+        "KFD_NUMA_CHECK",
+        "KFD_CAPABILITY_CHECK",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// An image directory whose manifest holds `topology` (and fields this command ignores).
+fn image(topology: Option<&Topology>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = serde_json::json!({
+        "format": "gpucr",
+        "format_version": 1,
+        "files": [],
+        "topology": topology,
+    });
+    fs::write(dir.path().join("gpucr.json"), manifest.to_string()).unwrap();
+    dir
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn table_of_local_gpus() {
+    let root = fixture("mi300x-8x");
+    let out = gpucr(&["check-topology", "--sysfs-root", path(&root)], &[]);
+    assert_eq!(out.status.code(), Some(SUCCESS), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 9, "{text}");
+    for column in [
+        "NODE", "GPU", "NAME", "VRAM", "CUS", "FIRMWARE", "NUMA", "LINKS",
+    ] {
+        assert!(lines[0].contains(column), "{text}");
+    }
+    assert!(
+        lines[1].starts_with(
+            "2     28851  gfx942  192.0 GiB  304  mec 186 sdma 24  0     pcie:0 xgmi:3-9 (hive 0)"
+        ),
+        "{text}"
+    );
+
+    // The environment variable names the root too.
+    let out = gpucr(
+        &["check-topology"],
+        &[("GPUCR_SYSFS_ROOT", path(&fixture("h100-8x")))],
+    );
+    assert_eq!(out.status.code(), Some(SUCCESS));
+    assert!(
+        stdout(&out).contains("GPU-0e6f8a21-3b5c-4d7e-8f90-a1b2c3d4e5f0  NVIDIA H100 80GB HBM3")
+    );
+}
+
+#[test]
+fn table_as_json() {
+    let root = fixture("mi100-4x-xgmi");
+    let out = gpucr(
+        &["check-topology", "--json", "--sysfs-root", path(&root)],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(SUCCESS), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["cpu_nodes"], serde_json::json!([0, 1]));
+    let gpus = json["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 4);
+    assert_eq!(gpus[0]["kind"], "kfd");
+    assert_eq!(gpus[0]["node"], 2);
+    assert_eq!(gpus[0]["gpu_id"], 3213);
+    assert_eq!(gpus[0]["vram_bytes"], 32u64 << 30);
+    assert_eq!(gpus[0]["compute_units"], 120);
+    assert_eq!(gpus[2]["numa_nodes"], serde_json::json!([1]));
+    assert_eq!(gpus[0]["hive"], 0);
+    assert_eq!(gpus[0]["links"].as_array().unwrap().len(), 4);
+    assert_eq!(gpus[0]["links"][1]["type"], "xgmi");
+    assert_eq!(gpus[0]["links"][1]["bidirectional"], true);
+}
+
+#[test]
+fn compatible_image_prints_the_mapping() {
+    let img = image(Some(&machine("mi250x-8gcd")));
+    let root = fixture("mi250x-8gcd");
+    let out = gpucr(
+        &[
+            "check-topology",
+            path(img.path()),
+            "--sysfs-root",
+            path(&root),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(SUCCESS), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("compatible: the image's 8 GPU(s) can be restored on this machine\n"));
+    assert!(text.contains(
+        "node 2 gpu_id 15718 (gfx90a aldebaran) -> node 2 gpu_id 15718 (gfx90a aldebaran)"
+    ));
+    assert!(text.contains("CPU node 1 -> CPU node 1"));
+}
+
+#[test]
+fn incompatible_image_explains_every_mismatch() {
+    let img = image(Some(&machine("mi300x-8x")));
+    let root = fixture("mi250x-8gcd");
+    let out = gpucr(
+        &[
+            "check-topology",
+            path(img.path()),
+            "--sysfs-root",
+            path(&root),
+        ],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(TOPOLOGY_INCOMPATIBLE),
+        "{}",
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(text.starts_with("incompatible:"), "{text}");
+    for line in [
+        "checkpointed GPU node 2 gpu_id 28851 (gfx942):",
+        "  vs local node 9 gpu_id 28603 (gfx90a aldebaran):",
+        "    device_id: checkpointed 0x74a1, local 0x740c (must be equal)",
+        "    simd_count: checkpointed 1216, local 440 (must be equal)",
+        "    vram_size: checkpointed 192.0 GiB, local 64.0 GiB (local must be at least the checkpointed value)",
+        "    fw_version: checkpointed 186, local 78 (local must be at least the checkpointed value)",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+
+    let out = gpucr(
+        &[
+            "check-topology",
+            path(img.path()),
+            "--sysfs-root",
+            path(&root),
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(TOPOLOGY_INCOMPATIBLE));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["compatible"], false);
+    assert_eq!(json["mapping"], serde_json::Value::Null);
+    let gpu = &json["gpus"][0];
+    assert_eq!(gpu["saved"]["gpu_id"], 28851);
+    assert_eq!(gpu["candidates"].as_array().unwrap().len(), 8);
+    let failed = gpu["candidates"][0]["failed"].as_array().unwrap();
+    let device = failed.iter().find(|m| m["check"] == "device_id").unwrap();
+    assert_eq!(device["saved"], 0x74a1);
+    assert_eq!(device["local"], 0x740c);
+    assert_eq!(device["requirement"], "equal");
+}
+
+#[test]
+fn checks_switch_off_by_environment_and_flag() {
+    // The local MI50s run older firmware than the checkpointed ones.
+    let mut saved = machine("mi50-2x");
+    for node in saved.kfd_nodes.iter_mut().filter(|n| n.is_gpu()) {
+        node.properties.set("fw_version", 500);
+    }
+    let img = image(Some(&saved));
+    let root = fixture("mi50-2x");
+    let args = [
+        "check-topology",
+        path(img.path()),
+        "--sysfs-root",
+        path(&root),
+    ];
+
+    let out = gpucr(&args, &[]);
+    assert_eq!(out.status.code(), Some(TOPOLOGY_INCOMPATIBLE));
+    assert!(stdout(&out).contains(
+        "a mapping would exist without the check: fw_version (--skip-check fw_version or KFD_FW_VER_CHECK=0)"
+    ));
+
+    for off in ["0", "NO", "no"] {
+        let out = gpucr(&args, &[("KFD_FW_VER_CHECK", off)]);
+        assert_eq!(out.status.code(), Some(SUCCESS), "{off}: {}", stdout(&out));
+        assert!(stdout(&out).contains(&format!(
+            "checks not applied: fw_version (KFD_FW_VER_CHECK={off})"
+        )));
+    }
+    let out = gpucr(&args, &[("KFD_FW_VER_CHECK", "YES")]);
+    assert_eq!(out.status.code(), Some(TOPOLOGY_INCOMPATIBLE));
+    let out = gpucr(&args, &[("KFD_FW_VER_CHECK", "maybe")]);
+    assert_eq!(out.status.code(), Some(TOPOLOGY_INCOMPATIBLE));
+    assert!(stdout(&out).contains("note: ignoring invalid value for KFD_FW_VER_CHECK=\"maybe\""));
+
+    let mut with_flag = args.to_vec();
+    with_flag.extend(["--skip-check", "fw_version"]);
+    let out = gpucr(&with_flag, &[]);
+    assert_eq!(out.status.code(), Some(SUCCESS), "{}", stdout(&out));
+    assert!(stdout(&out).contains("checks not applied: fw_version (--skip-check)"));
+
+    let mut bad = args.to_vec();
+    bad.extend(["--skip-check", "firmware"]);
+    let out = gpucr(&bad, &[]);
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(stderr(&out).contains("invalid value 'firmware' for '--skip-check <NAME>'"));
+}
+
+#[test]
+fn nvidia_image_onto_a_bigger_machine() {
+    let json = fs::read_to_string(fixture("nvml/h100-1x.json")).unwrap();
+    let saved: Topology = serde_json::from_str(&json).unwrap();
+    let img = image(Some(&saved));
+    let root = fixture("h100-8x");
+    let out = gpucr(
+        &[
+            "check-topology",
+            path(img.path()),
+            "--sysfs-root",
+            path(&root),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(SUCCESS), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("GPU-5b9d0a3e-7c41-4f2e-9a8b-1d2c3e4f5a61 (NVIDIA H100 80GB HBM3) -> GPU-")
+    );
+    // Memory sizes cannot be read from procfs: said, not hidden.
+    assert!(text.contains("note: vram_size was not compared"));
+}
+
+#[test]
+fn image_without_gpu_state() {
+    let root = fixture("cpu-only");
+    for img in [image(None), image(Some(&machine("cpu-only")))] {
+        let out = gpucr(
+            &[
+                "check-topology",
+                path(img.path()),
+                "--sysfs-root",
+                path(&root),
+            ],
+            &[],
+        );
+        assert_eq!(out.status.code(), Some(SUCCESS));
+        assert_eq!(
+            stdout(&out),
+            "the image holds no GPU state: compatible with any machine\n"
+        );
+    }
+    // A manifest without the field at all (written before the topology was stored).
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("gpucr.json"), r#"{"format": "gpucr"}"#).unwrap();
+    let out = gpucr(&["check-topology", path(dir.path()), "--json"], &[]);
+    assert_eq!(out.status.code(), Some(SUCCESS));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["compatible"], true);
+    assert_eq!(json["mapping"], serde_json::Value::Null);
+}
+
+#[test]
+fn errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = gpucr(&["check-topology", path(dir.path())], &[]);
+    assert_ne!(out.status.code(), Some(SUCCESS));
+    assert_ne!(out.status.code(), Some(TOPOLOGY_INCOMPATIBLE));
+    let manifest = dir.path().join("gpucr.json");
+    assert!(
+        stderr(&out).contains(&format!("{} is missing", manifest.display())),
+        "{}",
+        stderr(&out)
+    );
+
+    fs::write(&manifest, r#"{"topology": {"kfd_nodes": 3}}"#).unwrap();
+    let out = gpucr(&["check-topology", path(dir.path())], &[]);
+    assert_ne!(out.status.code(), Some(SUCCESS));
+    assert!(
+        stderr(&out).contains("has no valid `topology`"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A broken sysfs file under the root.
+    let root = tempfile::tempdir().unwrap();
+    let node = root.path().join("sys/class/kfd/kfd/topology/nodes/0");
+    fs::create_dir_all(node.join("io_links")).unwrap();
+    fs::write(node.join("gpu_id"), "0\n").unwrap();
+    fs::write(node.join("name"), "\n").unwrap();
+    fs::write(node.join("properties"), "cpu_cores_count 16\nsimd_count\n").unwrap();
+    let out = gpucr(&["check-topology", "--sysfs-root", path(root.path())], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("cannot read this machine's GPU topology"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{}:2: malformed line \"simd_count\"",
+            node.join("properties").display()
+        )),
+        "{err}"
+    );
+}
