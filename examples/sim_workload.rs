@@ -8,7 +8,7 @@
 //!
 //! Options: --state DIR (required), --gpus N (default 3; creates the sim topology when
 //! the root has none), --parent-mib N (default 768), --child-mib N (default 320, 0: no
-//! child).
+//! child), --hold PATH (the parent also keeps PATH open, e.g. a device CRIU cannot dump).
 //!
 //! The parent forks the child first (as GPU programs fork before initialising the
 //! device), then each opens its own device and allocates buffers of mixed sizes (4 KiB up
@@ -44,10 +44,17 @@ struct Options {
     gpus: usize,
     parent_mib: u64,
     child_mib: u64,
+    hold: Vec<PathBuf>,
 }
 
 fn parse_args() -> Options {
-    let mut opts = Options { state: PathBuf::new(), gpus: 3, parent_mib: 768, child_mib: 320 };
+    let mut opts = Options {
+        state: PathBuf::new(),
+        gpus: 3,
+        parent_mib: 768,
+        child_mib: 320,
+        hold: Vec::new(),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| die(&format!("{arg} needs a value")));
@@ -57,6 +64,7 @@ fn parse_args() -> Options {
             "--gpus" => opts.gpus = number(value()) as usize,
             "--parent-mib" => opts.parent_mib = number(value()),
             "--child-mib" => opts.child_mib = number(value()),
+            "--hold" => opts.hold.push(PathBuf::from(value())),
             _ => die(&format!("unknown argument {arg}")),
         }
     }
@@ -173,6 +181,11 @@ fn main() {
         }
     }
     let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(format!("simgpu-{role}")).unwrap());
+    let _held: Vec<fs::File> = if role == "parent" {
+        opts.hold.iter().map(|p| fs::File::open(p).unwrap_or_else(|e| die(&format!("{}: {e}", p.display())))).collect()
+    } else {
+        Vec::new()
+    };
     run(&opts.state, role, &root, &device_path, &gpu_ids, mib * MIB);
 }
 

@@ -6,7 +6,7 @@
 # Starts the inspect test workload (tests/inspect_support/workload.c: 4 processes,
 # 9 threads, files, pipes, unix and TCP sockets, a memfd) with an N MiB region in its
 # root (default 2048), dumps it with `gpucr dump`, then times with hyperfine (median of
-# --runs runs, default 7, after one warm-up run, page cache warm):
+# --runs runs, default 10, after one warm-up run, page cache warm):
 #   * gpucr inspect --all --json DIR      everything gpucr inspect shows
 #   * gpucr inspect --verify DIR          checksums of every file + CRIU framing checks
 #   * crit, the same information: crit x DIR ps, crit x DIR fds, crit x DIR mems and
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mib=2048
-runs=7
+runs=10
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -82,16 +82,19 @@ crit_x="{ crit x $image ps && crit x $image fds && crit x $image mems; } >/dev/n
 
 names=("gpucr inspect --all --json" "gpucr inspect --verify" \
     "crit x ps/fds/mems + crit show (${#shown[@]} images)" "crit x ps/fds/mems")
-cmds=("$gpucr inspect --all --json $image >/dev/null" "$gpucr inspect --verify $image >/dev/null" \
+cmds=("$gpucr inspect --all --json $image" "$gpucr inspect --verify $image" \
     "$crit_all" "$crit_x")
 
 log "timing (${runs} runs each)"
-hyperfine --style none --warmup 1 --runs "$runs" --export-json "$work/times.json" \
-    "${cmds[@]}" >&2
+# gpucr runs without a shell (-N: it takes milliseconds); crit's command lines need one.
+hyperfine -N --style none --warmup 1 --runs "$runs" --export-json "$work/gpucr.json" \
+    "${cmds[0]}" "${cmds[1]}" >&2
+hyperfine --style none --warmup 1 --runs "$runs" --export-json "$work/crit.json" \
+    "${cmds[2]}" "${cmds[3]}" >&2
 
 rss=()
 for cmd in "${cmds[@]}"; do
-    /usr/bin/time -f %M -o "$work/rss" sh -c "$cmd"
+    /usr/bin/time -f %M -o "$work/rss" sh -c "$cmd >/dev/null"
     rss+=("$(tail -n1 "$work/rss")")
 done
 
@@ -100,16 +103,16 @@ pages_size=$(du -cb "$image"/pages-*.img | tail -n1 | cut -f1)
 cpu=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)
 criu_version=$(criu --version | sed -n 's/^Version: //p')
 
-python3 - "$work/times.json" "$image_size" "$pages_size" "$mib" "$cpu" "$(nproc)" \
+python3 - "$work/gpucr.json" "$work/crit.json" "$image_size" "$pages_size" "$mib" "$cpu" "$(nproc)" \
     "$criu_version" "$runs" "${#shown[@]}" "${names[@]}" -- "${rss[@]}" <<'EOF'
 import json, sys, datetime
 args = sys.argv[1:]
-times_file, image_size, pages_size, mib, cpu, cores, criu, runs, shown = args[:9]
-rest = args[9:]
+gpucr_file, crit_file, image_size, pages_size, mib, cpu, cores, criu, runs, shown = args[:10]
+rest = args[10:]
 sep = rest.index("--")
 names, rss = rest[:sep], rest[sep + 1:]
-results = json.load(open(times_file))["results"]
-crit_full = results[2]["median"]
+results = json.load(open(gpucr_file))["results"] + json.load(open(crit_file))["results"]
+crit_full, crit_x = results[2]["median"], results[3]["median"]
 mi = lambda b: f"{int(b) / 2**20:.1f} MiB"
 print("## gpucr inspect vs crit\n")
 print(f"Measured {datetime.date.today()} by `scripts/bench-inspect.sh --mib {mib} --runs {runs}` "
@@ -118,12 +121,12 @@ print(f"Image: the inspect test workload (4 processes, 9 threads, files, pipes, 
       f"sockets, a memfd) with a {mib} MiB region in its root, dumped by `gpucr dump`: "
       f"{mi(image_size)} in all, {mi(pages_size)} of pages files.\n")
 print("Commands (hyperfine, median of %s runs after one warm-up; peak RSS from `/usr/bin/time -f %%M`):\n" % runs)
-print("| command | median | min | max | peak RSS | vs crit (same information) |")
-print("|---|---:|---:|---:|---:|---:|")
+print("| command | median | min | max | peak RSS | speed-up vs crit (same information) | vs crit x only |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 for name, r, m in zip(names, results, rss):
-    speed = crit_full / r["median"]
     print(f"| {name} | {r['median'] * 1000:.1f} ms | {r['min'] * 1000:.1f} ms | "
-          f"{r['max'] * 1000:.1f} ms | {int(m) / 1024:.1f} MiB | {speed:.1f}x |")
+          f"{r['max'] * 1000:.1f} ms | {int(m) / 1024:.1f} MiB | "
+          f"{crit_full / r['median']:.1f}x | {crit_x / r['median']:.1f}x |")
 print()
 print(f"\"crit ... + crit show\" is what it takes crit to show what `gpucr inspect --all --json` "
       f"shows: the three explorers and `crit show` of the {shown} images gpucr reads "

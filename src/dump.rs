@@ -189,7 +189,23 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     }
     if let Err(error) = result.and_then(|()| swrk.finish()) {
         let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
-        return Err(DumpError::Criu { error: Box::new(error), dir: opts.dir.clone(), running: running() });
+        // The helper's own failure (or, when CRIU stopped first, the writer's) explains
+        // more than CRIU's.
+        let helper_failure = gpu
+            .as_ref()
+            .and_then(|g| g.take_failure().or_else(|| g.finish().err()));
+        if let Some(helper_error) = helper_failure {
+            return Err(DumpError::Helper {
+                error: Box::new(helper_error),
+                dir: opts.dir.clone(),
+                running: format!("{}; CRIU then failed too:\n{error}", running()),
+            });
+        }
+        let running = match disk_full_hint(&opts.dir) {
+            Some(hint) => format!("{}; {hint}", running()),
+            None => running(),
+        };
+        return Err(DumpError::Criu { error: Box::new(error), dir: opts.dir.clone(), running });
     }
     progress.event("criu-done", "checksumming the image");
 
@@ -251,6 +267,16 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
 }
 
 /// `pages-N.img`: CPU memory contents.
+/// "No space left on device" when the file system holding `dir` is (nearly) full: CRIU
+/// cannot say so itself once its log cannot be written either.
+fn disk_full_hint(dir: &Path) -> Option<String> {
+    let stat = nix::sys::statvfs::statvfs(dir).ok()?;
+    let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+    (free < 1 << 20).then(|| {
+        format!("the file system holding {} is full (No space left on device)", dir.display())
+    })
+}
+
 /// CRIU's log level: 2 (errors and warnings), or 4 (debug) with -v or whenever gpucr's
 /// plugin is in use, so the log shows the plugin loading and each hook it answers.
 pub fn criu_log_level(verbose: bool, plugin: bool) -> i32 {

@@ -271,6 +271,11 @@ pub fn restore(
     if let Some(error) = gpu_error {
         return Err(RestoreError::Helper(Box::new(error)));
     }
+    if result.is_err() {
+        if let Some(error) = gpu.as_ref().and_then(GpuRestore::take_failure) {
+            return Err(RestoreError::Helper(Box::new(error)));
+        }
+    }
     let pid = result?;
     swrk.finish()?;
     progress.event("criu-done", "restored");

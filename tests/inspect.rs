@@ -5,8 +5,11 @@
 //! The workload (tests/inspect_support/workload.c) runs in its own PID namespace: a root
 //! with 2 extra threads, a file at offset 1234, a memfd, a TCP listener and a loopback
 //! connection, a 16 MiB region; child-a (pipe) and child-b (unix socketpair), and
-//! child-b's grandchild, each with its own argv and comm.
+//! child-b's grandchild, each with its own argv and comm. The GPU view and GPU chunk
+//! verification run on the simulator's workload (examples/sim_workload.rs).
 
+// The GPU simulator's tree and root (tests/common, shared with tests/gpu.rs).
+mod common;
 mod inspect_support;
 
 use std::collections::BTreeMap;
@@ -612,4 +615,114 @@ fn mutated_real_images_never_crash() {
         }
         fs::write(dir.join(name), original).unwrap();
     }
+}
+
+/// The GPU view and GPU chunk verification on an image of the simulator's workload: the
+/// view agrees with the manifest and the GPU index, and a flipped byte in a stored chunk
+/// is found with its data file, offset, chunk and buffer.
+#[test]
+fn gpu_view_and_chunk_verification() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = common::SimRoot::new("inspect");
+    let image = tmp.path().join("image");
+    {
+        let tree = common::SimTree::start(
+            &tmp.path().join("state"),
+            &sim.0,
+            &["--gpus", "2", "--parent-mib", "16", "--child-mib", "8"],
+        );
+        let pid = tree.pid.to_string();
+        let out = common::gpucr_env(&["dump", &pid, image.to_str().unwrap()], &sim.env());
+        assert_code(&out, 0);
+    }
+    let report = inspect_json(&image, &[]);
+    let gpu = &report["gpu"];
+    assert_eq!(gpu["backend"], "sim");
+    assert_eq!(gpu["recorded"], true);
+    let index = gpucr::transfer::read_index(&image).unwrap();
+    assert_eq!(gpu["memory_raw"], index.raw_bytes());
+    assert_eq!(gpu["memory_stored"], index.stored_bytes());
+    assert_eq!(report["image"]["sizes"]["gpu_raw"], index.raw_bytes());
+    assert!(index.raw_bytes() >= 24 << 20);
+    let buffers = gpu["buffers"].as_array().unwrap();
+    assert_eq!(buffers.len(), index.buffers.len());
+    let sum: u64 = buffers.iter().map(|b| b["size"].as_u64().unwrap()).sum();
+    assert_eq!(sum, index.raw_bytes());
+    for b in buffers {
+        let entry = index
+            .buffers
+            .iter()
+            .find(|e| e.key.task == b["task"] && e.key.buffer == b["buffer"])
+            .unwrap_or_else(|| panic!("{b} not in the index"));
+        assert_eq!(b["size"], entry.len);
+        assert_eq!(b["stored_bytes"], entry.stored_bytes);
+        assert_eq!(b["chunks"], entry.chunk_count);
+    }
+    assert_eq!(gpu["devices"].as_array().unwrap().len(), 2, "{gpu}");
+    let by_kind: u64 = gpu["by_kind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(by_kind, sum);
+    // The tasks are the tree's processes, by their pids in the image.
+    let pids: Vec<&Value> = processes(&report).iter().map(|p| &p["pid"]).collect();
+    for t in gpu["tasks"].as_array().unwrap() {
+        assert!(pids.contains(&&t["pid"]), "{t}");
+    }
+
+    let out = gpucr(&["inspect", "--gpu", image.to_str().unwrap()]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    for needle in [
+        "Backend: sim",
+        "Devices",
+        "Buffers by kind",
+        "[1/0] ",
+        "compression ratio",
+    ] {
+        assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+    }
+    let out = gpucr(&["inspect", "--verify", image.to_str().unwrap()]);
+    assert_code(&out, 0);
+    let chunks = format!(
+        "{} GPU memory chunks match their checksums",
+        index.chunks.len()
+    );
+    assert!(stdout(&out).contains(&chunks), "{}", stdout(&out));
+
+    // Flip one byte in the middle of a stored chunk.
+    let (n, chunk) = index
+        .chunks
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.encoding != gpucr::transfer::Encoding::Zero)
+        .expect("a stored chunk");
+    let name = &index.files[usize::from(chunk.file)].name;
+    let data = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(image.join("gpu").join(name))
+        .unwrap();
+    let at = chunk.file_offset + u64::from(chunk.stored_len / 2);
+    let mut byte = [0u8];
+    data.read_exact_at(&mut byte, at).unwrap();
+    data.write_all_at(&[byte[0] ^ 0x08], at).unwrap();
+    let problems = verify_problems(&image, 7);
+    let gpu_problems: Vec<&Value> = problems.iter().filter(|p| p["kind"] == "gpu").collect();
+    assert_eq!(gpu_problems.len(), 1, "{problems:?}");
+    let p = gpu_problems[0];
+    assert_eq!(p["file"], format!("gpu/{name}").as_str());
+    assert_eq!(p["offset"], chunk.file_offset);
+    let message = p["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("gpu/{name}: chunk {n} (buffer ")),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("at offset {}: ", chunk.file_offset)),
+        "{message}"
+    );
 }

@@ -36,7 +36,8 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
     } else {
         exit_code::SUCCESS
     };
-    let mut out = io::stdout().lock();
+    // Buffered: stdout is line-buffered, and the JSON has thousands of lines.
+    let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
     if args.output.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;

@@ -62,8 +62,11 @@ fn failed_message(
     log_tail: &[String],
 ) -> String {
     let mut text = format!("criu {request} failed");
-    match errmsg {
-        Some(msg) if !msg.trim().is_empty() => text.push_str(&format!(": {}", msg.trim())),
+    // CRIU's errmsg is the first error it logged, which is often harmless (an rlimit it
+    // could not raise); the last real error in the log says what stopped it.
+    match (last_error(log_tail), errmsg) {
+        (Some(line), _) => text.push_str(&format!(": {line}")),
+        (None, Some(msg)) if !msg.trim().is_empty() => text.push_str(&format!(": {}", msg.trim())),
         _ => {}
     }
     if let Some(errno) = errno.filter(|e| *e != 0) {
@@ -80,4 +83,35 @@ fn failed_message(
         text.push_str(&format!("\n  full log: {}", log.display()));
     }
     text
+}
+
+/// The last "Error (...)" line of the log that is not CRIU's closing "FAILED" line, with
+/// its timestamp and pid prefix removed.
+fn last_error(log_tail: &[String]) -> Option<String> {
+    log_tail
+        .iter()
+        .rev()
+        .filter_map(|line| line.find("Error (").map(|at| line[at..].trim().to_owned()))
+        .find(|line| !line.ends_with("FAILED."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_real_error_heads_the_message() {
+        let tail = vec![
+            "Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self".to_owned(),
+            "(00.1)      1: Error (criu/files-reg.c:2175): File x has bad size 54 (expect 0)".to_owned(),
+            "(00.2) Error (criu/cr-restore.c:2331): Restoring FAILED.".to_owned(),
+        ];
+        let text = failed_message("restore", &Some(0), &Some("rlimit".into()), &None, &tail);
+        assert!(
+            text.starts_with("criu restore failed: Error (criu/files-reg.c:2175): File x has bad size"),
+            "{text}"
+        );
+        let text = failed_message("dump", &None, &Some("why".into()), &None, &[]);
+        assert_eq!(text, "criu dump failed: why");
+    }
 }

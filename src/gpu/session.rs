@@ -47,6 +47,12 @@ impl GpuDump {
         Ok(GpuDump { _session: session, helper, backend: name })
     }
 
+    /// What went wrong in the helper, if anything did (e.g. the disk filled up while it
+    /// wrote): a better explanation than CRIU's own failure that followed.
+    pub fn take_failure(&self) -> Option<HelperError> {
+        self.helper.take_failure()
+    }
+
     /// Wait for every copy and close the image's GPU part (at CRIU's post-dump, before
     /// the tree is let go).
     pub fn finish(&self) -> Result<GpuManifest, HelperError> {
@@ -91,6 +97,12 @@ impl GpuRestore {
             timeline,
         )?;
         Ok(GpuRestore { _session: session, helper })
+    }
+
+    /// What went wrong in the helper, if anything did (a damaged chunk found while a task
+    /// handed over its buffers makes RESTORE_EXT_FILE, and so CRIU, fail).
+    pub fn take_failure(&self) -> Option<HelperError> {
+        self.helper.take_failure()
     }
 
     /// Wait until every buffer is restored (at CRIU's post-restore, before any restored

@@ -98,7 +98,7 @@ struct Shared {
     mode: Mode,
     timeline: Arc<Mutex<Timeline>>,
     /// The first failure, reported again when the command asks for the outcome.
-    failure: Mutex<Option<String>>,
+    failure: Mutex<Option<HelperError>>,
 }
 
 /// A running helper.
@@ -235,10 +235,15 @@ impl Helper {
     }
 
     fn check_failure(&self) -> Result<(), HelperError> {
-        match self.shared.failure.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            Some(f) => Err(HelperError::Failed(f)),
+        match self.take_failure() {
+            Some(f) => Err(f),
             None => Ok(()),
         }
+    }
+
+    /// The first error the helper answered the plugin with, if any (taken: asked once).
+    pub fn take_failure(&self) -> Option<HelperError> {
+        self.shared.failure.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
@@ -288,7 +293,7 @@ fn serve(conn: OwnedFd, shared: &Shared) {
             Ok(reply) => reply,
             Err(e) => {
                 let text = e.to_string();
-                shared.failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(text.clone());
+                shared.failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
                 refuse(&text)
             }
         };

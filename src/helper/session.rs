@@ -11,6 +11,9 @@ use super::HelperError;
 
 /// Overrides where the plugin is looked for.
 pub const ENV_PLUGIN: &str = "GPUCR_PLUGIN";
+/// Test hook: the socket path given to the plugin instead of the helper's own (to prove
+/// that a plugin which cannot reach the helper fails the dump cleanly).
+pub const ENV_TEST_PLUGIN_SOCK: &str = "GPUCR_TEST_PLUGIN_SOCK";
 
 /// The private directory of one operation.
 #[derive(Debug)]
@@ -50,7 +53,10 @@ impl Session {
     pub fn criu_env(&self) -> Vec<(OsString, OsString)> {
         vec![
             ("CRIU_LIBS_DIR".into(), self.dir.path().join("plugin").into_os_string()),
-            (ENV_HELPER_SOCK.into(), self.socket_path().into_os_string()),
+            (
+                ENV_HELPER_SOCK.into(),
+                std::env::var_os(ENV_TEST_PLUGIN_SOCK).unwrap_or_else(|| self.socket_path().into_os_string()),
+            ),
         ]
     }
 }

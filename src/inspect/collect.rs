@@ -126,8 +126,13 @@ pub fn collect(dir: &Path, opts: &Options) -> Result<Report, InspectError> {
         }
     };
     let stats = stats(dir, &images, manifest.as_ref(), &mut errors);
-    let sizes = sizes(dir);
-    let gpu = gpu_info(manifest.as_ref(), &sizes);
+    let mut sizes = sizes(dir);
+    let (gpu, gpu_error) = super::gpu::gpu_info(dir, manifest.as_ref());
+    errors.extend(gpu_error);
+    if gpu.recorded {
+        sizes.gpu_raw = gpu.memory_raw;
+        sizes.gpu_stored = gpu.memory_stored;
+    }
     let incomplete_reason = match (&manifest, image_dir::incomplete_reason(dir)) {
         (_, Some(reason)) => Some(reason),
         (None, None) if dir.join(INCOMPLETE_FILE).exists() => {
@@ -466,35 +471,9 @@ fn sizes(dir: &Path) -> Sizes {
         sizes.files += 1;
         if name.starts_with("pages-") && name.ends_with(".img") {
             sizes.cpu_pages += meta.len();
-        } else if name.starts_with("gpu/") {
-            sizes.gpu_stored += meta.len();
         }
     }
     sizes
-}
-
-fn gpu_info(manifest: Option<&Manifest>, sizes: &Sizes) -> GpuInfo {
-    let backend = manifest.map(|m| m.backend.clone());
-    let recorded = sizes.gpu_stored > 0;
-    let note = match (backend.as_deref(), recorded) {
-        (_, true) => {
-            "the image holds GPU state (gpu/), in a format this gpucr cannot show yet".into()
-        }
-        (Some("none"), false) => "no GPU state is recorded: the tree used no GPU".into(),
-        (Some(b), false) => format!("no GPU state is recorded (backend {b})"),
-        (None, false) => "no GPU state is recorded (no manifest)".into(),
-    };
-    GpuInfo {
-        backend,
-        recorded,
-        devices: Vec::new(),
-        buffers: Vec::new(),
-        memory_raw: 0,
-        memory_stored: sizes.gpu_stored,
-        compression_ratio: None,
-        topology: None,
-        note,
-    }
 }
 
 fn hex(v: u64) -> String {

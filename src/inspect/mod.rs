@@ -3,9 +3,11 @@
 //! * [`collect`] reads the manifest and CRIU's images into a [`Report`] (the schema in
 //!   [`model`], printed as JSON by `--json`);
 //! * [`text`] renders the report as the text views;
-//! * [`verify`] checks the image against its manifest and CRIU's format.
+//! * [`verify`] checks the image against its manifest and CRIU's format;
+//! * [`gpu`] reads and verifies the GPU memory (`gpu/`).
 
 pub mod collect;
+pub mod gpu;
 pub mod model;
 pub mod text;
 pub mod tree;

@@ -243,24 +243,81 @@ pub struct MountInfo {
     pub options: String,
 }
 
-/// GPU state carried by the image.
+/// GPU state carried by the image (docs/gpu-image-format.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuInfo {
-    /// The backend that carried device state: "none" for a CPU-only tree; null without
-    /// a manifest.
+    /// The backend that carried device state: "none" for a CPU-only tree, "sim",
+    /// "amdgpu", "cuda"; null without a manifest.
     pub backend: Option<String>,
-    /// Whether the image holds GPU state (a `gpu/` directory).
+    /// Whether the image holds GPU state (the manifest's device state, `gpu/`).
     pub recorded: bool,
-    pub devices: Vec<serde_json::Value>,
-    pub buffers: Vec<serde_json::Value>,
-    /// Device memory as it was on the GPU, and as stored in the image.
+    /// Each GPU that holds buffers, by its id.
+    pub devices: Vec<GpuDevice>,
+    /// Each task with device state.
+    pub tasks: Vec<GpuTask>,
+    pub buffers: Vec<GpuBuffer>,
+    /// Totals per buffer kind ("vram", "gtt", ...).
+    pub by_kind: Vec<GpuKind>,
+    /// Device memory as it was on the GPUs, and as stored in `gpu/` (chunk payloads).
     pub memory_raw: u64,
     pub memory_stored: u64,
     /// memory_raw / memory_stored; null when nothing is stored.
     pub compression_ratio: Option<f64>,
+    /// The chunk size and the compression the dump asked for ("none", "zstd:LEVEL").
+    pub chunk_size: Option<u64>,
+    pub compression: Option<String>,
+    /// How long the dump's GPU copy took.
+    pub transfer_seconds: Option<f64>,
+    /// The GPU topology recorded at dump time; null while gpucr does not record it.
     pub topology: Option<serde_json::Value>,
     /// A sentence for people: what is (not) recorded.
     pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuDevice {
+    pub gpu_id: u32,
+    pub buffers: u64,
+    pub bytes: u64,
+    pub stored_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuTask {
+    /// The task's pid inside the tree's PID namespace, as in `processes`.
+    pub pid: u32,
+    /// Its pid on the dumping host.
+    pub host_pid: i32,
+    pub device_path: String,
+    pub buffers: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuBuffer {
+    /// The owning task (pid in the tree's namespace) and the buffer's number in it.
+    pub task: u32,
+    pub buffer: u32,
+    pub gpu_id: u32,
+    /// "vram", "gtt", ...
+    pub kind: String,
+    pub size: u64,
+    /// Where the buffer lived (the simulator's buffer file).
+    pub path: Option<String>,
+    /// From the chunk index: bytes stored and how its chunks are stored.
+    pub stored_bytes: Option<u64>,
+    pub chunks: Option<u64>,
+    pub zero_chunks: Option<u64>,
+    pub raw_chunks: Option<u64>,
+    pub compressed_chunks: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuKind {
+    pub kind: String,
+    pub buffers: u64,
+    pub bytes: u64,
+    pub stored_bytes: u64,
 }
 
 /// CRIU's statistics and gpucr's phase timings.
@@ -333,6 +390,8 @@ pub struct VerifyReport {
     pub bytes_checked: u64,
     /// CRIU images whose framing was checked.
     pub images_checked: u64,
+    /// GPU memory chunks listed by the GPU index (each stored one read and checked).
+    pub gpu_chunks_checked: u64,
 }
 
 /// One thing wrong with the image.
@@ -343,7 +402,7 @@ pub struct Problem {
     /// Where in the file, when known.
     pub offset: Option<u64>,
     /// "missing", "size", "checksum", "unreadable", "framing", "pages", "manifest",
-    /// "incomplete" or "gpu".
+    /// "incomplete" or "gpu" (the GPU index, a data file or a chunk).
     pub kind: String,
     /// The whole message, starting with the file name.
     pub message: String,

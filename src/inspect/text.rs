@@ -70,12 +70,21 @@ pub fn render_verify(report: &Report, verify: &VerifyReport, status: Status) -> 
         out.push('\n');
     }
     let detail = match status {
-        Status::Intact => format!(
-            "{} files ({}) match the manifest; {} CRIU images are well formed",
-            verify.files_checked,
-            size(verify.bytes_checked),
-            verify.images_checked
-        ),
+        Status::Intact => {
+            let mut text = format!(
+                "{} files ({}) match the manifest; {} CRIU images are well formed",
+                verify.files_checked,
+                size(verify.bytes_checked),
+                verify.images_checked
+            );
+            if verify.gpu_chunks_checked > 0 {
+                text.push_str(&format!(
+                    "; {} GPU memory chunks match their checksums",
+                    verify.gpu_chunks_checked
+                ));
+            }
+            text
+        }
         Status::Damaged | Status::Incomplete => format!(
             "{} problem{} found",
             verify.problems.len(),
@@ -346,10 +355,78 @@ fn gpu(root: &mut Node, r: &Report) {
         "Backend: {}",
         g.backend.as_deref().unwrap_or("unknown")
     ));
-    section.leaf(g.note.clone());
-    if g.recorded {
-        section.leaf(format!("Stored: {}", size(g.memory_stored)));
+    if !g.recorded {
+        section.leaf(g.note.clone());
+        return;
     }
+    let mut memory = format!(
+        "Memory: {} raw, {} stored",
+        size(g.memory_raw),
+        size(g.memory_stored)
+    );
+    if let Some(ratio) = g.compression_ratio {
+        memory.push_str(&format!(" (compression ratio {ratio:.2})"));
+    }
+    if let (Some(chunk), Some(codec)) = (g.chunk_size, &g.compression) {
+        memory.push_str(&format!(", {} chunks, {codec}", size(chunk)));
+    }
+    if let Some(secs) = g.transfer_seconds {
+        memory.push_str(&format!(", copied in {:.1} ms", secs * 1000.0));
+    }
+    section.leaf(memory);
+    let devices = section.push(Node::new("Devices"));
+    for d in &g.devices {
+        devices.leaf(format!(
+            "GPU {}: {} buffers, {} ({} stored)",
+            d.gpu_id,
+            d.buffers,
+            size(d.bytes),
+            size(d.stored_bytes)
+        ));
+    }
+    let kinds = section.push(Node::new("Buffers by kind"));
+    for k in &g.by_kind {
+        kinds.leaf(format!(
+            "{}: {} buffers, {} ({} stored)",
+            k.kind,
+            k.buffers,
+            size(k.bytes),
+            size(k.stored_bytes)
+        ));
+    }
+    let tasks = section.push(Node::new("Tasks"));
+    for t in &g.tasks {
+        tasks.leaf(format!(
+            "[{}] {}: {} buffers, {} (host pid {})",
+            t.pid,
+            t.device_path,
+            t.buffers,
+            size(t.bytes),
+            t.host_pid
+        ));
+    }
+    let buffers = section.push(Node::new("Buffers"));
+    for b in &g.buffers {
+        let mut line = format!(
+            "[{}/{}] {} on GPU {}: {}",
+            b.task,
+            b.buffer,
+            b.kind,
+            b.gpu_id,
+            size(b.size)
+        );
+        if let (Some(stored), Some(chunks)) = (b.stored_bytes, b.chunks) {
+            line.push_str(&format!(
+                ", stored {} ({chunks} chunks: {} zero, {} raw, {} compressed)",
+                size(stored),
+                b.zero_chunks.unwrap_or(0),
+                b.raw_chunks.unwrap_or(0),
+                b.compressed_chunks.unwrap_or(0)
+            ));
+        }
+        buffers.leaf(line);
+    }
+    section.leaf(g.note.clone());
 }
 
 fn stats(root: &mut Node, r: &Report) {

@@ -1,6 +1,7 @@
-//! `gpucr inspect --verify`: the manifest's checksums of every file, then the structure
-//! of CRIU's images (framing, pagemaps against pages files, the images each process
-//! needs), then whatever the views could not read.
+//! `gpucr inspect --verify`: the manifest's checksums of every file, every GPU memory
+//! chunk against the GPU index, then the structure of CRIU's images (framing, pagemaps
+//! against pages files, the images each process needs), then whatever the views could
+//! not read.
 
 use std::path::Path;
 
@@ -50,11 +51,12 @@ pub fn verify(
     let mut incomplete = false;
     let mut files_checked = 0;
     let mut bytes_checked = 0;
-    match Manifest::read(dir) {
+    let manifest = Manifest::read(dir);
+    match &manifest {
         Ok(manifest) => {
             files_checked = manifest.files.len() as u64;
             bytes_checked = manifest.files.iter().map(|f| f.size).sum();
-            match verify_files(dir, &manifest, threads) {
+            match verify_files(dir, manifest, threads) {
                 Ok(found) => problems.extend(found.iter().map(manifest_problem)),
                 Err(e) => problems.push(problem(MANIFEST_FILE, None, "manifest", e.to_string())),
             }
@@ -84,6 +86,9 @@ pub fn verify(
             ),
         ));
     }
+    let (gpu_problems, gpu_chunks_checked) =
+        super::gpu::verify_gpu(dir, manifest.as_ref().ok(), threads);
+    problems.extend(gpu_problems);
     let images = ImageDir::new(dir, page_size);
     let images_checked = images
         .file_names()
@@ -122,6 +127,7 @@ pub fn verify(
         files_checked,
         bytes_checked,
         images_checked,
+        gpu_chunks_checked,
     };
     (status, report)
 }

@@ -92,6 +92,16 @@ impl FileRange {
         Ok(FileRange::new(file, 0, len))
     }
 
+    /// Bytes in the range.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when the range holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Declare that the range reads as zeros until written (see
     /// [`BufferSink::starts_zeroed`]).
     pub fn starting_zeroed(mut self) -> FileRange {
@@ -115,7 +125,7 @@ impl FileRange {
 
 impl BufferSource for FileRange {
     fn len(&self) -> u64 {
-        self.len
+        FileRange::len(self)
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -126,7 +136,7 @@ impl BufferSource for FileRange {
 
 impl BufferSink for FileRange {
     fn len(&self) -> u64 {
-        self.len
+        FileRange::len(self)
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {

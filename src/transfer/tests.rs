@@ -420,6 +420,44 @@ fn dumping_again_replaces_the_previous_dump() {
     assert_same(&second, &got);
 }
 
+#[test]
+fn file_ranges_as_sources_and_sinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input");
+    let data = mixed(10 * CS + 5, CS, 21);
+    fs::write(&input, &data).unwrap();
+    let image = dir.path().join("image");
+    let writer = DumpWriter::start(&image, cfg(Compression::Zstd(1)), no_events()).unwrap();
+    let half = data.len() as u64 / 2;
+    for (b, (start, len)) in [(0, half), (half, data.len() as u64 - half)]
+        .into_iter()
+        .enumerate()
+    {
+        let range = FileRange::new(fs::File::open(&input).unwrap(), start, len);
+        writer
+            .add(BufferKey::new(1, b as u32), Box::new(range))
+            .unwrap();
+    }
+    writer.finish().unwrap();
+
+    let output = dir.path().join("output");
+    let file = fs::File::create(&output).unwrap();
+    file.set_len(data.len() as u64).unwrap();
+    let restorer = Restorer::open(&image, cfg(Compression::None), true, no_events()).unwrap();
+    for (key, len) in restorer.buffers() {
+        let start = u64::from(key.buffer) * half;
+        let range = FileRange::new(file.try_clone().unwrap(), start, len).starting_zeroed();
+        assert_eq!(range.len(), len);
+        restorer.attach(key, Box::new(range)).unwrap();
+    }
+    restorer.finish().unwrap();
+    assert!(fs::read(&output).unwrap() == data);
+
+    let short = FileRange::new(fs::File::open(&input).unwrap(), 0, 10);
+    let mut buf = [0u8; 11];
+    assert!(BufferSource::read_at(&short, 0, &mut buf).is_err());
+}
+
 // ---- restore scheduling ----
 
 #[test]

@@ -286,3 +286,146 @@ pub fn copy_files(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The simulator workload (`examples/sim_workload.rs`) in its own PID namespace, with its
+/// own sim root on tmpfs.
+pub struct SimTree {
+    pub state: PathBuf,
+    pub sim_root: PathBuf,
+    unshare: Child,
+    pub pid: i32,
+    /// "parent", and "child" unless started with `--child-mib 0`.
+    pub roles: Vec<&'static str>,
+}
+
+impl SimTree {
+    pub fn start(state: &Path, sim_root: &Path, extra: &[&str]) -> SimTree {
+        fs::create_dir_all(state).unwrap();
+        let bin = gpucr_bin().parent().unwrap().join("examples/sim_workload");
+        assert!(
+            bin.exists(),
+            "{} is missing: run `cargo build --workspace --examples`",
+            bin.display()
+        );
+        let unshare = Command::new("unshare")
+            .args(["--pid", "--fork", "setsid"])
+            .arg(bin)
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .env("GPUCR_SIM_ROOT", sim_root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn unshare");
+        let children = format!("/proc/{0}/task/{0}/children", unshare.id());
+        let pid = wait_for(Duration::from_secs(20), "the sim workload root", || {
+            fs::read_to_string(&children)
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<i32>()
+                .ok()
+        });
+        let no_child = extra.windows(2).any(|w| w == ["--child-mib", "0"]);
+        let roles = if no_child { vec!["parent"] } else { vec!["parent", "child"] };
+        let tree = SimTree {
+            state: state.to_path_buf(),
+            sim_root: sim_root.to_path_buf(),
+            unshare,
+            pid,
+            roles,
+        };
+        wait_for(
+            Duration::from_secs(120),
+            "the sim workload to be ready",
+            || {
+                tree.roles
+                    .iter()
+                    .all(|r| state.join(format!("ready-{r}")).exists())
+                    .then_some(())
+            },
+        );
+        tree.wait_ticks(2);
+        tree
+    }
+
+    pub fn last(&self, role: &str) -> JournalLine {
+        read_journal(&self.state, role)
+            .pop()
+            .unwrap_or_else(|| panic!("journal-{role} is empty"))
+    }
+
+    pub fn wait_ticks(&self, n: usize) {
+        let start: Vec<usize> = self
+            .roles
+            .iter()
+            .map(|r| read_journal(&self.state, r).len())
+            .collect();
+        wait_for(Duration::from_secs(60), "the sim workload to tick", || {
+            self.roles
+                .iter()
+                .zip(&start)
+                .all(|(r, s)| read_journal(&self.state, r).len() >= s + n)
+                .then_some(())
+        });
+    }
+
+    /// Ask every process to check every byte of its buffers and wait for the answer:
+    /// true when all of them match, false as soon as one reports a mismatch.
+    pub fn verify(&self, request: u64) -> bool {
+        fs::write(self.state.join("verify"), request.to_string()).unwrap();
+        wait_for(
+            Duration::from_secs(120),
+            "the buffers to be verified",
+            || {
+                let lines: Vec<JournalLine> = self.roles.iter().map(|r| self.last(r)).collect();
+                if lines.iter().any(|l| l.num("bad") != 0) {
+                    return Some(false);
+                }
+                lines
+                    .iter()
+                    .all(|l| l.num("verified") >= request)
+                    .then_some(true)
+            },
+        )
+    }
+
+    /// Delete every device context of the sim root, as on a new machine.
+    pub fn wipe_device_memory(&self) {
+        let _ = fs::remove_dir_all(self.sim_root.join("contexts"));
+    }
+
+    pub fn steps(&self) -> u64 {
+        self.roles.iter().map(|r| self.last(r).num("steps")).sum()
+    }
+}
+
+impl Drop for SimTree {
+    fn drop(&mut self) {
+        kill_and_wait(self.pid);
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+    }
+}
+
+/// A fresh sim root on tmpfs, removed when dropped.
+pub struct SimRoot(pub PathBuf);
+
+impl SimRoot {
+    pub fn new(name: &str) -> SimRoot {
+        let path = PathBuf::from(format!("/dev/shm/gpucr-test-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        SimRoot(path)
+    }
+    pub fn env(&self) -> [(&str, &str); 1] {
+        [("GPUCR_SIM_ROOT", self.0.to_str().unwrap())]
+    }
+}
+
+impl Drop for SimRoot {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}

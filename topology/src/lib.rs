@@ -18,6 +18,7 @@
 //!   GPU, a [`Mapping`]) when one exists, else the failed checks of every checkpointed GPU
 //!   against every local candidate, with both values. `Report` prints the human report
 //!   (`Display`) and serializes to the JSON of `gpucr check-topology --json`.
+//! * [`find_mapping`]`(saved, local, &checks)` is the search alone (no report).
 //! * [`GpuTable`]`::new(&topology)` is the table of local GPUs (`Display`, `Serialize`).
 //!
 //! The rules are CRIU's (`amdgpu_plugin_topology.c`) for KFD GPUs and NVIDIA's for CUDA

@@ -12,7 +12,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::checks::{CheckName, Checks, Requirement};
-use crate::model::LinkType;
+use crate::model::{KfdNode, LinkType};
 use crate::system::{CpuLink, Device, Gpu, System};
 
 /// A value a check compared.
@@ -87,7 +87,8 @@ pub(crate) fn format_bytes(n: u64) -> String {
     }
 }
 
-/// KFD properties that must be equal, with the check that covers each.
+/// KFD properties that must be equal, with the check that covers each. Their values are
+/// read once per GPU ([`property_values`]), in this order, then [`AT_LEAST_PROPERTIES`].
 const EQUAL_PROPERTIES: &[(CheckName, &str)] = &[
     (CheckName::SimdCount, "simd_count"),
     (CheckName::MemBanksCount, "mem_banks_count"),
@@ -118,6 +119,15 @@ const AT_LEAST_PROPERTIES: &[(CheckName, &str)] = &[
     (CheckName::FwVersion, "fw_version"),
     (CheckName::SdmaFwVersion, "sdma_fw_version"),
 ];
+
+/// The values of the compared KFD properties of `node`, in table order (0 when absent).
+pub(crate) fn property_values(node: &KfdNode) -> Vec<u64> {
+    EQUAL_PROPERTIES
+        .iter()
+        .chain(AT_LEAST_PROPERTIES)
+        .map(|(_, key)| node.prop(key))
+        .collect()
+}
 
 /// Whether a local CPU link can stand in for a checkpointed one (CRIU's `iolink_match`,
 /// for links that are valid and both point to CPUs): XGMI needs XGMI (PCIe may become
@@ -167,9 +177,10 @@ pub(crate) fn compare(
         }
     };
     match (saved.device, local.device) {
-        (Device::Kfd(s), Device::Kfd(l)) => {
-            for &(check, key) in EQUAL_PROPERTIES {
-                let (a, b) = (s.prop(key), l.prop(key));
+        (Device::Kfd(_), Device::Kfd(_)) => {
+            let (sv, lv) = (&saved.properties, &local.properties);
+            for (i, &(check, _)) in EQUAL_PROPERTIES.iter().enumerate() {
+                let (a, b) = (sv[i], lv[i]);
                 if a != b {
                     push(check, Value::Number(a), Value::Number(b));
                 }
@@ -192,8 +203,9 @@ pub(crate) fn compare(
                     Value::Number(l_vram.size),
                 );
             }
-            for &(check, key) in AT_LEAST_PROPERTIES {
-                let (a, b) = (s.prop(key), l.prop(key));
+            for (i, &(check, _)) in AT_LEAST_PROPERTIES.iter().enumerate() {
+                let at = EQUAL_PROPERTIES.len() + i;
+                let (a, b) = (sv[at], lv[at]);
                 if a > b {
                     push(check, Value::Number(a), Value::Number(b));
                 }

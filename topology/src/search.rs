@@ -9,9 +9,11 @@
 //!   and keeps the GPU mappings of a hive it backed out of);
 //! * CPU node choices for the NUMA rule are branched on, not taken greedily;
 //! * a hive only goes to a local hive at least as large (CRIU's size test never fires);
-//! * pruning that keeps it fast without losing solutions: a bipartite matching test on the
-//!   remaining candidates at every step, the most constrained GPU first, and only one of a
-//!   set of interchangeable local GPUs tried at each step.
+//! * pruning that keeps it fast without losing solutions: at every step, bipartite
+//!   matching tests (remaining GPUs onto distinct candidates, unplaced hives onto distinct
+//!   local hives that can hold them, unmapped CPU nodes onto distinct reachable local CPU
+//!   nodes); the most constrained GPU first; and only one of a set of interchangeable local
+//!   GPUs tried at each step.
 //!
 //! What makes a mapping valid, exactly:
 //! 1. each checkpointed GPU gets a distinct local GPU of the same kind that passes every
@@ -60,12 +62,16 @@ struct Instance {
     hives_on: bool,
     numa_on: bool,
     saved_hive: Vec<Option<usize>>,
+    /// Checkpointed GPUs of each checkpointed hive.
+    saved_hives: Vec<Vec<usize>>,
     /// For each checkpointed hive, the local hives large enough to hold it.
     eligible_hives: Vec<Vec<usize>>,
     local_hive_members: Vec<BitSet>,
     local_hive_of: Vec<Option<usize>>,
     /// Checkpointed CPU node index of each CPU link of each checkpointed GPU.
     saved_links: Vec<Vec<usize>>,
+    /// For each checkpointed CPU node, the (GPU, link) pairs that point to it.
+    links_to_cpu: Vec<Vec<(usize, usize)>>,
     /// `options[s][d][k]`: local CPU nodes that link `k` of `s` may map to through `d`.
     options: Vec<Vec<Vec<BitSet>>>,
     /// Interchangeable local GPUs share a class.
@@ -177,6 +183,23 @@ impl Instance {
             hives_on,
             numa_on,
             saved_hive: saved.gpus.iter().map(|g| g.hive).collect(),
+            saved_hives: saved.hives.clone(),
+            links_to_cpu: (0..saved.cpus.len())
+                .map(|x| {
+                    saved
+                        .gpus
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(s, g)| {
+                            g.cpu_links
+                                .iter()
+                                .enumerate()
+                                .filter(move |(_, l)| l.cpu == x)
+                                .map(move |(k, _)| (s, k))
+                        })
+                        .collect()
+                })
+                .collect(),
             eligible_hives,
             local_hive_members,
             local_hive_of: local.gpus.iter().map(|g| g.hive).collect(),
@@ -321,6 +344,73 @@ fn cpu_choices(inst: &Instance, st: &State, s: usize, d: usize) -> Vec<Vec<(usiz
     combos
 }
 
+/// Whether the CPU nodes not mapped yet can each get their own free local CPU node that
+/// every GPU linked to them can reach through one of its candidates.
+fn cpus_can_map(inst: &Instance, st: &State, cand_of: &[Option<&BitSet>]) -> bool {
+    if !inst.numa_on {
+        return true;
+    }
+    let mut rows = Vec::new();
+    for (x, links) in inst.links_to_cpu.iter().enumerate() {
+        if st.cpu_map[x].is_some() || links.is_empty() {
+            continue;
+        }
+        let mut allowed = BitSet::new(inst.n_local_cpus);
+        for y in 0..inst.n_local_cpus {
+            if !st.cpu_used.contains(y) {
+                allowed.insert(y);
+            }
+        }
+        for &(s, k) in links {
+            // A GPU linked to an unmapped CPU node is itself unmapped.
+            let Some(cand) = cand_of[s] else { continue };
+            let mut reach = BitSet::new(inst.n_local_cpus);
+            for d in cand.iter() {
+                reach.union(&inst.options[s][d][k]);
+            }
+            allowed.intersect(&reach);
+        }
+        rows.push(allowed);
+    }
+    matching::is_complete(&rows, inst.n_local_cpus)
+}
+
+/// Whether the hives not placed yet can each get their own unused local hive that holds
+/// all of their GPUs.
+fn hives_can_map(inst: &Instance, st: &State, cand_of: &[Option<&BitSet>]) -> bool {
+    if !inst.hives_on {
+        return true;
+    }
+    let n_hives = inst.local_hive_members.len();
+    let mut rows = Vec::new();
+    for (h, members) in inst.saved_hives.iter().enumerate() {
+        if st.hive_map[h].is_some() {
+            continue;
+        }
+        let mut fits = BitSet::new(n_hives);
+        for &lh in &inst.eligible_hives[h] {
+            if st.hive_used[lh] {
+                continue;
+            }
+            let gpu_rows: Vec<BitSet> = members
+                .iter()
+                .map(|&s| {
+                    let mut row = cand_of[s]
+                        .cloned()
+                        .unwrap_or_else(|| BitSet::new(inst.n_local));
+                    row.intersect(&inst.local_hive_members[lh]);
+                    row
+                })
+                .collect();
+            if matching::is_complete(&gpu_rows, inst.n_local) {
+                fits.insert(lh);
+            }
+        }
+        rows.push(fits);
+    }
+    matching::is_complete(&rows, n_hives)
+}
+
 fn extend(inst: &Instance, st: &mut State) -> bool {
     st.steps += 1;
     let open: Vec<usize> = (0..st.gpu.len()).filter(|&s| st.gpu[s].is_none()).collect();
@@ -329,6 +419,13 @@ fn extend(inst: &Instance, st: &mut State) -> bool {
     }
     let cands: Vec<BitSet> = open.iter().map(|&s| candidates(inst, st, s)).collect();
     if cands.iter().any(BitSet::is_empty) || !matching::is_complete(&cands, inst.n_local) {
+        return false;
+    }
+    let mut cand_of: Vec<Option<&BitSet>> = vec![None; st.gpu.len()];
+    for (i, &s) in open.iter().enumerate() {
+        cand_of[s] = Some(&cands[i]);
+    }
+    if !cpus_can_map(inst, st, &cand_of) || !hives_can_map(inst, st, &cand_of) {
         return false;
     }
     // Hives first, then the most constrained GPU.

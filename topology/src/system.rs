@@ -52,6 +52,8 @@ pub(crate) struct Gpu<'t> {
     pub name: String,
     pub device: Device<'t>,
     pub vram: Option<Vram>,
+    /// The compared KFD properties ([`crate::rules::property_values`]); empty for NVIDIA.
+    pub properties: Vec<u64>,
     /// Valid PCIe and XGMI links (CRIU's `num_valid_iolinks`).
     pub valid_links: u64,
     /// Valid links to CPU nodes, in link order.
@@ -130,6 +132,7 @@ impl<'t> System<'t> {
                 name: node.display_name(),
                 device: Device::Kfd(node),
                 vram: node.vram(),
+                properties: crate::rules::property_values(node),
                 valid_links: links[i].len() as u64,
                 cpu_links,
                 hive: None,
@@ -184,6 +187,7 @@ impl<'t> System<'t> {
                 name: gpu.name.clone(),
                 device: Device::Nvidia(gpu),
                 vram: gpu.memory_bytes.map(|size| Vram { public: true, size }),
+                properties: Vec::new(),
                 valid_links: 0,
                 cpu_links: Vec::new(),
                 hive: None,

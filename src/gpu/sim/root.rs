@@ -1,8 +1,9 @@
 //! The simulator's root directory (`GPUCR_SIM_ROOT`, on tmpfs):
 //!
 //! ```text
-//! ROOT/topology/nodes/N/{gpu_id,name,properties,mem_banks/0/properties,io_links/K/properties}
-//!                              a KFD-format topology: node 0 is the CPU, 1..=N the GPUs
+//! ROOT/sys/class/kfd/kfd/topology/nodes/N/{gpu_id,name,properties,mem_banks/0/properties,
+//!     io_links/K/properties}   a KFD-format topology (node 0 the CPU, 1..=N the GPUs), so
+//!                              ROOT is what `--sysfs-root` takes
 //! ROOT/contexts/CTX/context.json   one device context (one process's open device)
 //! ROOT/contexts/CTX/BUFFER         one file per device buffer, mapped MAP_SHARED
 //! ```
@@ -67,9 +68,9 @@ impl SimRoot {
         std::env::var_os(ENV_ROOT).filter(|v| !v.is_empty()).map(SimRoot::new)
     }
 
-    /// The KFD-format topology root (what `--sysfs-root` takes).
+    /// The KFD topology directory (`--sysfs-root ROOT` reads it).
     pub fn topology_dir(&self) -> PathBuf {
-        self.root.join("topology")
+        self.root.join("sys/class/kfd/kfd/topology")
     }
 
     pub fn contexts_dir(&self) -> PathBuf {
@@ -230,7 +231,7 @@ mod tests {
         let ids = root.ensure_topology(3).unwrap();
         assert_eq!(ids, vec![sim_gpu_id(0), sim_gpu_id(1), sim_gpu_id(2)]);
         assert_eq!(root.ensure_topology(5).unwrap().len(), 3, "an existing topology is kept");
-        let props = fs::read_to_string(tmp.path().join("topology/nodes/2/properties")).unwrap();
+        let props = fs::read_to_string(tmp.path().join("sys/class/kfd/kfd/topology/nodes/2/properties")).unwrap();
         assert!(props.contains("simd_count 240\n"));
         assert!(props.contains("sdma_fw_version 50\n"));
     }

@@ -64,8 +64,8 @@ impl NvidiaError {
 ///
 /// Without the driver (`<root>/proc/driver/nvidia/gpus` absent) there are none. On this
 /// machine (`use_nvml`), NVML is tried first, for the memory size, compute capability and
-/// NVLinks; when it cannot be loaded or initialised, the procfs files are read instead.
-/// Under an alternative root only the files are read.
+/// NVLinks; when it cannot be used (not loadable, not initialised, or a query fails), the
+/// procfs files are read instead. Under an alternative root only the files are read.
 pub fn read(root: &Path, use_nvml: bool) -> Result<Vec<NvidiaGpu>, NvidiaError> {
     if !root.join(procfs::GPUS_DIR).is_dir() {
         return Ok(Vec::new());

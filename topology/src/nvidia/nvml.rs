@@ -6,7 +6,7 @@
 //! `NVML_DEVICE_NAME_V2_BUFFER_SIZE` (96), `NVML_DEVICE_UUID_V2_BUFFER_SIZE` (96) and
 //! `NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE` (32).
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, OsStr};
 use std::path::Path;
 
 use libloading::Library;
@@ -138,12 +138,13 @@ unsafe fn symbol<T: Copy>(library: &Library, name: &'static str) -> Result<T, Nv
 }
 
 impl Functions {
-    /// Loads the library and resolves the functions gpucr calls.
-    fn load() -> Result<Functions, NvmlError> {
+    /// Loads `library` (a name the dynamic loader looks up, or a path) and resolves the
+    /// functions gpucr calls.
+    fn load(library: &OsStr) -> Result<Functions, NvmlError> {
         // SAFETY: loading libnvidia-ml runs its initialisers, which only set up the
         // library's own state; gpucr loads no other copy of it.
         let library =
-            unsafe { Library::new(LIBRARY) }.map_err(|source| NvmlError::Load { source })?;
+            unsafe { Library::new(library) }.map_err(|source| NvmlError::Load { source })?;
         // SAFETY: for every `symbol` call, the type alias matches the nvml.h declaration
         // of the named function.
         unsafe {
@@ -188,8 +189,8 @@ impl Functions {
 
 impl Nvml {
     /// Loads the library and calls `nvmlInit_v2`.
-    fn open() -> Result<Nvml, NvmlError> {
-        let functions = Functions::load()?;
+    fn open(library: &OsStr) -> Result<Nvml, NvmlError> {
+        let functions = Functions::load(library)?;
         // SAFETY: nvmlInit_v2 takes no arguments; the library is loaded.
         let ret = unsafe { (functions.init)() };
         if ret != NVML_SUCCESS {
@@ -338,7 +339,12 @@ impl Drop for Nvml {
 /// Reads every GPU NVML lists. `root` is where the PCI devices' sysfs files are read
 /// (for the NUMA node).
 pub(crate) fn read(root: &Path) -> Result<Vec<NvidiaGpu>, NvmlError> {
-    let nvml = Nvml::open()?;
+    read_from(OsStr::new(LIBRARY), root)
+}
+
+/// As [`read`], with the library given by name or path.
+fn read_from(library: &OsStr, root: &Path) -> Result<Vec<NvidiaGpu>, NvmlError> {
+    let nvml = Nvml::open(library)?;
     let mut gpus = Vec::new();
     for index in 0..nvml.device_count()? {
         let device = nvml.handle(index)?;
@@ -346,4 +352,76 @@ pub(crate) fn read(root: &Path) -> Result<Vec<NvidiaGpu>, NvmlError> {
     }
     gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
     Ok(gpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    use super::*;
+
+    /// Builds `tests/support/fake_nvml.c` into `dir` as a shared library.
+    fn fake_library(dir: &Path, defines: &[&str]) -> PathBuf {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_nvml.c");
+        let out = dir.join("libnvidia-ml.so.1");
+        let status = Command::new("cc")
+            .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
+            .arg(&out)
+            .arg(&source)
+            .args(defines)
+            .status()
+            .expect("run cc (the NVML tests build a stand-in library with it)");
+        assert!(status.success(), "cc failed on {}", source.display());
+        out
+    }
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/topology")
+            .join(name)
+    }
+
+    #[test]
+    fn reads_every_gpu_through_the_library() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = fake_library(dir.path(), &[]);
+        let gpus = read_from(library.as_os_str(), &fixture("h100-8x")).unwrap();
+        assert_eq!(gpus.len(), 2);
+        // Sorted by PCI address; NVML's "00000000:1B:00.0" normalized.
+        assert_eq!(gpus[0].bus_id, "0000:1b:00.0");
+        assert_eq!(gpus[1].bus_id, "0000:43:00.0");
+        let first = &gpus[0];
+        assert_eq!(first.uuid, "GPU-1f708b32-4c6d-4e8f-9a01-b2c3d4e5f601");
+        assert_eq!(first.name, "NVIDIA H100 80GB HBM3");
+        assert_eq!(first.device_id, Some(0x2330));
+        assert_eq!(first.memory_bytes, Some(85_520_809_984));
+        assert_eq!(first.compute_capability.as_deref(), Some("9.0"));
+        assert_eq!(first.vbios.as_deref(), Some("96.00.74.00.01"));
+        assert_eq!(first.minor, Some(1));
+        assert_eq!(first.numa_node, Some(0));
+        assert_eq!(first.source, NvidiaSource::Nvml);
+        // The second device in NVML's order has no NVLink; the first has 18 active.
+        assert_eq!(first.nvlinks, None);
+        assert_eq!(gpus[1].nvlinks, Some(18));
+    }
+
+    #[test]
+    fn a_failed_init_is_an_error_naming_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = fake_library(dir.path(), &["-DINIT_FAILS"]);
+        let err = read_from(library.as_os_str(), Path::new("/")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "nvmlInit_v2 failed: Driver/library version mismatch (nvmlReturn_t 18)"
+        );
+    }
+
+    #[test]
+    fn a_missing_library_is_a_load_error() {
+        let err =
+            read_from(OsStr::new("/nonexistent/libnvidia-ml.so.1"), Path::new("/")).unwrap_err();
+        assert!(matches!(err, NvmlError::Load { .. }), "{err}");
+        assert!(err.to_string().starts_with("cannot load libnvidia-ml.so.1"));
+    }
 }

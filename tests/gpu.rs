@@ -1,0 +1,233 @@
+//! The GPU memory path end to end on the simulator, with real CRIU: gpucr's plugin is
+//! loaded by CRIU, the helper moves the device buffers, and the restored tree finds every
+//! byte of them where it left it, even after the device memory was wiped.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+const CRIU_FAILED: i32 = 5;
+const IMAGE_DAMAGED: i32 = 7;
+const IMAGE_INCOMPLETE: i32 = 8;
+
+fn dump(sim: &SimRoot, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["dump"];
+    all.extend_from_slice(args);
+    gpucr_env(&all, &sim.env())
+}
+
+fn restore(sim: &SimRoot, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["restore"];
+    all.extend_from_slice(args);
+    gpucr_env(&all, &sim.env())
+}
+
+/// Parent + child, 3 GPUs, 1 GiB of buffers: dumped (killing the tree), the device memory
+/// wiped as on a new machine, restored; every byte verifies and the kernels go on.
+#[test]
+fn sim_tree_survives_dump_wipe_and_restore() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("e2e");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--gpus", "3", "--parent-mib", "704", "--child-mib", "320"],
+    );
+    assert!(tree.verify(1), "the buffers verify before the dump");
+
+    let out = dump(&sim, &["--json", &tree.pid.to_string(), image.to_str().unwrap()]);
+    assert_success(&out);
+    let result: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(result["gpu"]["backend"], "sim");
+    assert_eq!(result["gpu"]["tasks"], 2);
+    assert!(result["gpu"]["stats"]["raw_bytes"].as_u64().unwrap() >= 1 << 30);
+    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    assert_eq!(manifest["backend"], "sim");
+    let gpus: std::collections::BTreeSet<u64> = manifest["gpu"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["buffers"].as_array().unwrap().iter().map(|b| b["gpu_id"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(gpus.len(), 3, "buffers on three GPUs");
+
+    // CRIU loaded the plugin and called its hooks.
+    let log = fs::read_to_string(image.join("dump.log")).unwrap();
+    assert!(log.contains("Plugin \"gpucr\" (version 512 hooks 12)"), "plugin not loaded");
+    assert!(log.contains("gpucr: CHECKPOINT_DEVICES pid"));
+    assert!(log.contains("gpucr: DUMP_EXT_FILE id"));
+
+    kill_and_wait(tree.pid);
+    let steps_at_dump = tree.steps();
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["--detach", image.to_str().unwrap()]);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let log = fs::read_to_string(image.join("restore.log")).unwrap();
+    assert!(log.contains("gpucr: RESTORE_EXT_FILE id"));
+    assert!(log.contains("gpucr: RESUME_DEVICES_LATE pid"));
+    assert!(tree.verify(2), "every byte of every buffer is back");
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps_at_dump, "the kernels go on");
+}
+
+/// --leave-running keeps the tree and its device going. Then a second dump (which kills
+/// the tree) restores twice from the one image.
+#[test]
+fn leave_running_then_restore_twice() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("twice");
+    let state = tmp.path().join("state");
+    let tree = SimTree::start(&state, &sim.0, &["--parent-mib", "48", "--child-mib", "24"]);
+    let running = tmp.path().join("running");
+    assert_success(&dump(&sim, &["--leave-running", &tree.pid.to_string(), running.to_str().unwrap()]));
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(tree.verify(1), "the running tree's buffers are intact");
+
+    let image = tmp.path().join("image");
+    assert_success(&dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]));
+    kill_and_wait(tree.pid);
+    // CRIU checks the sizes of the tree's open files: put the journals back as they were
+    // at the dump before each restore.
+    let snapshot = tmp.path().join("snapshot");
+    copy_files(&state, &snapshot);
+    for round in 0..2u64 {
+        copy_files(&snapshot, &state);
+        tree.wipe_device_memory();
+        let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+        assert_success(&out);
+        let restored = Restored(stdout(&out).trim().parse().unwrap());
+        assert!(tree.verify(10 + round), "round {round}");
+        drop(restored);
+    }
+}
+
+/// Without gpucr's plugin CRIU cannot dump the tree at all: the plugin is what carries
+/// the device.
+#[test]
+fn plain_criu_cannot_dump_the_device() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("plain");
+    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "8", "--child-mib", "0"]);
+    let dir = tmp.path().join("criu-image");
+    fs::create_dir(&dir).unwrap();
+    let out = Command::new("criu")
+        .args(["dump", "-t", &tree.pid.to_string(), "-D", dir.to_str().unwrap(), "-o", "dump.log"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let log = fs::read_to_string(dir.join("dump.log")).unwrap();
+    assert!(log.contains("Can't dump file") && log.contains("chr 10:229"), "{log}");
+    assert!(alive(tree.pid));
+}
+
+/// A damaged GPU chunk aborts the restore, names the chunk, and leaves no process.
+#[test]
+fn bad_gpu_chunk_aborts_the_restore_cleanly() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("badchunk");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "48", "--child-mib", "0"]);
+    assert_success(&dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]));
+    kill_and_wait(tree.pid);
+    let ticks = tree.last("parent").num("tick");
+    let data = image.join("gpu/data-0000");
+    let mut bytes = fs::read(&data).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    fs::write(&data, bytes).unwrap();
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_DAMAGED, "gpu/data-0000");
+    assert!(stderr(&out).contains("chunk"), "{}", stderr(&out));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(tree.last("parent").num("tick"), ticks, "no restored process ran");
+}
+
+/// CRIU fails after the helper started copying (the tree also holds /dev/kvm): the dump
+/// fails, the tree keeps running with its device, the image is marked incomplete.
+#[test]
+fn criu_failure_after_the_helper_started_leaves_the_tree_running() {
+    let _lock = criu_lock();
+    let device = ["/dev/kvm", "/dev/net/tun"].into_iter().find(|d| Path::new(d).exists());
+    let Some(device) = device else { panic!("this test needs /dev/kvm") };
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("criufail");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "48", "--child-mib", "16", "--hold", device]);
+    let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
+    assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
+    assert!(stderr(&out).contains("is still running"), "{}", stderr(&out));
+    assert!(!image.join("gpucr.json").exists());
+    assert!(image.join("gpucr-incomplete.json").exists());
+    tree.wait_ticks(3);
+    assert!(tree.verify(1));
+    let out = restore(&sim, &[image.to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_INCOMPLETE, "incomplete");
+}
+
+/// The plugin cannot reach the helper: CRIU aborts the dump, the tree keeps running.
+#[test]
+fn plugin_that_cannot_reach_the_helper_fails_the_dump_cleanly() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("nohelper");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "16", "--child-mib", "0"]);
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &[sim.env()[0], ("GPUCR_TEST_PLUGIN_SOCK", "/nonexistent/helper.sock")],
+    );
+    assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
+    let log = fs::read_to_string(image.join("dump.log")).unwrap();
+    assert!(log.contains("cannot connect to the gpucr helper at /nonexistent/helper.sock"), "{log}");
+    assert!(alive(tree.pid));
+    tree.wait_ticks(2);
+    assert!(tree.verify(1));
+}
+
+/// The disk fills up while the helper writes GPU memory: the dump fails, the tree keeps
+/// running, and what was written is marked incomplete.
+#[test]
+fn disk_full_during_the_dump_leaves_the_tree_running() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("diskfull");
+    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "96", "--child-mib", "0"]);
+    let small = tmp.path().join("small");
+    fs::create_dir(&small).unwrap();
+    // A 24 MiB file system for an image that needs more, in a private mount namespace.
+    let script = format!(
+        "mount -t tmpfs -o size=24m none '{dir}' && '{bin}' dump --compress none {pid} '{dir}/image'; \
+         code=$?; ls '{dir}/image' > '{list}'; exit $code",
+        dir = small.display(),
+        bin = gpucr_bin().display(),
+        pid = tree.pid,
+        list = tmp.path().join("listing").display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("GPUCR_SIM_ROOT", &sim.0)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("No space left on device"), "{}", stderr(&out));
+    let listing = fs::read_to_string(tmp.path().join("listing")).unwrap();
+    assert!(!listing.contains("gpucr.json"), "{listing}");
+    assert!(alive(tree.pid));
+    tree.wait_ticks(2);
+    assert!(tree.verify(1));
+}
