@@ -86,6 +86,7 @@ cmds=("$gpucr inspect --all --json $image" "$gpucr inspect --verify $image" \
     "$crit_all" "$crit_x")
 
 log "timing (${runs} runs each)"
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 # gpucr runs without a shell (-N: it takes milliseconds); crit's command lines need one.
 hyperfine -N --style none --warmup 1 --runs "$runs" --export-json "$work/gpucr.json" \
     "${cmds[0]}" "${cmds[1]}" >&2
@@ -102,13 +103,15 @@ image_size=$(du -sb "$image" | cut -f1)
 pages_size=$(du -cb "$image"/pages-*.img | tail -n1 | cut -f1)
 cpu=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -n1)
 criu_version=$(criu --version | sed -n 's/^Version: //p')
+load_after=$(cut -d' ' -f1 /proc/loadavg)
 
 python3 - "$work/gpucr.json" "$work/crit.json" "$image_size" "$pages_size" "$mib" "$cpu" "$(nproc)" \
-    "$criu_version" "$runs" "${#shown[@]}" "${names[@]}" -- "${rss[@]}" <<'EOF'
+    "$criu_version" "$runs" "${#shown[@]}" "$load_before" "$load_after" "${names[@]}" -- "${rss[@]}" <<'EOF'
 import json, sys, datetime
 args = sys.argv[1:]
-gpucr_file, crit_file, image_size, pages_size, mib, cpu, cores, criu, runs, shown = args[:10]
-rest = args[10:]
+(gpucr_file, crit_file, image_size, pages_size, mib, cpu, cores, criu, runs, shown,
+ load_before, load_after) = args[:12]
+rest = args[12:]
 sep = rest.index("--")
 names, rss = rest[:sep], rest[sep + 1:]
 results = json.load(open(gpucr_file))["results"] + json.load(open(crit_file))["results"]
@@ -116,7 +119,8 @@ crit_full, crit_x = results[2]["median"], results[3]["median"]
 mi = lambda b: f"{int(b) / 2**20:.1f} MiB"
 print("## gpucr inspect vs crit\n")
 print(f"Measured {datetime.date.today()} by `scripts/bench-inspect.sh --mib {mib} --runs {runs}` "
-      f"on {cores} cores ({cpu}), CRIU {criu}, release build, page cache warm.")
+      f"on {cores} cores ({cpu}), CRIU {criu}, release build, page cache warm; "
+      f"1-minute load average {load_before} before and {load_after} after the timings.")
 print(f"Image: the inspect test workload (4 processes, 9 threads, files, pipes, unix and TCP "
       f"sockets, a memfd) with a {mib} MiB region in its root, dumped by `gpucr dump`: "
       f"{mi(image_size)} in all, {mi(pages_size)} of pages files.\n")

@@ -75,6 +75,8 @@ pub enum DumpError {
     Manifest(#[from] ManifestError),
     #[error(transparent)]
     Gpu(#[from] GpuError),
+    #[error("cannot record the GPU topology")]
+    Topology(#[from] gpucr_topology::TopologyError),
     #[error("{error}\n  the image in {dir} is incomplete; {running}")]
     Helper { error: Box<HelperError>, dir: PathBuf, running: String },
     #[error(transparent)]
@@ -90,6 +92,7 @@ impl DumpError {
             DumpError::Checksum { .. }
             | DumpError::Manifest(_)
             | DumpError::Gpu(_)
+            | DumpError::Topology(_)
             | DumpError::Helper { .. }
             | DumpError::HelperSetup(_) => exit_code::FAILURE,
         }
@@ -128,6 +131,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let (mut swrk, version) = start_criu(opts.criu.as_deref(), &env, progress)
         .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
+    let gpu_backend = backend.clone();
     let gpu = match (backend, session) {
         (Some(backend), Some(session)) => {
             progress.event("helper-started", &format!("GPU backend {}: helper started", backend.name()));
@@ -217,6 +221,10 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         .filter(|f| is_pages_file(&f.path))
         .map(|f| f.size)
         .sum();
+    let topology = match (&gpu_backend, &gpu_manifest) {
+        (Some(backend), Some(g)) => Some(gpu::used_topology(backend.as_ref(), &g.tasks)?),
+        _ => None,
+    };
     let uts = uname().ok();
     let uts_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
         uts.as_ref()
@@ -252,6 +260,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         files,
         timings: Timings::default(),
         gpu: gpu_manifest,
+        topology,
     };
     progress.event("manifest-written", "done");
     manifest.timings = Timings {

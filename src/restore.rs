@@ -8,7 +8,7 @@ use nix::unistd::Pid;
 use crate::criu::{CommonOptions, CriuError, NetworkLock, RestoreRequest};
 use crate::dump::start_criu;
 use crate::exit_code;
-use crate::gpu::session::GpuRestore;
+use crate::gpu::session::{GpuManifest, GpuRestore};
 use crate::gpu::GpuError;
 use crate::helper::{HelperError, Session, TaskTiming};
 use crate::image::dir::{self, ImageDirError};
@@ -38,6 +38,10 @@ pub struct RestoreOptions {
     /// Read the GPU image only once each task's buffers exist, and fill them inside
     /// RESTORE_EXT_FILE (CRIU 4.1's way), instead of streaming from the start.
     pub no_parallel_restore: bool,
+    /// Where to read this machine's GPU topology (default: the backend's own).
+    pub sysfs_root: Option<PathBuf>,
+    /// Topology checks not to apply.
+    pub skip_checks: Vec<gpucr_topology::CheckName>,
 }
 
 /// A restored tree.
@@ -80,6 +84,10 @@ pub enum RestoreError {
     Gpu(#[from] GpuError),
     #[error("{0}\n  the restore was aborted before any restored task ran")]
     Helper(Box<HelperError>),
+    #[error("the GPUs of this machine cannot hold the image; nothing was restored\n{0}")]
+    Topology(Box<gpucr_topology::Report>),
+    #[error("cannot read this machine's GPU topology")]
+    TopologyRead(#[from] gpucr_topology::TopologyError),
 }
 
 impl RestoreError {
@@ -96,7 +104,8 @@ impl RestoreError {
             | RestoreError::BadOption { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
-            RestoreError::Gpu(_) => exit_code::FAILURE,
+            RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
+            RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
             RestoreError::Helper(e) => match e.as_ref() {
                 HelperError::Transfer(t) => t.exit_code(),
                 _ => exit_code::FAILURE,
@@ -196,6 +205,8 @@ pub fn restore(
     let gpu_setup = match &manifest.gpu {
         Some(gpu) => {
             let backend = crate::gpu::backend_named(&gpu.backend)?;
+            let gpu = map_onto_local_gpus(opts, &manifest, gpu, backend.as_ref())?;
+            progress.event("topology-checked", "GPU topology compatible");
             let session = Session::create().map_err(|e| RestoreError::Helper(Box::new(e)))?;
             Some((gpu, backend, session))
         }
@@ -208,7 +219,7 @@ pub fn restore(
             let started = GpuRestore::start(
                 session,
                 &opts.dir,
-                gpu,
+                &gpu,
                 backend,
                 opts.transfer.clone(),
                 !opts.no_parallel_restore,
@@ -284,6 +295,30 @@ pub fn restore(
         None => None,
     };
     Ok(RestoreOutcome { pid, manifest, gpu })
+}
+
+/// Check the image's GPUs against this machine's (the same check as `gpucr
+/// check-topology DIR`) and move the device state onto the GPUs the mapping chose.
+fn map_onto_local_gpus(
+    opts: &RestoreOptions,
+    manifest: &Manifest,
+    gpu: &GpuManifest,
+    backend: &dyn crate::gpu::Backend,
+) -> Result<GpuManifest, RestoreError> {
+    let mut gpu = gpu.clone();
+    let Some(saved) = manifest.topology.as_ref().filter(|t| t.has_gpus()) else { return Ok(gpu) };
+    let root = opts.sysfs_root.clone().or_else(|| backend.sysfs_root());
+    let local = gpucr_topology::read_local(root.as_deref())?;
+    let checks = gpucr_topology::Checks::from_env_and_skips(&opts.skip_checks);
+    let report = gpucr_topology::check(saved, &local, &checks);
+    let Some(mapping) = report.mapping.as_ref().filter(|_| report.compatible) else {
+        return Err(RestoreError::Topology(Box::new(report)));
+    };
+    let pairs = mapping.kfd_gpu_ids();
+    for task in &mut gpu.tasks {
+        backend.remap_gpus(task, &pairs)?;
+    }
+    Ok(gpu)
 }
 
 /// The outcome of the background verification of the memory pages.

@@ -231,3 +231,52 @@ fn disk_full_during_the_dump_leaves_the_tree_running() {
     tree.wait_ticks(2);
     assert!(tree.verify(1));
 }
+
+/// Restore checks the GPU topology first: onto a machine with too few GPUs it refuses
+/// with the report (exit 9) before touching anything; onto GPUs with other ids it maps
+/// the buffers onto them.
+#[test]
+fn restore_checks_the_topology_and_maps_the_gpus() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("topo");
+    let image = tmp.path().join("image");
+    let state = tmp.path().join("state");
+    let tree = SimTree::start(&state, &sim.0, &["--gpus", "3", "--parent-mib", "24", "--child-mib", "8"]);
+    assert_success(&dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]));
+    kill_and_wait(tree.pid);
+    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    assert!(manifest["topology"].is_object(), "the dump recorded the topology");
+
+    // A "machine" with two GPUs: refused before CRIU starts.
+    fs::remove_dir_all(&sim.0).unwrap();
+    gpucr::gpu::sim::SimRoot::new(&sim.0).ensure_topology(2).unwrap();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    assert_fails_with(&out, 9, "cannot hold the image");
+    assert!(!image.join("restore.log").exists(), "refused before CRIU started");
+
+    // Three GPUs with other ids: the image's GPUs map onto them.
+    fs::remove_dir_all(&sim.0).unwrap();
+    let root = gpucr::gpu::sim::SimRoot::new(&sim.0);
+    let old_ids = root.ensure_topology(3).unwrap();
+    let nodes = root.topology_dir().join("nodes");
+    for node in 1..=3 {
+        let path = nodes.join(node.to_string()).join("gpu_id");
+        let id: u32 = fs::read_to_string(&path).unwrap().trim().parse().unwrap();
+        fs::write(&path, format!("{}\n", id + 7)).unwrap();
+    }
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(1));
+    let contexts = sim.0.join("contexts");
+    for ctx in fs::read_dir(&contexts).unwrap() {
+        let text = fs::read_to_string(ctx.unwrap().path().join("context.json")).unwrap();
+        let ctx: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for b in ctx["buffers"].as_array().unwrap() {
+            let id = b["gpu_id"].as_u64().unwrap() as u32;
+            assert!(!old_ids.contains(&id), "buffer still on old GPU {id}");
+            assert!(old_ids.iter().any(|o| o + 7 == id), "buffer on unknown GPU {id}");
+        }
+    }
+}

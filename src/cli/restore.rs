@@ -64,6 +64,9 @@ pub struct RestoreArgs {
     pub transfer: TransferArgs,
 
     #[command(flatten)]
+    pub topology: super::TopologyCheckArgs,
+
+    #[command(flatten)]
     pub criu: CriuArgs,
 
     #[command(flatten)]

@@ -27,6 +27,8 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
             ..TransferConfig::default()
         },
         no_parallel_restore: args.no_parallel_restore,
+        sysfs_root: args.topology.sysfs_root.clone(),
+        skip_checks: args.topology.skip_check.clone(),
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = restore(&opts, &mut progress);

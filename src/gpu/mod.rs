@@ -135,6 +135,28 @@ pub trait Backend: Send + Sync {
     /// A copy-engine sink writing buffer `index` of `task` through `file`, the buffer
     /// the restored task created and handed over.
     fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink>;
+
+    /// Where this backend's GPU topology is read: None for the machine's own `/`, or a
+    /// root directory (the simulator's).
+    fn sysfs_root(&self) -> Option<PathBuf>;
+
+    /// Move a task's device state onto other GPUs: `map` pairs each checkpointed GPU id
+    /// with the local one the topology check chose.
+    fn remap_gpus(&self, task: &mut TaskDevice, map: &[(u32, u32)]) -> Result<(), GpuError>;
+}
+
+/// The topology of the GPUs the dumped tasks use, read where `backend` keeps it.
+pub fn used_topology(
+    backend: &dyn Backend,
+    tasks: &[TaskDevice],
+) -> Result<gpucr_topology::Topology, gpucr_topology::TopologyError> {
+    let local = gpucr_topology::read_local(backend.sysfs_root().as_deref())?;
+    let used: std::collections::BTreeSet<u32> =
+        tasks.iter().flat_map(|t| t.buffers.iter().map(|b| b.gpu_id)).collect();
+    Ok(local.retain_gpus(|id| match id {
+        gpucr_topology::GpuId::Kfd { gpu_id, .. } => used.contains(gpu_id),
+        gpucr_topology::GpuId::Nvidia { .. } => false,
+    }))
 }
 
 /// The backend whose devices the tree rooted at `pid` holds, if any. Today that is the

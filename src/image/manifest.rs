@@ -77,6 +77,10 @@ pub struct Manifest {
     /// CPU-only tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<crate::gpu::session::GpuManifest>,
+    /// The GPUs the tree used, as found on the dumping machine: what a restore checks
+    /// this machine against (absent for a CPU-only tree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<gpucr_topology::Topology>,
 }
 
 /// The machine the image was dumped on.
@@ -260,6 +264,7 @@ mod tests {
             }],
             timings: Timings::default(),
             gpu: None,
+            topology: None,
         }
     }
 

@@ -191,6 +191,32 @@ impl Backend for SimBackend {
         Ok(None)
     }
 
+    fn sysfs_root(&self) -> Option<PathBuf> {
+        Some(self.root.root.clone())
+    }
+
+    fn remap_gpus(&self, task: &mut TaskDevice, map: &[(u32, u32)]) -> Result<(), GpuError> {
+        let new_id = |old: u32| map.iter().find(|(from, _)| *from == old).map_or(old, |(_, to)| *to);
+        for buffer in &mut task.buffers {
+            buffer.gpu_id = new_id(buffer.gpu_id);
+        }
+        // The context file names the GPUs too: rewrite it as the restored task will see it.
+        for file in &mut task.files {
+            if !file.path.ends_with(CONTEXT_FILE) {
+                continue;
+            }
+            let mut ctx: Context = serde_json::from_str(&file.contents).map_err(|e| GpuError::Malformed {
+                path: PathBuf::from(&file.path),
+                detail: e.to_string(),
+            })?;
+            for b in &mut ctx.buffers {
+                b.gpu_id = new_id(b.gpu_id);
+            }
+            file.contents = serde_json::to_string_pretty(&ctx).expect("a context serialises");
+        }
+        Ok(())
+    }
+
     fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink> {
         let info = &task.buffers[index];
         let range = FileRange::new(file, 0, info.size).starting_zeroed();
