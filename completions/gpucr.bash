@@ -73,12 +73,20 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__check__subcmd__topology)
-            opts="-h -V --json --help --version"
+            opts="-h -V --sysfs-root --skip-check --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --sysfs-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --skip-check)
+                    COMPREPLY=($(compgen -W "simd_count mem_banks_count max_waves_per_simd lds_size_in_kb wave_front_size array_count simd_arrays_per_engine cu_per_simd_array simd_per_cu max_slots_scratch_cu vendor_id device_id num_sdma_engines num_sdma_xgmi_engines num_sdma_queues_per_engine num_cp_queues vram_public io_links_count capability vram_size num_gws caches_count fw_version sdma_fw_version cpu_links numa xgmi_hive gpu_count" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -101,7 +109,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__dump)
-            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --criu --verbose --json --help --version"
+            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --compress --jobs --criu --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -112,6 +120,14 @@ _gpucr() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --compress)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --jobs)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -247,7 +263,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__restore)
-            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --network-lock --criu --verbose --json --help --version"
+            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --network-lock --max-staging --no-parallel-restore --jobs --sysfs-root --skip-check --criu --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -255,6 +271,22 @@ _gpucr() {
             case "${prev}" in
                 --network-lock)
                     COMPREPLY=($(compgen -W "iptables nftables skip" -- "${cur}"))
+                    return 0
+                    ;;
+                --max-staging)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sysfs-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --skip-check)
+                    COMPREPLY=($(compgen -W "simd_count mem_banks_count max_waves_per_simd lds_size_in_kb wave_front_size array_count simd_arrays_per_engine cu_per_simd_array simd_per_cu max_slots_scratch_cu vendor_id device_id num_sdma_engines num_sdma_xgmi_engines num_sdma_queues_per_engine num_cp_queues vram_public io_links_count capability vram_size num_gws caches_count fw_version sdma_fw_version cpu_links numa xgmi_hive gpu_count" -- "${cur}"))
                     return 0
                     ;;
                 --criu)

@@ -57,8 +57,14 @@ fn parse_args() -> Options {
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| die(&format!("{arg} needs a value")));
-        let number = |v: String| v.parse::<u64>().unwrap_or_else(|_| die(&format!("bad number {v:?}")));
+        let mut value = || {
+            args.next()
+                .unwrap_or_else(|| die(&format!("{arg} needs a value")))
+        };
+        let number = |v: String| {
+            v.parse::<u64>()
+                .unwrap_or_else(|_| die(&format!("bad number {v:?}")))
+        };
         match arg.as_str() {
             "--state" => opts.state = PathBuf::from(value()),
             "--gpus" => opts.gpus = number(value()) as usize,
@@ -164,7 +170,9 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DEVICE));
     fs::create_dir_all(&opts.state).unwrap_or_else(|e| die(&format!("state dir: {e}")));
-    let gpu_ids = root.ensure_topology(opts.gpus).unwrap_or_else(|e| die(&e.to_string()));
+    let gpu_ids = root
+        .ensure_topology(opts.gpus)
+        .unwrap_or_else(|e| die(&e.to_string()));
 
     let mut role = "parent";
     let mut mib = opts.parent_mib;
@@ -182,15 +190,28 @@ fn main() {
     }
     let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(format!("simgpu-{role}")).unwrap());
     let _held: Vec<fs::File> = if role == "parent" {
-        opts.hold.iter().map(|p| fs::File::open(p).unwrap_or_else(|e| die(&format!("{}: {e}", p.display())))).collect()
+        opts.hold
+            .iter()
+            .map(|p| fs::File::open(p).unwrap_or_else(|e| die(&format!("{}: {e}", p.display()))))
+            .collect()
     } else {
         Vec::new()
     };
     run(&opts.state, role, &root, &device_path, &gpu_ids, mib * MIB);
 }
 
-fn run(state: &Path, role: &str, root: &SimRoot, device_path: &Path, gpu_ids: &[u32], bytes: u64) -> ! {
-    let host_pid = fs::read_link("/proc/self").ok().and_then(|p| p.to_str()?.parse::<u32>().ok()).unwrap_or(0);
+fn run(
+    state: &Path,
+    role: &str,
+    root: &SimRoot,
+    device_path: &Path,
+    gpu_ids: &[u32],
+    bytes: u64,
+) -> ! {
+    let host_pid = fs::read_link("/proc/self")
+        .ok()
+        .and_then(|p| p.to_str()?.parse::<u32>().ok())
+        .unwrap_or(0);
     let mut device = SimDevice::open(root, device_path, &format!("{role}-{host_pid}"))
         .unwrap_or_else(|e| die(&e.to_string()));
     let role_id: u64 = if role == "parent" { 0 } else { 1000 };
@@ -208,7 +229,12 @@ fn run(state: &Path, role: &str, root: &SimRoot, device_path: &Path, gpu_ids: &[
                 page_content(id, fill, p as u64, 0, page);
             }
         }
-        per_gpu[gpu].push(Arc::new(Buffer { id, fill, mem, steps: AtomicU64::new(0) }));
+        per_gpu[gpu].push(Arc::new(Buffer {
+            id,
+            fill,
+            mem,
+            steps: AtomicU64::new(0),
+        }));
     }
 
     let verify_request = Arc::new(AtomicU64::new(0));
@@ -216,7 +242,12 @@ fn run(state: &Path, role: &str, root: &SimRoot, device_path: &Path, gpu_ids: &[
     let bad = Arc::new(AtomicU64::new(0));
     let total_steps = Arc::new(AtomicU64::new(0));
     for (g, buffers) in per_gpu.into_iter().enumerate() {
-        let (request, verified, bad, steps) = (verify_request.clone(), verified.clone(), bad.clone(), total_steps.clone());
+        let (request, verified, bad, steps) = (
+            verify_request.clone(),
+            verified.clone(),
+            bad.clone(),
+            total_steps.clone(),
+        );
         let bad_file = state.join(format!("bad-{role}"));
         thread::spawn(move || kernel(g, &buffers, &request, &verified, &bad, &steps, &bad_file));
     }
@@ -228,14 +259,24 @@ fn run(state: &Path, role: &str, root: &SimRoot, device_path: &Path, gpu_ids: &[
         .write(true)
         .open(&journal_path)
         .unwrap_or_else(|e| die(&format!("{}: {e}", journal_path.display())));
-    fs::write(state.join(format!("ready-{role}")), b"ready\n").unwrap_or_else(|e| die(&e.to_string()));
+    fs::write(state.join(format!("ready-{role}")), b"ready\n")
+        .unwrap_or_else(|e| die(&e.to_string()));
     let mut tick = 0u64;
     loop {
         tick += 1;
-        if let Some(n) = fs::read_to_string(state.join("verify")).ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+        if let Some(n) = fs::read_to_string(state.join("verify"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+        {
             verify_request.fetch_max(n, Ordering::SeqCst);
         }
-        let done = verified.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().min().unwrap_or(0);
+        let done = verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(0);
         let line = format!(
             "tick={tick} steps={} verified={done} bad={}\n",
             total_steps.load(Ordering::SeqCst),
@@ -278,7 +319,10 @@ fn kernel(
             // SAFETY: only this thread writes this buffer, and nothing holds a slice of
             // it across this write; the mapping lives as long as `b`.
             let mem = unsafe {
-                std::slice::from_raw_parts_mut(b.mem.as_slice().as_ptr().cast_mut().add(offset), PAGE)
+                std::slice::from_raw_parts_mut(
+                    b.mem.as_slice().as_ptr().cast_mut().add(offset),
+                    PAGE,
+                )
             };
             mem.copy_from_slice(&page);
             b.steps.store(s + 1, Ordering::SeqCst);
@@ -306,7 +350,10 @@ fn verify(b: &Buffer, bad_file: &Path) -> bool {
                 continue;
             }
         }
-        let _ = fs::write(bad_file, format!("buffer {} page {p} (steps {s}) differs\n", b.id));
+        let _ = fs::write(
+            bad_file,
+            format!("buffer {} page {p} (steps {s}) differs\n", b.id),
+        );
         return false;
     }
     true

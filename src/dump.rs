@@ -7,17 +7,17 @@ use nix::sys::utsname::uname;
 
 use crate::criu::{self, CommonOptions, CriuError, DumpRequest, NetworkLock, Swrk};
 use crate::exit_code;
-use crate::image::checksum;
 use crate::gpu::session::GpuDump;
 use crate::gpu::{self, GpuError};
 use crate::helper::{HelperError, Session};
+use crate::image::checksum;
 use crate::image::dir::{self, ImageDirError};
-use crate::transfer::TransferConfig;
 use crate::image::follow::{Follower, Prefixes};
 use crate::image::manifest::{self, FileRecord, Manifest, ManifestError, Timings};
 use crate::image::{self, DUMP_LOG};
 use crate::progress::{describe_notify, Progress};
 use crate::target::{self, TargetError};
+use crate::transfer::TransferConfig;
 
 /// What to dump and how.
 #[derive(Debug, Clone)]
@@ -78,7 +78,11 @@ pub enum DumpError {
     #[error("cannot record the GPU topology")]
     Topology(#[from] gpucr_topology::TopologyError),
     #[error("{error}\n  the image in {dir} is incomplete; {running}")]
-    Helper { error: Box<HelperError>, dir: PathBuf, running: String },
+    Helper {
+        error: Box<HelperError>,
+        dir: PathBuf,
+        running: String,
+    },
     #[error(transparent)]
     HelperSetup(Box<HelperError>),
 }
@@ -134,8 +138,17 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let gpu_backend = backend.clone();
     let gpu = match (backend, session) {
         (Some(backend), Some(session)) => {
-            progress.event("helper-started", &format!("GPU backend {}: helper started", backend.name()));
-            let started = GpuDump::start(session, &opts.dir, backend, opts.transfer.clone(), progress.gpu_events());
+            progress.event(
+                "helper-started",
+                &format!("GPU backend {}: helper started", backend.name()),
+            );
+            let started = GpuDump::start(
+                session,
+                &opts.dir,
+                backend,
+                opts.transfer.clone(),
+                progress.gpu_events(),
+            );
             Some(started.map_err(|e| DumpError::HelperSetup(Box::new(e)))?)
         }
         _ => None,
@@ -189,7 +202,11 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     if let Some(error) = gpu_error {
         let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
         drop(swrk);
-        return Err(DumpError::Helper { error: Box::new(error), dir: opts.dir.clone(), running: running() });
+        return Err(DumpError::Helper {
+            error: Box::new(error),
+            dir: opts.dir.clone(),
+            running: running(),
+        });
     }
     if let Err(error) = result.and_then(|()| swrk.finish()) {
         let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
@@ -209,7 +226,11 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             Some(hint) => format!("{}; {hint}", running()),
             None => running(),
         };
-        return Err(DumpError::Criu { error: Box::new(error), dir: opts.dir.clone(), running });
+        return Err(DumpError::Criu {
+            error: Box::new(error),
+            dir: opts.dir.clone(),
+            running,
+        });
     }
     progress.event("criu-done", "checksumming the image");
 
@@ -242,7 +263,9 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             kernel: uts_field(|u| u.release()),
             arch: uts_field(|u| u.machine()),
         },
-        backend: gpu_manifest.as_ref().map_or("none".into(), |g| g.backend.clone()),
+        backend: gpu_manifest
+            .as_ref()
+            .map_or("none".into(), |g| g.backend.clone()),
         target: manifest::Target {
             pid: target.pid,
             comm: target.comm,
@@ -282,7 +305,10 @@ fn disk_full_hint(dir: &Path) -> Option<String> {
     let stat = nix::sys::statvfs::statvfs(dir).ok()?;
     let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
     (free < 1 << 20).then(|| {
-        format!("the file system holding {} is full (No space left on device)", dir.display())
+        format!(
+            "the file system holding {} is full (No space left on device)",
+            dir.display()
+        )
     })
 }
 
@@ -299,7 +325,8 @@ pub fn criu_log_level(verbose: bool, plugin: bool) -> i32 {
 /// `gpu/<data file>`: GPU memory, checksummed per chunk by the transfer engine.
 pub fn is_gpu_data_file(path: &str) -> bool {
     // Everything in gpu/ but the index ("gpu/index", see docs/gpu-image-format.md).
-    path.strip_prefix("gpu/").is_some_and(|name| name != "index" && !name.contains('/'))
+    path.strip_prefix("gpu/")
+        .is_some_and(|name| name != "index" && !name.contains('/'))
 }
 
 pub fn is_pages_file(path: &str) -> bool {
@@ -315,7 +342,9 @@ fn checksum_image(dir: &Path, known: &Prefixes) -> Result<Vec<FileRecord>, DumpE
         if !is_gpu_data_file(name) {
             return true;
         }
-        let size = std::fs::metadata(dir.join(name)).map(|m| m.len()).unwrap_or(0);
+        let size = std::fs::metadata(dir.join(name))
+            .map(|m| m.len())
+            .unwrap_or(0);
         records.push(FileRecord {
             path: name.clone(),
             size,

@@ -75,11 +75,15 @@ impl Progress {
     /// A sink for the transfer engine's events: a bar of GPU bytes under the spinner on
     /// a terminal, nothing otherwise.
     pub fn gpu_events(&self) -> crate::transfer::EventSink {
-        let Some(spinner) = &self.bar else { return crate::transfer::no_events() };
+        let Some(spinner) = &self.bar else {
+            return crate::transfer::no_events();
+        };
         let bar = ProgressBar::new(0);
         bar.set_style(
-            ProgressStyle::with_template("  GPU memory {bar:30} {bytes}/{total_bytes} {bytes_per_sec}")
-                .expect("template is valid"),
+            ProgressStyle::with_template(
+                "  GPU memory {bar:30} {bytes}/{total_bytes} {bytes_per_sec}",
+            )
+            .expect("template is valid"),
         );
         let multi = indicatif::MultiProgress::new();
         let spinner = multi.add(spinner.clone());

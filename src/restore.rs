@@ -12,11 +12,11 @@ use crate::gpu::session::{GpuManifest, GpuRestore};
 use crate::gpu::GpuError;
 use crate::helper::{HelperError, Session, TaskTiming};
 use crate::image::dir::{self, ImageDirError};
-use crate::transfer::{GpuStats, TransferConfig};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
 use crate::image::RESTORE_LOG;
 use crate::progress::{describe_notify, Progress};
+use crate::transfer::{GpuStats, TransferConfig};
 
 /// What to restore and how. The boolean flags force an option on; the others come from
 /// the manifest.
@@ -212,7 +212,10 @@ pub fn restore(
         }
         None => None,
     };
-    let env = gpu_setup.as_ref().map(|(_, _, s)| s.criu_env()).unwrap_or_default();
+    let env = gpu_setup
+        .as_ref()
+        .map(|(_, _, s)| s.criu_env())
+        .unwrap_or_default();
     let (mut swrk, _) = start_criu(opts.criu.as_deref(), &env, progress)?;
     let gpu = match gpu_setup {
         Some((gpu, backend, session)) => {
@@ -291,7 +294,10 @@ pub fn restore(
     swrk.finish()?;
     progress.event("criu-done", "restored");
     let gpu = match gpu {
-        Some(gpu) => Some(gpu.finish().map_err(|e| RestoreError::Helper(Box::new(e)))?),
+        Some(gpu) => Some(
+            gpu.finish()
+                .map_err(|e| RestoreError::Helper(Box::new(e)))?,
+        ),
         None => None,
     };
     Ok(RestoreOutcome { pid, manifest, gpu })
@@ -306,7 +312,9 @@ fn map_onto_local_gpus(
     backend: &dyn crate::gpu::Backend,
 ) -> Result<GpuManifest, RestoreError> {
     let mut gpu = gpu.clone();
-    let Some(saved) = manifest.topology.as_ref().filter(|t| t.has_gpus()) else { return Ok(gpu) };
+    let Some(saved) = manifest.topology.as_ref().filter(|t| t.has_gpus()) else {
+        return Ok(gpu);
+    };
     let root = opts.sysfs_root.clone().or_else(|| backend.sysfs_root());
     let local = gpucr_topology::read_local(root.as_deref())?;
     let checks = gpucr_topology::Checks::from_env_and_skips(&opts.skip_checks);

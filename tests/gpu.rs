@@ -42,25 +42,38 @@ fn sim_tree_survives_dump_wipe_and_restore() {
     );
     assert!(tree.verify(1), "the buffers verify before the dump");
 
-    let out = dump(&sim, &["--json", &tree.pid.to_string(), image.to_str().unwrap()]);
+    let out = dump(
+        &sim,
+        &["--json", &tree.pid.to_string(), image.to_str().unwrap()],
+    );
     assert_success(&out);
     let result: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(result["gpu"]["backend"], "sim");
     assert_eq!(result["gpu"]["tasks"], 2);
     assert!(result["gpu"]["stats"]["raw_bytes"].as_u64().unwrap() >= 1 << 30);
-    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
     assert_eq!(manifest["backend"], "sim");
     let gpus: std::collections::BTreeSet<u64> = manifest["gpu"]["tasks"]
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|t| t["buffers"].as_array().unwrap().iter().map(|b| b["gpu_id"].as_u64().unwrap()))
+        .flat_map(|t| {
+            t["buffers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["gpu_id"].as_u64().unwrap())
+        })
         .collect();
     assert_eq!(gpus.len(), 3, "buffers on three GPUs");
 
     // CRIU loaded the plugin and called its hooks.
     let log = fs::read_to_string(image.join("dump.log")).unwrap();
-    assert!(log.contains("Plugin \"gpucr\" (version 512 hooks 12)"), "plugin not loaded");
+    assert!(
+        log.contains("Plugin \"gpucr\" (version 512 hooks 12)"),
+        "plugin not loaded"
+    );
     assert!(log.contains("gpucr: CHECKPOINT_DEVICES pid"));
     assert!(log.contains("gpucr: DUMP_EXT_FILE id"));
 
@@ -88,13 +101,23 @@ fn leave_running_then_restore_twice() {
     let state = tmp.path().join("state");
     let tree = SimTree::start(&state, &sim.0, &["--parent-mib", "48", "--child-mib", "24"]);
     let running = tmp.path().join("running");
-    assert_success(&dump(&sim, &["--leave-running", &tree.pid.to_string(), running.to_str().unwrap()]));
+    assert_success(&dump(
+        &sim,
+        &[
+            "--leave-running",
+            &tree.pid.to_string(),
+            running.to_str().unwrap(),
+        ],
+    ));
     assert!(alive(tree.pid));
     tree.wait_ticks(3);
     assert!(tree.verify(1), "the running tree's buffers are intact");
 
     let image = tmp.path().join("image");
-    assert_success(&dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]));
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
     kill_and_wait(tree.pid);
     // CRIU checks the sizes of the tree's open files: put the journals back as they were
     // at the dump before each restore.
@@ -118,17 +141,32 @@ fn plain_criu_cannot_dump_the_device() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     let sim = SimRoot::new("plain");
-    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "8", "--child-mib", "0"]);
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--parent-mib", "8", "--child-mib", "0"],
+    );
     let dir = tmp.path().join("criu-image");
     fs::create_dir(&dir).unwrap();
     let out = Command::new("criu")
-        .args(["dump", "-t", &tree.pid.to_string(), "-D", dir.to_str().unwrap(), "-o", "dump.log"])
+        .args([
+            "dump",
+            "-t",
+            &tree.pid.to_string(),
+            "-D",
+            dir.to_str().unwrap(),
+            "-o",
+            "dump.log",
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(!out.status.success());
     let log = fs::read_to_string(dir.join("dump.log")).unwrap();
-    assert!(log.contains("Can't dump file") && log.contains("chr 10:229"), "{log}");
+    assert!(
+        log.contains("Can't dump file") && log.contains("chr 10:229"),
+        "{log}"
+    );
     assert!(alive(tree.pid));
 }
 
@@ -139,8 +177,15 @@ fn bad_gpu_chunk_aborts_the_restore_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = SimRoot::new("badchunk");
     let image = tmp.path().join("image");
-    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "48", "--child-mib", "0"]);
-    assert_success(&dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]));
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--parent-mib", "48", "--child-mib", "0"],
+    );
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
     kill_and_wait(tree.pid);
     let ticks = tree.last("parent").num("tick");
     let data = image.join("gpu/data-0000");
@@ -153,7 +198,11 @@ fn bad_gpu_chunk_aborts_the_restore_cleanly() {
     assert_fails_with(&out, IMAGE_DAMAGED, "gpu/data-0000");
     assert!(stderr(&out).contains("chunk"), "{}", stderr(&out));
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(tree.last("parent").num("tick"), ticks, "no restored process ran");
+    assert_eq!(
+        tree.last("parent").num("tick"),
+        ticks,
+        "no restored process ran"
+    );
 }
 
 /// CRIU fails after the helper started copying (the tree also holds /dev/kvm): the dump
@@ -161,15 +210,27 @@ fn bad_gpu_chunk_aborts_the_restore_cleanly() {
 #[test]
 fn criu_failure_after_the_helper_started_leaves_the_tree_running() {
     let _lock = criu_lock();
-    let device = ["/dev/kvm", "/dev/net/tun"].into_iter().find(|d| Path::new(d).exists());
-    let Some(device) = device else { panic!("this test needs /dev/kvm") };
+    let device = ["/dev/kvm", "/dev/net/tun"]
+        .into_iter()
+        .find(|d| Path::new(d).exists());
+    let Some(device) = device else {
+        panic!("this test needs /dev/kvm")
+    };
     let tmp = tempfile::tempdir().unwrap();
     let sim = SimRoot::new("criufail");
     let image = tmp.path().join("image");
-    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "48", "--child-mib", "16", "--hold", device]);
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--parent-mib", "48", "--child-mib", "16", "--hold", device],
+    );
     let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
     assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
-    assert!(stderr(&out).contains("is still running"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is still running"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!image.join("gpucr.json").exists());
     assert!(image.join("gpucr-incomplete.json").exists());
     tree.wait_ticks(3);
@@ -185,14 +246,24 @@ fn plugin_that_cannot_reach_the_helper_fails_the_dump_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = SimRoot::new("nohelper");
     let image = tmp.path().join("image");
-    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "16", "--child-mib", "0"]);
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--parent-mib", "16", "--child-mib", "0"],
+    );
     let out = gpucr_env(
         &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
-        &[sim.env()[0], ("GPUCR_TEST_PLUGIN_SOCK", "/nonexistent/helper.sock")],
+        &[
+            sim.env()[0],
+            ("GPUCR_TEST_PLUGIN_SOCK", "/nonexistent/helper.sock"),
+        ],
     );
     assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
     let log = fs::read_to_string(image.join("dump.log")).unwrap();
-    assert!(log.contains("cannot connect to the gpucr helper at /nonexistent/helper.sock"), "{log}");
+    assert!(
+        log.contains("cannot connect to the gpucr helper at /nonexistent/helper.sock"),
+        "{log}"
+    );
     assert!(alive(tree.pid));
     tree.wait_ticks(2);
     assert!(tree.verify(1));
@@ -205,7 +276,11 @@ fn disk_full_during_the_dump_leaves_the_tree_running() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     let sim = SimRoot::new("diskfull");
-    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, &["--parent-mib", "96", "--child-mib", "0"]);
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--parent-mib", "96", "--child-mib", "0"],
+    );
     let small = tmp.path().join("small");
     fs::create_dir(&small).unwrap();
     // A 24 MiB file system for an image that needs more, in a private mount namespace.
@@ -224,7 +299,11 @@ fn disk_full_during_the_dump_leaves_the_tree_running() {
         .output()
         .unwrap();
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stderr(&out).contains("No space left on device"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("No space left on device"),
+        "{}",
+        stderr(&out)
+    );
     let listing = fs::read_to_string(tmp.path().join("listing")).unwrap();
     assert!(!listing.contains("gpucr.json"), "{listing}");
     assert!(alive(tree.pid));
@@ -242,18 +321,34 @@ fn restore_checks_the_topology_and_maps_the_gpus() {
     let sim = SimRoot::new("topo");
     let image = tmp.path().join("image");
     let state = tmp.path().join("state");
-    let tree = SimTree::start(&state, &sim.0, &["--gpus", "3", "--parent-mib", "24", "--child-mib", "8"]);
-    assert_success(&dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]));
+    let tree = SimTree::start(
+        &state,
+        &sim.0,
+        &["--gpus", "3", "--parent-mib", "24", "--child-mib", "8"],
+    );
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
     kill_and_wait(tree.pid);
-    let manifest: serde_json::Value = serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
-    assert!(manifest["topology"].is_object(), "the dump recorded the topology");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    assert!(
+        manifest["topology"].is_object(),
+        "the dump recorded the topology"
+    );
 
     // A "machine" with two GPUs: refused before CRIU starts.
     fs::remove_dir_all(&sim.0).unwrap();
-    gpucr::gpu::sim::SimRoot::new(&sim.0).ensure_topology(2).unwrap();
+    gpucr::gpu::sim::SimRoot::new(&sim.0)
+        .ensure_topology(2)
+        .unwrap();
     let out = restore(&sim, &["-d", image.to_str().unwrap()]);
     assert_fails_with(&out, 9, "cannot hold the image");
-    assert!(!image.join("restore.log").exists(), "refused before CRIU started");
+    assert!(
+        !image.join("restore.log").exists(),
+        "refused before CRIU started"
+    );
 
     // Three GPUs with other ids: the image's GPUs map onto them.
     fs::remove_dir_all(&sim.0).unwrap();
@@ -276,7 +371,10 @@ fn restore_checks_the_topology_and_maps_the_gpus() {
         for b in ctx["buffers"].as_array().unwrap() {
             let id = b["gpu_id"].as_u64().unwrap() as u32;
             assert!(!old_ids.contains(&id), "buffer still on old GPU {id}");
-            assert!(old_ids.iter().any(|o| o + 7 == id), "buffer on unknown GPU {id}");
+            assert!(
+                old_ids.iter().any(|o| o + 7 == id),
+                "buffer on unknown GPU {id}"
+            );
         }
     }
 }

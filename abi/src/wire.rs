@@ -61,7 +61,11 @@ pub fn recv_msg<M: Message + Default>(
     sock: BorrowedFd<'_>,
 ) -> Result<(M, Vec<OwnedFd>), WireError> {
     let len = loop {
-        match recv(sock.as_raw_fd(), &mut [], MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC) {
+        match recv(
+            sock.as_raw_fd(),
+            &mut [],
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC,
+        ) {
             Ok(n) => break n,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(nix::errno::Errno::ECONNRESET) => return Err(WireError::Closed),
@@ -75,14 +79,22 @@ pub fn recv_msg<M: Message + Default>(
     let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
     let (got, fds) = loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
             Ok(msg) => {
                 let mut fds = Vec::new();
                 for c in msg.cmsgs()? {
                     if let ControlMessageOwned::ScmRights(raw) = c {
                         // SAFETY: the kernel just installed these descriptors in our table
                         // for this message; nothing else owns them.
-                        fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
                     }
                 }
                 break (msg.bytes, fds);
@@ -110,14 +122,22 @@ mod tests {
     use crate::proto::{request, DumpFile, Reply, Request};
 
     fn pair() -> (OwnedFd, OwnedFd) {
-        socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap()
+        socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap()
     }
 
     #[test]
     fn message_and_fds_round_trip() {
         let (a, b) = pair();
         let mut file = tempfile_with(b"hello");
-        let req = Request { kind: Some(request::Kind::DumpFile(DumpFile { id: 7 })) };
+        let req = Request {
+            kind: Some(request::Kind::DumpFile(DumpFile { id: 7 })),
+        };
         send(a.as_fd(), &req, &[file.as_raw_fd()]).unwrap();
         let (got, fds): (Request, _) = recv_msg(b.as_fd()).unwrap();
         assert_eq!(got, req);
@@ -143,19 +163,31 @@ mod tests {
     fn closed_peer_is_reported() {
         let (a, b) = pair();
         drop(a);
-        assert!(matches!(recv_msg::<Reply>(b.as_fd()), Err(WireError::Closed)));
+        assert!(matches!(
+            recv_msg::<Reply>(b.as_fd()),
+            Err(WireError::Closed)
+        ));
     }
 
     #[test]
     fn too_many_fds_are_refused() {
         let (a, _b) = pair();
         let fds = vec![0; MAX_FDS + 1];
-        assert!(matches!(send(a.as_fd(), &Reply::default(), &fds), Err(WireError::TooManyFds(_))));
+        assert!(matches!(
+            send(a.as_fd(), &Reply::default(), &fds),
+            Err(WireError::TooManyFds(_))
+        ));
     }
 
     fn tempfile_with(bytes: &[u8]) -> File {
         let path = std::env::temp_dir().join(format!("gpucr-wire-{}", std::process::id()));
-        let mut f = File::options().create(true).truncate(true).read(true).write(true).open(&path).unwrap();
+        let mut f = File::options()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
         std::fs::remove_file(&path).unwrap();
         f.write_all(bytes).unwrap();
         f

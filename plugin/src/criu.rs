@@ -19,8 +19,12 @@ fn lookup(symbol: &std::ffi::CStr) -> Option<*mut libc::c_void> {
 
 /// Record in the image inventory that restoring it needs this plugin.
 pub fn add_inventory_plugin(name: &str) -> bool {
-    let Some(ptr) = lookup(c"add_inventory_plugin") else { return false };
-    let Ok(name) = CString::new(name) else { return false };
+    let Some(ptr) = lookup(c"add_inventory_plugin") else {
+        return false;
+    };
+    let Ok(name) = CString::new(name) else {
+        return false;
+    };
     // SAFETY: the symbol is CRIU's `int add_inventory_plugin(const char *name)`; CRIU
     // copies the name.
     let f: AddInventoryPlugin = unsafe { std::mem::transmute(ptr) };
@@ -31,8 +35,12 @@ pub fn add_inventory_plugin(name: &str) -> bool {
 /// At restore: claim this plugin's inventory entry so CRIU does not fail with "Missing
 /// required plugin". False when the image was dumped without the plugin.
 pub fn check_and_remove_inventory_plugin(name: &str) -> bool {
-    let Some(ptr) = lookup(c"check_and_remove_inventory_plugin") else { return false };
-    let Ok(cname) = CString::new(name) else { return false };
+    let Some(ptr) = lookup(c"check_and_remove_inventory_plugin") else {
+        return false;
+    };
+    let Ok(cname) = CString::new(name) else {
+        return false;
+    };
     // SAFETY: the symbol is CRIU's
     // `bool check_and_remove_inventory_plugin(const char *name, int len)`.
     let f: CheckAndRemove = unsafe { std::mem::transmute(ptr) };
@@ -44,7 +52,8 @@ pub fn check_and_remove_inventory_plugin(name: &str) -> bool {
 /// `check_and_remove_inventory_plugin` with true (so a loop must stop after one).
 pub fn inventory_is_legacy() -> bool {
     // Two different made-up names both "found" only happens in that mode.
-    check_and_remove_inventory_plugin("gpucr-probe-a\u{1}") && check_and_remove_inventory_plugin("gpucr-probe-b\u{1}")
+    check_and_remove_inventory_plugin("gpucr-probe-a\u{1}")
+        && check_and_remove_inventory_plugin("gpucr-probe-b\u{1}")
 }
 
 /// Write a line to CRIU's log at `level`, prefixed "gpucr: "; stderr outside CRIU.

@@ -20,7 +20,10 @@ pub struct DeviceError {
 }
 
 fn at(path: &Path) -> impl FnOnce(io::Error) -> DeviceError + '_ {
-    move |source| DeviceError { path: path.to_path_buf(), source }
+    move |source| DeviceError {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Create the directories and files of `spec`, and its buffers at their sizes. Returns
@@ -28,7 +31,11 @@ fn at(path: &Path) -> impl FnOnce(io::Error) -> DeviceError + '_ {
 pub fn recreate(spec: &DeviceSpec) -> Result<Vec<File>, DeviceError> {
     for dir in &spec.directories {
         let dir = Path::new(dir);
-        DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(at(dir))?;
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(at(dir))?;
     }
     for file in &spec.files {
         let path = Path::new(&file.path);
@@ -98,14 +105,24 @@ mod tests {
                 contents: b"{}".to_vec(),
                 mode: 0o640,
             }],
-            buffers: vec![BufferSpec { path: ctx.join("b0").display().to_string(), size: 12345, mode: 0o644 }],
+            buffers: vec![BufferSpec {
+                path: ctx.join("b0").display().to_string(),
+                size: 12345,
+                mode: 0o644,
+            }],
             device_flags: libc::O_RDWR,
         };
         let files = recreate(&spec).unwrap();
         assert_eq!(files[0].metadata().unwrap().len(), 12345);
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(files[0].metadata().unwrap().permissions().mode() & 0o777, 0o644);
-        let ctx_mode = fs::metadata(ctx.join("context.json")).unwrap().permissions().mode();
+        assert_eq!(
+            files[0].metadata().unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        let ctx_mode = fs::metadata(ctx.join("context.json"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(ctx_mode & 0o777, 0o640);
         assert_eq!(fs::read(ctx.join("context.json")).unwrap(), b"{}");
         let fd = open_device(&spec).unwrap();
@@ -117,10 +134,17 @@ mod tests {
     #[test]
     fn errors_name_the_path() {
         let spec = DeviceSpec {
-            buffers: vec![BufferSpec { path: "/nonexistent/dir/b0".into(), size: 1, mode: 0 }],
+            buffers: vec![BufferSpec {
+                path: "/nonexistent/dir/b0".into(),
+                size: 1,
+                mode: 0,
+            }],
             ..Default::default()
         };
         let err = recreate(&spec).unwrap_err();
-        assert!(err.to_string().starts_with("/nonexistent/dir/b0: "), "{err}");
+        assert!(
+            err.to_string().starts_with("/nonexistent/dir/b0: "),
+            "{err}"
+        );
     }
 }

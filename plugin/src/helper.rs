@@ -41,9 +41,17 @@ pub fn call(kind: request::Kind, fds: &[RawFd]) -> Result<Reply, HelperError> {
 
 fn connect_helper() -> Result<OwnedFd, HelperError> {
     let path = env::var(ENV_HELPER_SOCK).map_err(|_| HelperError::NoSocket)?;
-    let connect_err = |source| HelperError::Connect { path: path.clone(), source };
-    let sock = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
-        .map_err(connect_err)?;
+    let connect_err = |source| HelperError::Connect {
+        path: path.clone(),
+        source,
+    };
+    let sock = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(connect_err)?;
     let addr = UnixAddr::new(path.as_str()).map_err(connect_err)?;
     connect(std::os::fd::AsRawFd::as_raw_fd(&sock), &addr).map_err(connect_err)?;
     Ok(sock)

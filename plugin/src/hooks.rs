@@ -50,7 +50,9 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
                     break;
                 }
             }
-            criu::info(&format!("plugin loaded ({stage_name}; image needs gpucr: {claimed})"));
+            criu::info(&format!(
+                "plugin loaded ({stage_name}; image needs gpucr: {claimed})"
+            ));
         } else {
             criu::info(&format!("plugin loaded ({stage_name})"));
         }
@@ -72,7 +74,9 @@ pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
         }
         criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
         let kind = request::Kind::CheckpointDevices(CheckpointDevices { pid });
-        helper::call(kind, &[]).map(|_| 0).map_err(|e| e.to_string())
+        helper::call(kind, &[])
+            .map(|_| 0)
+            .map_err(|e| e.to_string())
     })
 }
 
@@ -86,12 +90,18 @@ pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
         if !reply.owned {
             return Ok(NOT_OURS);
         }
-        let name = if reply.plugin_name.is_empty() { PLUGIN_NAME } else { &reply.plugin_name };
+        let name = if reply.plugin_name.is_empty() {
+            PLUGIN_NAME
+        } else {
+            &reply.plugin_name
+        };
         // CRIU keeps every name it is given: register once per dump, not once per file.
         if !REGISTERED.swap(true, Ordering::SeqCst) {
             criu::add_inventory_plugin(name);
         }
-        criu::info(&format!("DUMP_EXT_FILE id {id:#x}: device carried by gpucr"));
+        criu::info(&format!(
+            "DUMP_EXT_FILE id {id:#x}: device carried by gpucr"
+        ));
         Ok(0)
     })
 }
@@ -102,12 +112,17 @@ pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
             return Ok(NOT_OURS);
         }
         let id = id as u32;
-        let reply = match helper::call(request::Kind::RestoreFile(gpucr_abi::proto::RestoreFile { id }), &[]) {
+        let reply = match helper::call(
+            request::Kind::RestoreFile(gpucr_abi::proto::RestoreFile { id }),
+            &[],
+        ) {
             Ok(reply) => reply,
             Err(HelperError::Refused(e)) if e.is_empty() => return Ok(NOT_OURS),
             Err(e) => return Err(e.to_string()),
         };
-        let Some(spec) = reply.device else { return Ok(NOT_OURS) };
+        let Some(spec) = reply.device else {
+            return Ok(NOT_OURS);
+        };
         let buffers = device::recreate(&spec).map_err(|e| e.to_string())?;
         let fds = device::raw_fds(&buffers);
         for (batch, chunk) in fds.chunks(MAX_FDS).enumerate() {
@@ -135,7 +150,9 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
         }
         let kind = request::Kind::ResumeDevices(ResumeDevices { pid });
         helper::call(kind, &[]).map_err(|e| e.to_string())?;
-        criu::info(&format!("RESUME_DEVICES_LATE pid {pid}: device memory restored"));
+        criu::info(&format!(
+            "RESUME_DEVICES_LATE pid {pid}: device memory restored"
+        ));
         Ok(0)
     })
 }

@@ -48,16 +48,25 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let value: u64 = number.trim().parse().map_err(|_| format!("{text:?} is not a size"))?;
+    let value: u64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size"))?;
     let shift = match unit.trim().trim_end_matches("iB").trim_end_matches('B') {
         "" => 0,
         "K" | "k" => 10,
         "M" => 20,
         "G" => 30,
         "T" => 40,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (use K, M, G, T)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use K, M, G, T)"
+            ))
+        }
     };
-    value.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} is too large"))
+    value
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 #[cfg(test)]

@@ -25,7 +25,10 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
         verbose: args.criu.verbose > 0,
         transfer: TransferConfig {
             compression: args.compress,
-            jobs: args.transfer.jobs.map_or(TransferConfig::default().jobs, usize::from),
+            jobs: args
+                .transfer
+                .jobs
+                .map_or(TransferConfig::default().jobs, usize::from),
             ..TransferConfig::default()
         },
     };

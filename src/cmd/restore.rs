@@ -7,8 +7,8 @@ use crate::cli::RestoreArgs;
 use crate::cmd::common::{network_lock, print_timeline};
 use crate::exit_code;
 use crate::progress::Progress;
-use crate::transfer::TransferConfig;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};
+use crate::transfer::TransferConfig;
 
 pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     let opts = RestoreOptions {
@@ -22,7 +22,10 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         verbose: args.criu.verbose > 0,
         verify_first: args.verify_first,
         transfer: TransferConfig {
-            jobs: args.transfer.jobs.map_or(TransferConfig::default().jobs, usize::from),
+            jobs: args
+                .transfer
+                .jobs
+                .map_or(TransferConfig::default().jobs, usize::from),
             max_staging: args.max_staging,
             ..TransferConfig::default()
         },
@@ -51,7 +54,11 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         eprintln!("restored pid {} from {}", outcome.pid, args.dir.display());
         print_timeline(&events, total_ms);
         if let Some((stats, timings)) = &outcome.gpu {
-            eprintln!("  GPU memory: {} buffers, {:.1} MiB", stats.buffers, stats.raw_bytes as f64 / 1048576.0);
+            eprintln!(
+                "  GPU memory: {} buffers, {:.1} MiB",
+                stats.buffers,
+                stats.raw_bytes as f64 / 1048576.0
+            );
             for t in timings {
                 eprintln!(
                     "    task {:>5}: {:>8.1} MiB filled {:>8.1} ms -> {:>8.1} ms (helper clock)",

@@ -103,12 +103,15 @@ mod tests {
     fn the_last_real_error_heads_the_message() {
         let tail = vec![
             "Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self".to_owned(),
-            "(00.1)      1: Error (criu/files-reg.c:2175): File x has bad size 54 (expect 0)".to_owned(),
+            "(00.1)      1: Error (criu/files-reg.c:2175): File x has bad size 54 (expect 0)"
+                .to_owned(),
             "(00.2) Error (criu/cr-restore.c:2331): Restoring FAILED.".to_owned(),
         ];
         let text = failed_message("restore", &Some(0), &Some("rlimit".into()), &None, &tail);
         assert!(
-            text.starts_with("criu restore failed: Error (criu/files-reg.c:2175): File x has bad size"),
+            text.starts_with(
+                "criu restore failed: Error (criu/files-reg.c:2175): File x has bad size"
+            ),
             "{text}"
         );
         let text = failed_message("dump", &None, &Some("why".into()), &None, &[]);

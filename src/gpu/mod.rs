@@ -32,7 +32,11 @@ pub enum GpuError {
     #[error("pid {pid}: {detail}")]
     Task { pid: i32, detail: String },
     #[error("{variable}={value:?}: {detail}")]
-    Config { variable: &'static str, value: String, detail: String },
+    Config {
+        variable: &'static str,
+        value: String,
+        detail: String,
+    },
 }
 
 impl GpuError {
@@ -104,7 +108,11 @@ impl TaskDevice {
             buffers: self
                 .buffers
                 .iter()
-                .map(|b| BufferSpec { path: b.path.clone(), size: b.size, mode: b.mode })
+                .map(|b| BufferSpec {
+                    path: b.path.clone(),
+                    size: b.size,
+                    mode: b.mode,
+                })
                 .collect(),
             device_flags: self.device_flags,
         }
@@ -151,8 +159,10 @@ pub fn used_topology(
     tasks: &[TaskDevice],
 ) -> Result<gpucr_topology::Topology, gpucr_topology::TopologyError> {
     let local = gpucr_topology::read_local(backend.sysfs_root().as_deref())?;
-    let used: std::collections::BTreeSet<u32> =
-        tasks.iter().flat_map(|t| t.buffers.iter().map(|b| b.gpu_id)).collect();
+    let used: std::collections::BTreeSet<u32> = tasks
+        .iter()
+        .flat_map(|t| t.buffers.iter().map(|b| b.gpu_id))
+        .collect();
     Ok(local.retain_gpus(|id| match id {
         gpucr_topology::GpuId::Kfd { gpu_id, .. } => used.contains(gpu_id),
         gpucr_topology::GpuId::Nvidia { .. } => false,
@@ -162,9 +172,14 @@ pub fn used_topology(
 /// The backend whose devices the tree rooted at `pid` holds, if any. Today that is the
 /// simulator when `GPUCR_SIM_ROOT` is set.
 pub fn detect(pid: i32) -> Result<Option<std::sync::Arc<dyn Backend>>, GpuError> {
-    let Some(sim) = sim::SimBackend::from_env()? else { return Ok(None) };
+    let Some(sim) = sim::SimBackend::from_env()? else {
+        return Ok(None);
+    };
     let tree = tree_pids(pid);
-    Ok(tree.iter().any(|&p| sim.holds_device(p)).then(|| std::sync::Arc::new(sim) as std::sync::Arc<dyn Backend>))
+    Ok(tree
+        .iter()
+        .any(|&p| sim.holds_device(p))
+        .then(|| std::sync::Arc::new(sim) as std::sync::Arc<dyn Backend>))
 }
 
 /// The backend named in a manifest, configured from the environment.
@@ -194,8 +209,12 @@ pub fn tree_pids(pid: i32) -> Vec<i32> {
         let p = out[i];
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
             for t in tasks.flatten() {
-                let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-                for c in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                let children =
+                    std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                for c in children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok())
+                {
                     if !out.contains(&c) {
                         out.push(c);
                     }
@@ -215,7 +234,10 @@ pub fn ns_pid(pid: i32) -> Result<u32, GpuError> {
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
         .and_then(|v| v.split_whitespace().last()?.parse().ok())
-        .ok_or_else(|| GpuError::Malformed { path, detail: "no NSpid line".into() })
+        .ok_or_else(|| GpuError::Malformed {
+            path,
+            detail: "no NSpid line".into(),
+        })
 }
 
 #[cfg(test)]
@@ -238,7 +260,11 @@ mod tests {
             device_path: "/dev/fuse".into(),
             device_flags: 2,
             directories: vec!["/r/c".into()],
-            files: vec![StateFile { path: "/r/c/context.json".into(), contents: "{}".into(), mode: 0o644 }],
+            files: vec![StateFile {
+                path: "/r/c/context.json".into(),
+                contents: "{}".into(),
+                mode: 0o644,
+            }],
             buffers: vec![BufferInfo {
                 path: "/r/c/b0".into(),
                 size: 10,

@@ -44,7 +44,11 @@ impl GpuDump {
         let writer = DumpWriter::start(dir, config, events)?;
         let name = backend.name();
         let helper = Helper::start_dump(&session.socket_path(), backend, writer, timeline)?;
-        Ok(GpuDump { _session: session, helper, backend: name })
+        Ok(GpuDump {
+            _session: session,
+            helper,
+            backend: name,
+        })
     }
 
     /// What went wrong in the helper, if anything did (e.g. the disk filled up while it
@@ -96,7 +100,10 @@ impl GpuRestore {
             parallel,
             timeline,
         )?;
-        Ok(GpuRestore { _session: session, helper })
+        Ok(GpuRestore {
+            _session: session,
+            helper,
+        })
     }
 
     /// What went wrong in the helper, if anything did (a damaged chunk found while a task
@@ -120,7 +127,8 @@ impl GpuRestore {
 
 /// The manifest's buffer table and the GPU index must describe the same buffers.
 fn check_buffers_match(restorer: &Restorer, tasks: &[TaskDevice]) -> Result<(), HelperError> {
-    let in_index: std::collections::BTreeMap<BufferKey, u64> = restorer.buffers().into_iter().collect();
+    let in_index: std::collections::BTreeMap<BufferKey, u64> =
+        restorer.buffers().into_iter().collect();
     for task in tasks {
         for (i, b) in task.buffers.iter().enumerate() {
             let key = BufferKey::new(task.ns_pid, i as u32);
@@ -133,7 +141,9 @@ fn check_buffers_match(restorer: &Restorer, tasks: &[TaskDevice]) -> Result<(), 
                     )))
                 }
                 None => {
-                    return Err(HelperError::Failed(format!("buffer {key} of gpucr.json is missing from gpu/index")))
+                    return Err(HelperError::Failed(format!(
+                        "buffer {key} of gpucr.json is missing from gpu/index"
+                    )))
                 }
             }
         }

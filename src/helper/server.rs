@@ -49,13 +49,21 @@ pub struct Timeline {
 
 impl Timeline {
     fn ms(&self) -> f64 {
-        self.started.map(|s| s.elapsed().as_secs_f64() * 1e3).unwrap_or(0.0)
+        self.started
+            .map(|s| s.elapsed().as_secs_f64() * 1e3)
+            .unwrap_or(0.0)
     }
 
     fn begin(&mut self, ns_pid: u32, buffers: usize, bytes: u64) {
         let at = self.ms();
         let entry = self.tasks.entry(ns_pid).or_insert_with(|| {
-            (TaskTiming { ns_pid, ..Default::default() }, 0)
+            (
+                TaskTiming {
+                    ns_pid,
+                    ..Default::default()
+                },
+                0,
+            )
         });
         entry.0.start_ms.get_or_insert(at);
         entry.0.bytes += bytes;
@@ -111,13 +119,18 @@ pub struct Helper {
 
 impl std::fmt::Debug for Helper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Helper").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Helper")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
 /// The event sink that keeps a timeline, plus an extra consumer (progress display).
 pub fn timeline_events(extra: EventSink) -> (EventSink, Arc<Mutex<Timeline>>) {
-    let timeline = Arc::new(Mutex::new(Timeline { started: Some(Instant::now()), ..Default::default() }));
+    let timeline = Arc::new(Mutex::new(Timeline {
+        started: Some(Instant::now()),
+        ..Default::default()
+    }));
     let t = timeline.clone();
     let sink: EventSink = Arc::new(move |event| {
         if let Event::BufferDone(key) = event {
@@ -169,19 +182,44 @@ impl Helper {
         mode: Mode,
         timeline: Arc<Mutex<Timeline>>,
     ) -> Result<Helper, HelperError> {
-        let sock_err = |source| HelperError::Socket { path: path.to_path_buf(), source };
-        let listener = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
-            .map_err(sock_err)?;
-        bind(listener.as_raw_fd(), &UnixAddr::new(path).map_err(sock_err)?).map_err(sock_err)?;
+        let sock_err = |source| HelperError::Socket {
+            path: path.to_path_buf(),
+            source,
+        };
+        let listener = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(sock_err)?;
+        bind(
+            listener.as_raw_fd(),
+            &UnixAddr::new(path).map_err(sock_err)?,
+        )
+        .map_err(sock_err)?;
         listen(&listener, Backlog::new(128).map_err(sock_err)?).map_err(sock_err)?;
-        let shared = Arc::new(Shared { backend, mode, timeline, failure: Mutex::new(None) });
+        let shared = Arc::new(Shared {
+            backend,
+            mode,
+            timeline,
+            failure: Mutex::new(None),
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (shared.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("gpucr-helper".into())
             .spawn(move || accept_loop(listener, s, st))
-            .map_err(|source| HelperError::Io { path: path.to_path_buf(), source })?;
-        Ok(Helper { shared, stop, thread: Some(thread), path: path.to_path_buf() })
+            .map_err(|source| HelperError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Helper {
+            shared,
+            stop,
+            thread: Some(thread),
+            path: path.to_path_buf(),
+        })
     }
 
     /// Dump: wait until every buffer handed over is in the image, then finish the
@@ -189,7 +227,9 @@ impl Helper {
     pub fn finish_dump(&self) -> Result<DumpOutcome, HelperError> {
         self.check_failure()?;
         let Mode::Dump { writer, tasks, .. } = &self.shared.mode else {
-            return Err(HelperError::Failed("finish_dump on a restore helper".into()));
+            return Err(HelperError::Failed(
+                "finish_dump on a restore helper".into(),
+            ));
         };
         let writer = writer
             .write()
@@ -197,7 +237,12 @@ impl Helper {
             .take()
             .ok_or_else(|| HelperError::Failed("the dump was already finished".into()))?;
         let stats = writer.finish()?;
-        let tasks = tasks.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let tasks = tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         Ok(DumpOutcome { tasks, stats })
     }
 
@@ -205,12 +250,17 @@ impl Helper {
     /// post-restore, before any restored task runs.
     pub fn wait_restored(&self) -> Result<(), HelperError> {
         self.check_failure()?;
-        let Mode::Restore { restorer, tasks, .. } = &self.shared.mode else {
+        let Mode::Restore {
+            restorer, tasks, ..
+        } = &self.shared.mode
+        else {
             return Err(HelperError::Failed("wait_restored on a dump helper".into()));
         };
         let keys: Vec<BufferKey> = tasks.iter().flat_map(task_keys).collect();
         let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-        let restorer = guard.as_ref().ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+        let restorer = guard
+            .as_ref()
+            .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
         restorer.wait(&keys)?;
         Ok(())
     }
@@ -218,7 +268,9 @@ impl Helper {
     /// Restore: close the image and return the transfer statistics.
     pub fn finish_restore(&self) -> Result<GpuStats, HelperError> {
         let Mode::Restore { restorer, .. } = &self.shared.mode else {
-            return Err(HelperError::Failed("finish_restore on a dump helper".into()));
+            return Err(HelperError::Failed(
+                "finish_restore on a dump helper".into(),
+            ));
         };
         let restorer = restorer
             .write()
@@ -230,7 +282,11 @@ impl Helper {
 
     /// When each task's device memory moved.
     pub fn timings(&self) -> Vec<TaskTiming> {
-        let t = self.shared.timeline.lock().unwrap_or_else(|e| e.into_inner());
+        let t = self
+            .shared
+            .timeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         t.tasks.values().map(|(timing, _)| timing.clone()).collect()
     }
 
@@ -243,7 +299,11 @@ impl Helper {
 
     /// The first error the helper answered the plugin with, if any (taken: asked once).
     pub fn take_failure(&self) -> Option<HelperError> {
-        self.shared.failure.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 }
 
@@ -269,11 +329,15 @@ fn accept_loop(listener: OwnedFd, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
             Ok(_) => {}
             Err(_) => return,
         }
-        let Ok(conn) = accept(listener.as_raw_fd()) else { continue };
+        let Ok(conn) = accept(listener.as_raw_fd()) else {
+            continue;
+        };
         // SAFETY: accept returned a new descriptor that nothing else owns.
         let conn = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(conn) };
         let s = shared.clone();
-        let _ = std::thread::Builder::new().name("gpucr-helper-conn".into()).spawn(move || serve(conn, &s));
+        let _ = std::thread::Builder::new()
+            .name("gpucr-helper-conn".into())
+            .spawn(move || serve(conn, &s));
     }
 }
 
@@ -288,12 +352,18 @@ fn serve(conn: OwnedFd, shared: &Shared) {
                 return;
             }
         };
-        let peer = getsockopt(&conn, sockopt::PeerCredentials).map(|c| c.pid()).unwrap_or(0);
+        let peer = getsockopt(&conn, sockopt::PeerCredentials)
+            .map(|c| c.pid())
+            .unwrap_or(0);
         let reply = match handle(shared, req, fds, peer) {
             Ok(reply) => reply,
             Err(e) => {
                 let text = e.to_string();
-                shared.failure.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                shared
+                    .failure
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
                 refuse(&text)
             }
         };
@@ -304,54 +374,116 @@ fn serve(conn: OwnedFd, shared: &Shared) {
 }
 
 fn ok() -> Reply {
-    Reply { ok: true, ..Default::default() }
+    Reply {
+        ok: true,
+        ..Default::default()
+    }
 }
 
 fn refuse(error: &str) -> Reply {
-    Reply { ok: false, error: error.to_owned(), ..Default::default() }
+    Reply {
+        ok: false,
+        error: error.to_owned(),
+        ..Default::default()
+    }
 }
 
-fn handle(shared: &Shared, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Result<Reply, HelperError> {
-    let Some(kind) = req.kind else { return Ok(refuse("empty request")) };
+fn handle(
+    shared: &Shared,
+    req: Request,
+    fds: Vec<OwnedFd>,
+    peer: i32,
+) -> Result<Reply, HelperError> {
+    let Some(kind) = req.kind else {
+        return Ok(refuse("empty request"));
+    };
     match (&shared.mode, kind) {
-        (Mode::Dump { writer, tasks, tree }, request::Kind::CheckpointDevices(r)) => {
+        (
+            Mode::Dump {
+                writer,
+                tasks,
+                tree,
+            },
+            request::Kind::CheckpointDevices(r),
+        ) => {
             tree.lock().unwrap_or_else(|e| e.into_inner()).push(r.pid);
-            let Some(found) = shared.backend.checkpoint_task(r.pid)? else { return Ok(ok()) };
+            let Some(found) = shared.backend.checkpoint_task(r.pid)? else {
+                return Ok(ok());
+            };
             let device = found.device;
             let bytes = device.buffers.iter().map(|b| b.size).sum();
-            shared.timeline.lock().unwrap_or_else(|e| e.into_inner()).begin(device.ns_pid, device.buffers.len(), bytes);
+            shared
+                .timeline
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .begin(device.ns_pid, device.buffers.len(), bytes);
             {
                 let guard = writer.read().unwrap_or_else(|e| e.into_inner());
-                let writer = guard.as_ref().ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
+                let writer = guard
+                    .as_ref()
+                    .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
                 for (i, source) in found.sources.into_iter().enumerate() {
                     writer.add(BufferKey::new(device.ns_pid, i as u32), source)?;
                 }
             }
-            tasks.lock().unwrap_or_else(|e| e.into_inner()).insert(r.pid, device);
+            tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(r.pid, device);
             Ok(ok())
         }
         (Mode::Dump { tasks, tree, .. }, request::Kind::DumpFile(r)) => {
-            let Some(fd) = fds.first() else { return Ok(refuse("DumpFile without its fd")) };
+            let Some(fd) = fds.first() else {
+                return Ok(refuse("DumpFile without its fd"));
+            };
             let candidates = tree.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let Some(owner) = shared.backend.file_owner(fd.as_fd(), &candidates)? else {
-                return Ok(Reply { ok: true, owned: false, ..Default::default() });
+                return Ok(Reply {
+                    ok: true,
+                    owned: false,
+                    ..Default::default()
+                });
             };
             let mut tasks = tasks.lock().unwrap_or_else(|e| e.into_inner());
             let Some(task) = tasks.get_mut(&owner) else {
-                return Ok(Reply { ok: true, owned: false, ..Default::default() });
+                return Ok(Reply {
+                    ok: true,
+                    owned: false,
+                    ..Default::default()
+                });
             };
             task.ext_files.push(r.id);
-            Ok(Reply { ok: true, owned: true, plugin_name: PLUGIN_NAME.into(), ..Default::default() })
+            Ok(Reply {
+                ok: true,
+                owned: true,
+                plugin_name: PLUGIN_NAME.into(),
+                ..Default::default()
+            })
         }
         (Mode::Restore { tasks, peers, .. }, request::Kind::RestoreFile(r)) => {
             let Some(index) = tasks.iter().position(|t| t.ext_files.contains(&r.id)) else {
                 // Not a device gpucr carried: let other plugins have it.
                 return Ok(refuse(""));
             };
-            peers.lock().unwrap_or_else(|e| e.into_inner()).insert(peer, index);
-            Ok(Reply { ok: true, device: Some(tasks[index].spec()), ..Default::default() })
+            peers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(peer, index);
+            Ok(Reply {
+                ok: true,
+                device: Some(tasks[index].spec()),
+                ..Default::default()
+            })
         }
-        (Mode::Restore { restorer, tasks, parallel, .. }, request::Kind::BuffersReady(r)) => {
+        (
+            Mode::Restore {
+                restorer,
+                tasks,
+                parallel,
+                ..
+            },
+            request::Kind::BuffersReady(r),
+        ) => {
             let Some(index) = tasks.iter().position(|t| t.ext_files.contains(&r.id)) else {
                 return Ok(refuse("BuffersReady for a file gpucr does not carry"));
             };
@@ -360,14 +492,26 @@ fn handle(shared: &Shared, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Result
             if first + fds.len() > task.buffers.len() {
                 return Ok(refuse("more buffers than the task has"));
             }
-            let bytes = task.buffers[first..first + fds.len()].iter().map(|b| b.size).sum();
-            shared.timeline.lock().unwrap_or_else(|e| e.into_inner()).begin(task.ns_pid, fds.len(), bytes);
+            let bytes = task.buffers[first..first + fds.len()]
+                .iter()
+                .map(|b| b.size)
+                .sum();
+            shared
+                .timeline
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .begin(task.ns_pid, fds.len(), bytes);
             let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-            let restorer = guard.as_ref().ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+            let restorer = guard
+                .as_ref()
+                .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
             let mut keys = Vec::with_capacity(fds.len());
             for (j, fd) in fds.into_iter().enumerate() {
                 let key = BufferKey::new(task.ns_pid, (first + j) as u32);
-                restorer.attach(key, shared.backend.buffer_sink(task, first + j, File::from(fd)))?;
+                restorer.attach(
+                    key,
+                    shared.backend.buffer_sink(task, first + j, File::from(fd)),
+                )?;
                 keys.push(key);
             }
             if !parallel {
@@ -375,8 +519,20 @@ fn handle(shared: &Shared, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Result
             }
             Ok(ok())
         }
-        (Mode::Restore { restorer, tasks, peers, .. }, request::Kind::ResumeDevices(r)) => {
-            let index = peers.lock().unwrap_or_else(|e| e.into_inner()).get(&r.pid).copied();
+        (
+            Mode::Restore {
+                restorer,
+                tasks,
+                peers,
+                ..
+            },
+            request::Kind::ResumeDevices(r),
+        ) => {
+            let index = peers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&r.pid)
+                .copied();
             let Some(index) = index else { return Ok(ok()) };
             let keys: Vec<BufferKey> = task_keys(&tasks[index]).collect();
             let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
@@ -386,7 +542,8 @@ fn handle(shared: &Shared, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Result
             Ok(ok())
         }
         (_, request::Kind::Log(_)) => Ok(ok()),
-        (_, other) => Ok(refuse(&format!("unexpected request {other:?} in this phase"))),
+        (_, other) => Ok(refuse(&format!(
+            "unexpected request {other:?} in this phase"
+        ))),
     }
 }
-

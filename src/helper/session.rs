@@ -29,13 +29,20 @@ impl Session {
         let dir = tempfile::Builder::new()
             .prefix("gpucr-")
             .tempdir()
-            .map_err(|source| HelperError::Io { path: std::env::temp_dir(), source })?;
+            .map_err(|source| HelperError::Io {
+                path: std::env::temp_dir(),
+                source,
+            })?;
         let plugin_dir = dir.path().join("plugin");
-        std::fs::create_dir(&plugin_dir)
-            .map_err(|source| HelperError::Io { path: plugin_dir.clone(), source })?;
+        std::fs::create_dir(&plugin_dir).map_err(|source| HelperError::Io {
+            path: plugin_dir.clone(),
+            source,
+        })?;
         let link = plugin_dir.join(PLUGIN_FILE);
-        std::os::unix::fs::symlink(&plugin, &link)
-            .map_err(|source| HelperError::Io { path: link.clone(), source })?;
+        std::os::unix::fs::symlink(&plugin, &link).map_err(|source| HelperError::Io {
+            path: link.clone(),
+            source,
+        })?;
         Ok(Session { dir, plugin })
     }
 
@@ -52,10 +59,14 @@ impl Session {
     /// The environment of the `criu swrk` child.
     pub fn criu_env(&self) -> Vec<(OsString, OsString)> {
         vec![
-            ("CRIU_LIBS_DIR".into(), self.dir.path().join("plugin").into_os_string()),
+            (
+                "CRIU_LIBS_DIR".into(),
+                self.dir.path().join("plugin").into_os_string(),
+            ),
             (
                 ENV_HELPER_SOCK.into(),
-                std::env::var_os(ENV_TEST_PLUGIN_SOCK).unwrap_or_else(|| self.socket_path().into_os_string()),
+                std::env::var_os(ENV_TEST_PLUGIN_SOCK)
+                    .unwrap_or_else(|| self.socket_path().into_os_string()),
             ),
         ]
     }
@@ -66,9 +77,18 @@ impl Session {
 pub fn locate_plugin() -> Result<PathBuf, HelperError> {
     if let Some(path) = std::env::var_os(ENV_PLUGIN).filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
-        return if path.is_file() { Ok(path) } else { Err(HelperError::NoPlugin { searched: vec![path] }) };
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(HelperError::NoPlugin {
+                searched: vec![path],
+            })
+        };
     }
-    let exe = std::env::current_exe().map_err(|source| HelperError::Io { path: "/proc/self/exe".into(), source })?;
+    let exe = std::env::current_exe().map_err(|source| HelperError::Io {
+        path: "/proc/self/exe".into(),
+        source,
+    })?;
     let bin_dir = exe.parent().unwrap_or(Path::new("/"));
     let mut candidates = vec![bin_dir.join(PLUGIN_BUILD_FILE)];
     // Integration tests run from target/<profile>/deps/.
@@ -82,5 +102,7 @@ pub fn locate_plugin() -> Result<PathBuf, HelperError> {
         .iter()
         .find(|p| p.is_file())
         .cloned()
-        .ok_or(HelperError::NoPlugin { searched: candidates })
+        .ok_or(HelperError::NoPlugin {
+            searched: candidates,
+        })
 }

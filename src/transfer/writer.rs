@@ -520,12 +520,7 @@ fn start_writeback(file: &File, offset: u64, len: u64) {
     // SAFETY: sync_file_range takes no pointers: only the fd, which `file` keeps open for
     // the duration of the call, a byte range the kernel checks, and a valid flag.
     let _ = unsafe {
-        libc::sync_file_range(
-            file.as_raw_fd(),
-            offset,
-            len,
-            libc::SYNC_FILE_RANGE_WRITE,
-        )
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
     };
 }
 

@@ -329,7 +329,11 @@ impl SimTree {
                 .ok()
         });
         let no_child = extra.windows(2).any(|w| w == ["--child-mib", "0"]);
-        let roles = if no_child { vec!["parent"] } else { vec!["parent", "child"] };
+        let roles = if no_child {
+            vec!["parent"]
+        } else {
+            vec!["parent", "child"]
+        };
         let tree = SimTree {
             state: state.to_path_buf(),
             sim_root: sim_root.to_path_buf(),

@@ -49,7 +49,11 @@ impl SimDevice {
             device_fd: device.as_raw_fd(),
             buffers: Vec::new(),
         };
-        let dev = SimDevice { device, dir, context };
+        let dev = SimDevice {
+            device,
+            dir,
+            context,
+        };
         dev.write_context()?;
         Ok(dev)
     }
@@ -65,7 +69,13 @@ impl SimDevice {
     }
 
     /// Allocate a zeroed buffer of `size` bytes on `gpu_id` and map it.
-    pub fn alloc(&mut self, name: &str, gpu_id: u32, size: u64, kind: &str) -> Result<MappedBuffer, GpuError> {
+    pub fn alloc(
+        &mut self,
+        name: &str,
+        gpu_id: u32,
+        size: u64,
+        kind: &str,
+    ) -> Result<MappedBuffer, GpuError> {
         let path = self.dir.join(name);
         let file = OpenOptions::new()
             .read(true)
@@ -95,7 +105,10 @@ impl SimDevice {
 impl MappedBuffer {
     fn map(file: &File, len: usize) -> std::io::Result<MappedBuffer> {
         if len == 0 {
-            return Ok(MappedBuffer { ptr: NonNull::dangling(), len: 0 });
+            return Ok(MappedBuffer {
+                ptr: NonNull::dangling(),
+                len: 0,
+            });
         }
         // SAFETY: a fresh shared mapping of a file we opened read-write and sized to
         // `len`; the kernel picks the address.
@@ -155,7 +168,11 @@ mod tests {
         let mut dev = SimDevice::open(&root, Path::new("/dev/null"), "ctx-test").unwrap();
         let mut b = dev.alloc("b0", 7, 8192, "vram").unwrap();
         b.as_mut_slice()[100] = 42;
-        assert_eq!(fs::read(dev.dir().join("b0")).unwrap()[100], 42, "MAP_SHARED writes reach the file");
+        assert_eq!(
+            fs::read(dev.dir().join("b0")).unwrap()[100],
+            42,
+            "MAP_SHARED writes reach the file"
+        );
         let ctx = Context::read(dev.dir()).unwrap();
         assert_eq!(ctx.buffers.len(), 1);
         assert_eq!(ctx.buffers[0].size, 8192);

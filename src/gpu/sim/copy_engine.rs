@@ -17,7 +17,10 @@ pub struct CopyEngine {
 
 impl CopyEngine {
     pub fn new(bytes_per_sec: f64) -> CopyEngine {
-        CopyEngine { bytes_per_sec, busy_until: Mutex::new(Instant::now()) }
+        CopyEngine {
+            bytes_per_sec,
+            busy_until: Mutex::new(Instant::now()),
+        }
     }
 
     /// Reserve the engine for `bytes` and wait until that transfer would be done.
@@ -93,6 +96,10 @@ mod tests {
             }
         });
         // Two 20 ms transfers on one engine take at least 40 ms in all.
-        assert!(start.elapsed() >= Duration::from_millis(39), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_millis(39),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

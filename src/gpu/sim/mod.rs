@@ -40,21 +40,31 @@ impl SimBackend {
     /// The simulator configured by the environment (`GPUCR_SIM_ROOT`, `GPUCR_SIM_DEVICE`,
     /// `GPUCR_SIM_COPY_BW`), or None when no sim root is set.
     pub fn from_env() -> Result<Option<SimBackend>, GpuError> {
-        let Some(root) = SimRoot::from_env() else { return Ok(None) };
+        let Some(root) = SimRoot::from_env() else {
+            return Ok(None);
+        };
         let device = std::env::var_os(ENV_DEVICE)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DEVICE));
         let bandwidth = match std::env::var(ENV_COPY_BW) {
-            Ok(text) if !text.trim().is_empty() => Some(parse_bandwidth(&text).map_err(|detail| {
-                GpuError::Config { variable: ENV_COPY_BW, value: text.clone(), detail }
-            })?),
+            Ok(text) if !text.trim().is_empty() => {
+                Some(parse_bandwidth(&text).map_err(|detail| GpuError::Config {
+                    variable: ENV_COPY_BW,
+                    value: text.clone(),
+                    detail,
+                })?)
+            }
             _ => None,
         };
         Self::new(root, &device, bandwidth).map(Some)
     }
 
-    pub fn new(root: SimRoot, device: &Path, bandwidth: Option<f64>) -> Result<SimBackend, GpuError> {
+    pub fn new(
+        root: SimRoot,
+        device: &Path,
+        bandwidth: Option<f64>,
+    ) -> Result<SimBackend, GpuError> {
         let meta = fs::metadata(device).map_err(GpuError::io(device))?;
         if !meta.file_type().is_char_device() {
             return Err(GpuError::Config {
@@ -79,7 +89,12 @@ impl SimBackend {
     fn engine(&self, gpu_id: u32) -> Option<Arc<CopyEngine>> {
         let bw = self.bandwidth?;
         let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
-        Some(engines.entry(gpu_id).or_insert_with(|| Arc::new(CopyEngine::new(bw))).clone())
+        Some(
+            engines
+                .entry(gpu_id)
+                .or_insert_with(|| Arc::new(CopyEngine::new(bw)))
+                .clone(),
+        )
     }
 
     /// The sim context directories `pid` maps buffers from.
@@ -105,11 +120,16 @@ impl Backend for SimBackend {
 
     fn checkpoint_task(&self, pid: i32) -> Result<Option<Checkpointed>, GpuError> {
         let contexts = self.mapped_contexts(pid)?;
-        let Some(ctx_dir) = contexts.iter().next() else { return Ok(None) };
+        let Some(ctx_dir) = contexts.iter().next() else {
+            return Ok(None);
+        };
         if contexts.len() > 1 {
             return Err(GpuError::Task {
                 pid,
-                detail: format!("maps {} sim device contexts; one per process is supported", contexts.len()),
+                detail: format!(
+                    "maps {} sim device contexts; one per process is supported",
+                    contexts.len()
+                ),
             });
         }
         let ctx = Context::read(ctx_dir)?;
@@ -130,8 +150,12 @@ impl Backend for SimBackend {
         }
         let device_flags = fd_flags(pid, ctx.device_fd)?;
         let context_path = ctx_dir.join(CONTEXT_FILE);
-        let context_text = fs::read_to_string(&context_path).map_err(GpuError::io(&context_path))?;
-        let context_mode = fs::metadata(&context_path).map_err(GpuError::io(&context_path))?.mode() & 0o7777;
+        let context_text =
+            fs::read_to_string(&context_path).map_err(GpuError::io(&context_path))?;
+        let context_mode = fs::metadata(&context_path)
+            .map_err(GpuError::io(&context_path))?
+            .mode()
+            & 0o7777;
         let mut buffers = Vec::new();
         let mut sources: Vec<Box<dyn BufferSource>> = Vec::new();
         for b in &ctx.buffers {
@@ -145,7 +169,10 @@ impl Backend for SimBackend {
                     detail: format!("buffer is {actual} bytes, its context says {}", b.size),
                 });
             }
-            sources.push(Box::new(EngineBuffer::new(FileRange::new(file, 0, b.size), self.engine(b.gpu_id))));
+            sources.push(Box::new(EngineBuffer::new(
+                FileRange::new(file, 0, b.size),
+                self.engine(b.gpu_id),
+            )));
             buffers.push(BufferInfo {
                 path: path.display().to_string(),
                 size: b.size,
@@ -180,9 +207,13 @@ impl Backend for SimBackend {
         let me = std::process::id() as i32;
         for &pid in tasks {
             let dir = PathBuf::from(format!("/proc/{pid}/fd"));
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
             for entry in entries.flatten() {
-                let Ok(theirs) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+                let Ok(theirs) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
                 if same_open_file(me, fd.as_raw_fd(), pid, theirs) {
                     return Ok(Some(pid));
                 }
@@ -196,7 +227,11 @@ impl Backend for SimBackend {
     }
 
     fn remap_gpus(&self, task: &mut TaskDevice, map: &[(u32, u32)]) -> Result<(), GpuError> {
-        let new_id = |old: u32| map.iter().find(|(from, _)| *from == old).map_or(old, |(_, to)| *to);
+        let new_id = |old: u32| {
+            map.iter()
+                .find(|(from, _)| *from == old)
+                .map_or(old, |(_, to)| *to)
+        };
         for buffer in &mut task.buffers {
             buffer.gpu_id = new_id(buffer.gpu_id);
         }
@@ -205,10 +240,11 @@ impl Backend for SimBackend {
             if !file.path.ends_with(CONTEXT_FILE) {
                 continue;
             }
-            let mut ctx: Context = serde_json::from_str(&file.contents).map_err(|e| GpuError::Malformed {
-                path: PathBuf::from(&file.path),
-                detail: e.to_string(),
-            })?;
+            let mut ctx: Context =
+                serde_json::from_str(&file.contents).map_err(|e| GpuError::Malformed {
+                    path: PathBuf::from(&file.path),
+                    detail: e.to_string(),
+                })?;
             for b in &mut ctx.buffers {
                 b.gpu_id = new_id(b.gpu_id);
             }
@@ -230,7 +266,14 @@ fn same_open_file(me: i32, fd: i32, pid: i32, theirs: i32) -> bool {
     // SAFETY: kcmp only compares kernel objects named by pids and fd numbers; it reads
     // no memory of ours.
     let ret = unsafe {
-        libc::syscall(libc::SYS_kcmp, me as libc::c_long, pid as libc::c_long, KCMP_FILE, fd as libc::c_long, theirs as libc::c_long)
+        libc::syscall(
+            libc::SYS_kcmp,
+            me as libc::c_long,
+            pid as libc::c_long,
+            KCMP_FILE,
+            fd as libc::c_long,
+            theirs as libc::c_long,
+        )
     };
     ret == 0
 }
@@ -244,7 +287,10 @@ fn fd_flags(pid: i32, fd: i32) -> Result<i32, GpuError> {
         .lines()
         .find_map(|l| l.strip_prefix("flags:"))
         .and_then(|v| i32::from_str_radix(v.trim(), 8).ok())
-        .ok_or_else(|| GpuError::Malformed { path, detail: "no flags line".into() })?;
+        .ok_or_else(|| GpuError::Malformed {
+            path,
+            detail: "no flags line".into(),
+        })?;
     Ok(flags & (libc::O_ACCMODE | libc::O_NONBLOCK))
 }
 
@@ -257,7 +303,8 @@ mod tests {
     #[test]
     fn file_owner_finds_the_process_holding_the_device() {
         // /dev/null stands in for the device: a character device we can open anywhere.
-        let backend = SimBackend::new(SimRoot::new("/nonexistent"), Path::new("/dev/null"), None).unwrap();
+        let backend =
+            SimBackend::new(SimRoot::new("/nonexistent"), Path::new("/dev/null"), None).unwrap();
         let me = std::process::id() as i32;
         let null = File::open("/dev/null").unwrap();
         assert_eq!(backend.file_owner(null.as_fd(), &[me]).unwrap(), Some(me));
@@ -267,20 +314,32 @@ mod tests {
 
     #[test]
     fn a_regular_file_is_not_a_device() {
-        let err = SimBackend::new(SimRoot::new("/x"), Path::new("/proc/self/status"), None).unwrap_err();
+        let err =
+            SimBackend::new(SimRoot::new("/x"), Path::new("/proc/self/status"), None).unwrap_err();
         assert!(err.to_string().contains("not a character device"), "{err}");
     }
 
     #[test]
     fn a_process_without_contexts_has_no_device_state() {
         let tmp = tempfile::tempdir().unwrap();
-        let backend = SimBackend::new(SimRoot::new(tmp.path()), Path::new("/dev/null"), None).unwrap();
-        assert!(backend.checkpoint_task(std::process::id() as i32).unwrap().is_none());
+        let backend =
+            SimBackend::new(SimRoot::new(tmp.path()), Path::new("/dev/null"), None).unwrap();
+        assert!(backend
+            .checkpoint_task(std::process::id() as i32)
+            .unwrap()
+            .is_none());
     }
 
     #[test]
     fn own_fd_flags_are_read() {
-        let f = File::options().read(true).write(true).open("/dev/null").unwrap();
-        assert_eq!(fd_flags(std::process::id() as i32, f.as_raw_fd()).unwrap() & libc::O_ACCMODE, libc::O_RDWR);
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        assert_eq!(
+            fd_flags(std::process::id() as i32, f.as_raw_fd()).unwrap() & libc::O_ACCMODE,
+            libc::O_RDWR
+        );
     }
 }

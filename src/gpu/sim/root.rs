@@ -65,7 +65,9 @@ impl SimRoot {
 
     /// The root named by `GPUCR_SIM_ROOT`, if set.
     pub fn from_env() -> Option<SimRoot> {
-        std::env::var_os(ENV_ROOT).filter(|v| !v.is_empty()).map(SimRoot::new)
+        std::env::var_os(ENV_ROOT)
+            .filter(|v| !v.is_empty())
+            .map(SimRoot::new)
     }
 
     /// The KFD topology directory (`--sysfs-root ROOT` reads it).
@@ -99,7 +101,9 @@ impl SimRoot {
         let mut found = Vec::new();
         for entry in fs::read_dir(&nodes).map_err(GpuError::io(&nodes))? {
             let entry = entry.map_err(GpuError::io(&nodes))?;
-            let Ok(node) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(node) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
             let path = entry.path().join("gpu_id");
             let text = fs::read_to_string(&path).map_err(GpuError::io(&path))?;
             let id: u32 = text.trim().parse().map_err(|_| GpuError::Malformed {
@@ -120,8 +124,10 @@ impl Context {
     pub fn read(ctx_dir: &Path) -> Result<Context, GpuError> {
         let path = ctx_dir.join(CONTEXT_FILE);
         let text = fs::read(&path).map_err(GpuError::io(&path))?;
-        serde_json::from_slice(&text)
-            .map_err(|e| GpuError::Malformed { path, detail: e.to_string() })
+        serde_json::from_slice(&text).map_err(|e| GpuError::Malformed {
+            path,
+            detail: e.to_string(),
+        })
     }
 }
 
@@ -143,9 +149,15 @@ fn write_topology(nodes: &Path, gpus: usize) -> Result<(), GpuError> {
     write(cpu.join("gpu_id"), "0\n".into())?;
     write(cpu.join("name"), "\n".into())?;
     write(cpu.join("properties"), format!("cpu_cores_count 2\nsimd_count 0\nmem_banks_count 1\ncaches_count 0\nio_links_count {gpus}\nvendor_id 0\ndevice_id 0\nhive_id 0\n"))?;
-    write(cpu.join("mem_banks/0/properties"), "heap_type 0\nsize_in_bytes 25769803776\n".into())?;
+    write(
+        cpu.join("mem_banks/0/properties"),
+        "heap_type 0\nsize_in_bytes 25769803776\n".into(),
+    )?;
     for g in 0..gpus {
-        write(cpu.join(format!("io_links/{g}/properties")), format!("type 2\nnode_from 0\nnode_to {}\n", g + 1))?;
+        write(
+            cpu.join(format!("io_links/{g}/properties")),
+            format!("type 2\nnode_from 0\nnode_to {}\n", g + 1),
+        )?;
     }
     for g in 0..gpus {
         let node = nodes.join((g + 1).to_string());
@@ -156,7 +168,10 @@ fn write_topology(nodes: &Path, gpus: usize) -> Result<(), GpuError> {
             node.join("mem_banks/0/properties"),
             format!("heap_type 1\nsize_in_bytes {SIM_VRAM_BYTES}\nwidth 4096\nmem_clk_max 1600\n"),
         )?;
-        write(node.join("io_links/0/properties"), format!("type 2\nnode_from {}\nnode_to 0\n", g + 1))?;
+        write(
+            node.join("io_links/0/properties"),
+            format!("type 2\nnode_from {}\nnode_to 0\n", g + 1),
+        )?;
     }
     Ok(())
 }
@@ -202,7 +217,10 @@ pub fn parse_bandwidth(text: &str) -> Result<f64, String> {
     let t = t.strip_suffix("/s").unwrap_or(t);
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let value: f64 = number.trim().parse().map_err(|_| format!("{text:?} is not a bandwidth"))?;
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a bandwidth"))?;
     let scale = match unit.trim() {
         "" | "B" => 1.0,
         "KB" | "kB" => 1e3,
@@ -211,7 +229,11 @@ pub fn parse_bandwidth(text: &str) -> Result<f64, String> {
         "KiB" => 1024.0,
         "MiB" => 1024.0 * 1024.0,
         "GiB" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (use B, KB, MB, GB, KiB, MiB, GiB)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use B, KB, MB, GB, KiB, MiB, GiB)"
+            ))
+        }
     };
     if value > 0.0 && value.is_finite() {
         Ok(value * scale)
@@ -230,8 +252,16 @@ mod tests {
         let root = SimRoot::new(tmp.path());
         let ids = root.ensure_topology(3).unwrap();
         assert_eq!(ids, vec![sim_gpu_id(0), sim_gpu_id(1), sim_gpu_id(2)]);
-        assert_eq!(root.ensure_topology(5).unwrap().len(), 3, "an existing topology is kept");
-        let props = fs::read_to_string(tmp.path().join("sys/class/kfd/kfd/topology/nodes/2/properties")).unwrap();
+        assert_eq!(
+            root.ensure_topology(5).unwrap().len(),
+            3,
+            "an existing topology is kept"
+        );
+        let props = fs::read_to_string(
+            tmp.path()
+                .join("sys/class/kfd/kfd/topology/nodes/2/properties"),
+        )
+        .unwrap();
         assert!(props.contains("simd_count 240\n"));
         assert!(props.contains("sdma_fw_version 50\n"));
     }
@@ -250,7 +280,10 @@ mod tests {
     #[test]
     fn context_of_finds_the_context_dir() {
         let root = SimRoot::new("/r");
-        assert_eq!(root.context_of(Path::new("/r/contexts/c1/b0")), Some(PathBuf::from("/r/contexts/c1")));
+        assert_eq!(
+            root.context_of(Path::new("/r/contexts/c1/b0")),
+            Some(PathBuf::from("/r/contexts/c1"))
+        );
         assert_eq!(root.context_of(Path::new("/other/b0")), None);
     }
 }
