@@ -8,7 +8,12 @@
 //!
 //! Options: --state DIR (required), --gpus N (default 3; creates the sim topology when
 //! the root has none), --parent-mib N (default 768), --child-mib N (default 320, 0: no
-//! child), --hold PATH (the parent also keeps PATH open, e.g. a device CRIU cannot dump).
+//! child), --children N (default 1: how many children, "child", "child2", ...; each gets
+//! --child-mib), --cpu-mib N (each process also holds N MiB of ordinary anonymous memory,
+//! which CRIU carries), --max-buffer-mib N (default 1024: the largest buffer), --fill
+//! mixed|random (default mixed: random, compressible and zeroed buffers; random: every
+//! buffer random), --hold PATH (the parent also keeps PATH open, e.g. a device CRIU
+//! cannot dump).
 //!
 //! The parent forks the child first (as GPU programs fork before initialising the
 //! device), then each opens its own device and allocates buffers of mixed sizes (4 KiB up
@@ -44,6 +49,10 @@ struct Options {
     gpus: usize,
     parent_mib: u64,
     child_mib: u64,
+    children: usize,
+    cpu_mib: u64,
+    max_buffer_mib: u64,
+    random: bool,
     hold: Vec<PathBuf>,
 }
 
@@ -53,6 +62,10 @@ fn parse_args() -> Options {
         gpus: 3,
         parent_mib: 768,
         child_mib: 320,
+        children: 1,
+        cpu_mib: 0,
+        max_buffer_mib: 1024,
+        random: false,
         hold: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
@@ -71,6 +84,14 @@ fn parse_args() -> Options {
             "--parent-mib" => opts.parent_mib = number(value()),
             "--child-mib" => opts.child_mib = number(value()),
             "--hold" => opts.hold.push(PathBuf::from(value())),
+            "--children" => opts.children = number(value()) as usize,
+            "--cpu-mib" => opts.cpu_mib = number(value()),
+            "--max-buffer-mib" => opts.max_buffer_mib = number(value()).max(1),
+            "--fill" => match value().as_str() {
+                "mixed" => opts.random = false,
+                "random" => opts.random = true,
+                other => die(&format!("--fill takes mixed or random, not {other:?}")),
+            },
             _ => die(&format!("unknown argument {arg}")),
         }
     }
@@ -86,6 +107,13 @@ fn parse_args() -> Options {
 fn die(msg: &str) -> ! {
     eprintln!("sim_workload: {msg}");
     exit(2)
+}
+
+/// What buffers a process allocates.
+struct Layout {
+    bytes: u64,
+    max_buffer: u64,
+    random: bool,
 }
 
 /// How a buffer starts.
@@ -145,8 +173,8 @@ fn splitmix(mut x: u64) -> u64 {
 }
 
 /// Buffer sizes adding up to `total` bytes: small ones first, then big ones of at most
-/// 1 GiB.
-fn buffer_sizes(total: u64) -> Vec<u64> {
+/// `max_buffer` bytes.
+fn buffer_sizes(total: u64, max_buffer: u64) -> Vec<u64> {
     let mut sizes = Vec::new();
     let mut left = total;
     for small in [4 * KIB, 64 * KIB, MIB, 16 * MIB] {
@@ -156,7 +184,7 @@ fn buffer_sizes(total: u64) -> Vec<u64> {
         }
     }
     while left >= PAGE as u64 {
-        let size = left.min(1 << 30) / PAGE as u64 * PAGE as u64;
+        let size = left.min(max_buffer) / PAGE as u64 * PAGE as u64;
         sizes.push(size);
         left -= size;
     }
@@ -174,20 +202,30 @@ fn main() {
         .ensure_topology(opts.gpus)
         .unwrap_or_else(|e| die(&e.to_string()));
 
-    let mut role = "parent";
+    let mut role = "parent".to_owned();
     let mut mib = opts.parent_mib;
-    if opts.child_mib > 0 {
+    let children = if opts.child_mib > 0 { opts.children } else { 0 };
+    for n in 1..=children {
         // SAFETY: no thread has been started yet, so the child is a copy of a
         // single-threaded process.
         match unsafe { nix::unistd::fork() }.unwrap_or_else(|e| die(&format!("fork: {e}"))) {
             nix::unistd::ForkResult::Child => {
                 let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-                role = "child";
+                role = if n == 1 { "child".to_owned() } else { format!("child{n}") };
                 mib = opts.child_mib;
+                break;
             }
             nix::unistd::ForkResult::Parent { .. } => {}
         }
     }
+    // Ordinary process memory, for CRIU to carry (pseudo-random: it does not compress).
+    let mut cpu_memory = vec![0u64; (opts.cpu_mib * MIB / 8) as usize];
+    let mut x = 0x1234_5678_u64 ^ mib;
+    for w in cpu_memory.iter_mut() {
+        x = splitmix(x);
+        *w = x;
+    }
+    let _cpu_memory = cpu_memory;
     let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(format!("simgpu-{role}")).unwrap());
     let _held: Vec<fs::File> = if role == "parent" {
         opts.hold
@@ -197,7 +235,8 @@ fn main() {
     } else {
         Vec::new()
     };
-    run(&opts.state, role, &root, &device_path, &gpu_ids, mib * MIB);
+    let layout = Layout { bytes: mib * MIB, max_buffer: opts.max_buffer_mib * MIB, random: opts.random };
+    run(&opts.state, &role, &root, &device_path, &gpu_ids, layout);
 }
 
 fn run(
@@ -206,7 +245,7 @@ fn run(
     root: &SimRoot,
     device_path: &Path,
     gpu_ids: &[u32],
-    bytes: u64,
+    layout: Layout,
 ) -> ! {
     let host_pid = fs::read_link("/proc/self")
         .ok()
@@ -216,9 +255,9 @@ fn run(
         .unwrap_or_else(|e| die(&e.to_string()));
     let role_id: u64 = if role == "parent" { 0 } else { 1000 };
     let mut per_gpu: Vec<Vec<Arc<Buffer>>> = vec![Vec::new(); gpu_ids.len()];
-    for (i, size) in buffer_sizes(bytes).into_iter().enumerate() {
+    for (i, size) in buffer_sizes(layout.bytes, layout.max_buffer).into_iter().enumerate() {
         let gpu = i % gpu_ids.len();
-        let fill = [Fill::Random, Fill::Compressible, Fill::Zero][i % 3];
+        let fill = if layout.random { Fill::Random } else { [Fill::Random, Fill::Compressible, Fill::Zero][i % 3] };
         let kind = if i % 4 == 3 { "gtt" } else { "vram" };
         let mut mem = device
             .alloc(&format!("buf{i}"), gpu_ids[gpu], size, kind)

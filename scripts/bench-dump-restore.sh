@@ -67,7 +67,7 @@ criu-restore)
 esac
 
 command -v hyperfine >/dev/null || apt-get install -y -qq hyperfine >/dev/null
-[ -x "$gpucr" ] && [ -x "$workload" ] || cargo build --release --bins --examples -q
+[ -x "$gpucr" ] && [ -x "$workload" ] || cargo build --release --workspace --lib --bins --examples -q
 mkdir -p "$WORK"
 self=$root/scripts/bench-dump-restore.sh
 export MEM_MIB WORK

@@ -28,5 +28,5 @@ command -v cargo >/dev/null || { log "error: cargo not found: install Rust (http
 scripts/install-criu.sh
 
 log "building gpucr (release)"
-cargo build --release --bins --examples -q
+cargo build --release --workspace --lib --bins --examples -q
 log "ready: target/release/gpucr"

@@ -667,6 +667,21 @@ fn gpu_view_and_chunk_verification() {
         .map(|k| k["bytes"].as_u64().unwrap())
         .sum();
     assert_eq!(by_kind, sum);
+    // The topology of the dumping machine is recorded, with every GPU that holds buffers.
+    let recorded: Vec<&str> = gpu["topology_gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    for d in gpu["devices"].as_array().unwrap() {
+        let id = format!("gpu_id {}", d["gpu_id"]);
+        assert!(
+            recorded.iter().any(|g| g.ends_with(&id)),
+            "{id} not in {recorded:?}"
+        );
+    }
+    assert!(gpu["topology"].is_object(), "{gpu}");
     // The tasks are the tree's processes, by their pids in the image.
     let pids: Vec<&Value> = processes(&report).iter().map(|p| &p["pid"]).collect();
     for t in gpu["tasks"].as_array().unwrap() {

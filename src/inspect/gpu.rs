@@ -31,8 +31,13 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
         compression: None,
         transfer_seconds: None,
         topology: None,
+        topology_gpus: Vec::new(),
         note: String::new(),
     };
+    if let Some(topology) = manifest.and_then(|m| m.topology.as_ref()) {
+        info.topology = serde_json::to_value(topology).ok();
+        info.topology_gpus = topology.gpus().iter().map(ToString::to_string).collect();
+    }
     if !has_gpu_state(dir, manifest) {
         info.note = match backend.as_deref() {
             Some("none") => "no GPU state is recorded: the tree used no GPU".into(),
@@ -80,8 +85,7 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
         }
     } else if let Some(index) = &index {
         // No manifest: what the index alone says.
-        for (i, e) in index.buffers.iter().enumerate() {
-            let _ = i;
+        for e in &index.buffers {
             info.buffers
                 .push(buffer(e.key, "unknown", 0, e.len, "", Some(index)));
         }
@@ -110,10 +114,14 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
     }
     info.devices = devices.into_values().collect();
     info.by_kind = kinds.into_values().collect();
+    let topology = if info.topology.is_some() {
+        "the GPU topology of the dumping machine is recorded"
+    } else {
+        "no GPU topology is recorded"
+    };
     info.note = match (&index, gpu) {
         (Some(_), Some(_)) => format!(
-            "{} buffers of {} task(s) on {} GPU(s); the GPU topology is not recorded in the \
-             manifest",
+            "{} buffers of {} task(s) on {} GPU(s); {topology}",
             info.buffers.len(),
             info.tasks.len(),
             info.devices.len()

@@ -268,8 +268,11 @@ pub struct GpuInfo {
     pub compression: Option<String>,
     /// How long the dump's GPU copy took.
     pub transfer_seconds: Option<f64>,
-    /// The GPU topology recorded at dump time; null while gpucr does not record it.
+    /// The GPU topology of the dumping machine, as recorded in the manifest (what a
+    /// restore checks this machine against); null when not recorded.
     pub topology: Option<serde_json::Value>,
+    /// The recorded GPUs, for people: "node 2 gpu_id 4369", or an NVIDIA UUID.
+    pub topology_gpus: Vec<String>,
     /// A sentence for people: what is (not) recorded.
     pub note: String,
 }

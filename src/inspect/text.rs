@@ -426,6 +426,15 @@ fn gpu(root: &mut Node, r: &Report) {
         }
         buffers.leaf(line);
     }
+    if !g.topology_gpus.is_empty() {
+        let topology = section.push(Node::new(format!(
+            "Topology recorded: {} GPU(s)",
+            g.topology_gpus.len()
+        )));
+        for id in &g.topology_gpus {
+            topology.leaf(id.clone());
+        }
+    }
     section.leaf(g.note.clone());
 }
 

@@ -262,6 +262,18 @@ mod tests {
         assert_eq!(packed.stored, &noise[..]);
         assert_eq!(packed.stored_xxh3, packed.raw_xxh3);
 
+        // Large chunks are probed first: random bytes are stored raw, but a chunk that is
+        // random only in part is still compressed.
+        let big: Vec<u8> = (0..1u64 << 20)
+            .map(|i| (xxh3(&i.to_le_bytes()) >> 7) as u8)
+            .collect();
+        assert_eq!(p.pack(&big).encoding, Encoding::Raw);
+        let mut half = big.clone();
+        half[big.len() / 2..].fill(0);
+        let packed = p.pack(&half);
+        assert_eq!(packed.encoding, Encoding::Zstd);
+        assert!(packed.stored.len() < big.len() * 6 / 10);
+
         let mut none = Packer::new(Compression::None).unwrap();
         assert_eq!(none.pack(&text).encoding, Encoding::Raw);
     }

@@ -33,7 +33,7 @@ pub const CHUNK_ENTRY_LEN: u64 = 48;
 pub const TRAILER_LEN: u64 = 16;
 /// Data file header bytes: magic, version, file number.
 pub const DATA_HEADER_LEN: u64 = 16;
-/// The largest index accepted (about 22 million chunks: 88 TiB of 4 MiB chunks).
+/// The largest index accepted (about 22 million chunks: 21 TiB of 1 MiB chunks).
 pub const MAX_INDEX_LEN: u64 = 1 << 30;
 
 /// Codec numbers in the index header.
