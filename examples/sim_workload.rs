@@ -211,7 +211,11 @@ fn main() {
         match unsafe { nix::unistd::fork() }.unwrap_or_else(|e| die(&format!("fork: {e}"))) {
             nix::unistd::ForkResult::Child => {
                 let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-                role = if n == 1 { "child".to_owned() } else { format!("child{n}") };
+                role = if n == 1 {
+                    "child".to_owned()
+                } else {
+                    format!("child{n}")
+                };
                 mib = opts.child_mib;
                 break;
             }
@@ -235,7 +239,11 @@ fn main() {
     } else {
         Vec::new()
     };
-    let layout = Layout { bytes: mib * MIB, max_buffer: opts.max_buffer_mib * MIB, random: opts.random };
+    let layout = Layout {
+        bytes: mib * MIB,
+        max_buffer: opts.max_buffer_mib * MIB,
+        random: opts.random,
+    };
     run(&opts.state, &role, &root, &device_path, &gpu_ids, layout);
 }
 
@@ -255,9 +263,16 @@ fn run(
         .unwrap_or_else(|e| die(&e.to_string()));
     let role_id: u64 = if role == "parent" { 0 } else { 1000 };
     let mut per_gpu: Vec<Vec<Arc<Buffer>>> = vec![Vec::new(); gpu_ids.len()];
-    for (i, size) in buffer_sizes(layout.bytes, layout.max_buffer).into_iter().enumerate() {
+    for (i, size) in buffer_sizes(layout.bytes, layout.max_buffer)
+        .into_iter()
+        .enumerate()
+    {
         let gpu = i % gpu_ids.len();
-        let fill = if layout.random { Fill::Random } else { [Fill::Random, Fill::Compressible, Fill::Zero][i % 3] };
+        let fill = if layout.random {
+            Fill::Random
+        } else {
+            [Fill::Random, Fill::Compressible, Fill::Zero][i % 3]
+        };
         let kind = if i % 4 == 3 { "gtt" } else { "vram" };
         let mut mem = device
             .alloc(&format!("buf{i}"), gpu_ids[gpu], size, kind)

@@ -20,3 +20,4 @@ pub mod progress;
 pub mod restore;
 pub mod target;
 pub mod transfer;
+pub mod units;

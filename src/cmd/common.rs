@@ -4,6 +4,7 @@ use crate::cli::NetworkLockArg;
 use crate::criu::NetworkLock;
 use crate::image::manifest::TimedEvent;
 use crate::progress::spans;
+pub use crate::units::size;
 
 pub fn network_lock(arg: NetworkLockArg) -> NetworkLock {
     match arg {
@@ -13,39 +14,10 @@ pub fn network_lock(arg: NetworkLockArg) -> NetworkLock {
     }
 }
 
-/// Bytes in binary units: "1.0 GiB".
-pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 /// The phase timeline on stderr: what took how long.
 pub fn print_timeline(events: &[TimedEvent], total_ms: f64) {
     for (from, to, ms) in spans(events) {
         eprintln!("  {:>10.1} ms  {from} -> {to}", ms);
     }
     eprintln!("  {:>10.1} ms  total", total_ms);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_use_binary_units() {
-        assert_eq!(size(0), "0 B");
-        assert_eq!(size(1023), "1023 B");
-        assert_eq!(size(1536), "1.5 KiB");
-        assert_eq!(size(1 << 30), "1.0 GiB");
-    }
 }

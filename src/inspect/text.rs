@@ -4,6 +4,7 @@
 use super::model::*;
 use super::tree::Node;
 use super::verify::Status;
+use crate::units::size;
 
 /// Which sections to show after the summary and the process tree.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -479,22 +480,6 @@ fn stats(root: &mut Node, r: &Report) {
         for p in &t.phases {
             node.leaf(format!("{:>9.1} ms  {} -> {}", p.ms, p.from, p.to));
         }
-    }
-}
-
-/// Bytes in binary units: "1.5 KiB".
-pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

@@ -82,7 +82,8 @@ pub struct TransferConfig {
     /// Compression on dump (`--compress`).
     pub compression: Compression,
     /// Bytes of decompressed chunks that a restore may hold in staging memory before
-    /// their buffer is handed over (`--max-staging`).
+    /// their buffer is handed over (`--max-staging`). Besides it, each worker has one
+    /// chunk buffer of its own, and up to two per worker are kept for reuse.
     pub max_staging: u64,
 }
 

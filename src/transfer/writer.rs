@@ -11,8 +11,10 @@
 //! ```
 //!
 //! Copying one chunk overlaps with packing others, memory is bounded by the pool of
-//! chunk buffers, and pack threads never share a file. The index is written by
-//! [`DumpWriter::finish`], after the data files are synced.
+//! chunk buffers, and pack threads never share a file. Each appended chunk's writeback
+//! is started at once, so the disk works during the dump rather than in the final
+//! fsync. The index is written by [`DumpWriter::finish`], after the data files are
+//! synced.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, DirBuilder, File, OpenOptions};
