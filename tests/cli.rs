@@ -384,6 +384,18 @@ fn damaged_images_are_refused_and_never_run() {
     assert_journal_continuous(&state, "parent");
 }
 
+/// The RPC client speaks VERSION and CHECK with the installed CRIU (CHECK's verdict is
+/// reported, never required).
+#[test]
+fn rpc_client_speaks_version_and_check() {
+    let path = gpucr::criu::locate(None).expect("criu is installed for the tests");
+    let mut swrk = gpucr::criu::Swrk::spawn(&path, &[]).unwrap();
+    let version = swrk.version().unwrap();
+    assert!(version >= gpucr::criu::MIN_VERSION, "{version}");
+    let _looks_good: bool = swrk.check().unwrap();
+    swrk.finish().unwrap();
+}
+
 // ----- generated documentation --------------------------------------------------------
 
 /// Regenerate with `GPUCR_BLESS=1 cargo test --test cli generated_docs_are_fresh`.

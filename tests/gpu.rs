@@ -378,3 +378,50 @@ fn restore_checks_the_topology_and_maps_the_gpus() {
         }
     }
 }
+
+/// gpucr (and with it the helper) is killed in the middle of a dump: CRIU's requests to
+/// the helper fail, the dump is abandoned and the tree goes on with its device memory.
+#[test]
+fn killed_helper_leaves_the_tree_running() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("killed");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--parent-mib", "64", "--child-mib", "0"],
+    );
+    // A slow copy engine keeps the helper busy long enough to be killed mid-copy.
+    let mut gpucr = Command::new(gpucr_bin())
+        .args(["dump", &tree.pid.to_string(), image.to_str().unwrap()])
+        .env("GPUCR_SIM_ROOT", &sim.0)
+        .env("GPUCR_SIM_COPY_BW", "20MB/s")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(
+        Duration::from_secs(20),
+        "the helper to start copying",
+        || image.join("gpu").exists().then_some(()),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    gpucr.kill().unwrap();
+    gpucr.wait().unwrap();
+    wait_for(Duration::from_secs(30), "CRIU to give up", || {
+        let criu_left = Command::new("pgrep")
+            .args(["-f", "criu swrk"])
+            .output()
+            .unwrap();
+        criu_left.stdout.is_empty().then_some(())
+    });
+    assert!(alive(tree.pid), "the tree survives");
+    assert!(
+        !image.join("gpucr.json").exists(),
+        "no manifest: the image is incomplete"
+    );
+    tree.wait_ticks(3);
+    assert!(tree.verify(1), "the device memory is intact");
+}

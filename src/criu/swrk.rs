@@ -95,6 +95,24 @@ impl Swrk {
         Ok(CriuVersion::from_rpc(&version))
     }
 
+    /// Ask CRIU to check the kernel's support (`criu check`). gpucr never gates on the
+    /// answer: on some kernels CRIU reports "Does not look good" (e.g. a read-only
+    /// ns_last_pid) while dump and restore work. Returns whether CRIU was satisfied.
+    pub fn check(&mut self) -> Result<bool, CriuError> {
+        let req = request(
+            CriuReqType::Check,
+            Some(rpc::CriuOpts {
+                images_dir_fd: -1,
+                ..Default::default()
+            }),
+        );
+        match self.call(req, "check", None, &mut |_| Ok(())) {
+            Ok(_) => Ok(true),
+            Err(CriuError::Failed { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Dump a tree. `log` is the log's full path, shown on failure.
     pub fn dump(
         &mut self,
