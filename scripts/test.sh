@@ -5,4 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v criu >/dev/null && command -v crit >/dev/null || scripts/install-criu.sh
+# The end-to-end tests run the gpucr binary with its CRIU plugin (a cdylib, which
+# `cargo test` alone does not produce) and the sample workloads.
+cargo build --workspace --all-features --lib --bins --examples
 cargo test --workspace --all-features "$@"
