@@ -92,6 +92,49 @@ pub fn criu_lock() -> Flock<File> {
         .expect("lock")
 }
 
+/// Start `bin --state STATE EXTRA...` as the init of a new PID namespace
+/// (`unshare --pid --fork setsid`, ARCHITECTURE.md §8); returns the unshare process and
+/// the workload's pid in gpucr's namespace.
+fn start_in_pid_namespace(
+    bin: &Path,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, i32) {
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace --examples`",
+        bin.display()
+    );
+    fs::create_dir_all(state).unwrap();
+    let unshare = Command::new("unshare")
+        .args(["--pid", "--fork", "setsid"])
+        .arg(bin)
+        .arg("--state")
+        .arg(state)
+        .args(extra)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn unshare");
+    let children = format!("/proc/{0}/task/{0}/children", unshare.id());
+    let pid = wait_for(
+        Duration::from_secs(20),
+        "the workload's root process",
+        || {
+            fs::read_to_string(&children)
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<i32>()
+                .ok()
+        },
+    );
+    (unshare, pid)
+}
+
 /// One line of a workload journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalLine(pub BTreeMap<String, String>);
@@ -123,27 +166,7 @@ pub const ROLES: [&str; 3] = ["parent", "tcp", "pipe"];
 impl Tree {
     /// Start the workload with extra arguments; returns once it is set up.
     pub fn start(state: &Path, extra: &[&str]) -> Tree {
-        fs::create_dir_all(state).unwrap();
-        let unshare = Command::new("unshare")
-            .args(["--pid", "--fork", "setsid"])
-            .arg(workload_bin())
-            .arg("--state")
-            .arg(state)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn unshare");
-        let children = format!("/proc/{0}/task/{0}/children", unshare.id());
-        let pid = wait_for(Duration::from_secs(20), "the workload root", || {
-            fs::read_to_string(&children)
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<i32>()
-                .ok()
-        });
+        let (unshare, pid) = start_in_pid_namespace(&workload_bin(), state, extra, &[]);
         let tree = Tree {
             state: state.to_path_buf(),
             unshare,
@@ -300,34 +323,9 @@ pub struct SimTree {
 
 impl SimTree {
     pub fn start(state: &Path, sim_root: &Path, extra: &[&str]) -> SimTree {
-        fs::create_dir_all(state).unwrap();
         let bin = gpucr_bin().parent().unwrap().join("examples/sim_workload");
-        assert!(
-            bin.exists(),
-            "{} is missing: run `cargo build --workspace --examples`",
-            bin.display()
-        );
-        let unshare = Command::new("unshare")
-            .args(["--pid", "--fork", "setsid"])
-            .arg(bin)
-            .arg("--state")
-            .arg(state)
-            .args(extra)
-            .env("GPUCR_SIM_ROOT", sim_root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn unshare");
-        let children = format!("/proc/{0}/task/{0}/children", unshare.id());
-        let pid = wait_for(Duration::from_secs(20), "the sim workload root", || {
-            fs::read_to_string(&children)
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<i32>()
-                .ok()
-        });
+        let env = [("GPUCR_SIM_ROOT", sim_root.to_str().unwrap())];
+        let (unshare, pid) = start_in_pid_namespace(&bin, state, extra, &env);
         let no_child = extra.windows(2).any(|w| w == ["--child-mib", "0"]);
         let roles = if no_child {
             vec!["parent"]
