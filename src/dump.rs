@@ -324,9 +324,9 @@ pub fn criu_log_level(verbose: bool, plugin: bool) -> i32 {
 
 /// `gpu/<data file>`: GPU memory, checksummed per chunk by the transfer engine.
 pub fn is_gpu_data_file(path: &str) -> bool {
-    // Everything in gpu/ but the index ("gpu/index", see docs/gpu-image-format.md).
+    // Everything in gpu/ but the index (see docs/gpu-image-format.md).
     path.strip_prefix("gpu/")
-        .is_some_and(|name| name != "index" && !name.contains('/'))
+        .is_some_and(|name| name != crate::transfer::INDEX_FILE && !name.contains('/'))
 }
 
 pub fn is_pages_file(path: &str) -> bool {

@@ -33,6 +33,7 @@ mod tests;
 
 pub use config::{Compression, ParseCompressionError, TransferConfig};
 pub use error::{ChunkProblem, ProblemKind, TransferError};
+pub use format::INDEX_FILE;
 pub use index::{read_index, BufferEntry, ChunkEntry, DataFileEntry, Encoding, GpuIndex};
 pub use restorer::Restorer;
 pub use source::{BufferKey, BufferSink, BufferSource, FileRange};
