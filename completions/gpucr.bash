@@ -263,16 +263,12 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__restore)
-            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --network-lock --max-staging --no-parallel-restore --jobs --sysfs-root --skip-check --criu --verbose --json --help --version"
+            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --max-staging --no-parallel-restore --jobs --sysfs-root --skip-check --criu --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --network-lock)
-                    COMPREPLY=($(compgen -W "iptables nftables skip" -- "${cur}"))
-                    return 0
-                    ;;
                 --max-staging)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -32,7 +32,7 @@ complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "inspect" -d 'Show what 
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "check-topology" -d 'Show the local GPUs, or whether an image can be restored here'
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "completions" -d 'Print a shell completion script to stdout'
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l network-lock -d 'How to lock the network during the dump [default: iptables when iptables-restore is installed, otherwise nftables]' -r -f -a "iptables\t'iptables rules (CRIU\'s default; needs iptables-restore)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l network-lock -d 'How to lock the network during the dump and the restore [default: skip when there is nothing to lock (no --tcp-established and the tree shares gpucr\'s network namespace), else iptables when iptables-restore is installed, else nftables]' -r -f -a "iptables\t'iptables rules (CRIU\'s default; needs iptables-restore)'
 nftables\t'an nftables table (needs CRIU built with libnftables)'
 skip\t'no lock: only safe when nothing can reach the connections meanwhile'"
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l timeout -d 'Give up when the tree cannot be frozen within SECS seconds (CRIU\'s --timeout)' -r
@@ -49,9 +49,6 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s v -l verbose -d 'Mo
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s V -l version -d 'Print version'
-complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l network-lock -d 'How to lock the network while connections are restored [default: as dumped]' -r -f -a "iptables\t'iptables rules (CRIU\'s default; needs iptables-restore)'
-nftables\t'an nftables table (needs CRIU built with libnftables)'
-skip\t'no lock: only safe when nothing can reach the connections meanwhile'"
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l max-staging -d 'Memory for GPU data read ahead of its buffers (binary units: 512M, 2G)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l jobs -d 'Threads moving GPU memory (default: the number of CPU cores)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files' -r -F

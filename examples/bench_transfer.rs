@@ -222,6 +222,8 @@ fn dump(input: &Path, dir: &Path, buffers: u64, cfg: TransferConfig) -> Result<(
 }
 
 fn restore(dir: &Path, out: &Path, cfg: TransferConfig, prefetch: bool) -> Result<(), BenchError> {
+    // One copy queue per job, as one copy engine per GPU would be.
+    let queues = cfg.jobs as u32;
     let restorer = Restorer::open(dir, cfg, prefetch, no_events())?;
     let buffers = restorer.buffers();
     let total: u64 = buffers.iter().map(|(_, len)| len).sum();
@@ -234,7 +236,9 @@ fn restore(dir: &Path, out: &Path, cfg: TransferConfig, prefetch: bool) -> Resul
     let mut at = 0;
     let mut keys = Vec::new();
     for (key, len) in buffers {
-        let range = FileRange::new(file.try_clone()?, at, len).starting_zeroed();
+        let range = FileRange::new(file.try_clone()?, at, len)
+            .starting_zeroed()
+            .on_queue(key.buffer % queues);
         restorer.attach(key, Box::new(range))?;
         keys.push(key);
         at += len;

@@ -153,7 +153,9 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         }
         _ => None,
     };
-    let network_lock = opts.network_lock.unwrap_or_else(NetworkLock::detect);
+    let network_lock = opts
+        .network_lock
+        .unwrap_or_else(|| NetworkLock::default_for(opts.pid, opts.tcp_established));
     let request = DumpRequest {
         pid: opts.pid,
         images_dir: std::os::fd::AsFd::as_fd(&dir_fd),

@@ -27,7 +27,6 @@ pub struct RestoreOptions {
     pub shell_job: bool,
     pub ext_unix_sk: bool,
     pub file_locks: bool,
-    pub network_lock: Option<NetworkLock>,
     pub criu: Option<PathBuf>,
     pub verbose: bool,
     /// Hash every file before CRIU starts, instead of hashing the memory pages while
@@ -186,22 +185,25 @@ pub fn restore(
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
         let threads = verify::default_threads().saturating_sub(1).max(1);
         std::thread::spawn(move || {
+            // Threads it starts inherit the lower priority.
+            let _ = crate::niceness::run_in_background();
             verify::verify_files_scoped(&dir, &manifest, threads, Scope::BulkFiles)
         })
     });
     let mut bulk_problems: Vec<Problem> = Vec::new();
+    // CRIU restores with the method recorded in the image's inventory whatever it is
+    // told; it is passed on as the manifest has it, and checked so that a damaged
+    // manifest is named.
     let dumped = &manifest.options;
-    let network_lock = match opts.network_lock {
-        Some(lock) => lock,
-        None => dumped
+    let network_lock: NetworkLock =
+        dumped
             .network_lock
             .parse()
             .map_err(|_| RestoreError::BadOption {
                 manifest: Manifest::path_in(&opts.dir),
                 field: "options.network_lock",
                 value: dumped.network_lock.clone(),
-            })?,
-    };
+            })?;
     let gpu_setup = match &manifest.gpu {
         Some(gpu) => {
             let backend = crate::gpu::backend_named(&gpu.backend)?;

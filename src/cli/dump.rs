@@ -47,8 +47,10 @@ pub struct DumpArgs {
     #[arg(long)]
     pub file_locks: bool,
 
-    /// How to lock the network during the dump [default: iptables when
-    /// iptables-restore is installed, otherwise nftables].
+    /// How to lock the network during the dump and the restore [default: skip when
+    /// there is nothing to lock (no --tcp-established and the tree shares gpucr's
+    /// network namespace), else iptables when iptables-restore is installed, else
+    /// nftables].
     #[arg(long, value_enum, value_name = "METHOD")]
     pub network_lock: Option<NetworkLockArg>,
 

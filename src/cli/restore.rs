@@ -4,14 +4,15 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
+use super::common::{parse_size, CriuArgs, OutputArgs, TransferArgs};
 
 /// Restore a process tree from an image directory.
 ///
 /// Refuses a missing, incomplete or damaged image before CRIU starts: the manifest is
 /// read and every file's size and checksum verified. The options the image needs
-/// (tcp-established, shell-job, ext-unix-sk, file-locks, network lock) come from the
-/// manifest; the flags below override them. By default gpucr waits for the restored
+/// (tcp-established, shell-job, ext-unix-sk, file-locks) come from the manifest; the
+/// flags below force them on. The network is locked the way the dump locked it (CRIU
+/// reads the method from the image). By default gpucr waits for the restored
 /// tree, like `criu restore`, and exits with its status; --detach prints the new root
 /// pid and returns at once.
 #[derive(Debug, Clone, Args)]
@@ -45,10 +46,6 @@ pub struct RestoreArgs {
     /// while CRIU restores, and the tree is resumed only once they are verified.
     #[arg(long)]
     pub verify_first: bool,
-
-    /// How to lock the network while connections are restored [default: as dumped].
-    #[arg(long, value_enum, value_name = "METHOD")]
-    pub network_lock: Option<NetworkLockArg>,
 
     /// Memory for GPU data read ahead of its buffers (binary units: 512M, 2G).
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]

@@ -4,7 +4,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::cli::RestoreArgs;
-use crate::cmd::common::{network_lock, print_timeline};
+use crate::cmd::common::print_timeline;
 use crate::exit_code;
 use crate::progress::Progress;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};
@@ -17,7 +17,6 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         shell_job: args.shell_job,
         ext_unix_sk: args.ext_unix_sk,
         file_locks: args.file_locks,
-        network_lock: args.network_lock.map(network_lock),
         criu: args.criu.criu.clone(),
         verbose: args.criu.verbose > 0,
         verify_first: args.verify_first,

@@ -47,12 +47,40 @@ impl NetworkLock {
         }
     }
 
+    /// The method for dumping `pid`: none when there is nothing to lock, else
+    /// [`NetworkLock::detect`]. Nothing needs locking when connections are not dumped
+    /// (without `tcp_established` CRIU refuses established TCP connections) and the tree
+    /// shares gpucr's network namespace (there is no namespace of its own to lock).
+    /// CRIU restores with the method recorded at dump, so this also spares the restore
+    /// the cost of unlocking (about 30 ms for nftables).
+    pub fn default_for(pid: i32, tcp_established: bool) -> NetworkLock {
+        if !tcp_established && shares_my_network_namespace(pid) {
+            NetworkLock::Skip
+        } else {
+            NetworkLock::detect()
+        }
+    }
+
     fn to_rpc(self) -> rpc::CriuNetworkLockMethod {
         match self {
             NetworkLock::Iptables => rpc::CriuNetworkLockMethod::Iptables,
             NetworkLock::Nftables => rpc::CriuNetworkLockMethod::Nftables,
             NetworkLock::Skip => rpc::CriuNetworkLockMethod::Skip,
         }
+    }
+}
+
+/// True when `pid` is known to be in the caller's network namespace (false when either
+/// namespace cannot be read: then the safe answer is to lock).
+fn shares_my_network_namespace(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ns = |path: String| std::fs::metadata(path).map(|m| (m.dev(), m.ino()));
+    match (
+        ns("/proc/self/ns/net".into()),
+        ns(format!("/proc/{pid}/ns/net")),
+    ) {
+        (Ok(mine), Ok(theirs)) => mine == theirs,
+        _ => false,
     }
 }
 

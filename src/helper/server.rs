@@ -4,7 +4,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -112,7 +111,8 @@ struct Shared {
 /// A running helper.
 pub struct Helper {
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    /// Closed to stop the accept loop at once (it polls the pipe's other end).
+    stop: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
 }
@@ -205,18 +205,22 @@ impl Helper {
             timeline,
             failure: Mutex::new(None),
         });
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (shared.clone(), stop.clone());
+        let (stopped, stop) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| HelperError::Io {
+                path: path.to_path_buf(),
+                source: e.into(),
+            })?;
+        let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("gpucr-helper".into())
-            .spawn(move || accept_loop(listener, s, st))
+            .spawn(move || accept_loop(listener, s, stopped))
             .map_err(|source| HelperError::Io {
                 path: path.to_path_buf(),
                 source,
             })?;
         Ok(Helper {
             shared,
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
             path: path.to_path_buf(),
         })
@@ -309,7 +313,7 @@ impl Helper {
 
 impl Drop for Helper {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -321,13 +325,24 @@ fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
     (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
 }
 
-fn accept_loop(listener: OwnedFd, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(100u16)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+/// Accept plugin connections, each served on a thread of its own, until the write end
+/// of `stopped`'s pipe is closed.
+fn accept_loop(listener: OwnedFd, shared: Arc<Shared>, stopped: OwnedFd) {
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => continue,
             Ok(_) => {}
             Err(_) => return,
+        }
+        if fds[1].any().unwrap_or(true) {
+            return;
+        }
+        if !fds[0].any().unwrap_or(false) {
+            continue;
         }
         let Ok(conn) = accept(listener.as_raw_fd()) else {
             continue;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::checksum::{hash_block, BLOCK_SIZE};
+use super::checksum::{hash_block, BLOCK_SIZE, READ_PIECE};
 
 /// How long the follower sleeps when no new block has landed.
 const POLL: Duration = Duration::from_millis(10);
@@ -85,7 +85,7 @@ fn follow(
     hashed: &AtomicUsize,
 ) -> Prefixes {
     let mut files: HashMap<String, Followed> = HashMap::new();
-    let mut buf = vec![0u8; BLOCK_SIZE as usize];
+    let mut buf = vec![0u8; READ_PIECE];
     while !stop.load(Ordering::SeqCst) {
         let mut progressed = false;
         if let Ok(entries) = fs::read_dir(dir) {

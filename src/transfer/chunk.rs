@@ -133,7 +133,18 @@ impl Packer {
     }
 }
 
-/// Reads, verifies and decompresses chunks for one thread.
+/// What [`Unpacker::unpack_stored`] found a chunk's raw bytes to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unpacked {
+    /// All zeros (nothing is stored).
+    Zero,
+    /// The stored bytes themselves (a raw chunk): nothing was copied.
+    Stored,
+    /// Decompressed into the output buffer.
+    Decompressed,
+}
+
+/// Verifies and decompresses chunks for one thread.
 pub struct Unpacker {
     decompressor: Option<zstd::bulk::Decompressor<'static>>,
     scratch: Vec<u8>,
@@ -147,6 +158,42 @@ impl Unpacker {
         }
     }
 
+    /// Check chunk `c` given its `stored` bytes, and decompress a compressed chunk into
+    /// `out` (resized to the chunk's raw size). Raw chunks are only checked: their raw
+    /// bytes are `stored`.
+    pub fn unpack_stored(
+        &mut self,
+        stored: &[u8],
+        c: &ChunkEntry,
+        out: &mut Vec<u8>,
+    ) -> Result<Unpacked, ProblemKind> {
+        match c.encoding {
+            Encoding::Zero => Ok(Unpacked::Zero),
+            Encoding::Raw => {
+                if xxh3(stored) != c.stored_xxh3 {
+                    return Err(ProblemKind::ChecksumMismatch);
+                }
+                // Raw chunks have one checksum, stored and raw being the same bytes;
+                // the index requires both fields to agree.
+                if c.raw_xxh3 != c.stored_xxh3 || stored.len() != c.raw_len as usize {
+                    return Err(ProblemKind::ContentMismatch);
+                }
+                Ok(Unpacked::Stored)
+            }
+            Encoding::Zstd => {
+                if xxh3(stored) != c.stored_xxh3 {
+                    return Err(ProblemKind::ChecksumMismatch);
+                }
+                out.resize(c.raw_len as usize, 0);
+                self.decompress(stored, out)?;
+                if xxh3(out) != c.raw_xxh3 {
+                    return Err(ProblemKind::ContentMismatch);
+                }
+                Ok(Unpacked::Decompressed)
+            }
+        }
+    }
+
     /// Read chunk `c` from `file` into `out` (resized to the chunk's raw size) and check
     /// both checksums. Zero chunks are filled with zeros.
     pub fn unpack(
@@ -155,49 +202,32 @@ impl Unpacker {
         c: &ChunkEntry,
         out: &mut Vec<u8>,
     ) -> Result<(), ProblemKind> {
-        let raw_len = c.raw_len as usize;
-        out.resize(raw_len, 0);
         match c.encoding {
             Encoding::Zero => {
-                out.fill(0);
-                return Ok(());
+                out.clear();
+                out.resize(c.raw_len as usize, 0);
+                Ok(())
             }
             Encoding::Raw => {
+                out.resize(c.stored_len as usize, 0);
                 read_stored(file, c, out)?;
-                if xxh3(out) != c.stored_xxh3 {
-                    return Err(ProblemKind::ChecksumMismatch);
-                }
-                // Raw chunks have one checksum, stored and raw being the same bytes;
-                // the index requires both fields to agree.
-                if c.raw_xxh3 != c.stored_xxh3 {
-                    return Err(ProblemKind::ContentMismatch);
-                }
+                let stored = std::mem::take(out);
+                let result = self.unpack_stored(&stored, c, &mut Vec::new());
+                *out = stored;
+                result.map(drop)
             }
             Encoding::Zstd => {
                 let mut stored = std::mem::take(&mut self.scratch);
                 stored.resize(c.stored_len as usize, 0);
-                let result = self.decompress(file, c, &mut stored, out);
+                let result = read_stored(file, c, &mut stored)
+                    .and_then(|()| self.unpack_stored(&stored, c, out));
                 self.scratch = stored;
-                result?;
-                if xxh3(out) != c.raw_xxh3 {
-                    return Err(ProblemKind::ContentMismatch);
-                }
+                result.map(drop)
             }
         }
-        Ok(())
     }
 
-    fn decompress(
-        &mut self,
-        file: &File,
-        c: &ChunkEntry,
-        stored: &mut [u8],
-        out: &mut [u8],
-    ) -> Result<(), ProblemKind> {
-        read_stored(file, c, stored)?;
-        if xxh3(stored) != c.stored_xxh3 {
-            return Err(ProblemKind::ChecksumMismatch);
-        }
+    fn decompress(&mut self, stored: &[u8], out: &mut [u8]) -> Result<(), ProblemKind> {
         let dctx = match &mut self.decompressor {
             Some(d) => d,
             None => {

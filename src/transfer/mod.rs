@@ -7,11 +7,12 @@
 //! (zstd, or store them raw when compression does not pay), checksum them and append
 //! them to one data file per pack thread. [`DumpWriter::finish`] writes the index last.
 //!
-//! Restore ([`Restorer`]): the index is validated when the image is opened; with
-//! prefetch, worker threads at once read, verify and decompress chunks into bounded
-//! staging memory, before the buffers exist; a buffer handed over with
-//! [`Restorer::attach`] is filled from staging and directly from the image. A damaged
-//! chunk aborts the whole restore with an error that names it.
+//! Restore ([`Restorer`]): the index is validated and the data files mapped when the
+//! image is opened; with prefetch, reader threads at once check (and decompress) chunks
+//! into bounded staging, before the buffers exist; a buffer handed over with
+//! [`Restorer::attach`] is filled from staging and straight from the image by one writer
+//! thread per copy queue. A damaged chunk aborts the whole restore with an error that
+//! names it.
 //!
 //! The on-disk format is documented byte by byte in `docs/gpu-image-format.md`.
 
@@ -20,6 +21,7 @@ mod config;
 mod error;
 mod format;
 mod index;
+mod mapped;
 mod queue;
 mod restorer;
 mod source;
@@ -35,7 +37,7 @@ pub use config::{Compression, ParseCompressionError, TransferConfig};
 pub use error::{ChunkProblem, ProblemKind, TransferError};
 pub use format::INDEX_FILE;
 pub use index::{read_index, BufferEntry, ChunkEntry, DataFileEntry, Encoding, GpuIndex};
-pub use restorer::Restorer;
+pub use restorer::{Restorer, QUEUE_DEPTH};
 pub use source::{BufferKey, BufferSink, BufferSource, FileRange};
 pub use stats::GpuStats;
 pub use verify::verify_image;

@@ -1,103 +1,147 @@
 //! Restore: `gpu/` in, device buffers out, with optional prefetch into bounded staging.
 //!
-//! `jobs` worker threads share one work list. Each takes, in this order:
+//! Two kinds of threads share one work list. `jobs` reader threads check chunks
+//! (checksums, decompression); one writer thread per copy queue ([`BufferSink::queue`],
+//! a GPU's copy engine) writes checked chunks to the device, in the order they were
+//! queued. A reader takes, in this order:
 //!
-//! 1. a staged chunk whose buffer has been handed over: write it to the device;
-//! 2. an unread chunk of a handed-over buffer: read, verify, decompress, write it to the
-//!    device directly (no staging, so handed-over buffers always make progress);
-//! 3. with prefetch, the next unread chunk (in image order) of a buffer not handed over
-//!    yet, if its bytes fit under the staging bound: read, verify, decompress, stage.
+//! 1. the next unread chunk of a handed-over buffer whose queue has room (at most
+//!    [`QUEUE_DEPTH`] chunks read this way wait per queue): check it and queue it;
+//! 2. with prefetch, the next unread chunk (in image order) of a buffer not handed over
+//!    yet, if its bytes fit under the staging bound: check it and stage it;
 //!
-//! A worker with nothing to do waits. Without prefetch, rule 3 never applies, so
-//! nothing is read before a buffer is handed over. The first error (a damaged chunk, a
-//! failed device write) stops every worker and is returned to every waiter.
+//! and waits otherwise. When a buffer is handed over, its staged chunks join its queue
+//! at once, so staged bytes reach the device while the readers go on checking. Readers
+//! never wait for the device, and writers never wait for a checksum.
+//!
+//! The data files are mapped ([`MappedFiles`]): a raw chunk goes from the page cache to
+//! the device without a copy in between, and staging it costs no memory of gpucr's own;
+//! compressed chunks are decompressed into buffers that are reused. Memory held is at
+//! most the staging bound, plus [`QUEUE_DEPTH`] chunks per queue and one per reader.
+//!
+//! Without prefetch, nothing is read before its buffer is handed over. The first error
+//! (a damaged chunk, a failed device write) stops every thread and is returned to every
+//! waiter.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use super::chunk::Unpacker;
+use super::chunk::{Unpacked, Unpacker};
 use super::config::TransferConfig;
 use super::error::TransferError;
-use super::format::check_data_file;
 use super::index::{read_index, Encoding, GpuIndex};
+use super::mapped::{Access, MappedFiles};
 use super::source::{BufferKey, BufferSink};
 use super::staging::Staging;
 use super::stats::GpuStats;
 use super::{Event, EventSink};
 
+/// Chunks read for handed-over buffers (not from staging) that may wait for one queue.
+pub const QUEUE_DEPTH: usize = 4;
+
 /// Fills device buffers from an image's `gpu/` directory. See the module documentation.
 pub struct Restorer {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    readers: Vec<JoinHandle<()>>,
     started: Instant,
 }
 
 struct Shared {
     index: GpuIndex,
-    files: Vec<File>,
+    files: MappedFiles,
     /// The buffer (position in `index.buffers`) of each chunk.
     owner: Vec<usize>,
     by_key: HashMap<BufferKey, usize>,
     prefetch: bool,
-    /// At most this many spare staging buffers are kept.
+    /// At most this many spare decompression buffers are kept.
     spare_max: usize,
     total_bytes: u64,
+    chunks_read: AtomicU64,
     /// Zeros for all-zero chunks of buffers that do not start zeroed.
     zeros: OnceLock<Vec<u8>>,
     state: Mutex<State>,
-    /// Workers wait here for work.
+    /// Readers wait here for work.
     work: Condvar,
+    /// Writers wait here for queued chunks.
+    queued: Condvar,
     /// `wait` and `finish` wait here for buffers to complete.
     done: Condvar,
+    /// The writer threads, one per queue, started as queues appear.
+    writers: Mutex<Vec<JoinHandle<()>>>,
     on_event: EventSink,
 }
 
 struct State {
     buffers: Vec<Buffer>,
     chunks: Vec<Slot>,
-    /// Staged chunks whose buffer has been handed over.
-    ready: VecDeque<usize>,
+    queues: Vec<Queue>,
+    /// Position in `queues` of each queue id seen so far.
+    queue_of_id: HashMap<u32, usize>,
     /// Handed-over buffers that may still have unread chunks.
     attached: VecDeque<usize>,
     /// The next chunk to consider for prefetch.
     prefetch_next: usize,
     staging: Staging,
-    /// Staging memory of chunks already written, for the next chunks to stage: reusing
-    /// it spares the allocator's mmap, page faults and zeroing for every chunk.
+    /// Decompression buffers of chunks already written, for the next compressed chunks:
+    /// reusing them spares the allocator's mmap, page faults and zeroing for every chunk.
     spare: Vec<Vec<u8>>,
     done_bytes: u64,
-    chunks_read: u64,
     error: Option<TransferError>,
     shutdown: bool,
 }
 
 struct Buffer {
     sink: Option<Arc<dyn BufferSink>>,
+    /// Position in `State::queues` of the buffer's queue, once handed over.
+    queue: usize,
     /// The next chunk (index position) that may still be unread.
     cursor: usize,
     remaining: u64,
     complete: bool,
 }
 
+/// One copy queue: chunks checked and waiting for the device, in order.
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Pending>,
+    /// Chunks read for handed-over buffers that are queued or being read.
+    direct: usize,
+}
+
+struct Pending {
+    chunk: usize,
+    data: ChunkData,
+    /// Whether its bytes count against the staging bound (else against the queue).
+    staged: bool,
+}
+
+/// A checked chunk's raw bytes.
+enum ChunkData {
+    /// All zeros.
+    Zero,
+    /// The chunk's stored bytes in the mapped data file.
+    Mapped,
+    /// Decompressed bytes.
+    Owned(Vec<u8>),
+}
+
 enum Slot {
     Unread,
-    /// A worker is reading, writing or staging it.
+    /// A reader is checking it, or it is queued or being written.
     Busy,
-    Staged(Vec<u8>),
+    Staged(ChunkData),
     Done,
 }
 
-enum Job {
-    /// Write a staged chunk to its buffer.
-    Staged(usize, Vec<u8>, Arc<dyn BufferSink>),
-    /// Read a chunk and write it to its buffer.
-    Direct(usize, Arc<dyn BufferSink>),
-    /// Read a chunk into staging.
+enum ReadJob {
+    /// Check a chunk of a handed-over buffer and queue it.
+    Direct(usize),
+    /// Check a chunk into staging.
     Prefetch(usize),
 }
 
@@ -113,57 +157,54 @@ impl Shared {
         }
         drop(state);
         self.work.notify_all();
+        self.queued.notify_all();
         self.done.notify_all();
     }
 
-    /// The next job, waiting for one; `None` when the restore is over or failed.
-    fn next_job(&self) -> Option<Job> {
+    /// The next chunk to read, waiting for one; `None` when the restore is over or failed.
+    fn next_read(&self) -> Option<ReadJob> {
         let mut state = self.lock();
         loop {
             if state.error.is_some() || state.shutdown {
                 return None;
             }
-            if let Some(c) = state.ready.pop_front() {
-                let slot = std::mem::replace(&mut state.chunks[c], Slot::Busy);
-                let Slot::Staged(data) = slot else {
-                    unreachable!("only staged chunks are ready");
-                };
-                let sink = self.sink_of(&state, c);
-                return Some(Job::Staged(c, data, sink));
-            }
-            if let Some(job) = self.next_attached(&mut state) {
-                return Some(job);
+            if let Some(c) = self.next_attached(&mut state) {
+                return Some(ReadJob::Direct(c));
             }
             if self.prefetch {
                 if let Some(c) = self.next_prefetch(&mut state) {
-                    return Some(Job::Prefetch(c));
+                    return Some(ReadJob::Prefetch(c));
                 }
             }
             state = self.work.wait(state).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    fn sink_of(&self, state: &State, c: usize) -> Arc<dyn BufferSink> {
-        let sink = state.buffers[self.owner[c]].sink.as_ref();
-        Arc::clone(sink.expect("the chunk's buffer is handed over"))
-    }
-
-    /// Claim the next unread chunk of a handed-over buffer.
-    fn next_attached(&self, state: &mut State) -> Option<Job> {
-        while let Some(&b) = state.attached.front() {
+    /// Claim the next unread chunk of a handed-over buffer whose queue has room.
+    fn next_attached(&self, state: &mut State) -> Option<usize> {
+        let mut i = 0;
+        while i < state.attached.len() {
+            let b = state.attached[i];
             let entry = &self.index.buffers[b];
             let end = (entry.first_chunk + entry.chunk_count) as usize;
             let mut c = state.buffers[b].cursor;
             while c < end && !matches!(state.chunks[c], Slot::Unread) {
                 c += 1;
             }
-            state.buffers[b].cursor = c + 1;
+            state.buffers[b].cursor = c;
             if c >= end {
-                state.attached.pop_front();
+                state.attached.remove(i);
                 continue;
             }
+            let q = state.buffers[b].queue;
+            if state.queues[q].direct >= QUEUE_DEPTH {
+                i += 1;
+                continue;
+            }
+            state.queues[q].direct += 1;
+            state.buffers[b].cursor = c + 1;
             state.chunks[c] = Slot::Busy;
-            return Some(Job::Direct(c, self.sink_of(state, c)));
+            return Some(c);
         }
         None
     }
@@ -190,39 +231,122 @@ impl Shared {
         None
     }
 
-    /// Mark chunk `c` written, directly or from `staged` memory (kept for reuse);
-    /// report progress and a completed buffer.
-    fn complete(&self, c: usize, staged: Option<Vec<u8>>) {
-        let raw_len = u64::from(self.index.chunks[c].raw_len);
-        let mut state = self.lock();
-        state.chunks[c] = Slot::Done;
-        let staged = match staged {
-            Some(data) => {
-                state.staging.release(raw_len);
-                if state.spare.len() < self.spare_max {
-                    state.spare.push(data);
-                }
-                true
-            }
-            None => false,
-        };
-        state.done_bytes += raw_len;
-        let b = self.owner[c];
-        let buffer = &mut state.buffers[b];
-        buffer.remaining -= 1;
-        let finished = buffer.remaining == 0;
-        if finished {
-            buffer.complete = true;
+    /// Check chunk `c` (and decompress it if it is compressed).
+    fn read_chunk(&self, unpacker: &mut Unpacker, c: usize) -> Result<ChunkData, TransferError> {
+        let entry = &self.index.chunks[c];
+        if entry.encoding == Encoding::Zero {
+            return Ok(ChunkData::Zero);
         }
+        self.chunks_read.fetch_add(1, Ordering::Relaxed);
+        let damaged =
+            |kind| TransferError::Chunk(Box::new(self.index.problem(c, self.owner[c], kind)));
+        let stored = self.files.stored(entry).map_err(damaged)?;
+        let mut out = if entry.encoding == Encoding::Zstd {
+            self.lock().spare.pop().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        match unpacker
+            .unpack_stored(stored, entry, &mut out)
+            .map_err(damaged)?
+        {
+            Unpacked::Zero => Ok(ChunkData::Zero),
+            Unpacked::Stored => Ok(ChunkData::Mapped),
+            Unpacked::Decompressed => Ok(ChunkData::Owned(out)),
+        }
+    }
+
+    /// Put a checked chunk where it belongs: in its buffer's queue if the buffer has been
+    /// handed over, else in staging.
+    fn place(&self, c: usize, data: ChunkData, staged: bool) {
+        let mut state = self.lock();
+        let buffer = &state.buffers[self.owner[c]];
+        if buffer.sink.is_some() {
+            let q = buffer.queue;
+            state.queues[q].pending.push_back(Pending {
+                chunk: c,
+                data,
+                staged,
+            });
+            drop(state);
+            self.queued.notify_all();
+        } else {
+            state.chunks[c] = Slot::Staged(data);
+        }
+    }
+
+    /// The next chunk for queue `q` to write, waiting for one; `None` when the restore
+    /// is over or failed.
+    fn next_write(&self, q: usize) -> Option<(Pending, Arc<dyn BufferSink>)> {
+        let mut state = self.lock();
+        loop {
+            if state.error.is_some() || state.shutdown {
+                return None;
+            }
+            if let Some(p) = state.queues[q].pending.pop_front() {
+                let sink = state.buffers[self.owner[p.chunk]].sink.as_ref();
+                let sink = Arc::clone(sink.expect("queued chunks belong to handed-over buffers"));
+                return Some((p, sink));
+            }
+            state = self.queued.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Write a checked chunk to its device buffer.
+    fn write_chunk(&self, sink: &dyn BufferSink, p: &Pending) -> Result<(), TransferError> {
+        let entry = &self.index.chunks[p.chunk];
+        let result = match &p.data {
+            ChunkData::Zero if sink.starts_zeroed() => Ok(()),
+            ChunkData::Zero => {
+                let zeros = self
+                    .zeros
+                    .get_or_init(|| vec![0; self.index.chunk_size as usize]);
+                sink.write_at(entry.offset, &zeros[..entry.raw_len as usize])
+            }
+            ChunkData::Mapped => {
+                let stored = self.files.stored(entry).map_err(|kind| {
+                    TransferError::Chunk(Box::new(self.index.problem(
+                        p.chunk,
+                        self.owner[p.chunk],
+                        kind,
+                    )))
+                })?;
+                sink.write_at(entry.offset, stored)
+            }
+            ChunkData::Owned(bytes) => sink.write_at(entry.offset, bytes),
+        };
+        result.map_err(|e| TransferError::Sink {
+            key: self.index.buffers[self.owner[p.chunk]].key,
+            offset: entry.offset,
+            source: Arc::new(e),
+        })
+    }
+
+    /// Mark a chunk of queue `q` written; report progress and a completed buffer.
+    fn complete(&self, q: usize, p: Pending) {
+        let raw_len = u64::from(self.index.chunks[p.chunk].raw_len);
+        let mut state = self.lock();
+        state.chunks[p.chunk] = Slot::Done;
+        if p.staged {
+            state.staging.release(raw_len);
+        } else {
+            state.queues[q].direct -= 1;
+        }
+        if let ChunkData::Owned(bytes) = p.data {
+            if state.spare.len() < self.spare_max {
+                state.spare.push(bytes);
+            }
+        }
+        state.done_bytes += raw_len;
+        let b = self.owner[p.chunk];
+        let finished = self.chunk_done(&mut state, b);
         let progress = Event::Bytes {
             done: state.done_bytes,
             total: self.total_bytes,
         };
         drop(state);
-        if staged {
-            // Room in staging: prefetch can go on.
-            self.work.notify_all();
-        }
+        // Room in the queue or in staging: readers can go on.
+        self.work.notify_all();
         (self.on_event)(progress);
         if finished {
             self.done.notify_all();
@@ -230,100 +354,73 @@ impl Shared {
         }
     }
 
-    /// Read, verify and decompress chunk `c` into `out`.
-    fn read_chunk(
-        &self,
-        unpacker: &mut Unpacker,
-        c: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), TransferError> {
-        let entry = &self.index.chunks[c];
-        if entry.encoding != Encoding::Zero {
-            self.lock().chunks_read += 1;
+    /// Count one more chunk of buffer `b` done; true when that completed the buffer.
+    fn chunk_done(&self, state: &mut State, b: usize) -> bool {
+        let buffer = &mut state.buffers[b];
+        buffer.remaining -= 1;
+        if buffer.remaining == 0 {
+            buffer.complete = true;
         }
-        let file = &self.files[usize::from(entry.file)];
-        unpacker.unpack(file, entry, out).map_err(|kind| {
-            TransferError::Chunk(Box::new(self.index.problem(c, self.owner[c], kind)))
-        })
-    }
-
-    /// Write chunk `c`'s bytes to its device buffer.
-    fn write_chunk(
-        &self,
-        c: usize,
-        sink: &dyn BufferSink,
-        data: &[u8],
-    ) -> Result<(), TransferError> {
-        let offset = self.index.chunks[c].offset;
-        sink.write_at(offset, data)
-            .map_err(|e| TransferError::Sink {
-                key: self.index.buffers[self.owner[c]].key,
-                offset,
-                source: Arc::new(e),
-            })
-    }
-
-    /// Write chunk `c` to its device buffer: zeros without reading, or its bytes.
-    fn direct(
-        &self,
-        unpacker: &mut Unpacker,
-        c: usize,
-        sink: &dyn BufferSink,
-        scratch: &mut Vec<u8>,
-    ) -> Result<(), TransferError> {
-        let entry = &self.index.chunks[c];
-        if entry.encoding == Encoding::Zero {
-            if !sink.starts_zeroed() {
-                let zeros = self
-                    .zeros
-                    .get_or_init(|| vec![0; self.index.chunk_size as usize]);
-                self.write_chunk(c, sink, &zeros[..entry.raw_len as usize])?;
-            }
-            return Ok(());
-        }
-        self.read_chunk(unpacker, c, scratch)?;
-        self.write_chunk(c, sink, scratch)
-    }
-
-    /// Read chunk `c` into staging; hand it on at once if its buffer arrived meanwhile.
-    fn stage(&self, unpacker: &mut Unpacker, c: usize) -> Result<(), TransferError> {
-        let mut data = self.lock().spare.pop().unwrap_or_default();
-        self.read_chunk(unpacker, c, &mut data)?;
-        let mut state = self.lock();
-        state.chunks[c] = Slot::Staged(data);
-        if state.buffers[self.owner[c]].sink.is_some() {
-            state.ready.push_back(c);
-            drop(state);
-            self.work.notify_one();
-        }
-        Ok(())
+        buffer.complete
     }
 }
 
-fn worker(shared: &Shared) {
+fn reader(shared: &Shared) {
+    // Checking runs ahead of need: it must not slow CRIU down.
+    let _ = crate::niceness::run_in_background();
     let mut unpacker = Unpacker::new();
-    let mut scratch = Vec::new();
-    while let Some(job) = shared.next_job() {
-        let result = match job {
-            Job::Staged(c, data, sink) => shared
-                .write_chunk(c, &*sink, &data)
-                .map(|()| shared.complete(c, Some(data))),
-            Job::Direct(c, sink) => shared
-                .direct(&mut unpacker, c, &*sink, &mut scratch)
-                .map(|()| shared.complete(c, None)),
-            Job::Prefetch(c) => shared.stage(&mut unpacker, c),
+    while let Some(job) = shared.next_read() {
+        let (c, staged) = match job {
+            ReadJob::Direct(c) => (c, false),
+            ReadJob::Prefetch(c) => (c, true),
         };
-        if let Err(e) = result {
+        match shared.read_chunk(&mut unpacker, c) {
+            Ok(data) => shared.place(c, data, staged),
+            Err(e) => {
+                shared.fail(e);
+                return;
+            }
+        }
+    }
+}
+
+fn writer(shared: &Shared, q: usize) {
+    // Keeping the copy engine busy comes first: see `niceness::run_as_feeder`.
+    let _ = crate::niceness::run_as_feeder();
+    while let Some((pending, sink)) = shared.next_write(q) {
+        if let Err(e) = shared.write_chunk(&*sink, &pending) {
             shared.fail(e);
             return;
         }
+        shared.complete(q, pending);
     }
+}
+
+/// Run `body` on a new thread named `name`; a panic in it fails the restore.
+fn spawn(
+    shared: &Arc<Shared>,
+    name: String,
+    body: impl FnOnce(&Shared) + Send + 'static,
+) -> Result<JoinHandle<()>, TransferError> {
+    let shared = Arc::clone(shared);
+    thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            if catch_unwind(AssertUnwindSafe(|| body(&shared))).is_err() {
+                shared.fail(TransferError::Thread {
+                    what: "a restore thread panicked".into(),
+                });
+            }
+        })
+        .map_err(|e| TransferError::Thread {
+            what: e.to_string(),
+        })
 }
 
 impl Restorer {
     /// Open the image in `dir`: validate `gpu/index`, check every data file's header and
-    /// size, and start `cfg.jobs` workers. With `prefetch`, they start reading into
-    /// staging (at most `cfg.max_staging` bytes) at once.
+    /// size, and start `cfg.jobs` reader threads. With `prefetch`, they start checking
+    /// chunks into staging (at most `cfg.max_staging` bytes) at once.
     pub fn open(
         dir: &Path,
         cfg: TransferConfig,
@@ -333,13 +430,12 @@ impl Restorer {
         cfg.validate()?;
         let started = Instant::now();
         let index = read_index(dir)?;
-        let mut files = Vec::with_capacity(index.files.len());
-        for n in 0..index.files.len() {
-            let path = index.data_path(dir, n);
-            let file = File::open(&path).map_err(|e| TransferError::io("open", &path, e))?;
-            check_data_file(&file, &path, n, index.files[n].size)?;
-            files.push(file);
-        }
+        let access = if prefetch {
+            Access::Soon
+        } else {
+            Access::WhenNeeded
+        };
+        let files = MappedFiles::open(dir, &index, access)?;
         let owner = index.chunk_owners();
         let by_key = index
             .buffers
@@ -352,6 +448,7 @@ impl Restorer {
             .iter()
             .map(|e| Buffer {
                 sink: None,
+                queue: 0,
                 cursor: e.first_chunk as usize,
                 remaining: e.chunk_count,
                 complete: false,
@@ -365,46 +462,37 @@ impl Restorer {
             owner,
             by_key,
             prefetch,
-            spare_max: 2 * cfg.jobs,
+            spare_max: 2 * cfg.jobs + QUEUE_DEPTH,
             total_bytes,
+            chunks_read: AtomicU64::new(0),
             zeros: OnceLock::new(),
             state: Mutex::new(State {
                 buffers,
                 chunks,
-                ready: VecDeque::new(),
+                queues: Vec::new(),
+                queue_of_id: HashMap::new(),
                 attached: VecDeque::new(),
                 prefetch_next: 0,
                 staging: Staging::new(cfg.max_staging),
                 spare: Vec::new(),
                 done_bytes: 0,
-                chunks_read: 0,
                 error: None,
                 shutdown: false,
             }),
             work: Condvar::new(),
+            queued: Condvar::new(),
             done: Condvar::new(),
+            writers: Mutex::new(Vec::new()),
             on_event,
         });
         let mut restorer = Restorer {
             shared: Arc::clone(&shared),
-            workers: Vec::with_capacity(cfg.jobs),
+            readers: Vec::with_capacity(cfg.jobs),
             started,
         };
         for n in 0..cfg.jobs {
-            let shared = Arc::clone(&shared);
-            let handle = thread::Builder::new()
-                .name(format!("gpucr-restore-{n}"))
-                .spawn(move || {
-                    if catch_unwind(AssertUnwindSafe(|| worker(&shared))).is_err() {
-                        shared.fail(TransferError::Thread {
-                            what: "a restore thread panicked".into(),
-                        });
-                    }
-                })
-                .map_err(|e| TransferError::Thread {
-                    what: e.to_string(),
-                })?;
-            restorer.workers.push(handle);
+            let handle = spawn(&shared, format!("gpucr-check-{n}"), reader)?;
+            restorer.readers.push(handle);
         }
         Ok(restorer)
     }
@@ -424,7 +512,7 @@ impl Restorer {
         &self.shared.index
     }
 
-    /// Hand over the device buffer for `key`; returns at once, the workers fill it.
+    /// Hand over the device buffer for `key`; returns at once, the threads fill it.
     /// Fails for a key the image does not hold, a buffer handed over twice, a sink of
     /// the wrong size, or a restore that has already failed (with that failure).
     pub fn attach(&self, key: BufferKey, sink: Box<dyn BufferSink>) -> Result<(), TransferError> {
@@ -448,23 +536,65 @@ impl Restorer {
         if state.buffers[b].sink.is_some() {
             return Err(TransferError::AlreadyAttached { key });
         }
+        let q = match state.queue_of_id.get(&sink.queue()) {
+            Some(&q) => q,
+            None => {
+                let q = state.queues.len();
+                let handle = spawn(shared, format!("gpucr-write-{}", sink.queue()), move |s| {
+                    writer(s, q)
+                })?;
+                shared
+                    .writers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(handle);
+                state.queues.push(Queue::default());
+                state.queue_of_id.insert(sink.queue(), q);
+                q
+            }
+        };
+        let zeroed = sink.starts_zeroed();
         state.buffers[b].sink = Some(Arc::from(sink));
+        state.buffers[b].queue = q;
         let first = entry.first_chunk as usize;
         let end = first + entry.chunk_count as usize;
+        let mut skipped = 0;
         for c in first..end {
-            if matches!(state.chunks[c], Slot::Staged(_)) {
-                state.ready.push_back(c);
+            match std::mem::replace(&mut state.chunks[c], Slot::Busy) {
+                Slot::Staged(data) => state.queues[q].pending.push_back(Pending {
+                    chunk: c,
+                    data,
+                    staged: true,
+                }),
+                // A buffer that starts zeroed needs nothing for its zero chunks.
+                Slot::Unread if zeroed && shared.index.chunks[c].encoding == Encoding::Zero => {
+                    state.chunks[c] = Slot::Done;
+                    state.done_bytes += u64::from(shared.index.chunks[c].raw_len);
+                    skipped += 1;
+                }
+                other => state.chunks[c] = other,
             }
         }
-        let empty = entry.chunk_count == 0;
-        if empty {
+        let mut finished = entry.chunk_count == 0;
+        for _ in 0..skipped {
+            finished = shared.chunk_done(&mut state, b);
+        }
+        if finished {
             state.buffers[b].complete = true;
         } else {
             state.attached.push_back(b);
         }
+        let progress = Event::Bytes {
+            done: state.done_bytes,
+            total: shared.total_bytes,
+        };
         drop(state);
+        shared.queued.notify_all();
         shared.work.notify_all();
-        if empty {
+        if skipped > 0 {
+            (shared.on_event)(progress);
+        }
+        if finished {
             shared.done.notify_all();
             (shared.on_event)(Event::BufferDone(key));
         }
@@ -498,7 +628,7 @@ impl Restorer {
         }
     }
 
-    /// Bytes of staging memory held (or reserved) right now.
+    /// Bytes of staging held (or reserved) right now.
     pub fn staging_bytes(&self) -> u64 {
         self.shared.lock().staging.used()
     }
@@ -510,10 +640,10 @@ impl Restorer {
 
     /// Chunks read from the data files so far (zero chunks are never read).
     pub fn chunks_read(&self) -> u64 {
-        self.shared.lock().chunks_read
+        self.shared.chunks_read.load(Ordering::Relaxed)
     }
 
-    /// Wait for every handed-over buffer, stop the workers, and return the totals. Fails
+    /// Wait for every handed-over buffer, stop the threads, and return the totals. Fails
     /// with the restore's first error, or if some buffers were never handed over.
     pub fn finish(mut self) -> Result<GpuStats, TransferError> {
         let shared = Arc::clone(&self.shared);
@@ -550,9 +680,17 @@ impl Restorer {
     fn stop(&mut self) {
         self.shared.lock().shutdown = true;
         self.shared.work.notify_all();
+        self.shared.queued.notify_all();
         self.shared.done.notify_all();
+        let writers = std::mem::take(
+            &mut *self
+                .shared
+                .writers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         let mut panicked = false;
-        for handle in self.workers.drain(..) {
+        for handle in self.readers.drain(..).chain(writers) {
             panicked |= handle.join().is_err();
         }
         if panicked {

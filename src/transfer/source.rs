@@ -47,7 +47,8 @@ pub trait BufferSource: Send + Sync {
 
 /// Device memory being restored, written through the device's copy engine.
 ///
-/// `write_at` is called from several threads at once, for disjoint ranges.
+/// Writes to buffers of one copy queue ([`BufferSink::queue`]) are issued one at a time,
+/// in order, by the queue's own thread; writes to different queues run in parallel.
 pub trait BufferSink: Send + Sync {
     /// Bytes in the buffer.
     fn len(&self) -> u64;
@@ -63,6 +64,11 @@ pub trait BufferSink: Send + Sync {
     fn starts_zeroed(&self) -> bool {
         false
     }
+    /// The copy queue the buffer is written through: for a GPU, its copy engine, shared
+    /// by every buffer on that GPU. Each queue gets one writer thread.
+    fn queue(&self) -> u32 {
+        0
+    }
 }
 
 /// A byte range of a file used as a buffer: the simulator's buffers (one tmpfs file per
@@ -73,6 +79,7 @@ pub struct FileRange {
     base: u64,
     len: u64,
     zeroed: bool,
+    queue: u32,
 }
 
 impl FileRange {
@@ -83,6 +90,7 @@ impl FileRange {
             base,
             len,
             zeroed: false,
+            queue: 0,
         }
     }
 
@@ -106,6 +114,12 @@ impl FileRange {
     /// [`BufferSink::starts_zeroed`]).
     pub fn starting_zeroed(mut self) -> FileRange {
         self.zeroed = true;
+        self
+    }
+
+    /// Write the range through copy queue `queue` (see [`BufferSink::queue`]).
+    pub fn on_queue(mut self, queue: u32) -> FileRange {
+        self.queue = queue;
         self
     }
 
@@ -146,5 +160,9 @@ impl BufferSink for FileRange {
 
     fn starts_zeroed(&self) -> bool {
         self.zeroed
+    }
+
+    fn queue(&self) -> u32 {
+        self.queue
     }
 }

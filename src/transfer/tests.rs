@@ -586,6 +586,131 @@ fn zero_chunks_are_written_only_to_buffers_that_need_them() {
     assert_eq!(sink.writes.load(Ordering::Relaxed), 0);
 }
 
+/// A sink on a copy queue that records how many writes run at once on each queue, and
+/// which nice value the writing thread had; writes wait while `gate` is closed.
+#[derive(Clone)]
+struct QueueSink {
+    inner: MemSink,
+    queue: u32,
+    busy: Arc<Mutex<HashMap<u32, (usize, usize)>>>,
+    nice: Arc<Mutex<Vec<i32>>>,
+    gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl BufferSink for QueueSink {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let (lock, open) = &*self.gate;
+        drop(open.wait_while(lock.lock().unwrap(), |o| !*o).unwrap());
+        self.nice
+            .lock()
+            .unwrap()
+            .push(crate::niceness::current_nice().unwrap());
+        {
+            let mut busy = self.busy.lock().unwrap();
+            let (now, most) = busy.entry(self.queue).or_default();
+            *now += 1;
+            *most = (*most).max(*now);
+        }
+        thread::sleep(Duration::from_micros(200));
+        let result = self.inner.write_at(offset, data);
+        self.busy.lock().unwrap().get_mut(&self.queue).unwrap().0 -= 1;
+        result
+    }
+    fn queue(&self) -> u32 {
+        self.queue
+    }
+}
+
+#[test]
+fn each_queue_writes_one_chunk_at_a_time_in_its_own_thread() {
+    let buffers: Vec<_> = (0..6)
+        .map(|b| (BufferKey::new(1, b), random(6 * CS, 40 + u64::from(b))))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    dump(dir.path(), cfg(Compression::Zstd(1)), &buffers);
+    let restorer = Restorer::open(dir.path(), cfg(Compression::None), true, no_events()).unwrap();
+    let busy = Arc::new(Mutex::new(HashMap::new()));
+    let nice = Arc::new(Mutex::new(Vec::new()));
+    let gate = Arc::new((Mutex::new(true), std::sync::Condvar::new()));
+    let mut sinks = Vec::new();
+    for (key, data) in &buffers {
+        let sink = QueueSink {
+            inner: MemSink::dirty(data.len()),
+            queue: key.buffer % 3,
+            busy: Arc::clone(&busy),
+            nice: Arc::clone(&nice),
+            gate: Arc::clone(&gate),
+        };
+        restorer.attach(*key, Box::new(sink.clone())).unwrap();
+        sinks.push(sink);
+    }
+    restorer.finish().unwrap();
+    for ((key, data), sink) in buffers.iter().zip(&sinks) {
+        assert!(sink.inner.bytes() == *data, "buffer {key}");
+    }
+    let busy = busy.lock().unwrap();
+    assert_eq!(busy.len(), 3, "three queues wrote");
+    for (queue, (now, most)) in busy.iter() {
+        assert_eq!(
+            (*now, *most),
+            (0, 1),
+            "queue {queue} wrote one chunk at a time"
+        );
+    }
+    // Writers feed copy engines: raised priority where the process may raise it.
+    if nix::unistd::geteuid().is_root() {
+        let nice = nice.lock().unwrap();
+        assert!(
+            nice.iter().all(|&n| n == crate::niceness::FEEDER_NICE),
+            "{nice:?}"
+        );
+    }
+}
+
+#[test]
+fn readers_go_on_checking_while_a_queue_is_stalled() {
+    let buffers: Vec<_> = (0..4)
+        .map(|b| (BufferKey::new(2, b), random(4 * CS, 60 + u64::from(b))))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    dump(dir.path(), cfg(Compression::None), &buffers);
+    let restorer = Restorer::open(dir.path(), cfg(Compression::None), true, no_events()).unwrap();
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let (first, data) = &buffers[0];
+    let stalled = QueueSink {
+        inner: MemSink::dirty(data.len()),
+        queue: 0,
+        busy: Arc::default(),
+        nice: Arc::default(),
+        gate: Arc::clone(&gate),
+    };
+    restorer.attach(*first, Box::new(stalled.clone())).unwrap();
+    // The device does not take a byte, yet every chunk of the image gets checked:
+    // those of the attached buffer for its queue, the others into staging.
+    let total = restorer.index().chunks.len() as u64;
+    eventually("every chunk checked", || restorer.chunks_read() == total);
+    let (lock, open) = &*gate;
+    *lock.lock().unwrap() = true;
+    open.notify_all();
+    restorer.wait(&[*first]).unwrap();
+    assert!(stalled.inner.bytes() == *data);
+    for (key, data) in &buffers[1..] {
+        let sink = MemSink::dirty(data.len());
+        restorer.attach(*key, Box::new(sink.clone())).unwrap();
+        restorer.wait(&[*key]).unwrap();
+        assert!(sink.bytes() == *data, "buffer {key}");
+    }
+    assert_eq!(
+        restorer.chunks_read(),
+        total,
+        "staged chunks are not read again"
+    );
+    restorer.finish().unwrap();
+}
+
 #[test]
 fn attach_and_wait_reject_wrong_requests() {
     let buffers = sample_buffers(CS);

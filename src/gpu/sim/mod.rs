@@ -255,7 +255,9 @@ impl Backend for SimBackend {
 
     fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink> {
         let info = &task.buffers[index];
-        let range = FileRange::new(file, 0, info.size).starting_zeroed();
+        let range = FileRange::new(file, 0, info.size)
+            .starting_zeroed()
+            .on_queue(info.gpu_id);
         Box::new(EngineBuffer::new(range, self.engine(info.gpu_id)))
     }
 }
