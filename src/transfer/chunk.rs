@@ -144,6 +144,19 @@ pub enum Unpacked {
     Decompressed,
 }
 
+/// Check a raw chunk's `stored` bytes (which are its raw bytes).
+pub fn check_raw(stored: &[u8], c: &ChunkEntry) -> Result<(), ProblemKind> {
+    if xxh3(stored) != c.stored_xxh3 {
+        return Err(ProblemKind::ChecksumMismatch);
+    }
+    // Raw chunks have one checksum, stored and raw being the same bytes; the index
+    // requires both fields to agree.
+    if c.raw_xxh3 != c.stored_xxh3 || stored.len() != c.raw_len as usize {
+        return Err(ProblemKind::ContentMismatch);
+    }
+    Ok(())
+}
+
 /// Verifies and decompresses chunks for one thread.
 pub struct Unpacker {
     decompressor: Option<zstd::bulk::Decompressor<'static>>,
@@ -169,17 +182,7 @@ impl Unpacker {
     ) -> Result<Unpacked, ProblemKind> {
         match c.encoding {
             Encoding::Zero => Ok(Unpacked::Zero),
-            Encoding::Raw => {
-                if xxh3(stored) != c.stored_xxh3 {
-                    return Err(ProblemKind::ChecksumMismatch);
-                }
-                // Raw chunks have one checksum, stored and raw being the same bytes;
-                // the index requires both fields to agree.
-                if c.raw_xxh3 != c.stored_xxh3 || stored.len() != c.raw_len as usize {
-                    return Err(ProblemKind::ContentMismatch);
-                }
-                Ok(Unpacked::Stored)
-            }
+            Encoding::Raw => check_raw(stored, c).map(|()| Unpacked::Stored),
             Encoding::Zstd => {
                 if xxh3(stored) != c.stored_xxh3 {
                     return Err(ProblemKind::ChecksumMismatch);

@@ -75,15 +75,18 @@ impl FromStr for Compression {
 /// How a transfer runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransferConfig {
-    /// Worker threads per stage (`--jobs`); on dump also the number of data files.
+    /// Worker threads per stage (`--jobs`); on dump also the number of data files; on
+    /// restore the reader threads (each copy queue has a writer thread besides).
     pub jobs: usize,
     /// Bytes per chunk on dump (restore uses the image's own chunk size).
     pub chunk_size: usize,
     /// Compression on dump (`--compress`).
     pub compression: Compression,
-    /// Bytes of decompressed chunks that a restore may hold in staging memory before
-    /// their buffer is handed over (`--max-staging`). Besides it, each worker has one
-    /// chunk buffer of its own, and up to two per worker are kept for reuse.
+    /// Bytes of chunks that a restore may stage before their buffer is handed over
+    /// (`--max-staging`): decompressed chunks in memory, raw ones read ahead into the
+    /// page cache. Besides it, each copy queue holds up to `QUEUE_DEPTH` chunks read for
+    /// handed-over buffers, each reader one chunk, and a few decompression buffers are
+    /// kept for reuse.
     pub max_staging: u64,
 }
 

@@ -61,6 +61,19 @@ impl MappedFiles {
         Ok(MappedFiles { maps })
     }
 
+    /// Ask the kernel to start reading chunk `c`'s stored bytes into the page cache, so
+    /// that they are there when they are needed. Only a hint.
+    pub fn will_need(&self, c: &ChunkEntry) {
+        if let Some(Some(map)) = self.maps.get(usize::from(c.file)) {
+            let page = 4096;
+            let start = (c.file_offset as usize) / page * page;
+            let end = (c.file_offset as usize).saturating_add(c.stored_len as usize);
+            if end <= map.len() && start < end {
+                let _ = map.advise_range(Advice::WillNeed, start, end - start);
+            }
+        }
+    }
+
     /// The stored bytes of chunk `c` (empty for zero chunks).
     pub fn stored(&self, c: &ChunkEntry) -> Result<&[u8], ProblemKind> {
         if c.stored_len == 0 {

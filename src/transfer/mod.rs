@@ -8,11 +8,11 @@
 //! them to one data file per pack thread. [`DumpWriter::finish`] writes the index last.
 //!
 //! Restore ([`Restorer`]): the index is validated and the data files mapped when the
-//! image is opened; with prefetch, reader threads at once check (and decompress) chunks
-//! into bounded staging, before the buffers exist; a buffer handed over with
-//! [`Restorer::attach`] is filled from staging and straight from the image by one writer
-//! thread per copy queue. A damaged chunk aborts the whole restore with an error that
-//! names it.
+//! image is opened; with prefetch, reader threads at once stage chunks (decompressed and
+//! checked, or raw ones read ahead) within a bound, before the buffers exist; a buffer
+//! handed over with [`Restorer::attach`] is filled from staging and straight from the
+//! image by one writer thread per copy queue. A damaged chunk aborts the whole restore
+//! with an error that names it.
 //!
 //! The on-disk format is documented byte by byte in `docs/gpu-image-format.md`.
 

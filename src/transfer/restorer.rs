@@ -1,27 +1,31 @@
 //! Restore: `gpu/` in, device buffers out, with optional prefetch into bounded staging.
 //!
-//! Two kinds of threads share one work list. `jobs` reader threads check chunks
-//! (checksums, decompression); one writer thread per copy queue ([`BufferSink::queue`],
-//! a GPU's copy engine) writes checked chunks to the device, in the order they were
-//! queued. A reader takes, in this order:
+//! Two kinds of threads share one work list. `jobs` reader threads take chunks from the
+//! image: a compressed chunk is decompressed and checked (both checksums); a raw chunk
+//! is only located, and read ahead into the page cache when staged. One writer thread
+//! per copy queue ([`BufferSink::queue`], a GPU's copy engine) writes chunks to the
+//! device in the order they were queued, checking each raw chunk right before writing
+//! it: its bytes then pass through the CPU cache once, not twice. A reader takes, in
+//! this order:
 //!
 //! 1. the next unread chunk of a handed-over buffer whose queue has room (at most
-//!    [`QUEUE_DEPTH`] chunks read this way wait per queue): check it and queue it;
+//!    [`QUEUE_DEPTH`] chunks read this way wait per queue), and queues it;
 //! 2. with prefetch, the next unread chunk (in image order) of a buffer not handed over
-//!    yet, if its bytes fit under the staging bound: check it and stage it;
+//!    yet, if its bytes fit under the staging bound, and stages it;
 //!
 //! and waits otherwise. When a buffer is handed over, its staged chunks join its queue
-//! at once, so staged bytes reach the device while the readers go on checking. Readers
-//! never wait for the device, and writers never wait for a checksum.
+//! at once. Readers never wait for the device, and writers never wait for a
+//! decompression.
 //!
 //! The data files are mapped ([`MappedFiles`]): a raw chunk goes from the page cache to
 //! the device without a copy in between, and staging it costs no memory of gpucr's own;
 //! compressed chunks are decompressed into buffers that are reused. Memory held is at
 //! most the staging bound, plus [`QUEUE_DEPTH`] chunks per queue and one per reader.
 //!
-//! Without prefetch, nothing is read before its buffer is handed over. The first error
-//! (a damaged chunk, a failed device write) stops every thread and is returned to every
-//! waiter.
+//! Readers run at a lower CPU priority and writers at a higher one than the rest of the
+//! machine (see [`crate::niceness`]). Without prefetch, nothing is read before its
+//! buffer is handed over. The first error (a damaged chunk, a failed device write)
+//! stops every thread and is returned to every waiter.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -31,9 +35,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use super::chunk::{Unpacked, Unpacker};
+use super::chunk::{check_raw, Unpacked, Unpacker};
 use super::config::TransferConfig;
-use super::error::TransferError;
+use super::error::{ProblemKind, TransferError};
 use super::index::{read_index, Encoding, GpuIndex};
 use super::mapped::{Access, MappedFiles};
 use super::source::{BufferKey, BufferSink};
@@ -120,11 +124,11 @@ struct Pending {
     staged: bool,
 }
 
-/// A checked chunk's raw bytes.
+/// A chunk's raw bytes, ready for the device.
 enum ChunkData {
     /// All zeros.
     Zero,
-    /// The chunk's stored bytes in the mapped data file.
+    /// The stored bytes of a raw chunk in the mapped data file, checked by the writer.
     Mapped,
     /// Decompressed bytes.
     Owned(Vec<u8>),
@@ -231,29 +235,45 @@ impl Shared {
         None
     }
 
-    /// Check chunk `c` (and decompress it if it is compressed).
-    fn read_chunk(&self, unpacker: &mut Unpacker, c: usize) -> Result<ChunkData, TransferError> {
+    /// Take chunk `c` from the data files: a compressed chunk is decompressed and
+    /// checked now; a raw chunk is only located (and, when it is `staged` ahead of its
+    /// buffer, read ahead into the page cache): its writer checks it right before
+    /// writing it, so that its bytes pass through the CPU cache once, not twice.
+    fn read_chunk(
+        &self,
+        unpacker: &mut Unpacker,
+        c: usize,
+        staged: bool,
+    ) -> Result<ChunkData, TransferError> {
         let entry = &self.index.chunks[c];
         if entry.encoding == Encoding::Zero {
             return Ok(ChunkData::Zero);
         }
         self.chunks_read.fetch_add(1, Ordering::Relaxed);
-        let damaged =
-            |kind| TransferError::Chunk(Box::new(self.index.problem(c, self.owner[c], kind)));
-        let stored = self.files.stored(entry).map_err(damaged)?;
-        let mut out = if entry.encoding == Encoding::Zstd {
-            self.lock().spare.pop().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
+        let stored = self
+            .files
+            .stored(entry)
+            .map_err(|kind| self.damaged(c, kind))?;
+        if entry.encoding == Encoding::Raw {
+            if staged {
+                self.files.will_need(entry);
+            }
+            return Ok(ChunkData::Mapped);
+        }
+        let mut out = self.lock().spare.pop().unwrap_or_default();
         match unpacker
             .unpack_stored(stored, entry, &mut out)
-            .map_err(damaged)?
+            .map_err(|kind| self.damaged(c, kind))?
         {
             Unpacked::Zero => Ok(ChunkData::Zero),
             Unpacked::Stored => Ok(ChunkData::Mapped),
             Unpacked::Decompressed => Ok(ChunkData::Owned(out)),
         }
+    }
+
+    /// The error for damaged chunk `c`.
+    fn damaged(&self, c: usize, kind: ProblemKind) -> TransferError {
+        TransferError::Chunk(Box::new(self.index.problem(c, self.owner[c], kind)))
     }
 
     /// Put a checked chunk where it belongs: in its buffer's queue if the buffer has been
@@ -304,13 +324,11 @@ impl Shared {
                 sink.write_at(entry.offset, &zeros[..entry.raw_len as usize])
             }
             ChunkData::Mapped => {
-                let stored = self.files.stored(entry).map_err(|kind| {
-                    TransferError::Chunk(Box::new(self.index.problem(
-                        p.chunk,
-                        self.owner[p.chunk],
-                        kind,
-                    )))
-                })?;
+                let stored = self
+                    .files
+                    .stored(entry)
+                    .and_then(|stored| check_raw(stored, entry).map(|()| stored))
+                    .map_err(|kind| self.damaged(p.chunk, kind))?;
                 sink.write_at(entry.offset, stored)
             }
             ChunkData::Owned(bytes) => sink.write_at(entry.offset, bytes),
@@ -366,7 +384,7 @@ impl Shared {
 }
 
 fn reader(shared: &Shared) {
-    // Checking runs ahead of need: it must not slow CRIU down.
+    // Staging runs ahead of need: it must not slow CRIU down.
     let _ = crate::niceness::run_in_background();
     let mut unpacker = Unpacker::new();
     while let Some(job) = shared.next_read() {
@@ -374,7 +392,7 @@ fn reader(shared: &Shared) {
             ReadJob::Direct(c) => (c, false),
             ReadJob::Prefetch(c) => (c, true),
         };
-        match shared.read_chunk(&mut unpacker, c) {
+        match shared.read_chunk(&mut unpacker, c, staged) {
             Ok(data) => shared.place(c, data, staged),
             Err(e) => {
                 shared.fail(e);
