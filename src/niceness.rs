@@ -12,26 +12,19 @@ use std::io;
 /// The nice value of background threads (0 is the default, 19 the lowest priority).
 pub const BACKGROUND_NICE: i32 = 10;
 
+/// The nice value of the threads that feed copy engines (needs CAP_SYS_NICE, which a
+/// restore has: CRIU needs root).
+pub const FEEDER_NICE: i32 = -10;
+
 /// Lower the calling thread's priority to [`BACKGROUND_NICE`], or leave it where it is
 /// if it is lower already (on Linux, nice values belong to threads). Lowering a
 /// priority needs no privilege.
 pub fn run_in_background() -> io::Result<()> {
-    let nice = current_nice()?;
-    if nice >= BACKGROUND_NICE {
+    if current_nice()? >= BACKGROUND_NICE {
         return Ok(());
     }
-    // SAFETY: setpriority takes plain integers and touches no memory of ours.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, this_thread()?, BACKGROUND_NICE) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_nice(BACKGROUND_NICE)
 }
-
-/// The nice value of the threads that feed copy engines (needs CAP_SYS_NICE, which a
-/// restore has: CRIU needs root).
-pub const FEEDER_NICE: i32 = -10;
 
 /// Raise the calling thread's priority to [`FEEDER_NICE`], or leave it where it is if
 /// it is higher already. Fails without CAP_SYS_NICE.
@@ -39,8 +32,12 @@ pub fn run_as_feeder() -> io::Result<()> {
     if current_nice()? <= FEEDER_NICE {
         return Ok(());
     }
+    set_nice(FEEDER_NICE)
+}
+
+fn set_nice(nice: i32) -> io::Result<()> {
     // SAFETY: setpriority takes plain integers and touches no memory of ours.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, this_thread()?, FEEDER_NICE) };
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, this_thread()?, nice) };
     if rc == 0 {
         Ok(())
     } else {

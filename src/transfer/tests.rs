@@ -586,6 +586,16 @@ fn zero_chunks_are_written_only_to_buffers_that_need_them() {
     assert_eq!(sink.writes.load(Ordering::Relaxed), 0);
 }
 
+/// `count` buffers of task `task`, `len` random bytes each.
+fn random_buffers(task: u32, count: u32, len: usize) -> Vec<(BufferKey, Vec<u8>)> {
+    (0..count)
+        .map(|b| {
+            let seed = u64::from(task) << 32 | u64::from(b);
+            (BufferKey::new(task, b), random(len, seed))
+        })
+        .collect()
+}
+
 /// A sink on a copy queue that records how many writes run at once on each queue, and
 /// which nice value the writing thread had; writes wait while `gate` is closed.
 #[derive(Clone)]
@@ -595,6 +605,18 @@ struct QueueSink {
     busy: Arc<Mutex<HashMap<u32, (usize, usize)>>>,
     nice: Arc<Mutex<Vec<i32>>>,
     gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
+}
+
+impl QueueSink {
+    fn new(len: usize, queue: u32, gate: &Arc<(Mutex<bool>, std::sync::Condvar)>) -> QueueSink {
+        QueueSink {
+            inner: MemSink::dirty(len),
+            queue,
+            busy: Arc::default(),
+            nice: Arc::default(),
+            gate: Arc::clone(gate),
+        }
+    }
 }
 
 impl BufferSink for QueueSink {
@@ -626,9 +648,7 @@ impl BufferSink for QueueSink {
 
 #[test]
 fn each_queue_writes_one_chunk_at_a_time_in_its_own_thread() {
-    let buffers: Vec<_> = (0..6)
-        .map(|b| (BufferKey::new(1, b), random(6 * CS, 40 + u64::from(b))))
-        .collect();
+    let buffers = random_buffers(1, 6, 6 * CS);
     let dir = tempfile::tempdir().unwrap();
     dump(dir.path(), cfg(Compression::Zstd(1)), &buffers);
     let restorer = Restorer::open(dir.path(), cfg(Compression::None), true, no_events()).unwrap();
@@ -638,11 +658,9 @@ fn each_queue_writes_one_chunk_at_a_time_in_its_own_thread() {
     let mut sinks = Vec::new();
     for (key, data) in &buffers {
         let sink = QueueSink {
-            inner: MemSink::dirty(data.len()),
-            queue: key.buffer % 3,
             busy: Arc::clone(&busy),
             nice: Arc::clone(&nice),
-            gate: Arc::clone(&gate),
+            ..QueueSink::new(data.len(), key.buffer % 3, &gate)
         };
         restorer.attach(*key, Box::new(sink.clone())).unwrap();
         sinks.push(sink);
@@ -679,21 +697,13 @@ fn each_queue_writes_one_chunk_at_a_time_in_its_own_thread() {
 
 #[test]
 fn readers_go_on_checking_while_a_queue_is_stalled() {
-    let buffers: Vec<_> = (0..4)
-        .map(|b| (BufferKey::new(2, b), random(4 * CS, 60 + u64::from(b))))
-        .collect();
+    let buffers = random_buffers(2, 4, 4 * CS);
     let dir = tempfile::tempdir().unwrap();
     dump(dir.path(), cfg(Compression::None), &buffers);
     let restorer = Restorer::open(dir.path(), cfg(Compression::None), true, no_events()).unwrap();
     let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
     let (first, data) = &buffers[0];
-    let stalled = QueueSink {
-        inner: MemSink::dirty(data.len()),
-        queue: 0,
-        busy: Arc::default(),
-        nice: Arc::default(),
-        gate: Arc::clone(&gate),
-    };
+    let stalled = QueueSink::new(data.len(), 0, &gate);
     restorer.attach(*first, Box::new(stalled.clone())).unwrap();
     // The device does not take a byte, yet every chunk of the image gets checked:
     // those of the attached buffer for its queue, the others into staging.
