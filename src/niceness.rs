@@ -1,9 +1,9 @@
 //! CPU priority of gpucr's own threads during a restore.
 //!
 //! While CRIU restores a tree, each of its phases is on the critical path. Work gpucr
-//! does beside it that has slack until CRIU reaches post-restore (checking and staging
-//! GPU memory, hashing page files) runs at a lower priority: on a machine with few
-//! cores it takes the cycles CRIU leaves instead of slowing CRIU down. The threads that
+//! does beside it that has slack until the buffers exist (checking and staging GPU
+//! memory ahead of them) runs at a lower priority: on a machine with few cores it takes
+//! the cycles CRIU leaves instead of slowing CRIU down. The threads that
 //! feed the GPUs' copy engines run at a higher one: their CPU time is bounded by the
 //! engines' rate, and time an engine spends waiting for them is lost for good.
 

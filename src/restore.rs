@@ -185,8 +185,6 @@ pub fn restore(
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
         let threads = verify::default_threads().saturating_sub(1).max(1);
         std::thread::spawn(move || {
-            // Threads it starts inherit the lower priority.
-            let _ = crate::niceness::run_in_background();
             verify::verify_files_scoped(&dir, &manifest, threads, Scope::BulkFiles)
         })
     });

@@ -12,10 +12,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use memmap2::{Mmap, MmapOptions};
-
 use twox_hash::{XxHash3_128, XxHash3_64};
 
+#[cfg(test)]
 fn xxh3_64(data: &[u8]) -> u64 {
     XxHash3_64::oneshot(data)
 }
@@ -77,13 +76,13 @@ pub fn digest_files_resuming(
         file: usize,
         block: usize,
     }
-    let mut opened: Vec<io::Result<(Content, u64)>> = Vec::with_capacity(paths.len());
+    let mut opened: Vec<io::Result<(File, u64)>> = Vec::with_capacity(paths.len());
     let mut results: Vec<Mutex<Vec<Option<io::Result<u64>>>>> = Vec::with_capacity(paths.len());
     let mut jobs = Vec::new();
     for (i, path) in paths.iter().enumerate() {
         let entry = File::open(path).and_then(|f| {
             let size = f.metadata()?.len();
-            Ok((Content::open(f, size), size))
+            Ok((f, size))
         });
         let mut slots = Vec::new();
         if let Ok((_, size)) = &entry {
@@ -102,20 +101,14 @@ pub fn digest_files_resuming(
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
-                let mut buf = Vec::new();
+                let mut buf = vec![0u8; READ_PIECE];
                 loop {
                     let idx = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(idx) else { break };
-                    let Ok((content, size)) = &opened[job.file] else {
+                    let Ok((file, size)) = &opened[job.file] else {
                         continue;
                     };
-                    let digest = match content {
-                        Content::Mapped(map) => Ok(hash_mapped_block(map, job.block)),
-                        Content::Read(file) => {
-                            buf.resize(READ_PIECE, 0);
-                            hash_block(file, *size, job.block, &mut buf)
-                        }
-                    };
+                    let digest = hash_block(file, *size, job.block, &mut buf);
                     results[job.file]
                         .lock()
                         .expect("no thread panics holding it")[job.block] = Some(digest);
@@ -137,37 +130,6 @@ pub fn digest_files_resuming(
             Ok(FileDigest { size, blocks })
         })
         .collect()
-}
-
-/// A file being hashed: mapped, so that hashing reads the page cache without copying
-/// it first, or read piece by piece where it cannot be mapped (an empty file).
-enum Content {
-    Mapped(Mmap),
-    Read(File),
-}
-
-impl Content {
-    fn open(file: File, size: u64) -> Content {
-        if size == 0 {
-            return Content::Read(file);
-        }
-        // SAFETY: the mapping is read-only and private to this process, and its length
-        // is the size just read. The files hashed are image files in a directory that
-        // only its owner can enter (gpucr creates them 0700), read once CRIU is done
-        // with them; if one were still truncated while mapped, reading past its new end
-        // would raise SIGBUS, the one risk every reader of a mapped file takes.
-        match unsafe { MmapOptions::new().map(&file) } {
-            Ok(map) => Content::Mapped(map),
-            Err(_) => Content::Read(file),
-        }
-    }
-}
-
-/// The xxh3-64 of block `block` of a mapped file.
-fn hash_mapped_block(map: &[u8], block: usize) -> u64 {
-    let start = (block as u64 * BLOCK_SIZE).min(map.len() as u64) as usize;
-    let end = (start as u64 + BLOCK_SIZE).min(map.len() as u64) as usize;
-    xxh3_64(&map[start..end])
 }
 
 /// The known leading blocks that are still valid for a file of `size` bytes: full
