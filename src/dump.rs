@@ -264,6 +264,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             hostname: uts_field(|u| u.nodename()),
             kernel: uts_field(|u| u.release()),
             arch: uts_field(|u| u.machine()),
+            page_size: crate::inspect::host_page_size(),
         },
         backend: gpu_manifest
             .as_ref()

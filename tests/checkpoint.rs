@@ -104,6 +104,10 @@ fn leave_running_keeps_the_tree_running() {
     let manifest: serde_json::Value =
         serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
     assert_eq!(manifest["options"]["leave_running"], true);
+    assert_eq!(
+        manifest["host"]["page_size"].as_u64(),
+        Some(gpucr::inspect::host_page_size())
+    );
 }
 
 /// One image restores twice (the workload's own files are put back as they were at the

@@ -4,11 +4,18 @@ use std::io::{self, Write};
 
 use crate::cli::InspectArgs;
 use crate::exit_code;
+use crate::image::manifest::Manifest;
 use crate::image::verify::default_threads;
 use crate::inspect::{self, text, Options, Views};
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
-    let page_size = inspect::host_page_size();
+    // CRIU's pagemaps count pages of the dumping host; its page size is in the manifest
+    // (the inspecting host's is the fallback for an image without one).
+    let page_size = Manifest::read(&args.dir)
+        .ok()
+        .map(|m| m.host.page_size)
+        .filter(|&size| size > 0)
+        .unwrap_or_else(inspect::host_page_size);
     let opts = Options {
         pid: args.pid,
         page_size,

@@ -182,6 +182,19 @@ pub(super) fn request(kind: rpc::CriuReqType, opts: Option<rpc::CriuOpts>) -> rp
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn nothing_to_lock_means_no_lock() {
+        let me = std::process::id() as i32;
+        assert_eq!(NetworkLock::default_for(me, false), NetworkLock::Skip);
+        assert_eq!(NetworkLock::default_for(me, true), NetworkLock::detect());
+        // A namespace that cannot be read is not assumed to be ours.
+        assert_eq!(
+            NetworkLock::default_for(i32::MAX, false),
+            NetworkLock::detect()
+        );
+    }
+
     use std::fs::File;
     use std::os::fd::AsFd;
 

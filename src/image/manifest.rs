@@ -91,6 +91,10 @@ pub struct Host {
     pub kernel: String,
     /// `uname -m`.
     pub arch: String,
+    /// Bytes per memory page on the dumping host: the unit of CRIU's pagemap images.
+    /// 0 in manifests written before gpucr recorded it (readers then assume their own).
+    #[serde(default)]
+    pub page_size: u64,
 }
 
 /// The checkpointed tree's root, as seen from the dumping host.
@@ -242,6 +246,7 @@ mod tests {
             created: "2026-11-22T12:00:00Z".into(),
             host: Host {
                 hostname: "h".into(),
+                page_size: 4096,
                 kernel: "6.18.0".into(),
                 arch: "x86_64".into(),
             },
@@ -275,6 +280,15 @@ mod tests {
         m.write(dir.path()).unwrap();
         assert_eq!(Manifest::read(dir.path()).unwrap(), m);
         assert!(!dir.path().join(".gpucr.json.tmp").exists());
+    }
+
+    #[test]
+    fn a_manifest_without_a_page_size_reads_as_zero() {
+        let mut json = serde_json::to_value(sample()).unwrap();
+        json["host"].as_object_mut().unwrap().remove("page_size");
+        let bytes = serde_json::to_vec(&json).unwrap();
+        let m = Manifest::parse(&bytes, Path::new("gpucr.json")).unwrap();
+        assert_eq!(m.host.page_size, 0);
     }
 
     #[test]
