@@ -3,7 +3,7 @@
 # set everything up, start the workload tree in its own PID namespace, dump it (which
 # kills it), inspect the image, restore it, and show that it carried on where it was.
 #
-#   sudo scripts/demo.sh [--memory-mib N]      (default 256)
+#   scripts/demo.sh [--memory-mib N]      (as root; default 256)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
