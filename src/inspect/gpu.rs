@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::model::{GpuBuffer, GpuDevice, GpuInfo, GpuKind, GpuTask, Problem, ReportError};
+use super::model::{
+    BufferTotals, GpuBuffer, GpuDevice, GpuInfo, GpuKind, GpuTask, Problem, ReportError,
+};
 use crate::image::Manifest;
 use crate::transfer::{read_index, verify_image, BufferKey, GpuIndex, TransferError, GPU_DIR};
 
@@ -93,24 +95,23 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
     let mut devices: BTreeMap<u32, GpuDevice> = BTreeMap::new();
     let mut kinds: BTreeMap<String, GpuKind> = BTreeMap::new();
     for b in &info.buffers {
-        let d = devices.entry(b.gpu_id).or_insert_with(|| GpuDevice {
-            gpu_id: b.gpu_id,
-            buffers: 0,
-            bytes: 0,
-            stored_bytes: 0,
-        });
-        d.buffers += 1;
-        d.bytes += b.size;
-        d.stored_bytes += b.stored_bytes.unwrap_or(0);
-        let k = kinds.entry(b.kind.clone()).or_insert_with(|| GpuKind {
-            kind: b.kind.clone(),
-            buffers: 0,
-            bytes: 0,
-            stored_bytes: 0,
-        });
-        k.buffers += 1;
-        k.bytes += b.size;
-        k.stored_bytes += b.stored_bytes.unwrap_or(0);
+        let stored = b.stored_bytes.unwrap_or(0);
+        devices
+            .entry(b.gpu_id)
+            .or_insert_with(|| GpuDevice {
+                gpu_id: b.gpu_id,
+                totals: BufferTotals::default(),
+            })
+            .totals
+            .add(b.size, stored);
+        kinds
+            .entry(b.kind.clone())
+            .or_insert_with(|| GpuKind {
+                kind: b.kind.clone(),
+                totals: BufferTotals::default(),
+            })
+            .totals
+            .add(b.size, stored);
     }
     info.devices = devices.into_values().collect();
     info.by_kind = kinds.into_values().collect();

@@ -277,12 +277,28 @@ pub struct GpuInfo {
     pub note: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuDevice {
-    pub gpu_id: u32,
+/// How many buffers, and how many bytes they hold and take in the image.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BufferTotals {
     pub buffers: u64,
     pub bytes: u64,
     pub stored_bytes: u64,
+}
+
+impl BufferTotals {
+    /// Count one more buffer of `bytes`, stored in `stored_bytes`.
+    pub fn add(&mut self, bytes: u64, stored_bytes: u64) {
+        self.buffers += 1;
+        self.bytes += bytes;
+        self.stored_bytes += stored_bytes;
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuDevice {
+    pub gpu_id: u32,
+    #[serde(flatten)]
+    pub totals: BufferTotals,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -318,9 +334,8 @@ pub struct GpuBuffer {
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuKind {
     pub kind: String,
-    pub buffers: u64,
-    pub bytes: u64,
-    pub stored_bytes: u64,
+    #[serde(flatten)]
+    pub totals: BufferTotals,
 }
 
 /// CRIU's statistics and gpucr's phase timings.

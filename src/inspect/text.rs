@@ -377,23 +377,11 @@ fn gpu(root: &mut Node, r: &Report) {
     section.leaf(memory);
     let devices = section.push(Node::new("Devices"));
     for d in &g.devices {
-        devices.leaf(format!(
-            "GPU {}: {} buffers, {} ({} stored)",
-            d.gpu_id,
-            d.buffers,
-            size(d.bytes),
-            size(d.stored_bytes)
-        ));
+        devices.leaf(format!("GPU {}: {}", d.gpu_id, totals_text(&d.totals)));
     }
     let kinds = section.push(Node::new("Buffers by kind"));
     for k in &g.by_kind {
-        kinds.leaf(format!(
-            "{}: {} buffers, {} ({} stored)",
-            k.kind,
-            k.buffers,
-            size(k.bytes),
-            size(k.stored_bytes)
-        ));
+        kinds.leaf(format!("{}: {}", k.kind, totals_text(&k.totals)));
     }
     let tasks = section.push(Node::new("Tasks"));
     for t in &g.tasks {
@@ -486,6 +474,16 @@ fn stats(root: &mut Node, r: &Report) {
 /// Microseconds as milliseconds: "12.345 ms".
 fn usec(us: u32) -> String {
     format!("{:.3} ms", f64::from(us) / 1000.0)
+}
+
+/// "N buffers, SIZE (SIZE stored)".
+fn totals_text(t: &BufferTotals) -> String {
+    format!(
+        "{} buffers, {} ({} stored)",
+        t.buffers,
+        size(t.bytes),
+        size(t.stored_bytes)
+    )
 }
 
 #[cfg(test)]
