@@ -214,10 +214,7 @@ impl Unpacker {
             Encoding::Raw => {
                 out.resize(c.stored_len as usize, 0);
                 read_stored(file, c, out)?;
-                let stored = std::mem::take(out);
-                let result = self.unpack_stored(&stored, c, &mut Vec::new());
-                *out = stored;
-                result.map(drop)
+                check_raw(out, c)
             }
             Encoding::Zstd => {
                 let mut stored = std::mem::take(&mut self.scratch);
