@@ -5,6 +5,7 @@
 #
 #   scripts/demo.sh [--memory-mib N]      (as root; default 256)
 set -euo pipefail
+trap 'printf "demo: failed (exit status %s): %s\n" "$?" "$BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 
 memory_mib=256

@@ -11,19 +11,30 @@
 #   PREFIX=DIR          install into DIR/bin (default /usr/local)
 #   CRIU_BUILD_DIR=DIR  where to unpack and build (default /var/cache/gpucr)
 #   SKIP_CRIT=1         do not install crit
+#   CRIT_VENV=DIR       the virtual environment crit lives in (default /opt/gpucr/crit);
+#                       $PREFIX/bin/crit links to it
 #
 # Idempotent: when `criu` >= 4.2 (and crit, unless SKIP_CRIT=1) are already installed it
 # returns at once. Needs root for apt-get and for installing into PREFIX.
 set -euo pipefail
+trap 'printf "install-criu: failed (exit status %s): %s\n" "$?" "$BASH_COMMAND" >&2' ERR
 
 CRIU_VERSION=4.2.1
 CRIU_SHA256=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
 PREFIX=${PREFIX:-/usr/local}
 CRIU_BUILD_DIR=${CRIU_BUILD_DIR:-/var/cache/gpucr}
 SKIP_CRIT=${SKIP_CRIT:-0}
-BUILD_DEPS=(build-essential libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
-    python3-protobuf libnl-3-dev libnet1-dev libcap-dev pkg-config libbsd-dev
-    libgnutls28-dev libnftables-dev uuid-dev libdrm-dev nftables xz-utils)
+CRIT_VENV=${CRIT_VENV:-/opt/gpucr/crit}
+# Every package the build and crit need, named: installs run with --no-install-recommends,
+# so nothing may come in as a recommendation (libprotobuf-dev, which CRIU's images/Makefile
+# finds descriptor.proto through, is only recommended by protobuf-compiler).
+BUILD_DEPS=(build-essential pkg-config xz-utils ca-certificates
+    libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+    libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev libnftables-dev
+    uuid-dev libdrm-dev nftables)
+# crit: Debian's own python3 in a virtual environment that sees Debian's protobuf,
+# setuptools and wheel (PEP 668: a stock Debian refuses pip installs into the system).
+CRIT_DEPS=(python3 python3-venv python3-protobuf python3-setuptools python3-wheel)
 
 log() { printf 'install-criu: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -51,8 +62,10 @@ fi
 
 [ "$(id -u)" = 0 ] || die "run as root (apt-get and installing into $PREFIX need it)"
 
+wanted=("${BUILD_DEPS[@]}")
+[ "$SKIP_CRIT" = 1 ] || wanted+=("${CRIT_DEPS[@]}")
 missing=()
-for p in "${BUILD_DEPS[@]}"; do
+for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -93,11 +106,16 @@ install -D -m 0755 "$src/criu/criu" "$PREFIX/bin/criu"
 log "installed $PREFIX/bin/criu ($("$PREFIX/bin/criu" --version | sed -n 's/^Version: *//p'))"
 
 if [ "$SKIP_CRIT" != 1 ] && ! crit_ok; then
-    log "installing crit"
-    python3 -m pip install -q protobuf setuptools wheel
+    log "installing crit into $CRIT_VENV"
     make -C "$src" crit >>"$CRIU_BUILD_DIR/criu-build.log" 2>&1 \
         || { tail -n 30 "$CRIU_BUILD_DIR/criu-build.log" >&2; die "crit build failed"; }
-    (cd "$src" && python3 -m pip install -q --no-build-isolation --no-deps ./lib ./crit)
+    rm -rf "$CRIT_VENV"
+    /usr/bin/python3 -m venv --system-site-packages "$CRIT_VENV" \
+        || die "python3 -m venv $CRIT_VENV failed"
+    (cd "$src" && "$CRIT_VENV/bin/python" -m pip install -q --no-index --no-build-isolation \
+        --no-deps ./lib ./crit) >>"$CRIU_BUILD_DIR/criu-build.log" 2>&1 \
+        || { tail -n 30 "$CRIU_BUILD_DIR/criu-build.log" >&2; die "crit install into $CRIT_VENV failed"; }
+    ln -sfn "$CRIT_VENV/bin/crit" "$PREFIX/bin/crit"
     hash -r
     crit_ok || die "crit was installed but does not run"
     log "installed crit at $(command -v crit)"

@@ -6,13 +6,15 @@
 # Environment: CRIU_TARBALL=PATH (a local criu_4.2.1.orig.tar.xz, see install-criu.sh),
 # SKIP_CRIT=1. Idempotent: a second run only rebuilds what changed.
 set -euo pipefail
+trap 'printf "setup: failed (exit status %s): %s\n" "$?" "$BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
 [ "$(id -u)" = 0 ] || { log "error: run as root (apt-get, CRIU install, checkpointing need it)"; exit 1; }
 
-packages=(build-essential pkg-config python3 python3-pip util-linux nftables)
+# Every package named: installs run with --no-install-recommends. procps: pgrep (tests).
+packages=(build-essential pkg-config ca-certificates util-linux procps nftables)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

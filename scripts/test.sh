@@ -3,6 +3,7 @@
 # Needs root and CRIU >= 4.2 (`scripts/setup.sh` installs it; this script does too if
 # it is missing).
 set -euo pipefail
+trap 'printf "test: failed (exit status %s): %s\n" "$?" "$BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 command -v criu >/dev/null && command -v crit >/dev/null || scripts/install-criu.sh
 # The end-to-end tests run the gpucr binary with its CRIU plugin (a cdylib, which
