@@ -52,8 +52,9 @@ fail() {
 # run LOG CMD...: run CMD with its output in LOG; on failure name the step and command.
 run() {
     local out=$1; shift
-    if ! "$@" >"$out" 2>&1; then
-        local rc=$?
+    local rc=0
+    "$@" >"$out" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
         tail -n 40 "$out" | sed 's/^/    | /' >&2
         fail "command exited with status $rc: $* (log: $out)"
     fi
@@ -159,7 +160,7 @@ start_step "minimal Debian 12 root"
 mkdir -p "$cache"
 tarball="$cache/$suite-minbase-$key.tar"
 if [ ! -s "$tarball" ]; then
-    mm_args=(--variant=minbase --quiet)
+    mm_args=(--variant=minbase --format=tar --quiet)
     for f in "${apt_confs[@]}"; do mm_args+=("--aptopt=$f"); done
     run "$cache/mmdebstrap.log" mmdebstrap "${mm_args[@]}" "$suite" "$tarball.part" "${apt_sources[@]}"
     mv "$tarball.part" "$tarball"
