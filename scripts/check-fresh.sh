@@ -181,6 +181,17 @@ if [ "${#apt_sources[@]}" -gt 0 ]; then
     for f in "${apt_confs[@]}"; do cp "$f" "$root/etc/apt/apt.conf.d/"; done
 fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+# The host's network settings travel too (they are the site's, not the project's): its CA
+# bundle (a site may inspect TLS, and cargo must reach crates.io through it) and proxies.
+net_env=()
+host_ca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
+if [ -s "$host_ca" ]; then
+    cp -L "$host_ca" "$root/etc/ssl/host-ca-bundle.crt"
+    net_env+=(SSL_CERT_FILE=/etc/ssl/host-ca-bundle.crt)
+fi
+for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    [ -n "${!v:-}" ] && net_env+=("$v=${!v}")
+done
 commit=$(git -C "$repo" rev-parse HEAD)
 run "$work/clone.log" git clone -q --no-local --no-checkout "$repo" "$root/root/gpucr"
 run "$work/clone.log" git -C "$root/root/gpucr" checkout -q --detach "$commit"
@@ -221,7 +232,7 @@ chmod +x "$root/root/run-steps.sh"
 cat >"$work/enter.sh" <<'EOF'
 #!/bin/bash
 set -euo pipefail
-root=$1 toolchain=$2 nsfile=$3 tarball=$4; shift 4
+root=$1 toolchain=$2 nsfile=$3 tarball=$4 net_env=$5; shift 5
 readlink /proc/self/ns/mnt >"$nsfile"
 # First of all: nothing mounted or unmounted here propagates to the host.
 mount --make-rslave /
@@ -240,7 +251,7 @@ umount -l /.host
 rmdir /.host
 exec env -i HOME=/root USER=root LOGNAME=root TERM=dumb LANG=C.UTF-8 \
     PATH=/opt/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    CARGO_HOME=/root/.cargo CARGO_TERM_COLOR=never ${tarball:+CRIU_TARBALL=$tarball} \
+    CARGO_HOME=/root/.cargo CARGO_TERM_COLOR=never ${tarball:+CRIU_TARBALL=$tarball} $net_env \
     /root/run-steps.sh "$@"
 EOF
 chmod +x "$work/enter.sh"
@@ -250,6 +261,7 @@ ns_holder=$work/mntns
 inner_log=$work/inside.log
 set +e
 unshare --mount --fork -- "$work/enter.sh" "$root" "$toolchain" "$ns_holder" "$crit_tarball" \
+    "${net_env[*]}" \
     "${steps[@]}" </dev/null 2>&1 | tee "$inner_log" | while IFS= read -r line; do
         case $line in
             @@step*) log "[$(date +%T)] inside: ${line#@@step }" ;;
