@@ -60,6 +60,7 @@ run() {
     fi
 }
 start_step() { step=$1; log "[$(date +%T)] $step"; }
+trap 'log "FAILED at step '"'"'$step'"'"': command exited with status $?: $BASH_COMMAND"' ERR
 
 [ "$(id -u)" = 0 ] || { log "error: run as root (mmdebstrap, mount namespaces, CRIU need it)"; exit 1; }
 git -C "$repo" rev-parse --verify -q HEAD >/dev/null || { log "error: $repo is not a git checkout"; exit 1; }
@@ -186,6 +187,7 @@ cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 net_env=()
 host_ca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
 if [ -s "$host_ca" ]; then
+    mkdir -p "$root/etc/ssl"
     cp -L "$host_ca" "$root/etc/ssl/host-ca-bundle.crt"
     net_env+=(SSL_CERT_FILE=/etc/ssl/host-ca-bundle.crt)
 fi
