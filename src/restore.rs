@@ -49,7 +49,8 @@ pub struct RestoreOutcome {
     /// The restored root, a child of this process.
     pub pid: i32,
     pub manifest: Manifest,
-    /// What moved GPU memory, and when each task's buffers were filled.
+    /// What moved GPU memory, and when each task's buffers were filled (milliseconds
+    /// since the restore started, the clock of the progress events).
     pub gpu: Option<(GpuStats, Vec<TaskTiming>)>,
 }
 
@@ -217,6 +218,8 @@ pub fn restore(
         .map(|(_, _, s)| s.criu_env())
         .unwrap_or_default();
     let (mut swrk, _) = start_criu(opts.criu.as_deref(), &env, progress)?;
+    // The helper times each task's fill from its own start; this puts it on our clock.
+    let helper_clock_ms = progress.elapsed_ms();
     let gpu = match gpu_setup {
         Some((gpu, backend, session)) => {
             let started = GpuRestore::start(
@@ -294,10 +297,16 @@ pub fn restore(
     swrk.finish()?;
     progress.event("criu-done", "restored");
     let gpu = match gpu {
-        Some(gpu) => Some(
-            gpu.finish()
-                .map_err(|e| RestoreError::Helper(Box::new(e)))?,
-        ),
+        Some(gpu) => {
+            let (stats, mut timings) = gpu
+                .finish()
+                .map_err(|e| RestoreError::Helper(Box::new(e)))?;
+            for t in &mut timings {
+                t.start_ms = t.start_ms.map(|ms| ms + helper_clock_ms);
+                t.end_ms = t.end_ms.map(|ms| ms + helper_clock_ms);
+            }
+            Some((stats, timings))
+        }
         None => None,
     };
     Ok(RestoreOutcome { pid, manifest, gpu })

@@ -6,9 +6,11 @@ use serde_json::json;
 use crate::cli::RestoreArgs;
 use crate::cmd::common::print_timeline;
 use crate::exit_code;
+use crate::helper::TaskTiming;
+use crate::image::manifest::TimedEvent;
 use crate::progress::Progress;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};
-use crate::transfer::TransferConfig;
+use crate::transfer::{GpuStats, TransferConfig};
 
 pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     let opts = RestoreOptions {
@@ -47,26 +49,15 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
             "gpu": outcome.gpu.as_ref().map(|(stats, timings)| json!({"stats": stats, "timings": timings})),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
-    } else if args.detach {
-        println!("{}", outcome.pid);
     } else {
-        eprintln!("restored pid {} from {}", outcome.pid, args.dir.display());
+        if args.detach {
+            println!("{}", outcome.pid);
+        } else {
+            eprintln!("restored pid {} from {}", outcome.pid, args.dir.display());
+        }
         print_timeline(&events, total_ms);
         if let Some((stats, timings)) = &outcome.gpu {
-            eprintln!(
-                "  GPU memory: {} buffers, {:.1} MiB",
-                stats.buffers,
-                stats.raw_bytes as f64 / 1048576.0
-            );
-            for t in timings {
-                eprintln!(
-                    "    task {:>5}: {:>8.1} MiB filled {:>8.1} ms -> {:>8.1} ms (helper clock)",
-                    t.ns_pid,
-                    t.bytes as f64 / 1048576.0,
-                    t.start_ms.unwrap_or(0.0),
-                    t.end_ms.unwrap_or(0.0)
-                );
-            }
+            print_gpu_fill(&events, stats, timings);
         }
     }
     if args.detach {
@@ -74,4 +65,38 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     }
     wait_for_tree(outcome.pid)
         .with_context(|| format!("cannot wait for restored pid {}", outcome.pid))
+}
+
+/// When each task's GPU memory was filled, on the timeline's clock, next to when CRIU
+/// restored the tasks: where the two overlap, the GPU copy ran in parallel with CRIU.
+fn print_gpu_fill(events: &[TimedEvent], stats: &GpuStats, timings: &[TaskTiming]) {
+    let at = |name: &str| events.iter().find(|e| e.name == name).map(|e| e.at_ms);
+    eprintln!(
+        "  GPU memory: {} buffers, {}",
+        stats.buffers,
+        crate::units::size(stats.raw_bytes)
+    );
+    let criu = at("pre-restore").zip(at("post-restore"));
+    if let Some((from, to)) = criu {
+        eprintln!("    CRIU restoring the tasks   {from:>8.1} ms -> {to:>8.1} ms");
+    }
+    for t in timings {
+        eprintln!(
+            "    task {:>5}: {:>10} filled {:>8.1} ms -> {:>8.1} ms",
+            t.ns_pid,
+            crate::units::size(t.bytes),
+            t.start_ms.unwrap_or(0.0),
+            t.end_ms.unwrap_or(0.0)
+        );
+    }
+    let fill_from = timings.iter().filter_map(|t| t.start_ms).reduce(f64::min);
+    let fill_to = timings.iter().filter_map(|t| t.end_ms).reduce(f64::max);
+    if let (Some((criu_from, criu_to)), Some(from), Some(to)) = (criu, fill_from, fill_to) {
+        let overlap = to.min(criu_to) - from.max(criu_from);
+        if overlap > 0.0 {
+            eprintln!(
+                "    GPU memory was filled while CRIU restored the tasks for {overlap:.1} ms"
+            );
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //! One trait, one implementation per device family. The plugin, the helper protocol,
 //! the transfer engine and the image format are shared. This module has the `sim`
-//! backend, which runs every part except a kernel driver for real (ARCHITECTURE.md §4).
+//! backend, which runs every part except a kernel driver for real (docs/architecture.md §4).
 
 pub mod session;
 pub mod sim;

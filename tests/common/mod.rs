@@ -2,7 +2,7 @@
 //! and its journals.
 //!
 //! Every workload runs as `unshare --pid --fork setsid workload ...` so restored pids
-//! never collide with anything (ARCHITECTURE.md §8). Tests that run CRIU take a
+//! never collide with anything (docs/architecture.md §8). Tests that run CRIU take a
 //! machine-wide lock so they never checkpoint concurrently, whichever runner runs them.
 
 #![allow(dead_code)]
@@ -93,7 +93,7 @@ pub fn criu_lock() -> Flock<File> {
 }
 
 /// Start `bin --state STATE EXTRA...` as the init of a new PID namespace
-/// (`unshare --pid --fork setsid`, ARCHITECTURE.md §8); returns the unshare process and
+/// (`unshare --pid --fork setsid`, docs/architecture.md §8); returns the unshare process and
 /// the workload's pid in gpucr's namespace.
 fn start_in_pid_namespace(
     bin: &Path,
