@@ -236,6 +236,11 @@ cat >"$work/enter.sh" <<'EOF'
 set -euo pipefail
 root=$1 toolchain=$2 nsfile=$3 tarball=$4 net_env=$5; shift 5
 readlink /proc/self/ns/mnt >"$nsfile"
+# Nothing opened outside may leak in: CRIU refuses a file on a mount it cannot see.
+for fd in /proc/self/fd/*; do
+    n=${fd##*/}
+    [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null || true
+done
 # First of all: nothing mounted or unmounted here propagates to the host.
 mount --make-rslave /
 mount --bind "$root" "$root"
@@ -251,6 +256,7 @@ pivot_root . .host
 cd /
 umount -l /.host
 rmdir /.host
+exec </dev/null
 exec env -i HOME=/root USER=root LOGNAME=root TERM=dumb LANG=C.UTF-8 \
     PATH=/opt/rust/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     CARGO_HOME=/root/.cargo CARGO_TERM_COLOR=never ${tarball:+CRIU_TARBALL=$tarball} $net_env \
@@ -262,6 +268,7 @@ start_step "inside the root: ${steps[*]}"
 ns_holder=$work/mntns
 inner_log=$work/inside.log
 set +e
+trap - ERR
 unshare --mount --fork -- "$work/enter.sh" "$root" "$toolchain" "$ns_holder" "$crit_tarball" \
     "${net_env[*]}" \
     "${steps[@]}" </dev/null 2>&1 | tee "$inner_log" | while IFS= read -r line; do
@@ -273,6 +280,7 @@ unshare --mount --fork -- "$work/enter.sh" "$root" "$toolchain" "$ns_holder" "$c
     done
 status=${PIPESTATUS[0]}
 set -e
+trap 'log "FAILED at step '"'"'$step'"'"': command exited with status $?: $BASH_COMMAND"' ERR
 kill_namespace "$ns_holder"
 ns_holder=""
 if grep -q '^@@done' "$inner_log"; then
