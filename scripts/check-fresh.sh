@@ -290,7 +290,9 @@ fi
 failed=$(sed -n 's/^@@failed //p' "$inner_log" | tail -n1)
 if [ -n "$failed" ]; then
     step="inside the root: ${failed%% *}"
-    fail "command failed: ${failed#* } (exit status $status; whole log: $inner_log)"
+    where="whole log: $inner_log"
+    [ "$keep" = 1 ] || where="rerun with --keep to keep the root and its log"
+    fail "command failed: ${failed#* } (exit status $status; $where)"
 fi
 step="entering the root"
 fail "the namespace set-up failed (exit status $status; log: $inner_log)"
