@@ -1,15 +1,13 @@
 //! `gpucr dump`: validate, run CRIU's DUMP, checksum the image, write the manifest last.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use nix::sys::utsname::uname;
 
-use crate::criu::{self, CommonOptions, CriuError, DumpRequest, NetworkLock, Swrk};
-use crate::exit_code;
-use crate::gpu::session::GpuDump;
+use crate::criu::{criu_log_level, start_criu, CommonOptions, CriuError, DumpRequest, NetworkLock};
+use crate::exit_code::{self, ExitCode};
 use crate::gpu::{self, GpuError};
-use crate::helper::{HelperError, Session};
+use crate::helper::{GpuDump, HelperError, Session};
 use crate::image::checksum;
 use crate::image::dir::{self, ImageDirError};
 use crate::image::follow::{Follower, Prefixes};
@@ -87,8 +85,8 @@ pub enum DumpError {
     HelperSetup(Box<HelperError>),
 }
 
-impl DumpError {
-    pub fn exit_code(&self) -> u8 {
+impl ExitCode for DumpError {
+    fn exit_code(&self) -> u8 {
         match self {
             DumpError::Target(e) => e.exit_code(),
             DumpError::ImageDir(_) => exit_code::IMAGE_DIR,
@@ -101,25 +99,6 @@ impl DumpError {
             | DumpError::HelperSetup(_) => exit_code::FAILURE,
         }
     }
-}
-
-/// Start `criu swrk`, check its version and print the socket warning where it applies.
-pub fn start_criu(
-    explicit: Option<&Path>,
-    env: &[(OsString, OsString)],
-    progress: &mut Progress,
-) -> Result<(Swrk, criu::CriuVersion), CriuError> {
-    let path = criu::locate(explicit)?;
-    let mut swrk = Swrk::spawn(&path, env)?;
-    let version = swrk.version()?;
-    let kernel = uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if let Some(warning) = criu::check_supported(&path, version, &kernel)? {
-        progress.warn(&warning);
-    }
-    progress.event("criu-started", &format!("CRIU {version} started"));
-    Ok((swrk, version))
 }
 
 /// Checkpoint `opts.pid` into `opts.dir`.
@@ -301,7 +280,6 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     })
 }
 
-/// `pages-N.img`: CPU memory contents.
 /// "No space left on device" when the file system holding `dir` is (nearly) full: CRIU
 /// cannot say so itself once its log cannot be written either.
 fn disk_full_hint(dir: &Path) -> Option<String> {
@@ -315,16 +293,6 @@ fn disk_full_hint(dir: &Path) -> Option<String> {
     })
 }
 
-/// CRIU's log level: 2 (errors and warnings), or 4 (debug) with -v or whenever gpucr's
-/// plugin is in use, so the log shows the plugin loading and each hook it answers.
-pub fn criu_log_level(verbose: bool, plugin: bool) -> i32 {
-    if verbose || plugin {
-        4
-    } else {
-        2
-    }
-}
-
 /// `gpu/<data file>`: GPU memory, checksummed per chunk by the transfer engine.
 pub fn is_gpu_data_file(path: &str) -> bool {
     // Everything in gpu/ but the index (see docs/gpu-image-format.md).
@@ -332,6 +300,7 @@ pub fn is_gpu_data_file(path: &str) -> bool {
         .is_some_and(|name| name != crate::transfer::INDEX_FILE && !name.contains('/'))
 }
 
+/// `pages-N.img`: CPU memory contents.
 pub fn is_pages_file(path: &str) -> bool {
     path.starts_with("pages-") && path.ends_with(".img")
 }

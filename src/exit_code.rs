@@ -3,6 +3,11 @@
 //! These are part of gpucr's interface: scripts branch on them. They are listed in the
 //! README and in every man page (`EXIT STATUS`). `gpucr restore` without `--detach` is the
 //! exception: it waits for the restored tree and exits with the tree's own status.
+//!
+//! This module is a leaf: it holds the codes and the [`ExitCode`] trait, and imports no
+//! other module of gpucr. Each error type maps itself to a code in its own module
+//! (`impl ExitCode for ...`), and [`crate::cmd::exit_code_for`] picks the code of an
+//! error that reached `main`.
 
 /// Success (for `check-topology DIR`: the image can be restored here; for
 /// `inspect --verify`: the image is intact).
@@ -70,44 +75,8 @@ pub fn table() -> String {
         .join("\n")
 }
 
-/// The exit code for an error that reached `main`: the first error in the chain that
-/// knows its code decides; anything else is [`FAILURE`].
-pub fn for_error(err: &anyhow::Error) -> u8 {
-    for cause in err.chain() {
-        if let Some(e) = cause.downcast_ref::<crate::dump::DumpError>() {
-            return e.exit_code();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::restore::RestoreError>() {
-            return e.exit_code();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::criu::CriuError>() {
-            return e.exit_code();
-        }
-        if let Some(e) = cause.downcast_ref::<crate::target::TargetError>() {
-            return e.exit_code();
-        }
-        if cause
-            .downcast_ref::<crate::image::ImageDirError>()
-            .is_some()
-        {
-            return IMAGE_DIR;
-        }
-        if let Some(e) = cause.downcast_ref::<crate::image::ManifestError>() {
-            return match e {
-                crate::image::ManifestError::Missing { .. } => IMAGE_INCOMPLETE,
-                crate::image::ManifestError::Read { .. }
-                | crate::image::ManifestError::Write { .. } => FAILURE,
-                _ => IMAGE_DAMAGED,
-            };
-        }
-    }
-    FAILURE
-}
-
-/// True when the error is a closed stdout (`gpucr inspect DIR | head`): not a failure.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+/// An error (or outcome) that knows which exit code `gpucr` ends with because of it.
+pub trait ExitCode {
+    /// The process exit code, one of the constants of this module.
+    fn exit_code(&self) -> u8;
 }

@@ -30,14 +30,14 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            if exit_code::is_broken_pipe(&err) {
+            if cmd::is_broken_pipe(&err) {
                 return ExitCode::from(exit_code::SUCCESS);
             }
             eprintln!("gpucr: error: {err}");
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {cause}");
             }
-            ExitCode::from(exit_code::for_error(&err))
+            ExitCode::from(cmd::exit_code_for(&err))
         }
     }
 }

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::criu::{CommonOptions, CriuError, NetworkLock, RestoreRequest};
-use crate::dump::start_criu;
-use crate::exit_code;
-use crate::gpu::session::{GpuManifest, GpuRestore};
-use crate::gpu::GpuError;
-use crate::helper::{HelperError, Session, TaskTiming};
+use crate::criu::{
+    criu_log_level, start_criu, CommonOptions, CriuError, NetworkLock, RestoreRequest,
+};
+use crate::exit_code::{self, ExitCode};
+use crate::gpu::{GpuError, GpuManifest, TaskTiming};
+use crate::helper::{GpuRestore, HelperError, Session};
 use crate::image::dir::{self, ImageDirError};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
@@ -90,8 +90,8 @@ pub enum RestoreError {
     TopologyRead(#[from] gpucr_topology::TopologyError),
 }
 
-impl RestoreError {
-    pub fn exit_code(&self) -> u8 {
+impl ExitCode for RestoreError {
+    fn exit_code(&self) -> u8 {
         match self {
             RestoreError::NoDir { .. } | RestoreError::Incomplete { .. } => {
                 exit_code::IMAGE_INCOMPLETE
@@ -246,7 +246,7 @@ pub fn restore(
             ext_unix_sk: opts.ext_unix_sk || dumped.ext_unix_sk,
             file_locks: opts.file_locks || dumped.file_locks,
             network_lock,
-            log_level: crate::dump::criu_log_level(opts.verbose, gpu.is_some()),
+            log_level: criu_log_level(opts.verbose, gpu.is_some()),
         },
     };
     let log = opts.dir.join(RESTORE_LOG);

@@ -4,7 +4,7 @@ use std::fs;
 use std::io;
 use std::path::PathBuf;
 
-use crate::exit_code;
+use crate::exit_code::{self, ExitCode};
 
 /// The kernel's PF_KTHREAD flag in /proc/PID/stat.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -42,8 +42,8 @@ pub enum TargetError {
     },
 }
 
-impl TargetError {
-    pub fn exit_code(&self) -> u8 {
+impl ExitCode for TargetError {
+    fn exit_code(&self) -> u8 {
         exit_code::TARGET
     }
 }

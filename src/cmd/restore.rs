@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::cli::RestoreArgs;
 use crate::cmd::common::print_timeline;
 use crate::exit_code;
-use crate::helper::TaskTiming;
+use crate::gpu::TaskTiming;
 use crate::image::manifest::TimedEvent;
 use crate::progress::Progress;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};

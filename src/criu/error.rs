@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::exit_code;
+use crate::exit_code::{self, ExitCode};
 
 /// What went wrong talking to CRIU.
 #[derive(Debug, thiserror::Error)]
@@ -44,9 +44,9 @@ pub enum CriuError {
     },
 }
 
-impl CriuError {
+impl ExitCode for CriuError {
     /// The process exit code this error maps to.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         match self {
             CriuError::Failed { .. } => exit_code::CRIU_FAILED,
             _ => exit_code::CRIU_UNAVAILABLE,

@@ -3,11 +3,14 @@
 //! gpucr never builds a CRIU command line or parses CRIU's output: every request is a
 //! protobuf `criu_req`, every answer a `criu_resp`, and every notification CRIU sends
 //! (pre-dump, post-restore, ...) is answered by an ack after a callback has seen it.
+//!
+//! [`start_criu`] and [`criu_log_level`] are the parts the dump and the restore share.
 
 mod binary;
 mod error;
 mod log_tail;
 mod request;
+mod start;
 mod swrk;
 mod version;
 
@@ -15,6 +18,7 @@ pub use binary::locate;
 pub use error::CriuError;
 pub use log_tail::log_tail;
 pub use request::{CommonOptions, DumpRequest, NetworkLock, RestoreRequest};
+pub use start::{criu_log_level, start_criu};
 pub use swrk::{Notify, Swrk};
 pub use version::{check_supported, CriuVersion, MIN_VERSION, SOCKETS_OK_VERSION};
 

@@ -4,8 +4,17 @@
 //! One trait, one implementation per device family. The plugin, the helper protocol,
 //! the transfer engine and the image format are shared. This module has the `sim`
 //! backend, which runs every part except a kernel driver for real (docs/architecture.md §4).
+//!
+//! Dependencies run one way: the helper (`crate::helper`) uses this module (it calls
+//! backends through [`Backend`], collects their [`TaskDevice`]s, and fills in the
+//! [`GpuManifest`] with its [`TaskTiming`]s), and this module imports nothing from the
+//! helper. It describes device state and how to copy it; the plugin protocol, the
+//! session directory and the lifetime of one dump or restore (`helper::GpuDump`,
+//! `helper::GpuRestore`) belong to the helper. The manifest types live here, not with
+//! the helper that fills them in, because the image's manifest, restore and inspect
+//! read them where no helper runs.
 
-pub mod session;
+pub mod manifest;
 pub mod sim;
 
 use std::fs::File;
@@ -15,6 +24,8 @@ use std::path::PathBuf;
 
 use gpucr_abi::proto::{BufferSpec, DeviceSpec, FileSpec};
 use serde::{Deserialize, Serialize};
+
+pub use manifest::{GpuManifest, TaskTiming};
 
 use crate::transfer::{BufferSink, BufferSource};
 

@@ -2,15 +2,23 @@
 //! connection) that receives device files and buffers from the plugin, feeds them to the
 //! transfer engine, and answers the plugin's "is this task's memory done" questions.
 //!
-//! One [`Helper`] serves one dump or one restore; [`Session`] is its private directory.
+//! One [`Helper`] serves one dump or one restore; [`Session`] is its private directory;
+//! [`GpuDump`] and [`GpuRestore`] bundle both with the transfer engine for `dump.rs` and
+//! `restore.rs`.
+//!
+//! The helper depends on `crate::gpu` (the [`Backend`](crate::gpu::Backend) trait, the
+//! device state it collects and the manifest types it fills in), never the other way:
+//! the backends know nothing of the helper, the plugin protocol or the session.
 
+mod operation;
 mod server;
 mod session;
 
 use std::io;
 use std::path::PathBuf;
 
-pub use server::{timeline_events, DumpOutcome, Helper, TaskTiming, Timeline};
+pub use operation::{GpuDump, GpuRestore};
+pub use server::{timeline_events, DumpOutcome, Helper, Timeline};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
 
 use crate::gpu::GpuError;

@@ -16,21 +16,10 @@ use nix::sys::socket::{
     accept, bind, getsockopt, listen, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
     UnixAddr,
 };
-use serde::Serialize;
 
 use super::HelperError;
-use crate::gpu::{Backend, TaskDevice};
+use crate::gpu::{Backend, TaskDevice, TaskTiming};
 use crate::transfer::{BufferKey, DumpWriter, Event, EventSink, GpuStats, Restorer};
-
-/// When one task's device memory started and finished moving (milliseconds since the
-/// helper started), for the phase timeline.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct TaskTiming {
-    pub ns_pid: u32,
-    pub bytes: u64,
-    pub start_ms: Option<f64>,
-    pub end_ms: Option<f64>,
-}
 
 /// What a dump's helper collected.
 #[derive(Debug)]

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::manifest::write_atomically;
 use super::{INCOMPLETE_FILE, MANIFEST_FILE};
+use crate::exit_code::{self, ExitCode};
 
 /// Why an image directory cannot be used for a dump.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,13 @@ pub enum ImageDirError {
         #[source]
         source: io::Error,
     },
+}
+
+impl ExitCode for ImageDirError {
+    /// Every way the directory can be unusable is [`exit_code::IMAGE_DIR`].
+    fn exit_code(&self) -> u8 {
+        exit_code::IMAGE_DIR
+    }
 }
 
 /// Make `dir` ready for a dump: create it (mode 0700) or check that it is an empty,

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::MANIFEST_FILE;
+use crate::exit_code::{self, ExitCode};
 
 /// The value of the `format` field.
 pub const FORMAT_NAME: &str = "gpucr-image";
@@ -50,6 +51,20 @@ pub enum ManifestError {
     },
 }
 
+impl ExitCode for ManifestError {
+    /// No manifest: the image is incomplete; one that cannot be read or written: the
+    /// machine failed; anything else: the image is damaged.
+    fn exit_code(&self) -> u8 {
+        match self {
+            ManifestError::Missing { .. } => exit_code::IMAGE_INCOMPLETE,
+            ManifestError::Read { .. } | ManifestError::Write { .. } => exit_code::FAILURE,
+            ManifestError::Malformed { .. }
+            | ManifestError::WrongFormat { .. }
+            | ManifestError::TooNew { .. } => exit_code::IMAGE_DAMAGED,
+        }
+    }
+}
+
 /// The manifest of one image.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -76,7 +91,7 @@ pub struct Manifest {
     /// The device state of the tree and how its memory was stored (absent for a
     /// CPU-only tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<crate::gpu::session::GpuManifest>,
+    pub gpu: Option<crate::gpu::GpuManifest>,
     /// The GPUs the tree used, as found on the dumping machine: what a restore checks
     /// this machine against (absent for a CPU-only tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]

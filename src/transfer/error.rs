@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::source::BufferKey;
-use crate::exit_code;
+use crate::exit_code::{self, ExitCode};
 
 /// What is wrong with one stored chunk.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -188,9 +188,11 @@ impl TransferError {
                 | TransferError::UnknownBuffer { .. }
         )
     }
+}
 
+impl ExitCode for TransferError {
     /// The process exit code this error should end `gpucr` with.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         if self.is_damage() {
             exit_code::IMAGE_DAMAGED
         } else {

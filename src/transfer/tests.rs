@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::exit_code::ExitCode;
 
 const CS: usize = 64 << 10;
 

@@ -1,27 +1,14 @@
 //! The GPU side of one dump or restore: the private session directory with the plugin,
-//! the helper serving it, and the transfer engine behind the helper.
+//! the helper serving it, and the transfer engine behind the helper. `dump.rs` and
+//! `restore.rs` drive it; what it produces and reads is the manifest's
+//! [`GpuManifest`] (`crate::gpu`).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use super::{Backend, TaskDevice};
-use crate::helper::{timeline_events, Helper, HelperError, Session, TaskTiming};
+use super::{timeline_events, Helper, HelperError, Session};
+use crate::gpu::{Backend, GpuManifest, TaskDevice, TaskTiming};
 use crate::transfer::{BufferKey, DumpWriter, EventSink, GpuStats, Restorer, TransferConfig};
-
-/// The GPU part of the manifest (`gpucr.json`, field `gpu`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuManifest {
-    /// The backend that carried the device state ("sim", "amdgpu", "cuda").
-    pub backend: String,
-    /// Every task's device state and buffer table.
-    pub tasks: Vec<TaskDevice>,
-    /// What the transfer engine stored.
-    pub stats: GpuStats,
-    /// When each task's buffers were copied, relative to the helper's start.
-    pub timings: Vec<TaskTiming>,
-}
 
 /// The GPU side of a dump.
 #[derive(Debug)]
