@@ -111,7 +111,11 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         None => None,
     };
     let env = session.as_ref().map(Session::criu_env).unwrap_or_default();
-    let (mut swrk, version) = start_criu(opts.criu.as_deref(), &env, progress)
+    let inherit = session
+        .as_ref()
+        .map(Session::criu_inherit)
+        .unwrap_or_default();
+    let (mut swrk, version) = start_criu(opts.criu.as_deref(), &env, &inherit, progress)
         .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
     let gpu_backend = backend.clone();

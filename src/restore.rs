@@ -82,6 +82,12 @@ pub enum RestoreError {
     },
     #[error(transparent)]
     Gpu(#[from] GpuError),
+    #[error("{}: gpu.tasks[{task}].{source}; refusing to restore an image that would create or open files there", .manifest.display())]
+    UnsafePath {
+        manifest: PathBuf,
+        task: usize,
+        source: crate::gpu::OutsideRoot,
+    },
     #[error("{0}\n  the restore was aborted before any restored task ran")]
     Helper(Box<HelperError>),
     #[error("the GPUs of this machine cannot hold the image; nothing was restored\n{0}")]
@@ -101,7 +107,8 @@ impl ExitCode for RestoreError {
             RestoreError::Manifest(_)
             | RestoreError::Damaged { .. }
             | RestoreError::Verify(_)
-            | RestoreError::BadOption { .. } => exit_code::IMAGE_DAMAGED,
+            | RestoreError::BadOption { .. }
+            | RestoreError::UnsafePath { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
@@ -206,6 +213,16 @@ pub fn restore(
     let gpu_setup = match &manifest.gpu {
         Some(gpu) => {
             let backend = crate::gpu::backend_named(&gpu.backend)?;
+            let state_root = backend.state_root();
+            for (task, device) in gpu.tasks.iter().enumerate() {
+                device
+                    .check_confined(state_root.as_deref())
+                    .map_err(|source| RestoreError::UnsafePath {
+                        manifest: Manifest::path_in(&opts.dir),
+                        task,
+                        source,
+                    })?;
+            }
             let gpu = map_onto_local_gpus(opts, &manifest, gpu, backend.as_ref())?;
             progress.event("topology-checked", "GPU topology compatible");
             let session = Session::create().map_err(|e| RestoreError::Helper(Box::new(e)))?;
@@ -217,7 +234,16 @@ pub fn restore(
         .as_ref()
         .map(|(_, _, s)| s.criu_env())
         .unwrap_or_default();
-    let (mut swrk, _) = start_criu(opts.criu.as_deref(), &env, progress)?;
+    let inherit = gpu_setup
+        .as_ref()
+        .map(|(_, _, s)| s.criu_inherit())
+        .unwrap_or_default();
+    let (mut swrk, _) = start_criu(opts.criu.as_deref(), &env, &inherit, progress)?;
+    drop(inherit);
+    let inherit_fds: Vec<(String, i32)> = gpu_setup
+        .as_ref()
+        .map(|(_, _, s)| vec![s.criu_inherit_fd()])
+        .unwrap_or_default();
     // The helper times each task's fill from its own start; this puts it on our clock.
     let helper_clock_ms = progress.elapsed_ms();
     let gpu = match gpu_setup {
@@ -248,6 +274,7 @@ pub fn restore(
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
         },
+        inherit: inherit_fds,
     };
     let log = opts.dir.join(RESTORE_LOG);
     let mut gpu_error = None;

@@ -389,7 +389,7 @@ fn damaged_images_are_refused_and_never_run() {
 #[test]
 fn rpc_client_speaks_version_and_check() {
     let path = gpucr::criu::locate(None).expect("criu is installed for the tests");
-    let mut swrk = gpucr::criu::Swrk::spawn(&path, &[]).unwrap();
+    let mut swrk = gpucr::criu::Swrk::spawn(&path, &[], &[]).unwrap();
     let version = swrk.version().unwrap();
     assert!(version >= gpucr::criu::MIN_VERSION, "{version}");
     let _looks_good: bool = swrk.check().unwrap();

@@ -253,15 +253,12 @@ fn plugin_that_cannot_reach_the_helper_fails_the_dump_cleanly() {
     );
     let out = gpucr_env(
         &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
-        &[
-            sim.env()[0],
-            ("GPUCR_TEST_PLUGIN_SOCK", "/nonexistent/helper.sock"),
-        ],
+        &[sim.env()[0], ("GPUCR_TEST_HELPER_FD", "999")],
     );
     assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
     let log = fs::read_to_string(image.join("dump.log")).unwrap();
     assert!(
-        log.contains("cannot connect to the gpucr helper at /nonexistent/helper.sock"),
+        log.contains("GPUCR_HELPER_FD=\"999\": Bad file descriptor"),
         "{log}"
     );
     assert!(alive(tree.pid));

@@ -14,8 +14,13 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/gpucr.helper.rs"));
 }
 
-/// Environment variable naming the helper's socket (set on the `criu swrk` child only).
-pub const ENV_HELPER_SOCK: &str = "GPUCR_HELPER_SOCK";
+/// Environment variable holding the number of the helper's connector fd in CRIU's fd
+/// table (set on the `criu swrk` child only). At dump the plugin uses that fd directly.
+pub const ENV_HELPER_FD: &str = "GPUCR_HELPER_FD";
+/// The key under which gpucr hands the connector to a restore as CRIU's `inherit_fd`:
+/// CRIU moves it into its fdstore, where the plugin finds it again, in criu and in every
+/// restored task (whose inherited fds CRIU closes), whatever mount namespace it has.
+pub const HELPER_INHERIT_KEY: &str = "gpucr-helper";
 /// The name gpucr's plugin registers in CRIU's inventory and descriptor.
 pub const PLUGIN_NAME: &str = "gpucr";
 /// The plugin's file name inside the directory gpucr gives CRIU as CRIU_LIBS_DIR.

@@ -10,6 +10,7 @@ use gpucr_abi::plugin_abi::log_level;
 type AddInventoryPlugin = unsafe extern "C" fn(name: *const c_char) -> c_int;
 type CheckAndRemove = unsafe extern "C" fn(name: *const c_char, len: c_int) -> bool;
 type PrintOnLevel = unsafe extern "C" fn(level: c_uint, fmt: *const c_char, ...);
+type InheritFdLookupId = unsafe extern "C" fn(id: *mut c_char) -> c_int;
 
 fn lookup(symbol: &std::ffi::CStr) -> Option<*mut libc::c_void> {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
@@ -46,6 +47,22 @@ pub fn check_and_remove_inventory_plugin(name: &str) -> bool {
     let f: CheckAndRemove = unsafe { std::mem::transmute(ptr) };
     // SAFETY: see above; `cname` outlives the call and `len` is its length.
     unsafe { f(cname.as_ptr(), name.len() as c_int) }
+}
+
+/// At restore: a new descriptor for the file gpucr handed CRIU as `inherit_fd` under
+/// `key` (CRIU keeps it in its fdstore, reachable from criu and from every restored
+/// task). None outside a restore, or when CRIU has no such key.
+pub fn inherited_fd(key: &str) -> Option<std::os::fd::OwnedFd> {
+    let ptr = lookup(c"inherit_fd_lookup_id")?;
+    let key = CString::new(key).ok()?;
+    // SAFETY: the symbol is CRIU's `int inherit_fd_lookup_id(char *id)`, which only reads
+    // the string (it compares it with each key).
+    let f: InheritFdLookupId = unsafe { std::mem::transmute(ptr) };
+    // SAFETY: see above; `key` outlives the call.
+    let fd = unsafe { f(key.as_ptr().cast_mut()) };
+    // SAFETY: a non-negative answer is a new descriptor (fdstore_get dups it) that
+    // nothing else owns.
+    (fd >= 0).then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// True for images older than the inventory's plugin list, where CRIU answers every

@@ -1,29 +1,53 @@
-//! The plugin's side of the helper protocol: one connection per hook call.
+//! The plugin's side of the helper protocol: one private connection per hook call,
+//! opened through the connector gpucr handed CRIU (never through a path, so it works
+//! from a restored task with a mount namespace of its own).
+//!
+//! The connector is found in CRIU's fdstore under [`HELPER_INHERIT_KEY`] at restore (in
+//! criu and in every restored task), else at the fd number in [`ENV_HELPER_FD`] (criu at
+//! dump). To connect, the plugin makes a socketpair, sends one end over the connector
+//! in a `Connect` request and talks over the other.
 
 use std::env;
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use gpucr_abi::proto::{request, Reply, Request};
+use gpucr_abi::proto::{request, Connect, Reply, Request};
 use gpucr_abi::wire::{self, WireError};
-use gpucr_abi::ENV_HELPER_SOCK;
-use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+use gpucr_abi::{ENV_HELPER_FD, HELPER_INHERIT_KEY};
+use nix::sys::socket::{getsockopt, socketpair, sockopt, AddressFamily, SockFlag, SockType};
+
+use crate::criu;
 
 /// Why a call to the helper failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HelperError {
-    #[error("{ENV_HELPER_SOCK} is not set: this criu was not started by gpucr")]
-    NoSocket,
-    #[error("cannot connect to the gpucr helper at {path}: {source}")]
-    Connect { path: String, source: nix::Error },
+    #[error("{ENV_HELPER_FD} is not set: this criu was not started by gpucr")]
+    NotConfigured,
+    #[error("{ENV_HELPER_FD}={value:?}: {detail}")]
+    BadConnector { value: String, detail: String },
+    #[error("cannot connect to the gpucr helper: {0}")]
+    Connect(nix::Error),
     #[error("gpucr helper: {0}")]
     Wire(#[from] WireError),
     #[error("gpucr helper refused: {0}")]
     Refused(String),
 }
 
+impl HelperError {
+    /// The errno CRIU gets for this failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            HelperError::NotConfigured | HelperError::BadConnector { .. } => libc::EBADF,
+            HelperError::Connect(e) | HelperError::Wire(WireError::Socket(e)) => *e as i32,
+            HelperError::Wire(WireError::Closed) => libc::ECONNRESET,
+            HelperError::Wire(_) => libc::EPROTO,
+            HelperError::Refused(_) => libc::EIO,
+        }
+    }
+}
+
 /// Whether this CRIU runs under gpucr at all.
 pub fn configured() -> bool {
-    env::var_os(ENV_HELPER_SOCK).is_some()
+    env::var_os(ENV_HELPER_FD).is_some()
 }
 
 /// Send one request (with `fds`) and return the reply; a reply with `ok == false` is an
@@ -39,20 +63,100 @@ pub fn call(kind: request::Kind, fds: &[RawFd]) -> Result<Reply, HelperError> {
     }
 }
 
+/// A new private connection to the helper.
 fn connect_helper() -> Result<OwnedFd, HelperError> {
-    let path = env::var(ENV_HELPER_SOCK).map_err(|_| HelperError::NoSocket)?;
-    let connect_err = |source| HelperError::Connect {
-        path: path.clone(),
-        source,
-    };
-    let sock = socket(
+    let connector = connector()?;
+    open_connection(connector.as_fd())
+}
+
+/// Open a private connection over `connector`.
+pub fn open_connection(connector: BorrowedFd<'_>) -> Result<OwnedFd, HelperError> {
+    let (mine, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
         None,
+        SockFlag::SOCK_CLOEXEC,
     )
-    .map_err(connect_err)?;
-    let addr = UnixAddr::new(path.as_str()).map_err(connect_err)?;
-    connect(std::os::fd::AsRawFd::as_raw_fd(&sock), &addr).map_err(connect_err)?;
-    Ok(sock)
+    .map_err(HelperError::Connect)?;
+    let connect = Request {
+        kind: Some(request::Kind::Connect(Connect {})),
+    };
+    wire::send(connector, &connect, &[theirs.as_raw_fd()])?;
+    Ok(mine)
+}
+
+/// The connector: from CRIU's fdstore at restore, else the inherited fd named by
+/// `GPUCR_HELPER_FD` (checked to be a SOCK_SEQPACKET socket before it is used).
+fn connector() -> Result<OwnedFd, HelperError> {
+    if let Some(fd) = criu::inherited_fd(HELPER_INHERIT_KEY) {
+        return Ok(fd);
+    }
+    let value = env::var(ENV_HELPER_FD).map_err(|_| HelperError::NotConfigured)?;
+    let bad = |detail: String| HelperError::BadConnector {
+        value: value.clone(),
+        detail,
+    };
+    let fd: RawFd = value
+        .parse()
+        .map_err(|_| bad("not a file descriptor number".into()))?;
+    if fd < 0 {
+        return Err(bad("not a file descriptor number".into()));
+    }
+    // SAFETY: only borrowed for the checks and the dup below; fcntl(F_GETFD) first makes
+    // sure the number is an open descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(bad(format!("{}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: `fd` is open (checked above) and stays open for this borrow.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    match getsockopt(&borrowed, sockopt::SockType) {
+        Ok(SockType::SeqPacket) => {}
+        Ok(other) => return Err(bad(format!("a {other:?} socket, not SOCK_SEQPACKET"))),
+        Err(e) => return Err(bad(format!("not a socket ({e})"))),
+    }
+    borrowed
+        .try_clone_to_owned()
+        .map_err(|e| bad(format!("cannot duplicate it: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_end_arrives_over_the_connector() {
+        let (plugin_end, helper_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let mine = open_connection(plugin_end.as_fd()).unwrap();
+        let (req, fds): (Request, Vec<OwnedFd>) = wire::recv_msg(helper_end.as_fd()).unwrap();
+        assert!(matches!(req.kind, Some(request::Kind::Connect(_))));
+        assert_eq!(fds.len(), 1);
+        // The two ends of the private connection talk.
+        let log = Request {
+            kind: Some(request::Kind::Log(gpucr_abi::proto::PluginLog {
+                text: "hello".into(),
+            })),
+        };
+        wire::send(mine.as_fd(), &log, &[]).unwrap();
+        let (got, _): (Request, Vec<OwnedFd>) = wire::recv_msg(fds[0].as_fd()).unwrap();
+        assert_eq!(got, log);
+    }
+
+    #[test]
+    fn errno_is_kept() {
+        assert_eq!(
+            HelperError::Connect(nix::Error::EMFILE).errno(),
+            libc::EMFILE
+        );
+        assert_eq!(HelperError::Refused("x".into()).errno(), libc::EIO);
+        assert_eq!(
+            HelperError::Wire(WireError::Closed).errno(),
+            libc::ECONNRESET
+        );
+    }
 }

@@ -16,13 +16,40 @@ use crate::{criu, device, NOT_OURS};
 /// Whether this dump already named the plugin in CRIU's inventory.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
-/// Run `f` and map its outcome to a C return value; a panic becomes -EIO.
-fn guard(name: &str, f: impl FnOnce() -> Result<c_int, String>) -> c_int {
+/// Why a hook failed: the message for CRIU's log and the errno CRIU gets back (the
+/// cause's own errno where there is one, so CRIU's log and exit say what happened).
+#[derive(Debug)]
+pub struct HookFailure {
+    errno: i32,
+    message: String,
+}
+
+impl From<HelperError> for HookFailure {
+    fn from(e: HelperError) -> Self {
+        HookFailure {
+            errno: e.errno(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<device::DeviceError> for HookFailure {
+    fn from(e: device::DeviceError) -> Self {
+        HookFailure {
+            errno: e.source.raw_os_error().unwrap_or(libc::EIO),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Run `f` and map its outcome to a C return value: a failure becomes its negative
+/// errno, a panic -EIO.
+fn guard(name: &str, f: impl FnOnce() -> Result<c_int, HookFailure>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(ret)) => ret,
-        Ok(Err(message)) => {
-            criu::error(&format!("{name}: {message}"));
-            -libc::EIO
+        Ok(Err(failure)) => {
+            criu::error(&format!("{name}: {}", failure.message));
+            -failure.errno.max(1)
         }
         Err(_) => {
             criu::error(&format!("{name}: internal error (panic)"));
@@ -74,9 +101,8 @@ pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
         }
         criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
         let kind = request::Kind::CheckpointDevices(CheckpointDevices { pid });
-        helper::call(kind, &[])
-            .map(|_| 0)
-            .map_err(|e| e.to_string())
+        helper::call(kind, &[])?;
+        Ok(0)
     })
 }
 
@@ -86,7 +112,7 @@ pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
             return Ok(NOT_OURS);
         }
         let kind = request::Kind::DumpFile(DumpFile { id: id as u32 });
-        let reply = helper::call(kind, &[fd]).map_err(|e| e.to_string())?;
+        let reply = helper::call(kind, &[fd])?;
         if !reply.owned {
             return Ok(NOT_OURS);
         }
@@ -118,23 +144,23 @@ pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
         ) {
             Ok(reply) => reply,
             Err(HelperError::Refused(e)) if e.is_empty() => return Ok(NOT_OURS),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         let Some(spec) = reply.device else {
             return Ok(NOT_OURS);
         };
-        let buffers = device::recreate(&spec).map_err(|e| e.to_string())?;
+        let buffers = device::recreate(&spec)?;
         let fds = device::raw_fds(&buffers);
         for (batch, chunk) in fds.chunks(MAX_FDS).enumerate() {
             let kind = request::Kind::BuffersReady(BuffersReady {
                 id,
                 first_index: (batch * MAX_FDS) as u32,
             });
-            helper::call(kind, chunk).map_err(|e| e.to_string())?;
+            helper::call(kind, chunk)?;
         }
         // The helper holds its own references; ours close here.
         drop(buffers);
-        let fd = device::open_device(&spec).map_err(|e| e.to_string())?;
+        let fd = device::open_device(&spec)?;
         criu::info(&format!(
             "RESTORE_EXT_FILE id {id:#x}: {} buffers handed to the helper, device fd {fd}",
             fds.len()
@@ -149,7 +175,7 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
             return Ok(NOT_OURS);
         }
         let kind = request::Kind::ResumeDevices(ResumeDevices { pid });
-        helper::call(kind, &[]).map_err(|e| e.to_string())?;
+        helper::call(kind, &[])?;
         criu::info(&format!(
             "RESUME_DEVICES_LATE pid {pid}: device memory restored"
         ));
@@ -176,8 +202,18 @@ mod tests {
     }
 
     #[test]
-    fn errors_and_panics_become_eio() {
-        assert_eq!(guard("t", || Err("boom".into())), -libc::EIO);
+    fn errors_keep_their_errno_and_panics_become_eio() {
+        let failure = |errno| HookFailure {
+            errno,
+            message: "boom".into(),
+        };
+        assert_eq!(guard("t", || Err(failure(libc::ENOSPC))), -libc::ENOSPC);
+        assert_eq!(
+            guard("t", || Err(
+                HelperError::Connect(nix::Error::ECONNREFUSED).into()
+            )),
+            -libc::ECONNREFUSED
+        );
         assert_eq!(guard("t", || panic!("boom")), -libc::EIO);
         assert_eq!(guard("t", || Ok(5)), 5);
     }

@@ -2,8 +2,9 @@
 //!
 //! CRIU loads it from the directory gpucr names in `CRIU_LIBS_DIR` (set on the `criu
 //! swrk` child only). It does only what must happen inside CRIU's process or inside a
-//! restored task, and hands everything else to gpucr's helper over the socket named by
-//! `GPUCR_HELPER_SOCK`:
+//! restored task, and hands everything else to gpucr's helper over private connections
+//! opened through the connector CRIU inherited from gpucr (`GPUCR_HELPER_FD` at dump,
+//! CRIU's fdstore under the inherit_fd key "gpucr-helper" at restore; see `helper.rs`):
 //!
 //! * CHECKPOINT_DEVICES(pid), criu main, tree frozen: the helper starts copying the
 //!   task's device memory while CRIU dumps CPU pages.

@@ -134,6 +134,9 @@ pub struct RestoreRequest<'a> {
     pub images_dir: BorrowedFd<'a>,
     pub log_file: &'a str,
     pub common: CommonOptions,
+    /// Descriptors CRIU inherited from gpucr, by key and number in CRIU's table: CRIU
+    /// keeps them in its fdstore, where its plugins find them (`inherit_fd_lookup_id`).
+    pub inherit: Vec<(String, i32)>,
 }
 
 impl CommonOptions {
@@ -168,6 +171,14 @@ impl RestoreRequest<'_> {
         let mut opts = self.common.opts(self.images_dir, self.log_file);
         // The restored root becomes gpucr's child, so gpucr can wait for it.
         opts.rst_sibling = Some(true);
+        opts.inherit_fd = self
+            .inherit
+            .iter()
+            .map(|(key, fd)| rpc::InheritFd {
+                key: key.clone(),
+                fd: *fd,
+            })
+            .collect();
         request(rpc::CriuReqType::Restore, Some(opts))
     }
 }
@@ -246,11 +257,15 @@ mod tests {
             images_dir: dir.as_fd(),
             log_file: "restore.log",
             common: common(),
+            inherit: vec![("gpucr-helper".into(), 7)],
         }
         .to_rpc();
         let o = req.opts.unwrap();
         assert_eq!(o.rst_sibling, Some(true));
         assert_eq!(o.pid, None);
+        assert_eq!(o.inherit_fd.len(), 1);
+        assert_eq!(o.inherit_fd[0].key, "gpucr-helper");
+        assert_eq!(o.inherit_fd[0].fd, 7);
     }
 
     #[test]

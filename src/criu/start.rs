@@ -1,6 +1,7 @@
 //! Starting CRIU for one dump or restore, and the log level both ask CRIU for.
 
 use std::ffi::OsString;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use nix::sys::utsname::uname;
@@ -8,14 +9,16 @@ use nix::sys::utsname::uname;
 use super::{check_supported, locate, CriuError, CriuVersion, Swrk};
 use crate::progress::Progress;
 
-/// Start `criu swrk`, check its version and print the socket warning where it applies.
+/// Start `criu swrk` with `env` and the `inherit`ed descriptors, check its version and
+/// print the socket warning where it applies.
 pub fn start_criu(
     explicit: Option<&Path>,
     env: &[(OsString, OsString)],
+    inherit: &[BorrowedFd<'_>],
     progress: &mut Progress,
 ) -> Result<(Swrk, CriuVersion), CriuError> {
     let path = locate(explicit)?;
-    let mut swrk = Swrk::spawn(&path, env)?;
+    let mut swrk = Swrk::spawn(&path, env, inherit)?;
     let version = swrk.version()?;
     let kernel = uname()
         .map(|u| u.release().to_string_lossy().into_owned())

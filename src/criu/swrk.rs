@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
@@ -37,8 +37,13 @@ pub struct Swrk {
 }
 
 impl Swrk {
-    /// Start `criu swrk <fd>` with extra environment variables (for the swrk child only).
-    pub fn spawn(path: &Path, envs: &[(OsString, OsString)]) -> Result<Swrk, CriuError> {
+    /// Start `criu swrk <fd>` with extra environment variables and `inherit`ed
+    /// descriptors (at the same numbers), both for the swrk child only.
+    pub fn spawn(
+        path: &Path,
+        envs: &[(OsString, OsString)],
+        inherit: &[BorrowedFd<'_>],
+    ) -> Result<Swrk, CriuError> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -58,8 +63,18 @@ impl Swrk {
         for (k, v) in envs {
             cmd.env(k, v);
         }
+        let set_cloexec = |fd: &BorrowedFd<'_>, flags: FdFlag| {
+            fcntl(fd, FcntlArg::F_SETFD(flags)).map_err(|e| CriuError::Socket(e.into()))
+        };
+        for fd in inherit {
+            set_cloexec(fd, FdFlag::empty())?;
+        }
         let spawned = cmd.spawn();
         drop(theirs);
+        // Only the swrk child gets them: later children of gpucr must not.
+        for fd in inherit {
+            set_cloexec(fd, FdFlag::FD_CLOEXEC)?;
+        }
         let mut child = spawned.map_err(|source| CriuError::Spawn {
             path: path.to_path_buf(),
             source,

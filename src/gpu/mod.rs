@@ -101,10 +101,81 @@ pub struct BufferInfo {
     pub mode: u32,
 }
 
+/// Where device nodes live: the only place a manifest's `device_path` may name.
+pub const DEVICE_DIR: &str = "/dev";
+
+/// A path from a manifest that would reach outside where its backend keeps state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} = {path:?} is not beneath {root}")]
+pub struct OutsideRoot {
+    /// The manifest field, e.g. `buffers[3].path`.
+    pub field: String,
+    pub path: String,
+    pub root: String,
+}
+
+/// True when `path` is absolute, lies strictly beneath `root` and has only normal
+/// components (no `.`, no `..`): a lexical check, done before anything is touched; the
+/// plugin also opens every path with openat2(RESOLVE_BENEATH) from the root.
+pub fn is_beneath(path: &std::path::Path, root: &std::path::Path) -> bool {
+    use std::path::Component;
+    path.is_absolute()
+        && path.strip_prefix(root).is_ok_and(|rel| {
+            !rel.as_os_str().is_empty()
+                && rel.components().all(|c| matches!(c, Component::Normal(_)))
+        })
+}
+
 impl TaskDevice {
-    /// What the restored task recreates (sent to the plugin in RESTORE_EXT_FILE).
-    pub fn spec(&self) -> DeviceSpec {
+    /// Check every path the restore would create or open: state directories, files
+    /// and buffers beneath `root` (the backend's state root; None: the backend keeps no
+    /// files, so there may be none), the device node beneath `/dev`.
+    pub fn check_confined(&self, root: Option<&std::path::Path>) -> Result<(), OutsideRoot> {
+        let none = std::path::Path::new("");
+        let state_root = root.unwrap_or(none);
+        let outside = |field: String, path: &str, root: &std::path::Path| OutsideRoot {
+            field,
+            path: path.to_owned(),
+            root: if root.as_os_str().is_empty() {
+                "any root (this backend keeps no files)".to_owned()
+            } else {
+                root.display().to_string()
+            },
+        };
+        let paths = self
+            .directories
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (format!("directories[{i}]"), d))
+            .chain(
+                self.files
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (format!("files[{i}].path"), &f.path)),
+            )
+            .chain(
+                self.buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| (format!("buffers[{i}].path"), &b.path)),
+            );
+        for (field, path) in paths {
+            if root.is_none() || !is_beneath(std::path::Path::new(path), state_root) {
+                return Err(outside(field, path, state_root));
+            }
+        }
+        let dev = std::path::Path::new(DEVICE_DIR);
+        if !is_beneath(std::path::Path::new(&self.device_path), dev) {
+            return Err(outside("device_path".into(), &self.device_path, dev));
+        }
+        Ok(())
+    }
+
+    /// What the restored task recreates (sent to the plugin in RESTORE_EXT_FILE), with
+    /// the backend's state root every path must lie beneath.
+    pub fn spec(&self, root: Option<&std::path::Path>) -> DeviceSpec {
         DeviceSpec {
+            root: root.map(|r| r.display().to_string()).unwrap_or_default(),
             device_path: self.device_path.clone(),
             directories: self.directories.clone(),
             files: self
@@ -158,6 +229,10 @@ pub trait Backend: Send + Sync {
     /// Where this backend's GPU topology is read: None for the machine's own `/`, or a
     /// root directory (the simulator's).
     fn sysfs_root(&self) -> Option<PathBuf>;
+
+    /// The directory every device-state file and buffer of a restore must lie beneath
+    /// (paths from an image are confined to it); None when the backend keeps no files.
+    fn state_root(&self) -> Option<PathBuf>;
 
     /// Move a task's device state onto other GPUs: `map` pairs each checkpointed GPU id
     /// with the local one the topology check chose.
@@ -284,7 +359,8 @@ mod tests {
                 mode: 0o600,
             }],
         };
-        let s = t.spec();
+        let s = t.spec(Some(std::path::Path::new("/r")));
+        assert_eq!(s.root, "/r");
         assert_eq!(s.device_path, "/dev/fuse");
         assert_eq!(s.buffers[0].size, 10);
         assert_eq!(s.files[0].contents, b"{}");

@@ -21,7 +21,7 @@ pub struct GpuDump {
 impl GpuDump {
     /// Start the helper of `session` for a dump into `dir` (its `gpu/` part).
     pub fn start(
-        session: Session,
+        mut session: Session,
         dir: &Path,
         backend: Arc<dyn Backend>,
         config: TransferConfig,
@@ -30,7 +30,7 @@ impl GpuDump {
         let (events, timeline) = timeline_events(progress);
         let writer = DumpWriter::start(dir, config, events)?;
         let name = backend.name();
-        let helper = Helper::start_dump(&session.socket_path(), backend, writer, timeline)?;
+        let helper = Helper::start_dump(session.take_helper_end()?, backend, writer, timeline)?;
         Ok(GpuDump {
             _session: session,
             helper,
@@ -68,7 +68,7 @@ impl GpuRestore {
     /// Open the image's GPU part and start the helper. With `parallel`, the engine starts
     /// reading, verifying and decompressing at once, before any buffer exists.
     pub fn start(
-        session: Session,
+        mut session: Session,
         dir: &Path,
         manifest: &GpuManifest,
         backend: Arc<dyn Backend>,
@@ -80,7 +80,7 @@ impl GpuRestore {
         let restorer = Restorer::open(dir, config, parallel, events)?;
         check_buffers_match(&restorer, &manifest.tasks)?;
         let helper = Helper::start_restore(
-            &session.socket_path(),
+            session.take_helper_end()?,
             backend,
             restorer,
             manifest.tasks.clone(),

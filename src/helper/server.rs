@@ -2,8 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -12,10 +11,7 @@ use gpucr_abi::proto::{request, Reply, Request};
 use gpucr_abi::wire::{self, WireError};
 use gpucr_abi::PLUGIN_NAME;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{
-    accept, bind, getsockopt, listen, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
-    UnixAddr,
-};
+use nix::sys::socket::{getsockopt, sockopt};
 
 use super::HelperError;
 use crate::gpu::{Backend, TaskDevice, TaskTiming};
@@ -100,17 +96,14 @@ struct Shared {
 /// A running helper.
 pub struct Helper {
     shared: Arc<Shared>,
-    /// Closed to stop the accept loop at once (it polls the pipe's other end).
+    /// Closed to stop the connector loop at once (it polls the pipe's other end).
     stop: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
-    path: PathBuf,
 }
 
 impl std::fmt::Debug for Helper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Helper")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
+        f.debug_struct("Helper").finish_non_exhaustive()
     }
 }
 
@@ -133,7 +126,7 @@ pub fn timeline_events(extra: EventSink) -> (EventSink, Arc<Mutex<Timeline>>) {
 impl Helper {
     /// Serve a dump: buffers found by CHECKPOINT_DEVICES go to `writer`.
     pub fn start_dump(
-        path: &Path,
+        connector: OwnedFd,
         backend: Arc<dyn Backend>,
         writer: DumpWriter,
         timeline: Arc<Mutex<Timeline>>,
@@ -143,13 +136,13 @@ impl Helper {
             tasks: Mutex::new(BTreeMap::new()),
             tree: Mutex::new(Vec::new()),
         };
-        Self::start(path, backend, mode, timeline)
+        Self::start(connector, backend, mode, timeline)
     }
 
     /// Serve a restore of `tasks` from `restorer`. Without `parallel`, a task's buffers
     /// are filled before RESTORE_EXT_FILE returns (the CRIU 4.1 way).
     pub fn start_restore(
-        path: &Path,
+        connector: OwnedFd,
         backend: Arc<dyn Backend>,
         restorer: Restorer,
         tasks: Vec<TaskDevice>,
@@ -162,32 +155,21 @@ impl Helper {
             peers: Mutex::new(HashMap::new()),
             parallel,
         };
-        Self::start(path, backend, mode, timeline)
+        Self::start(connector, backend, mode, timeline)
     }
 
+    /// Serve the plugins that connect through `connector` (the helper's end of the
+    /// socketpair whose other end CRIU inherited).
     fn start(
-        path: &Path,
+        connector: OwnedFd,
         backend: Arc<dyn Backend>,
         mode: Mode,
         timeline: Arc<Mutex<Timeline>>,
     ) -> Result<Helper, HelperError> {
-        let sock_err = |source| HelperError::Socket {
-            path: path.to_path_buf(),
+        let io_err = |source: std::io::Error| HelperError::Io {
+            path: "the helper connector".into(),
             source,
         };
-        let listener = socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .map_err(sock_err)?;
-        bind(
-            listener.as_raw_fd(),
-            &UnixAddr::new(path).map_err(sock_err)?,
-        )
-        .map_err(sock_err)?;
-        listen(&listener, Backlog::new(128).map_err(sock_err)?).map_err(sock_err)?;
         let shared = Arc::new(Shared {
             backend,
             mode,
@@ -195,23 +177,16 @@ impl Helper {
             failure: Mutex::new(None),
         });
         let (stopped, stop) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| HelperError::Io {
-                path: path.to_path_buf(),
-                source: e.into(),
-            })?;
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_err(e.into()))?;
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("gpucr-helper".into())
-            .spawn(move || accept_loop(listener, s, stopped))
-            .map_err(|source| HelperError::Io {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            .spawn(move || connector_loop(connector, s, stopped))
+            .map_err(io_err)?;
         Ok(Helper {
             shared,
             stop: Some(stop),
             thread: Some(thread),
-            path: path.to_path_buf(),
         })
     }
 
@@ -306,7 +281,6 @@ impl Drop for Helper {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -314,12 +288,13 @@ fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
     (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
 }
 
-/// Accept plugin connections, each served on a thread of its own, until the write end
-/// of `stopped`'s pipe is closed.
-fn accept_loop(listener: OwnedFd, shared: Arc<Shared>, stopped: OwnedFd) {
+/// Take the private connections plugins send over the connector (a `Connect` request
+/// with one fd each), each served on a thread of its own, until the write end of
+/// `stopped`'s pipe is closed or every holder of the connector's other end is gone.
+fn connector_loop(connector: OwnedFd, shared: Arc<Shared>, stopped: OwnedFd) {
     loop {
         let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(connector.as_fd(), PollFlags::POLLIN),
             PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
         ];
         match poll(&mut fds, PollTimeout::NONE) {
@@ -333,11 +308,19 @@ fn accept_loop(listener: OwnedFd, shared: Arc<Shared>, stopped: OwnedFd) {
         if !fds[0].any().unwrap_or(false) {
             continue;
         }
-        let Ok(conn) = accept(listener.as_raw_fd()) else {
-            continue;
+        let conn = match wire::recv_msg::<Request>(connector.as_fd()) {
+            Ok((
+                Request {
+                    kind: Some(request::Kind::Connect(_)),
+                },
+                mut fds,
+            )) if fds.len() == 1 => fds.remove(0),
+            // Anything else on the connector is dropped: it is never answered.
+            Ok(_) => continue,
+            Err(WireError::Closed) => return,
+            Err(WireError::Socket(nix::errno::Errno::EINTR)) => continue,
+            Err(_) => continue,
         };
-        // SAFETY: accept returned a new descriptor that nothing else owns.
-        let conn = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(conn) };
         let s = shared.clone();
         let _ = std::thread::Builder::new()
             .name("gpucr-helper-conn".into())
@@ -475,7 +458,7 @@ fn handle(
                 .insert(peer, index);
             Ok(Reply {
                 ok: true,
-                device: Some(tasks[index].spec()),
+                device: Some(tasks[index].spec(shared.backend.state_root().as_deref())),
                 ..Default::default()
             })
         }

@@ -1,29 +1,46 @@
-//! The private directory of one gpucr operation: the helper's socket and the plugin
-//! directory CRIU loads from (`CRIU_LIBS_DIR`, holding gpucr's plugin only, so no other
-//! plugin is co-loaded). Created 0700, removed when the operation ends.
+//! The private resources of one gpucr operation: the plugin directory CRIU loads from
+//! (`CRIU_LIBS_DIR`, holding gpucr's plugin only, so no other plugin is co-loaded;
+//! created 0700, removed when the operation ends) and the connector, the socketpair
+//! through which every plugin instance reaches the helper.
+//!
+//! CRIU inherits one end of the connector (never a path: a restored task in a mount
+//! namespace of its own could not reach a socket file). At dump the plugin finds it at
+//! the number in `GPUCR_HELPER_FD`; at restore gpucr also hands it over as CRIU's
+//! `inherit_fd` "gpucr-helper", which CRIU keeps in its fdstore, reachable from criu and
+//! from every restored task (CRIU closes the fds a restored task inherited).
 
 use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use gpucr_abi::{ENV_HELPER_SOCK, PLUGIN_BUILD_FILE, PLUGIN_FILE};
+use gpucr_abi::{ENV_HELPER_FD, HELPER_INHERIT_KEY, PLUGIN_BUILD_FILE, PLUGIN_FILE};
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
 use super::HelperError;
 
 /// Overrides where the plugin is looked for.
 pub const ENV_PLUGIN: &str = "GPUCR_PLUGIN";
-/// Test hook: the socket path given to the plugin instead of the helper's own (to prove
-/// that a plugin which cannot reach the helper fails the dump cleanly).
-pub const ENV_TEST_PLUGIN_SOCK: &str = "GPUCR_TEST_PLUGIN_SOCK";
+/// Test hook: the value given to the plugin as `GPUCR_HELPER_FD` instead of the real
+/// connector (to prove that a plugin which cannot reach the helper fails the dump
+/// cleanly).
+pub const ENV_TEST_HELPER_FD: &str = "GPUCR_TEST_HELPER_FD";
 
-/// The private directory of one operation.
+/// The private directory and connector of one operation.
 #[derive(Debug)]
 pub struct Session {
     dir: tempfile::TempDir,
     plugin: PathBuf,
+    /// The helper's end of the connector, until the helper takes it.
+    helper_end: Option<OwnedFd>,
+    /// CRIU's end, until CRIU has started with it.
+    criu_end: Option<OwnedFd>,
+    /// The number of CRIU's end, in gpucr's table and so in CRIU's.
+    criu_fd: RawFd,
 }
 
 impl Session {
-    /// Create the directory and link the plugin into its `plugin/` subdirectory.
+    /// Create the directory, link the plugin into its `plugin/` subdirectory and make
+    /// the connector.
     pub fn create() -> Result<Session, HelperError> {
         let plugin = locate_plugin()?;
         let dir = tempfile::Builder::new()
@@ -43,12 +60,23 @@ impl Session {
             path: link.clone(),
             source,
         })?;
-        Ok(Session { dir, plugin })
-    }
-
-    /// The helper's socket path.
-    pub fn socket_path(&self) -> PathBuf {
-        self.dir.path().join("helper.sock")
+        let (helper_end, criu_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| HelperError::Socket {
+            path: "the helper connector (socketpair)".into(),
+            source: e,
+        })?;
+        Ok(Session {
+            dir,
+            plugin,
+            helper_end: Some(helper_end),
+            criu_fd: criu_end.as_raw_fd(),
+            criu_end: Some(criu_end),
+        })
     }
 
     /// The plugin that CRIU will load.
@@ -64,11 +92,31 @@ impl Session {
                 self.dir.path().join("plugin").into_os_string(),
             ),
             (
-                ENV_HELPER_SOCK.into(),
-                std::env::var_os(ENV_TEST_PLUGIN_SOCK)
-                    .unwrap_or_else(|| self.socket_path().into_os_string()),
+                ENV_HELPER_FD.into(),
+                std::env::var_os(ENV_TEST_HELPER_FD)
+                    .unwrap_or_else(|| self.criu_fd.to_string().into()),
             ),
         ]
+    }
+
+    /// The descriptors the `criu swrk` child inherits.
+    pub fn criu_inherit(&self) -> Vec<BorrowedFd<'_>> {
+        self.criu_end.iter().map(AsFd::as_fd).collect()
+    }
+
+    /// The connector as a restore's `inherit_fd` (key, number in CRIU's table).
+    pub fn criu_inherit_fd(&self) -> (String, i32) {
+        (HELPER_INHERIT_KEY.to_owned(), self.criu_fd)
+    }
+
+    /// CRIU has started: close gpucr's copy of CRIU's end (so the helper sees the
+    /// connector close once CRIU and every restored task are done with it) and hand
+    /// the helper its end.
+    pub fn take_helper_end(&mut self) -> Result<OwnedFd, HelperError> {
+        self.criu_end = None;
+        self.helper_end
+            .take()
+            .ok_or_else(|| HelperError::Failed("the helper connector was already taken".into()))
     }
 }
 

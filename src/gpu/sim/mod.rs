@@ -226,6 +226,10 @@ impl Backend for SimBackend {
         Some(self.root.root.clone())
     }
 
+    fn state_root(&self) -> Option<PathBuf> {
+        Some(self.root.root.clone())
+    }
+
     fn remap_gpus(&self, task: &mut TaskDevice, map: &[(u32, u32)]) -> Result<(), GpuError> {
         let new_id = |old: u32| {
             map.iter()
