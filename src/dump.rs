@@ -139,6 +139,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let network_lock = opts
         .network_lock
         .unwrap_or_else(|| NetworkLock::default_for(opts.pid, opts.tcp_established));
+    let own_mount_namespace = crate::criu::has_own_mount_namespace(opts.pid);
     let request = DumpRequest {
         pid: opts.pid,
         images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
@@ -152,6 +153,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             file_locks: opts.file_locks,
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
+            own_mount_namespace,
         },
     };
     let log = opts.dir.join(DUMP_LOG);
@@ -264,6 +266,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             ext_unix_sk: opts.ext_unix_sk,
             file_locks: opts.file_locks,
             network_lock: network_lock.as_str().into(),
+            mount_namespace: own_mount_namespace,
         },
         checksum_algorithm: checksum::ALGORITHM.into(),
         files,

@@ -273,6 +273,7 @@ pub fn restore(
             file_locks: opts.file_locks || dumped.file_locks,
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
+            own_mount_namespace: dumped.mount_namespace,
         },
         inherit: inherit_fds,
     };

@@ -422,3 +422,115 @@ fn killed_helper_leaves_the_tree_running() {
     tree.wait_ticks(3);
     assert!(tree.verify(1), "the device memory is intact");
 }
+
+/// A GPU process with a mount namespace of its own, in which gpucr's temporary directory
+/// is hidden (as a container's /tmp hides the host's): the plugin inside the restored
+/// task reaches the helper through the inherited connector, not a path, and every byte
+/// comes back.
+#[test]
+fn gpu_process_with_its_own_mount_namespace_restores() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("mntns");
+    let hidden = tmp.path().join("gpucr-tmp");
+    fs::create_dir(&hidden).unwrap();
+    let image = tmp.path().join("image");
+    let tree = SimTree::start_hiding(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--gpus", "2", "--parent-mib", "48", "--child-mib", "24"],
+        Some(&hidden),
+    );
+    assert_ne!(
+        fs::read_link(format!("/proc/{}/ns/mnt", tree.pid)).unwrap(),
+        fs::read_link("/proc/self/ns/mnt").unwrap(),
+        "the tree has a mount namespace of its own"
+    );
+    assert!(tree.verify(1));
+    let env = [sim.env()[0], ("TMPDIR", hidden.to_str().unwrap())];
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &env,
+    );
+    assert_success(&out);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    assert_eq!(manifest["options"]["mount_namespace"], true);
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
+    assert_success(&out);
+    let restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert_ne!(
+        fs::read_link(format!("/proc/{}/ns/mnt", restored.0)).unwrap(),
+        fs::read_link("/proc/self/ns/mnt").unwrap(),
+        "restored into a mount namespace of its own"
+    );
+    let log = fs::read_to_string(image.join("restore.log")).unwrap();
+    assert!(log.contains("gpucr: RESTORE_EXT_FILE id"), "{log}");
+    assert!(tree.verify(2), "every byte of every buffer is back");
+}
+
+/// A manifest whose device state names paths outside the backend's root (or a device
+/// node outside /dev) is refused before CRIU starts; nothing is created or changed.
+#[test]
+fn manifest_paths_outside_the_root_are_refused() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("confine");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--parent-mib", "8", "--child-mib", "0"],
+    );
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    let victim = tmp.path().join("victim");
+    fs::write(&victim, b"precious").unwrap();
+    let before = fs::metadata(&victim).unwrap().modified().unwrap();
+    let original = fs::read_to_string(image.join("gpucr.json")).unwrap();
+    let sim_root = sim.0.display().to_string();
+    let crafted: [(&str, String); 4] = [
+        ("buffers", victim.display().to_string()),
+        ("buffers", format!("{sim_root}/../{}", victim.display())),
+        (
+            "directories",
+            tmp.path().join("made-by-restore").display().to_string(),
+        ),
+        ("device_path", "/etc/gpucr-made-by-restore".to_owned()),
+    ];
+    for (field, path) in &crafted {
+        let mut manifest: serde_json::Value = serde_json::from_str(&original).unwrap();
+        let task = &mut manifest["gpu"]["tasks"][0];
+        match *field {
+            "buffers" => task["buffers"][0]["path"] = path.clone().into(),
+            "directories" => task["directories"][0] = path.clone().into(),
+            _ => task["device_path"] = path.clone().into(),
+        }
+        fs::write(
+            image.join("gpucr.json"),
+            serde_json::to_vec_pretty(&manifest).unwrap(),
+        )
+        .unwrap();
+        let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+        assert_fails_with(&out, IMAGE_DAMAGED, "is not beneath");
+        assert!(stderr(&out).contains(path.as_str()), "{}", stderr(&out));
+        assert!(
+            !image.join("restore.log").exists(),
+            "{field}: CRIU must not have started"
+        );
+    }
+    assert_eq!(fs::read(&victim).unwrap(), b"precious");
+    assert_eq!(fs::metadata(&victim).unwrap().modified().unwrap(), before);
+    assert!(!tmp.path().join("made-by-restore").exists());
+    assert!(!Path::new("/etc/gpucr-made-by-restore").exists());
+    assert!(
+        !sim.0.join("contexts").exists(),
+        "no device state was recreated"
+    );
+}

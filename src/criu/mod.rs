@@ -17,7 +17,9 @@ mod version;
 pub use binary::locate;
 pub use error::CriuError;
 pub use log_tail::log_tail;
-pub use request::{CommonOptions, DumpRequest, NetworkLock, RestoreRequest};
+pub use request::{
+    has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
+};
 pub use start::{criu_log_level, start_criu};
 pub use swrk::{Notify, Swrk};
 pub use version::{check_supported, CriuVersion, MIN_VERSION, SOCKETS_OK_VERSION};

@@ -73,15 +73,26 @@ impl NetworkLock {
 /// True when `pid` is known to be in the caller's network namespace (false when either
 /// namespace cannot be read: then the safe answer is to lock).
 fn shares_my_network_namespace(pid: i32) -> bool {
+    shares_my_namespace(pid, "net")
+}
+
+/// True when `pid` is known to be in the caller's namespace of `kind` ("net", "mnt").
+fn shares_my_namespace(pid: i32, kind: &str) -> bool {
     use std::os::unix::fs::MetadataExt;
     let ns = |path: String| std::fs::metadata(path).map(|m| (m.dev(), m.ino()));
     match (
-        ns("/proc/self/ns/net".into()),
-        ns(format!("/proc/{pid}/ns/net")),
+        ns(format!("/proc/self/ns/{kind}")),
+        ns(format!("/proc/{pid}/ns/{kind}")),
     ) {
         (Ok(mine), Ok(theirs)) => mine == theirs,
         _ => false,
     }
+}
+
+/// True when `pid` has a mount namespace of its own (one gpucr's is not), so CRIU must
+/// dump and restore it: see [`CommonOptions::own_mount_namespace`].
+pub fn has_own_mount_namespace(pid: i32) -> bool {
+    !shares_my_namespace(pid, "mnt")
 }
 
 impl fmt::Display for NetworkLock {
@@ -112,6 +123,12 @@ pub struct CommonOptions {
     pub network_lock: NetworkLock,
     /// CRIU's log level: 2 (errors and warnings) by default, 4 for debug.
     pub log_level: i32,
+    /// The tree has a mount namespace of its own. CRIU then dumps and restores it, and
+    /// the mounts that are binds of gpucr's own (the system's /dev, /proc, a data
+    /// directory) are taken as external: at dump their sharing and masters are allowed
+    /// (auto_ext_mnt, ext_sharing, ext_masters), at restore they are bound again from
+    /// the restoring host's tree, with "/" as the root.
+    pub own_mount_namespace: bool,
 }
 
 /// A DUMP request.
@@ -151,6 +168,9 @@ impl CommonOptions {
             ext_unix_sk: Some(self.ext_unix_sk),
             file_locks: Some(self.file_locks),
             network_lock: Some(self.network_lock.to_rpc() as i32),
+            auto_ext_mnt: self.own_mount_namespace.then_some(true),
+            ext_sharing: self.own_mount_namespace.then_some(true),
+            ext_masters: self.own_mount_namespace.then_some(true),
             ..Default::default()
         }
     }
@@ -171,6 +191,9 @@ impl RestoreRequest<'_> {
         let mut opts = self.common.opts(self.images_dir, self.log_file);
         // The restored root becomes gpucr's child, so gpucr can wait for it.
         opts.rst_sibling = Some(true);
+        if self.common.own_mount_namespace {
+            opts.root = Some("/".into());
+        }
         opts.inherit_fd = self
             .inherit
             .iter()
@@ -219,7 +242,39 @@ mod tests {
             file_locks: true,
             network_lock: NetworkLock::Nftables,
             log_level: 2,
+            own_mount_namespace: false,
         }
+    }
+
+    #[test]
+    fn own_mount_namespace_takes_binds_as_external_and_restores_under_slash() {
+        let dir = File::open("/").unwrap();
+        let mut common = common();
+        common.own_mount_namespace = true;
+        let req = RestoreRequest {
+            images_dir: dir.as_fd(),
+            log_file: "restore.log",
+            common,
+            inherit: vec![],
+        }
+        .to_rpc();
+        let o = req.opts.unwrap();
+        assert_eq!(o.auto_ext_mnt, Some(true));
+        assert_eq!(o.ext_sharing, Some(true));
+        assert_eq!(o.ext_masters, Some(true));
+        assert_eq!(o.root.as_deref(), Some("/"));
+        let plain = RestoreRequest {
+            images_dir: dir.as_fd(),
+            log_file: "restore.log",
+            common: super::tests::common(),
+            inherit: vec![],
+        }
+        .to_rpc()
+        .opts
+        .unwrap();
+        assert_eq!(plain.root, None);
+        assert_eq!(plain.auto_ext_mnt, None);
+        assert!(!has_own_mount_namespace(std::process::id() as i32));
     }
 
     #[test]

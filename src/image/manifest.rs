@@ -130,6 +130,10 @@ pub struct DumpOptions {
     pub file_locks: bool,
     /// "iptables", "nftables" or "skip".
     pub network_lock: String,
+    /// The tree had a mount namespace of its own (CRIU dumped it; restore needs the
+    /// same external-mount options).
+    #[serde(default)]
+    pub mount_namespace: bool,
 }
 
 /// One file of the image.

@@ -101,14 +101,43 @@ fn start_in_pid_namespace(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (Child, i32) {
+    start_in_namespaces(bin, state, extra, env, None)
+}
+
+/// [`start_in_pid_namespace`], and with `hide`, in a mount namespace of the tree's own
+/// too, where a tmpfs hides the directory `hide` (as a container's own /tmp hides the
+/// host's). The workload inherits no descriptor but its standard ones, and those are
+/// opened again inside the namespace: CRIU refuses a file on a mount the tree's
+/// namespace does not have.
+fn start_in_namespaces(
+    bin: &Path,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    hide: Option<&Path>,
+) -> (Child, i32) {
     assert!(
         bin.exists(),
         "{} is missing: run `cargo build --workspace --examples`",
         bin.display()
     );
     fs::create_dir_all(state).unwrap();
-    let unshare = Command::new("unshare")
-        .args(["--pid", "--fork", "setsid"])
+    let mut cmd = Command::new("unshare");
+    match hide {
+        None => cmd.args(["--pid", "--fork", "setsid"]),
+        Some(dir) => cmd
+            .args(["--pid", "--mount", "--propagation", "private", "--fork", "setsid"])
+            .args(["sh", "-c", r#"mount -t tmpfs -o size=1m gpucr-hidden "$0" && exec "$@" </dev/null >/dev/null 2>&1"#])
+            .arg(dir),
+    };
+    // SAFETY: close_range is async-signal-safe and touches only the child's own table.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
+    let unshare = cmd
         .arg(bin)
         .arg("--state")
         .arg(state)
@@ -323,9 +352,20 @@ pub struct SimTree {
 
 impl SimTree {
     pub fn start(state: &Path, sim_root: &Path, extra: &[&str]) -> SimTree {
+        Self::start_hiding(state, sim_root, extra, None)
+    }
+
+    /// [`SimTree::start`] in a mount namespace of the tree's own, with `hide` hidden
+    /// under a tmpfs there.
+    pub fn start_hiding(
+        state: &Path,
+        sim_root: &Path,
+        extra: &[&str],
+        hide: Option<&Path>,
+    ) -> SimTree {
         let bin = gpucr_bin().parent().unwrap().join("examples/sim_workload");
         let env = [("GPUCR_SIM_ROOT", sim_root.to_str().unwrap())];
-        let (unshare, pid) = start_in_pid_namespace(&bin, state, extra, &env);
+        let (unshare, pid) = start_in_namespaces(&bin, state, extra, &env, hide);
         let no_child = extra.windows(2).any(|w| w == ["--child-mib", "0"]);
         let roles = if no_child {
             vec!["parent"]
