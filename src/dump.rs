@@ -13,6 +13,7 @@ use crate::image::dir::{self, ImageDirError};
 use crate::image::follow::{Follower, Prefixes};
 use crate::image::manifest::{self, FileRecord, Manifest, ManifestError, Timings};
 use crate::image::{self, DUMP_LOG};
+use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
 use crate::target::{self, TargetError};
 use crate::transfer::TransferConfig;
@@ -83,6 +84,12 @@ pub enum DumpError {
     },
     #[error(transparent)]
     HelperSetup(Box<HelperError>),
+    #[error("interrupted by {signal}: the dump was rolled back; the image in {dir} is incomplete; {running}")]
+    Interrupted {
+        signal: &'static str,
+        dir: PathBuf,
+        running: String,
+    },
 }
 
 impl ExitCode for DumpError {
@@ -97,6 +104,7 @@ impl ExitCode for DumpError {
             | DumpError::Topology(_)
             | DumpError::Helper { .. }
             | DumpError::HelperSetup(_) => exit_code::FAILURE,
+            DumpError::Interrupted { .. } => exit_code::INTERRUPTED,
         }
     }
 }
@@ -160,8 +168,16 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let follower = Follower::start(opts.dir.clone(), is_pages_file);
     let mut gpu_manifest = None;
     let mut gpu_error = None;
+    // A signal cancels the GPU copy at once; the next notification fails the dump.
+    let _cancel_on_interrupt = gpu.as_ref().map(|g| {
+        let canceller = g.canceller();
+        interrupt::on_interrupt(move || canceller.cancel("gpucr was interrupted"))
+    });
     let result = swrk.dump(&request, &log, &mut |n| {
         progress.event(&n.script, &describe_notify(&n.script));
+        if let Some(signal) = interrupt::requested() {
+            return Err(format!("interrupted by {}", interrupt::name(signal)));
+        }
         // post-dump comes before CRIU lets the tree go: the device memory must be in the
         // image by then, or the dump fails and the tree keeps running.
         if let (Some(gpu), "post-dump") = (&gpu, n.script.as_str()) {
@@ -186,6 +202,19 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             format!("pid {} is no longer running", opts.pid)
         }
     };
+    if let (Some(signal), true) = (
+        interrupt::requested(),
+        result.is_err() || gpu_error.is_some(),
+    ) {
+        let signal = interrupt::name(signal);
+        let _ = dir::mark_incomplete(&opts.dir, &format!("interrupted by {signal}"));
+        drop(swrk);
+        return Err(DumpError::Interrupted {
+            signal,
+            dir: opts.dir.clone(),
+            running: running(),
+        });
+    }
     if let Some(error) = gpu_error {
         let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
         drop(swrk);

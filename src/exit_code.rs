@@ -33,6 +33,10 @@ pub const IMAGE_DAMAGED: u8 = 7;
 pub const IMAGE_INCOMPLETE: u8 = 8;
 /// The GPU topology of this machine cannot hold the image.
 pub const TOPOLOGY_INCOMPATIBLE: u8 = 9;
+/// SIGINT or SIGTERM stopped a dump (the tree keeps running, the image is marked
+/// incomplete) or a restore (no restored process is left): 128 + SIGINT, as a shell
+/// reports a command Ctrl-C stopped.
+pub const INTERRUPTED: u8 = 130;
 
 /// Every documented exit code with its one-line meaning, in order. The README table and
 /// the man pages are generated from (and tested against) this list.
@@ -65,6 +69,10 @@ pub const ALL: &[(u8, &str)] = &[
         "image incomplete (no manifest, or the dump failed)",
     ),
     (TOPOLOGY_INCOMPATIBLE, "GPU topology incompatible"),
+    (
+        INTERRUPTED,
+        "interrupted (SIGINT/SIGTERM): a dump leaves the tree running, a restore leaves no process",
+    ),
 ];
 
 /// The `EXIT STATUS` text shared by the man pages and `--help`.

@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod helper;
 pub mod image;
 pub mod inspect;
+pub mod interrupt;
 pub mod niceness;
 pub mod progress;
 pub mod restore;

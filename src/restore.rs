@@ -15,6 +15,7 @@ use crate::image::dir::{self, ImageDirError};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
 use crate::image::RESTORE_LOG;
+use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
 use crate::transfer::{GpuStats, TransferConfig};
 
@@ -94,6 +95,8 @@ pub enum RestoreError {
     Topology(Box<gpucr_topology::Report>),
     #[error("cannot read this machine's GPU topology")]
     TopologyRead(#[from] gpucr_topology::TopologyError),
+    #[error("interrupted by {signal}: nothing was restored (CRIU removed what it had begun)")]
+    Interrupted { signal: &'static str },
 }
 
 impl ExitCode for RestoreError {
@@ -113,6 +116,7 @@ impl ExitCode for RestoreError {
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
+            RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
             RestoreError::Helper(e) => match e.as_ref() {
                 HelperError::Transfer(t) => t.exit_code(),
                 _ => exit_code::FAILURE,
@@ -279,8 +283,22 @@ pub fn restore(
     };
     let log = opts.dir.join(RESTORE_LOG);
     let mut gpu_error = None;
+    // A signal cancels the GPU copies at once; until post-restore has been answered, the
+    // next notification fails the restore and CRIU kills what it had begun. Past it the
+    // tree is whole and verified: a later signal is for the restored tree.
+    let cancel_on_interrupt = gpu.as_ref().map(|g| {
+        let canceller = g.canceller();
+        interrupt::on_interrupt(move || canceller.cancel("gpucr was interrupted"))
+    });
+    let mut past_gate = false;
     let result = swrk.restore(&request, &log, &mut |n| {
         progress.event(&n.script, &describe_notify(&n.script));
+        if past_gate {
+            return Ok(());
+        }
+        if let Some(signal) = interrupt::requested() {
+            return Err(format!("interrupted by {}", interrupt::name(signal)));
+        }
         if n.script != "post-restore" {
             return Ok(());
         }
@@ -301,8 +319,19 @@ pub fn restore(
             }
             progress.event("gpu-done", "GPU memory restored");
         }
+        past_gate = interrupt::requested().is_none();
+        if !past_gate {
+            return Err("interrupted".to_owned());
+        }
         Ok(())
     });
+    drop(cancel_on_interrupt);
+    if let (Some(signal), true) = (interrupt::requested(), result.is_err()) {
+        drop(swrk);
+        return Err(RestoreError::Interrupted {
+            signal: interrupt::name(signal),
+        });
+    }
     if let Some(handle) = bulk.take() {
         // CRIU failed before post-restore: still report damage, which explains it best.
         bulk_problems = join_bulk(handle);
@@ -384,10 +413,22 @@ fn join_bulk(handle: std::thread::JoinHandle<Result<Vec<Problem>, VerifyError>>)
 /// Wait for the restored root (a child of this process) and return the exit code a
 /// shell would show for it: its status, or 128 + the signal that killed it.
 pub fn wait_for_tree(pid: i32) -> std::io::Result<u8> {
+    let tree = Pid::from_raw(pid);
+    let mut forwarded = interrupt::count();
     loop {
-        match waitpid(Pid::from_raw(pid), None) {
+        // SIGINT/SIGTERM that reach gpucr while it waits are the tree's: pass them on.
+        if interrupt::count() > forwarded {
+            forwarded = interrupt::count();
+            if let Some(signal) =
+                interrupt::requested().and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
+            {
+                let _ = nix::sys::signal::kill(tree, signal);
+            }
+        }
+        match waitpid(tree, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => return Ok(code as u8),
             Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128u8.wrapping_add(signal as u8)),
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(std::time::Duration::from_millis(20)),
             Ok(_) => continue,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),

@@ -534,3 +534,131 @@ fn manifest_paths_outside_the_root_are_refused() {
         "no device state was recreated"
     );
 }
+
+const INTERRUPTED: i32 = 130;
+
+/// Run gpucr with `args` and `env`, send it SIGINT once `ready` holds, and return its
+/// output.
+fn interrupt_gpucr_when(
+    args: &[&str],
+    env: &[(&str, &str)],
+    mut ready: impl FnMut() -> bool,
+) -> std::process::Output {
+    let mut cmd = Command::new(gpucr_bin());
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("run gpucr");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    wait_for(
+        Duration::from_secs(60),
+        "the moment to interrupt gpucr",
+        || ready().then_some(()),
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    child.wait_with_output().expect("wait for gpucr")
+}
+
+/// Processes whose command line mentions `needle` (the tree's state directory).
+fn processes_mentioning(needle: &str) -> Vec<i32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// SIGINT while the helper copies GPU memory: the copy stops, CRIU rolls back, the tree
+/// runs on with every byte intact, the image is marked incomplete, exit code 130.
+#[test]
+fn sigint_during_a_gpu_dump_leaves_the_tree_running() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("sigint-dump");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &[
+            "--parent-mib",
+            "256",
+            "--child-mib",
+            "64",
+            "--fill",
+            "random",
+        ],
+    );
+    // 320 MiB at 40 MB/s: the copy takes about 8 s, and the signal comes within it.
+    let env = [sim.env()[0], ("GPUCR_SIM_COPY_BW", "40MB/s")];
+    let log = image.join("dump.log");
+    let out = interrupt_gpucr_when(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &env,
+        || {
+            fs::read_to_string(&log).is_ok_and(|l| l.contains("DUMP_EXT_FILE"))
+                && image.join("gpu").is_dir()
+        },
+    );
+    assert_fails_with(&out, INTERRUPTED, "interrupted by SIGINT");
+    assert!(stderr(&out).contains("still running"), "{}", stderr(&out));
+    assert!(image.join("gpucr-incomplete.json").exists());
+    assert!(!image.join("gpucr.json").exists());
+    assert!(alive(tree.pid), "the tree keeps running");
+    tree.wait_ticks(2);
+    assert!(tree.verify(1), "and its device memory is intact");
+}
+
+/// SIGINT while the helper fills the restored tree's buffers: CRIU kills what it had
+/// restored, nothing of the tree is left, exit code 130; the image restores afterwards.
+#[test]
+fn sigint_during_a_gpu_restore_leaves_no_process() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("sigint-restore");
+    let image = tmp.path().join("image");
+    let state = tmp.path().join("state");
+    let tree = SimTree::start(
+        &state,
+        &sim.0,
+        &[
+            "--parent-mib",
+            "256",
+            "--child-mib",
+            "64",
+            "--fill",
+            "random",
+        ],
+    );
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    let env = [sim.env()[0], ("GPUCR_SIM_COPY_BW", "40MB/s")];
+    let log = image.join("restore.log");
+    let out = interrupt_gpucr_when(&["restore", "-d", image.to_str().unwrap()], &env, || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("gpucr: RESTORE_EXT_FILE id"))
+    });
+    assert_fails_with(&out, INTERRUPTED, "interrupted by SIGINT");
+    assert!(stdout(&out).trim().is_empty(), "no restored pid is printed");
+    let state_text = state.to_str().unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "the half-restored tree to be gone",
+        || processes_mentioning(state_text).is_empty().then_some(()),
+    );
+    // The image is untouched: a restore that is let finish brings everything back.
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(2));
+}

@@ -10,6 +10,7 @@ use crate::progress::Progress;
 use crate::transfer::TransferConfig;
 
 pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
+    crate::interrupt::install()?;
     let opts = DumpOptions {
         pid: args.pid,
         dir: args.dir.clone(),

@@ -13,6 +13,7 @@ use crate::restore::{restore, wait_for_tree, RestoreOptions};
 use crate::transfer::{GpuStats, TransferConfig};
 
 pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
+    crate::interrupt::install()?;
     let opts = RestoreOptions {
         dir: args.dir.clone(),
         tcp_established: args.tcp_established,

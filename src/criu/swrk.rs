@@ -55,6 +55,9 @@ impl Swrk {
         fcntl(&theirs, FcntlArg::F_SETFD(FdFlag::empty()))
             .map_err(|e| CriuError::Socket(e.into()))?;
         let mut cmd = Command::new(path);
+        // A process group of its own: a terminal's Ctrl-C reaches gpucr, which makes
+        // CRIU roll back cleanly (crate::interrupt), and never CRIU half-way through.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd.arg("swrk")
             .arg(theirs.as_raw_fd().to_string())
             .stdin(Stdio::null())

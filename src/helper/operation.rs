@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use super::{timeline_events, Helper, HelperError, Session};
 use crate::gpu::{Backend, GpuManifest, TaskDevice, TaskTiming};
-use crate::transfer::{BufferKey, DumpWriter, EventSink, GpuStats, Restorer, TransferConfig};
+use crate::transfer::{
+    BufferKey, Canceller, DumpWriter, EventSink, GpuStats, Restorer, TransferConfig,
+};
 
 /// The GPU side of a dump.
 #[derive(Debug)]
@@ -16,6 +18,7 @@ pub struct GpuDump {
     helper: Helper,
     _session: Session,
     backend: &'static str,
+    canceller: Canceller,
 }
 
 impl GpuDump {
@@ -29,13 +32,20 @@ impl GpuDump {
     ) -> Result<GpuDump, HelperError> {
         let (events, timeline) = timeline_events(progress);
         let writer = DumpWriter::start(dir, config, events)?;
+        let canceller = writer.canceller();
         let name = backend.name();
         let helper = Helper::start_dump(session.take_helper_end()?, backend, writer, timeline)?;
         Ok(GpuDump {
             _session: session,
             helper,
             backend: name,
+            canceller,
         })
+    }
+
+    /// A handle that cancels the copy from another thread (gpucr was interrupted).
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
     }
 
     /// What went wrong in the helper, if anything did (e.g. the disk filled up while it
@@ -62,6 +72,7 @@ impl GpuDump {
 pub struct GpuRestore {
     helper: Helper,
     _session: Session,
+    canceller: Canceller,
 }
 
 impl GpuRestore {
@@ -79,6 +90,7 @@ impl GpuRestore {
         let (events, timeline) = timeline_events(progress);
         let restorer = Restorer::open(dir, config, parallel, events)?;
         check_buffers_match(&restorer, &manifest.tasks)?;
+        let canceller = restorer.canceller();
         let helper = Helper::start_restore(
             session.take_helper_end()?,
             backend,
@@ -90,7 +102,13 @@ impl GpuRestore {
         Ok(GpuRestore {
             _session: session,
             helper,
+            canceller,
         })
+    }
+
+    /// A handle that cancels the restore's copies from another thread.
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
     }
 
     /// What went wrong in the helper, if anything did (a damaged chunk found while a task

@@ -148,6 +148,32 @@ pub enum TransferError {
     /// A worker thread could not be started or died.
     #[error("transfer thread failed: {what}")]
     Thread { what: String },
+    /// The transfer was cancelled (gpucr was interrupted).
+    #[error("GPU memory transfer cancelled: {reason}")]
+    Cancelled { reason: String },
+}
+
+/// Cancels a running transfer from another thread: every copy stops at its next chunk
+/// and every waiter returns [`TransferError::Cancelled`].
+#[derive(Clone)]
+pub struct Canceller(Arc<dyn Fn(TransferError) + Send + Sync>);
+
+impl Canceller {
+    pub(crate) fn new(fail: impl Fn(TransferError) + Send + Sync + 'static) -> Canceller {
+        Canceller(Arc::new(fail))
+    }
+
+    pub fn cancel(&self, reason: &str) {
+        (self.0)(TransferError::Cancelled {
+            reason: reason.to_owned(),
+        });
+    }
+}
+
+impl std::fmt::Debug for Canceller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Canceller")
+    }
 }
 
 fn list_keys(keys: &[BufferKey]) -> String {
@@ -195,6 +221,8 @@ impl ExitCode for TransferError {
     fn exit_code(&self) -> u8 {
         if self.is_damage() {
             exit_code::IMAGE_DAMAGED
+        } else if matches!(self, TransferError::Cancelled { .. }) {
+            exit_code::INTERRUPTED
         } else {
             exit_code::FAILURE
         }

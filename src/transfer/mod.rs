@@ -34,7 +34,7 @@ mod writer;
 mod tests;
 
 pub use config::{Compression, ParseCompressionError, TransferConfig};
-pub use error::{ChunkProblem, ProblemKind, TransferError};
+pub use error::{Canceller, ChunkProblem, ProblemKind, TransferError};
 pub use format::INDEX_FILE;
 pub use index::{read_index, BufferEntry, ChunkEntry, DataFileEntry, Encoding, GpuIndex};
 pub use restorer::{Restorer, QUEUE_DEPTH};

@@ -646,6 +646,12 @@ impl Restorer {
         }
     }
 
+    /// A handle that cancels this restore from another thread.
+    pub fn canceller(&self) -> super::Canceller {
+        let shared = self.shared.clone();
+        super::Canceller::new(move |error| shared.fail(error))
+    }
+
     /// Bytes of staging held (or reserved) right now.
     pub fn staging_bytes(&self) -> u64 {
         self.shared.lock().staging.used()

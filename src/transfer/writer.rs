@@ -331,6 +331,12 @@ impl DumpWriter {
         }
     }
 
+    /// A handle that cancels this writer from another thread.
+    pub fn canceller(&self) -> super::Canceller {
+        let shared = self.shared.clone();
+        super::Canceller::new(move |error| shared.fail(error))
+    }
+
     /// Wait for every buffer, sync the data files, write `gpu/index` (through a
     /// temporary file and a rename, then sync the directory) and return the totals.
     /// On error the directory holds no index: the image is incomplete.

@@ -1,0 +1,147 @@
+//! SIGINT (Ctrl-C) and SIGTERM while gpucr dumps or restores.
+//!
+//! gpucr never stops in the middle of an operation. A signal is remembered, every hook
+//! registered with [`on_interrupt`] runs at once (the GPU transfer cancels itself), and
+//! the next CRIU notification is answered with a failure, so that CRIU rolls back by
+//! itself: at dump it lets the tree go exactly as it was, at restore it kills the
+//! half-restored tree. The command then exits with [`crate::exit_code::INTERRUPTED`].
+//! CRIU runs in a process group of its own, so a terminal's Ctrl-C reaches gpucr only.
+//!
+//! Once an operation is over, `gpucr restore` (waiting for the restored tree) forwards
+//! these signals to the tree instead.
+
+use std::io;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// The signal that asked gpucr to stop (0: none yet).
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Every signal that arrived so far, for forwarding.
+static COUNT: AtomicU64 = AtomicU64::new(0);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+type Hook = Box<dyn Fn() + Send + Sync>;
+static HOOKS: Mutex<Vec<(u64, Hook)>> = Mutex::new(Vec::new());
+
+/// Handle SIGINT and SIGTERM from now on (idempotent): a thread of its own takes them.
+pub fn install() -> io::Result<()> {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    if INSTALLED.get().is_some() {
+        return Ok(());
+    }
+    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    std::thread::Builder::new()
+        .name("gpucr-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                deliver(signal);
+            }
+        })?;
+    let _ = INSTALLED.set(());
+    Ok(())
+}
+
+/// Record `signal` and run every hook (what the signal thread does; public for tests).
+pub fn deliver(signal: i32) {
+    let _ = SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+    COUNT.fetch_add(1, Ordering::SeqCst);
+    for (_, hook) in HOOKS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        hook();
+    }
+}
+
+/// The signal that asked gpucr to stop, if one did.
+pub fn requested() -> Option<i32> {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// How many signals arrived so far (each one is forwarded once).
+pub fn count() -> u64 {
+    COUNT.load(Ordering::SeqCst)
+}
+
+/// The signal's name, for messages.
+pub fn name(signal: i32) -> &'static str {
+    match signal {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+/// Run `hook` when a signal arrives (at once if one already did), until the returned
+/// registration is dropped.
+#[must_use = "the hook is removed when the registration is dropped"]
+pub fn on_interrupt(hook: impl Fn() + Send + Sync + 'static) -> Registration {
+    let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
+    if requested().is_some() {
+        hook();
+    }
+    HOOKS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((id, Box::new(hook)));
+    Registration(id)
+}
+
+/// A hook registered with [`on_interrupt`]; dropping it removes the hook.
+#[derive(Debug)]
+pub struct Registration(u64);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        HOOKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _)| *id != self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn hooks_run_on_delivery_and_stop_when_dropped() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let registration = on_interrupt(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        });
+        let before = count();
+        deliver(SIGINT);
+        assert_eq!(requested(), Some(SIGINT));
+        assert_eq!(count(), before + 1);
+        assert!(calls.load(Ordering::SeqCst) >= 1);
+        drop(registration);
+        let after = calls.load(Ordering::SeqCst);
+        deliver(SIGTERM);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            after,
+            "removed hooks never run"
+        );
+        assert_eq!(
+            requested(),
+            Some(SIGINT),
+            "the first signal is the one kept"
+        );
+        // A hook registered after the signal runs at once.
+        let late = Arc::new(AtomicUsize::new(0));
+        let l = late.clone();
+        let _r = on_interrupt(move || {
+            l.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(late.load(Ordering::SeqCst), 1);
+        assert_eq!(name(SIGTERM), "SIGTERM");
+    }
+}
