@@ -284,7 +284,9 @@ trap 'log "FAILED at step '"'"'$step'"'"': command exited with status $?: $BASH_
 kill_namespace "$ns_holder"
 ns_holder=""
 if grep -q '^@@done' "$inner_log"; then
-    log "[$(date +%T)] passed: set-up and demo ran in a fresh Debian 12 root (commit ${commit:0:12})"
+    what="set-up and demo"
+    [ "$run_tests" = 1 ] && what="set-up, demo and tests"
+    log "[$(date +%T)] passed: $what ran in a fresh Debian 12 root (commit ${commit:0:12})"
     exit 0
 fi
 failed=$(sed -n 's/^@@failed //p' "$inner_log" | tail -n1)
