@@ -183,6 +183,17 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         if let (Some(gpu), "post-dump") = (&gpu, n.script.as_str()) {
             match gpu.finish() {
                 Ok(m) => {
+                    // The tasks' device state goes into the image while the tree is
+                    // still held, like the memory: a failure fails the dump.
+                    if let Err(source) = image::gpu::write_states(&opts.dir, &m) {
+                        let e = HelperError::Io {
+                            path: opts.dir.join(image::gpu::STATE_DIR),
+                            source,
+                        };
+                        let text = e.to_string();
+                        gpu_error = Some(e);
+                        return Err(text);
+                    }
                     progress.event("gpu-done", "GPU memory written");
                     gpu_manifest = Some(m);
                 }
@@ -262,6 +273,9 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         (Some(backend), Some(g)) => Some(gpu::used_topology(backend.as_ref(), &g.tasks)?),
         _ => None,
     };
+    let gpu_section = gpu_manifest
+        .as_ref()
+        .map(image::gpu::GpuSection::from_runtime);
     let uts = uname().ok();
     let uts_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
         uts.as_ref()
@@ -278,7 +292,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             hostname: uts_field(|u| u.nodename()),
             kernel: uts_field(|u| u.release()),
             arch: uts_field(|u| u.machine()),
-            page_size: crate::inspect::host_page_size(),
+            page_size: crate::units::host_page_size(),
         },
         backend: gpu_manifest
             .as_ref()
@@ -300,7 +314,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         checksum_algorithm: checksum::ALGORITHM.into(),
         files,
         timings: Timings::default(),
-        gpu: gpu_manifest,
+        gpu: gpu_section,
         topology,
     };
     progress.event("manifest-written", "done");

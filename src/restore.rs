@@ -9,6 +9,7 @@ use crate::criu::{
     criu_log_level, start_criu, CommonOptions, CriuError, NetworkLock, RestoreRequest,
 };
 use crate::exit_code::{self, ExitCode};
+use crate::gpu::GpuRef;
 use crate::gpu::{GpuError, GpuManifest, TaskTiming};
 use crate::helper::{GpuRestore, HelperError, Session};
 use crate::image::dir::{self, ImageDirError};
@@ -83,7 +84,12 @@ pub enum RestoreError {
     },
     #[error(transparent)]
     Gpu(#[from] GpuError),
-    #[error("{}: gpu.tasks[{task}].{source}; refusing to restore an image that would create or open files there", .manifest.display())]
+    #[error("{}: {source}", .manifest.display())]
+    GpuSection {
+        manifest: PathBuf,
+        source: crate::image::gpu::GpuSectionError,
+    },
+    #[error("{}: the device state of gpu.tasks[{task}] has {source}; refusing to restore an image that would create or open files there", .manifest.display())]
     UnsafePath {
         manifest: PathBuf,
         task: usize,
@@ -111,7 +117,8 @@ impl ExitCode for RestoreError {
             | RestoreError::Damaged { .. }
             | RestoreError::Verify(_)
             | RestoreError::BadOption { .. }
-            | RestoreError::UnsafePath { .. } => exit_code::IMAGE_DAMAGED,
+            | RestoreError::UnsafePath { .. }
+            | RestoreError::GpuSection { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
@@ -215,19 +222,23 @@ pub fn restore(
                 value: dumped.network_lock.clone(),
             })?;
     let gpu_setup = match &manifest.gpu {
-        Some(gpu) => {
+        Some(section) => {
+            let gpu = section
+                .load(&opts.dir)
+                .map_err(|e| RestoreError::GpuSection {
+                    manifest: Manifest::path_in(&opts.dir),
+                    source: e,
+                })?;
             let backend = crate::gpu::backend_named(&gpu.backend)?;
-            let state_root = backend.state_root();
+            let gpu = map_onto_local_gpus(opts, &manifest, &gpu, backend.as_ref())?;
             for (task, device) in gpu.tasks.iter().enumerate() {
-                device
-                    .check_confined(state_root.as_deref())
-                    .map_err(|source| RestoreError::UnsafePath {
-                        manifest: Manifest::path_in(&opts.dir),
-                        task,
-                        source,
-                    })?;
+                let spec = backend.restore_spec(device)?;
+                crate::gpu::check_confined(&spec).map_err(|source| RestoreError::UnsafePath {
+                    manifest: Manifest::path_in(&opts.dir),
+                    task,
+                    source,
+                })?;
             }
-            let gpu = map_onto_local_gpus(opts, &manifest, gpu, backend.as_ref())?;
             progress.event("topology-checked", "GPU topology compatible");
             let session = Session::create().map_err(|e| RestoreError::Helper(Box::new(e)))?;
             Some((gpu, backend, session))
@@ -388,7 +399,17 @@ fn map_onto_local_gpus(
     let Some(mapping) = report.mapping.as_ref().filter(|_| report.compatible) else {
         return Err(RestoreError::Topology(Box::new(report)));
     };
-    let pairs = mapping.kfd_gpu_ids();
+    let pairs: Vec<(GpuRef, GpuRef)> = mapping
+        .kfd_gpu_ids()
+        .into_iter()
+        .map(|(a, b)| (GpuRef::Kfd(a), GpuRef::Kfd(b)))
+        .chain(
+            mapping
+                .nvidia_uuids()
+                .into_iter()
+                .map(|(a, b)| (GpuRef::Nvidia(a), GpuRef::Nvidia(b))),
+        )
+        .collect();
     for task in &mut gpu.tasks {
         backend.remap_gpus(task, &pairs)?;
     }

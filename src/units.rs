@@ -16,6 +16,17 @@ pub fn size(bytes: u64) -> String {
     }
 }
 
+/// The page size of this machine (a leaf helper, so the modules that need it import
+/// nothing else of gpucr for it).
+pub fn host_page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size)
+        .ok()
+        .filter(|s| s.is_power_of_two())
+        .unwrap_or(4096)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

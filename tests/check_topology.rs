@@ -305,8 +305,7 @@ fn image_without_gpu_state() {
 fn errors_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = gpucr(&["check-topology", path(dir.path())], &[]);
-    assert_ne!(out.status.code(), Some(SUCCESS));
-    assert_ne!(out.status.code(), Some(TOPOLOGY_INCOMPATIBLE));
+    assert_eq!(out.status.code(), Some(8), "no manifest: image incomplete");
     let manifest = dir.path().join("gpucr.json");
     assert!(
         stderr(&out).contains(&format!("{} is missing", manifest.display())),
@@ -316,7 +315,11 @@ fn errors_name_the_file() {
 
     fs::write(&manifest, r#"{"topology": {"kfd_nodes": 3}}"#).unwrap();
     let out = gpucr(&["check-topology", path(dir.path())], &[]);
-    assert_ne!(out.status.code(), Some(SUCCESS));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "malformed manifest: image damaged"
+    );
     assert!(
         stderr(&out).contains("has no valid `topology`"),
         "{}",

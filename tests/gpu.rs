@@ -68,6 +68,55 @@ fn sim_tree_survives_dump_wipe_and_restore() {
         .collect();
     assert_eq!(gpus.len(), 3, "buffers on three GPUs");
 
+    // Manifest format 2: typed GPUs, device files with roles, the state blob as a
+    // checksummed file, the operation log.
+    assert_eq!(manifest["format_version"], 2);
+    let recorded: Vec<&str> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for task in manifest["gpu"]["tasks"].as_array().unwrap() {
+        let typed: Vec<&str> = task["gpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_str().unwrap())
+            .collect();
+        assert!(
+            !typed.is_empty() && typed.iter().all(|g| g.starts_with("kfd:")),
+            "{typed:?}"
+        );
+        assert_eq!(task["device_files"][0]["role"], "device");
+        assert_eq!(task["device_files"][0]["path"], "/dev/fuse");
+        let state = task["state"]["file"].as_str().unwrap();
+        assert!(state.starts_with("gpu/state/"), "{state}");
+        assert_eq!(
+            fs::metadata(image.join(state)).unwrap().len(),
+            task["state"]["size"].as_u64().unwrap()
+        );
+        assert!(recorded.contains(&state), "the state blob is checksummed");
+        let ops: Vec<&str> = task["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(ops, ["checkpoint", "copy"]);
+    }
+    let shown = gpucr_env(&["inspect", "--gpu", image.to_str().unwrap()], &sim.env());
+    assert_success(&shown);
+    let text = stdout(&shown);
+    for needle in [
+        "GPUs: kfd:",
+        "(device)",
+        "state: gpu/state/task-1.bin (sim/1",
+        "checkpoint at",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from\n{text}");
+    }
+
     // CRIU loaded the plugin and called its hooks.
     let log = fs::read_to_string(image.join("dump.log")).unwrap();
     assert!(
@@ -471,8 +520,9 @@ fn gpu_process_with_its_own_mount_namespace_restores() {
     assert!(tree.verify(2), "every byte of every buffer is back");
 }
 
-/// A manifest whose device state names paths outside the backend's root (or a device
-/// node outside /dev) is refused before CRIU starts; nothing is created or changed.
+/// Device state that names paths outside the backend's root (or a device node outside
+/// /dev) is refused before CRIU starts, even when the crafted state blob's checksum is
+/// recorded again as a forger would; nothing is created or changed.
 #[test]
 fn manifest_paths_outside_the_root_are_refused() {
     let _lock = criu_lock();
@@ -494,6 +544,15 @@ fn manifest_paths_outside_the_root_are_refused() {
     fs::write(&victim, b"precious").unwrap();
     let before = fs::metadata(&victim).unwrap().modified().unwrap();
     let original = fs::read_to_string(image.join("gpucr.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let state_file = manifest["gpu"]["tasks"][0]["state"]["file"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(manifest["gpu"]["tasks"][0]["state"]["format"], "sim/1");
+    let state_path = image.join(&state_file);
+    let original_state: serde_json::Value =
+        serde_json::from_slice(&fs::read(&state_path).unwrap()).unwrap();
     let sim_root = sim.0.display().to_string();
     let crafted: [(&str, String); 4] = [
         ("buffers", victim.display().to_string()),
@@ -506,11 +565,22 @@ fn manifest_paths_outside_the_root_are_refused() {
     ];
     for (field, path) in &crafted {
         let mut manifest: serde_json::Value = serde_json::from_str(&original).unwrap();
-        let task = &mut manifest["gpu"]["tasks"][0];
+        let mut state = original_state.clone();
         match *field {
-            "buffers" => task["buffers"][0]["path"] = path.clone().into(),
-            "directories" => task["directories"][0] = path.clone().into(),
-            _ => task["device_path"] = path.clone().into(),
+            "buffers" => manifest["gpu"]["tasks"][0]["buffers"][0]["path"] = path.clone().into(),
+            "directories" => state["directories"][0] = path.clone().into(),
+            _ => state["device_path"] = path.clone().into(),
+        }
+        let bytes = serde_json::to_vec(&state).unwrap();
+        fs::write(&state_path, &bytes).unwrap();
+        let digest = gpucr::image::checksum::digest_file(&state_path).unwrap();
+        let task = &mut manifest["gpu"]["tasks"][0];
+        task["state"]["size"] = bytes.len().into();
+        for record in manifest["files"].as_array_mut().unwrap() {
+            if record["path"] == state_file.as_str() {
+                record["size"] = bytes.len().into();
+                record["checksum"] = digest.checksum().into();
+            }
         }
         fs::write(
             image.join("gpucr.json"),

@@ -51,9 +51,9 @@ pub enum CheckTopologyError {
     },
 }
 
-impl CheckTopologyError {
+impl crate::exit_code::ExitCode for CheckTopologyError {
     /// The process exit code for this error.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         match self {
             CheckTopologyError::ManifestMissing { .. } => exit_code::IMAGE_INCOMPLETE,
             CheckTopologyError::ManifestRead { .. } => exit_code::FAILURE,
@@ -148,6 +148,7 @@ mod tests {
 
     #[test]
     fn manifest_errors_have_image_exit_codes() {
+        use crate::exit_code::ExitCode;
         let dir = tempfile::tempdir().unwrap();
         let err = read_image_topology(dir.path()).unwrap_err();
         assert_eq!(err.exit_code(), exit_code::IMAGE_INCOMPLETE);

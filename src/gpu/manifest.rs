@@ -1,13 +1,14 @@
-//! The GPU part of the manifest: what a dump records about device state and how its
-//! memory moved, read back by restore and `gpucr inspect`.
+//! The GPU part of a dump in its runtime form: what a dump records about device state
+//! and how its memory moved. On disk it is `image::gpu::GpuSection`, which converts to
+//! and from this.
 
 use serde::{Deserialize, Serialize};
 
 use super::TaskDevice;
 use crate::transfer::GpuStats;
 
-/// The GPU part of the manifest (`gpucr.json`, field `gpu`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The GPU part of a dump (on disk: `gpucr.json`, field `gpu`, and `gpu/state/`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct GpuManifest {
     /// The backend that carried the device state ("sim", "amdgpu", "cuda").
     pub backend: String,

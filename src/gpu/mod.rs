@@ -22,8 +22,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
-use gpucr_abi::proto::{BufferSpec, DeviceSpec, FileSpec};
-use serde::{Deserialize, Serialize};
+use gpucr_abi::proto::{BufferSpec, DeviceSpec};
 
 pub use manifest::{GpuManifest, TaskTiming};
 
@@ -57,58 +56,155 @@ impl GpuError {
     }
 }
 
-/// The device state of one checkpointed task, as stored in the manifest: enough to
-/// recreate it on restore, plus the table of its buffers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A GPU as the backends name it: a KFD `gpu_id` (AMD, the simulator) or an NVIDIA
+/// UUID. Written `kfd:<gpu_id>` / `nvidia:<UUID>` in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GpuRef {
+    Kfd(u32),
+    Nvidia(String),
+}
+
+impl std::fmt::Display for GpuRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuRef::Kfd(id) => write!(f, "kfd:{id}"),
+            GpuRef::Nvidia(uuid) => write!(f, "nvidia:{uuid}"),
+        }
+    }
+}
+
+impl std::str::FromStr for GpuRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once(':') {
+            Some(("kfd", id)) => id
+                .parse()
+                .map(GpuRef::Kfd)
+                .map_err(|_| format!("{id:?} is not a KFD gpu_id")),
+            Some(("nvidia", uuid)) if !uuid.is_empty() => Ok(GpuRef::Nvidia(uuid.to_owned())),
+            _ => Err("expected kfd:<gpu_id> or nvidia:<UUID>".into()),
+        }
+    }
+}
+
+impl GpuRef {
+    /// The topology's id for this GPU, if `id` is it.
+    pub fn matches(&self, id: &gpucr_topology::GpuId) -> bool {
+        match (self, id) {
+            (GpuRef::Kfd(a), gpucr_topology::GpuId::Kfd { gpu_id, .. }) => a == gpu_id,
+            (GpuRef::Nvidia(a), gpucr_topology::GpuId::Nvidia { uuid }) => a == uuid,
+            _ => false,
+        }
+    }
+}
+
+/// What a task's device file is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceRole {
+    /// The node the device state hangs on (/dev/kfd, /dev/nvidiactl, the simulator's).
+    Device,
+    /// A DRM render node (/dev/dri/renderD*).
+    Render,
+    /// A per-GPU node (/dev/nvidiaN).
+    Gpu,
+}
+
+impl DeviceRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceRole::Device => "device",
+            DeviceRole::Render => "render",
+            DeviceRole::Gpu => "gpu",
+        }
+    }
+
+    /// The role a manifest names; an unknown name is read as the main device node.
+    pub fn parse(text: &str) -> DeviceRole {
+        match text {
+            "render" => DeviceRole::Render,
+            "gpu" => DeviceRole::Gpu,
+            _ => DeviceRole::Device,
+        }
+    }
+}
+
+/// One of a task's device files, by CRIU file id (DUMP_EXT_FILE / RESTORE_EXT_FILE).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceFile {
+    pub id: u32,
+    pub role: DeviceRole,
+    /// The path the task had open (for people: the backend's state says what to open).
+    pub path: String,
+}
+
+/// One timed backend operation of a task (a driver call, a state change, a copy).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    pub name: String,
+    /// Milliseconds since the helper started.
+    pub start_ms: f64,
+    pub duration_ms: f64,
+    /// "ok", or the error.
+    pub result: String,
+}
+
+/// The device state of one checkpointed task: the backend's private state (opaque to
+/// everything but the backend, versioned by it), the GPUs and device files it uses, and
+/// the table of its buffers. Stored in the manifest as `image::gpu::TaskRecord`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct TaskDevice {
     /// The task's pid in the checkpointed tree's own PID namespace (stable on restore).
     pub ns_pid: u32,
     /// The task's pid on the dumping host.
     pub host_pid: i32,
-    /// CRIU file ids of the task's device files (DUMP_EXT_FILE / RESTORE_EXT_FILE ids).
-    pub ext_files: Vec<u32>,
-    pub device_path: String,
-    pub device_flags: i32,
-    /// Directories of device state, recreated before the files and buffers.
-    pub directories: Vec<String>,
-    /// Small state files, recreated with their contents.
-    pub files: Vec<StateFile>,
+    /// The GPUs the task uses, as the backend names them.
+    pub gpus: Vec<GpuRef>,
+    /// The task's device files, with their roles.
+    pub device_files: Vec<DeviceFile>,
+    /// The encoding of `state`: the backend's name and version ("sim/1").
+    pub state_format: String,
+    /// The backend's private state of the task (written to `gpu/state/`).
+    pub state: Vec<u8>,
     /// The device buffers, in `BufferKey::buffer` order.
     pub buffers: Vec<BufferInfo>,
-}
-
-/// A small device-state file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StateFile {
-    pub path: String,
-    pub contents: String,
-    /// Permission bits.
-    pub mode: u32,
+    /// What the backend did for the task, in order.
+    pub operations: Vec<Operation>,
 }
 
 /// One device buffer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BufferInfo {
     /// Where the buffer lives (for the simulator, its file).
     pub path: String,
     pub size: u64,
-    /// The GPU holding it.
+    /// The GPU (KFD gpu_id, or copy queue) holding it.
     pub gpu_id: u32,
     /// "vram", "gtt", ...
     pub kind: String,
     /// Permission bits of the buffer's file (the simulator's; 0 for real devices).
-    #[serde(default)]
     pub mode: u32,
 }
 
-/// Where device nodes live: the only place a manifest's `device_path` may name.
+impl TaskDevice {
+    /// Whether CRIU file `id` is one of this task's device files.
+    pub fn has_file(&self, id: u32) -> bool {
+        self.device_files.iter().any(|f| f.id == id)
+    }
+}
+
+/// How messages name a task's state: "task <ns_pid>'s device state".
+pub fn state_name(task: &TaskDevice) -> String {
+    format!("task {}'s device state", task.ns_pid)
+}
+
+/// Where device nodes live: the only place a restore spec's `device_path` may name.
 pub const DEVICE_DIR: &str = "/dev";
 
-/// A path from a manifest that would reach outside where its backend keeps state.
+/// A path of a restore spec that would reach outside where its backend keeps state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field} = {path:?} is not beneath {root}")]
 pub struct OutsideRoot {
-    /// The manifest field, e.g. `buffers[3].path`.
+    /// The field of the task's device state, e.g. `buffers[3].path`.
     pub field: String,
     pub path: String,
     pub root: String,
@@ -126,79 +222,59 @@ pub fn is_beneath(path: &std::path::Path, root: &std::path::Path) -> bool {
         })
 }
 
-impl TaskDevice {
-    /// Check every path the restore would create or open: state directories, files
-    /// and buffers beneath `root` (the backend's state root; None: the backend keeps no
-    /// files, so there may be none), the device node beneath `/dev`.
-    pub fn check_confined(&self, root: Option<&std::path::Path>) -> Result<(), OutsideRoot> {
-        let none = std::path::Path::new("");
-        let state_root = root.unwrap_or(none);
-        let outside = |field: String, path: &str, root: &std::path::Path| OutsideRoot {
-            field,
-            path: path.to_owned(),
-            root: if root.as_os_str().is_empty() {
-                "any root (this backend keeps no files)".to_owned()
-            } else {
-                root.display().to_string()
-            },
-        };
-        let paths = self
-            .directories
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("directories[{i}]"), d))
-            .chain(
-                self.files
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| (format!("files[{i}].path"), &f.path)),
-            )
-            .chain(
-                self.buffers
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| (format!("buffers[{i}].path"), &b.path)),
-            );
-        for (field, path) in paths {
-            if root.is_none() || !is_beneath(std::path::Path::new(path), state_root) {
-                return Err(outside(field, path, state_root));
-            }
+/// Check every path a restore spec would create or open: state directories, files and
+/// buffers beneath `spec.root` (empty: the backend keeps no files, so there may be
+/// none), the device node beneath `/dev`.
+pub fn check_confined(spec: &DeviceSpec) -> Result<(), OutsideRoot> {
+    let root = std::path::Path::new(&spec.root);
+    let outside = |field: String, path: &str, root: &std::path::Path| OutsideRoot {
+        field,
+        path: path.to_owned(),
+        root: if root.as_os_str().is_empty() {
+            "any root (this backend keeps no files)".to_owned()
+        } else {
+            root.display().to_string()
+        },
+    };
+    let paths = spec
+        .directories
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (format!("directories[{i}]"), d))
+        .chain(
+            spec.files
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (format!("files[{i}].path"), &f.path)),
+        )
+        .chain(
+            spec.buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (format!("buffers[{i}].path"), &b.path)),
+        );
+    for (field, path) in paths {
+        if spec.root.is_empty() || !is_beneath(std::path::Path::new(path), root) {
+            return Err(outside(field, path, root));
         }
-        let dev = std::path::Path::new(DEVICE_DIR);
-        if !is_beneath(std::path::Path::new(&self.device_path), dev) {
-            return Err(outside("device_path".into(), &self.device_path, dev));
-        }
-        Ok(())
     }
+    let dev = std::path::Path::new(DEVICE_DIR);
+    if !is_beneath(std::path::Path::new(&spec.device_path), dev) {
+        return Err(outside("device_path".into(), &spec.device_path, dev));
+    }
+    Ok(())
+}
 
-    /// What the restored task recreates (sent to the plugin in RESTORE_EXT_FILE), with
-    /// the backend's state root every path must lie beneath.
-    pub fn spec(&self, root: Option<&std::path::Path>) -> DeviceSpec {
-        DeviceSpec {
-            root: root.map(|r| r.display().to_string()).unwrap_or_default(),
-            device_path: self.device_path.clone(),
-            directories: self.directories.clone(),
-            files: self
-                .files
-                .iter()
-                .map(|f| FileSpec {
-                    path: f.path.clone(),
-                    contents: f.contents.clone().into_bytes(),
-                    mode: f.mode,
-                })
-                .collect(),
-            buffers: self
-                .buffers
-                .iter()
-                .map(|b| BufferSpec {
-                    path: b.path.clone(),
-                    size: b.size,
-                    mode: b.mode,
-                })
-                .collect(),
-            device_flags: self.device_flags,
-        }
-    }
+/// The buffer part of a restore spec: every buffer of `task`, at its size and mode.
+pub fn buffer_specs(task: &TaskDevice) -> Vec<BufferSpec> {
+    task.buffers
+        .iter()
+        .map(|b| BufferSpec {
+            path: b.path.clone(),
+            size: b.size,
+            mode: b.mode,
+        })
+        .collect()
 }
 
 /// A task's device state and a copy-engine source for each of its buffers.
@@ -222,6 +298,11 @@ pub trait Backend: Send + Sync {
     /// DUMP_EXT_FILE: if `fd` is a device of this backend, which of `tasks` has it open.
     fn file_owner(&self, fd: BorrowedFd<'_>, tasks: &[i32]) -> Result<Option<i32>, GpuError>;
 
+    /// What the restored task recreates (sent to the plugin in RESTORE_EXT_FILE), from
+    /// the task's state: every path beneath [`Backend::state_root`] (checked with
+    /// [`check_confined`] before CRIU starts, and by the plugin as it creates them).
+    fn restore_spec(&self, task: &TaskDevice) -> Result<DeviceSpec, GpuError>;
+
     /// A copy-engine sink writing buffer `index` of `task` through `file`, the buffer
     /// the restored task created and handed over.
     fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink>;
@@ -234,9 +315,9 @@ pub trait Backend: Send + Sync {
     /// (paths from an image are confined to it); None when the backend keeps no files.
     fn state_root(&self) -> Option<PathBuf>;
 
-    /// Move a task's device state onto other GPUs: `map` pairs each checkpointed GPU id
+    /// Move a task's device state onto other GPUs: `map` pairs each checkpointed GPU
     /// with the local one the topology check chose.
-    fn remap_gpus(&self, task: &mut TaskDevice, map: &[(u32, u32)]) -> Result<(), GpuError>;
+    fn remap_gpus(&self, task: &mut TaskDevice, map: &[(GpuRef, GpuRef)]) -> Result<(), GpuError>;
 }
 
 /// The topology of the GPUs the dumped tasks use, read where `backend` keeps it.
@@ -245,14 +326,7 @@ pub fn used_topology(
     tasks: &[TaskDevice],
 ) -> Result<gpucr_topology::Topology, gpucr_topology::TopologyError> {
     let local = gpucr_topology::read_local(backend.sysfs_root().as_deref())?;
-    let used: std::collections::BTreeSet<u32> = tasks
-        .iter()
-        .flat_map(|t| t.buffers.iter().map(|b| b.gpu_id))
-        .collect();
-    Ok(local.retain_gpus(|id| match id {
-        gpucr_topology::GpuId::Kfd { gpu_id, .. } => used.contains(gpu_id),
-        gpucr_topology::GpuId::Nvidia { .. } => false,
-    }))
+    Ok(local.retain_gpus(|id| tasks.iter().flat_map(|t| &t.gpus).any(|g| g.matches(id))))
 }
 
 /// The backend whose devices the tree rooted at `pid` holds, if any. Today that is the
@@ -338,31 +412,52 @@ mod tests {
     }
 
     #[test]
-    fn spec_carries_everything_to_recreate() {
-        let t = TaskDevice {
-            ns_pid: 2,
-            host_pid: 100,
-            ext_files: vec![5],
-            device_path: "/dev/fuse".into(),
-            device_flags: 2,
-            directories: vec!["/r/c".into()],
-            files: vec![StateFile {
-                path: "/r/c/context.json".into(),
-                contents: "{}".into(),
-                mode: 0o644,
-            }],
-            buffers: vec![BufferInfo {
-                path: "/r/c/b0".into(),
-                size: 10,
-                gpu_id: 7,
-                kind: "vram".into(),
-                mode: 0o600,
-            }],
+    fn gpu_refs_round_trip_and_reject_junk() {
+        for text in [
+            "kfd:4096",
+            "nvidia:GPU-8f1c2d3e-0000-1111-2222-333344445555",
+        ] {
+            assert_eq!(text.parse::<GpuRef>().unwrap().to_string(), text);
+        }
+        for bad in ["kfd:x", "nvidia:", "pci:0000:01:00.0", "4096"] {
+            assert!(bad.parse::<GpuRef>().is_err(), "{bad}");
+        }
+        let kfd = gpucr_topology::GpuId::Kfd {
+            node: 1,
+            gpu_id: 4096,
         };
-        let s = t.spec(Some(std::path::Path::new("/r")));
-        assert_eq!(s.root, "/r");
-        assert_eq!(s.device_path, "/dev/fuse");
-        assert_eq!(s.buffers[0].size, 10);
-        assert_eq!(s.files[0].contents, b"{}");
+        assert!(GpuRef::Kfd(4096).matches(&kfd));
+        assert!(!GpuRef::Nvidia("GPU-1".into()).matches(&kfd));
+        assert!(
+            GpuRef::Nvidia("GPU-1".into()).matches(&gpucr_topology::GpuId::Nvidia {
+                uuid: "GPU-1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn specs_are_confined_to_the_root_and_dev() {
+        let spec = |root: &str, buffer: &str, device: &str| DeviceSpec {
+            root: root.into(),
+            device_path: device.into(),
+            buffers: vec![BufferSpec {
+                path: buffer.into(),
+                size: 1,
+                mode: 0,
+            }],
+            ..Default::default()
+        };
+        assert!(check_confined(&spec("/r", "/r/c/b0", "/dev/fuse")).is_ok());
+        for (root, buffer, device) in [
+            ("/r", "/etc/passwd", "/dev/fuse"),
+            ("/r", "/r/../etc/passwd", "/dev/fuse"),
+            ("/r", "/r", "/dev/fuse"),
+            ("", "/r/c/b0", "/dev/fuse"),
+            ("/r", "/r/c/b0", "/etc/shadow"),
+            ("/r", "/r/c/b0", "/dev/../etc/shadow"),
+        ] {
+            let err = check_confined(&spec(root, buffer, device)).unwrap_err();
+            assert!(err.to_string().contains("is not beneath"), "{err}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt};
 
 use super::HelperError;
-use crate::gpu::{Backend, TaskDevice, TaskTiming};
+use crate::gpu::{Backend, DeviceFile, DeviceRole, Operation, TaskDevice, TaskTiming};
 use crate::transfer::{BufferKey, DumpWriter, Event, EventSink, GpuStats, Restorer};
 
 /// What a dump's helper collected.
@@ -205,11 +205,24 @@ impl Helper {
             .take()
             .ok_or_else(|| HelperError::Failed("the dump was already finished".into()))?;
         let stats = writer.finish()?;
+        let timings = self.timings();
         let tasks = tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
             .cloned()
+            .map(|mut task| {
+                if let Some(t) = timings.iter().find(|t| t.ns_pid == task.ns_pid) {
+                    let start_ms = t.start_ms.unwrap_or(0.0);
+                    task.operations.push(Operation {
+                        name: "copy".into(),
+                        start_ms,
+                        duration_ms: t.end_ms.unwrap_or(start_ms) - start_ms,
+                        result: "ok".into(),
+                    });
+                }
+                task
+            })
             .collect();
         Ok(DumpOutcome { tasks, stats })
     }
@@ -394,10 +407,22 @@ fn handle(
             request::Kind::CheckpointDevices(r),
         ) => {
             tree.lock().unwrap_or_else(|e| e.into_inner()).push(r.pid);
+            let start_ms = shared
+                .timeline
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .ms();
+            let started = Instant::now();
             let Some(found) = shared.backend.checkpoint_task(r.pid)? else {
                 return Ok(ok());
             };
-            let device = found.device;
+            let mut device = found.device;
+            device.operations.push(Operation {
+                name: "checkpoint".into(),
+                start_ms,
+                duration_ms: started.elapsed().as_secs_f64() * 1e3,
+                result: "ok".into(),
+            });
             let bytes = device.buffers.iter().map(|b| b.size).sum();
             shared
                 .timeline
@@ -439,7 +464,14 @@ fn handle(
                     ..Default::default()
                 });
             };
-            task.ext_files.push(r.id);
+            let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            task.device_files.push(DeviceFile {
+                id: r.id,
+                role: DeviceRole::Device,
+                path,
+            });
             Ok(Reply {
                 ok: true,
                 owned: true,
@@ -448,17 +480,21 @@ fn handle(
             })
         }
         (Mode::Restore { tasks, peers, .. }, request::Kind::RestoreFile(r)) => {
-            let Some(index) = tasks.iter().position(|t| t.ext_files.contains(&r.id)) else {
+            let Some(index) = tasks.iter().position(|t| t.has_file(r.id)) else {
                 // Not a device gpucr carried: let other plugins have it.
                 return Ok(refuse(""));
             };
+            let spec = shared.backend.restore_spec(&tasks[index])?;
+            // Checked before CRIU started too; the plugin confines every path again.
+            crate::gpu::check_confined(&spec)
+                .map_err(|e| HelperError::Failed(format!("task {}: {e}", tasks[index].ns_pid)))?;
             peers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(peer, index);
             Ok(Reply {
                 ok: true,
-                device: Some(tasks[index].spec(shared.backend.state_root().as_deref())),
+                device: Some(spec),
                 ..Default::default()
             })
         }
@@ -471,7 +507,7 @@ fn handle(
             },
             request::Kind::BuffersReady(r),
         ) => {
-            let Some(index) = tasks.iter().position(|t| t.ext_files.contains(&r.id)) else {
+            let Some(index) = tasks.iter().position(|t| t.has_file(r.id)) else {
                 return Ok(refuse("BuffersReady for a file gpucr does not carry"));
             };
             let task = &tasks[index];

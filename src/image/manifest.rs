@@ -16,7 +16,14 @@ use crate::exit_code::{self, ExitCode};
 /// The value of the `format` field.
 pub const FORMAT_NAME: &str = "gpucr-image";
 /// The newest manifest version this gpucr reads and the one it writes.
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// Version 2 changed the GPU section (`gpu`: device files with roles, typed GPU ids,
+/// each task's backend state in a file under `gpu/state/`, an operation log; see
+/// `image::gpu`). A version-1 manifest without GPU state is the same in both and is
+/// read; one with GPU state is refused ([`ManifestError::OldGpuFormat`]), never misread.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version whose GPU section this gpucr reads.
+pub const GPU_FORMAT_VERSION: u32 = 2;
 
 /// Errors reading or writing a manifest.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +50,12 @@ pub enum ManifestError {
          upgrade gpucr"
     )]
     TooNew { path: PathBuf, found: u32 },
+    #[error(
+        "{path}: field `format_version` is {found}, whose GPU section (`gpu`) this gpucr \
+         no longer reads (it reads format {GPU_FORMAT_VERSION} and newer); restore the image \
+         with the gpucr that dumped it (`gpucr_version`), or dump the tree again"
+    )]
+    OldGpuFormat { path: PathBuf, found: u32 },
     #[error("{path}: cannot write the manifest")]
     Write {
         path: PathBuf,
@@ -60,7 +73,8 @@ impl ExitCode for ManifestError {
             ManifestError::Read { .. } | ManifestError::Write { .. } => exit_code::FAILURE,
             ManifestError::Malformed { .. }
             | ManifestError::WrongFormat { .. }
-            | ManifestError::TooNew { .. } => exit_code::IMAGE_DAMAGED,
+            | ManifestError::TooNew { .. }
+            | ManifestError::OldGpuFormat { .. } => exit_code::IMAGE_DAMAGED,
         }
     }
 }
@@ -91,7 +105,7 @@ pub struct Manifest {
     /// The device state of the tree and how its memory was stored (absent for a
     /// CPU-only tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<crate::gpu::GpuManifest>,
+    pub gpu: Option<super::gpu::GpuSection>,
     /// The GPUs the tree used, as found on the dumping machine: what a restore checks
     /// this machine against (absent for a CPU-only tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,6 +208,8 @@ impl Manifest {
         struct Header {
             format: Option<String>,
             format_version: Option<u32>,
+            #[serde(default)]
+            gpu: Option<serde::de::IgnoredAny>,
         }
         let malformed = |e: serde_json::Error| ManifestError::Malformed {
             path: path.to_path_buf(),
@@ -212,6 +228,12 @@ impl Manifest {
         if let Some(v) = header.format_version {
             if v > FORMAT_VERSION {
                 return Err(ManifestError::TooNew {
+                    path: path.to_path_buf(),
+                    found: v,
+                });
+            }
+            if v < GPU_FORMAT_VERSION && header.gpu.is_some() {
+                return Err(ManifestError::OldGpuFormat {
                     path: path.to_path_buf(),
                     found: v,
                 });
@@ -346,6 +368,26 @@ mod tests {
             matches!(err, ManifestError::TooNew { found: 99, .. }),
             "{err}"
         );
+    }
+
+    #[test]
+    fn format_1_is_read_without_gpu_state_and_refused_with_it() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["format_version"] = 1.into();
+        let cpu_only = Manifest::parse(&serde_json::to_vec(&v).unwrap(), Path::new("m")).unwrap();
+        assert_eq!(cpu_only.format_version, 1);
+        // A format-1 GPU section (device_path, ext_files, state files inline).
+        v["gpu"] = serde_json::json!({"backend": "sim", "tasks": [{"ns_pid": 1, "host_pid": 5,
+            "ext_files": [3], "device_path": "/dev/fuse", "device_flags": 2,
+            "directories": [], "files": [], "buffers": []}],
+            "stats": {}, "timings": []});
+        let err = Manifest::parse(&serde_json::to_vec(&v).unwrap(), Path::new("m")).unwrap_err();
+        assert!(
+            matches!(err, ManifestError::OldGpuFormat { found: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("gpucr that dumped it"), "{err}");
+        assert_eq!(err.exit_code(), exit_code::IMAGE_DAMAGED);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod checksum;
 pub mod dir;
 pub mod follow;
+pub mod gpu;
 pub mod manifest;
 pub mod verify;
 

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::model::{
-    BufferTotals, GpuBuffer, GpuDevice, GpuInfo, GpuKind, GpuTask, Problem, ReportError,
+    BufferTotals, GpuBuffer, GpuDevice, GpuDeviceFile, GpuInfo, GpuKind, GpuOperation, GpuTask,
+    GpuTaskState, Problem, ReportError,
 };
 use crate::image::Manifest;
 use crate::transfer::{read_index, verify_image, BufferKey, GpuIndex, TransferError, GPU_DIR};
@@ -69,9 +70,39 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
             info.tasks.push(GpuTask {
                 pid: task.ns_pid,
                 host_pid: task.host_pid,
-                device_path: task.device_path.clone(),
+                device_path: task
+                    .device_files
+                    .iter()
+                    .find(|f| f.role == "device")
+                    .map(|f| f.path.clone())
+                    .unwrap_or_default(),
                 buffers: task.buffers.len() as u64,
                 bytes,
+                gpus: task.gpus.clone(),
+                device_files: task
+                    .device_files
+                    .iter()
+                    .map(|f| GpuDeviceFile {
+                        id: f.id,
+                        role: f.role.clone(),
+                        path: f.path.clone(),
+                    })
+                    .collect(),
+                state: GpuTaskState {
+                    file: task.state.file.clone(),
+                    format: task.state.format.clone(),
+                    size: task.state.size,
+                },
+                operations: task
+                    .operations
+                    .iter()
+                    .map(|o| GpuOperation {
+                        name: o.name.clone(),
+                        start_ms: o.start_ms,
+                        duration_ms: o.duration_ms,
+                        result: o.result.clone(),
+                    })
+                    .collect(),
             });
             for (n, b) in task.buffers.iter().enumerate() {
                 let key = BufferKey::new(task.ns_pid, n as u32);

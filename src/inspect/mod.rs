@@ -41,13 +41,6 @@ impl InspectError {
     }
 }
 
-/// The page size of this machine, used to read pagemaps (CRIU does not record the
-/// dumping host's).
-pub fn host_page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions; it only reads a system constant.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size)
-        .ok()
-        .filter(|s| s.is_power_of_two())
-        .unwrap_or(4096)
-}
+/// The page size of this machine, used to read pagemaps of images whose manifest does
+/// not record the dumping host's (CRIU does not).
+pub use crate::units::host_page_size;

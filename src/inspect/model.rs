@@ -307,9 +307,41 @@ pub struct GpuTask {
     pub pid: u32,
     /// Its pid on the dumping host.
     pub host_pid: i32,
+    /// The device node of the task (its first device file of role "device").
     pub device_path: String,
     pub buffers: u64,
     pub bytes: u64,
+    /// The GPUs the task used: "kfd:<gpu_id>" or "nvidia:<UUID>" (since manifest format 2).
+    pub gpus: Vec<String>,
+    /// The task's device files with their roles (since manifest format 2).
+    pub device_files: Vec<GpuDeviceFile>,
+    /// The backend's state of the task (since manifest format 2).
+    pub state: GpuTaskState,
+    /// What the backend did for the task at dump (since manifest format 2).
+    pub operations: Vec<GpuOperation>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuDeviceFile {
+    pub id: u32,
+    pub role: String,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuTaskState {
+    /// The blob's file, relative to the image directory.
+    pub file: String,
+    pub format: String,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuOperation {
+    pub name: String,
+    pub start_ms: f64,
+    pub duration_ms: f64,
+    pub result: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -385,14 +385,32 @@ fn gpu(root: &mut Node, r: &Report) {
     }
     let tasks = section.push(Node::new("Tasks"));
     for t in &g.tasks {
-        tasks.leaf(format!(
+        let task = tasks.push(Node::new(format!(
             "[{}] {}: {} buffers, {} (host pid {})",
             t.pid,
             t.device_path,
             t.buffers,
             size(t.bytes),
             t.host_pid
+        )));
+        if !t.gpus.is_empty() {
+            task.leaf(format!("GPUs: {}", t.gpus.join(", ")));
+        }
+        for f in &t.device_files {
+            task.leaf(format!("device file {:#x}: {} ({})", f.id, f.path, f.role));
+        }
+        task.leaf(format!(
+            "state: {} ({}, {})",
+            t.state.file,
+            t.state.format,
+            size(t.state.size)
         ));
+        for o in &t.operations {
+            task.leaf(format!(
+                "{} at {:.1} ms, {:.1} ms: {}",
+                o.name, o.start_ms, o.duration_ms, o.result
+            ));
+        }
     }
     let buffers = section.push(Node::new("Buffers"));
     for b in &g.buffers {

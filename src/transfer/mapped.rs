@@ -65,7 +65,7 @@ impl MappedFiles {
     /// that they are there when they are needed. Only a hint.
     pub fn will_need(&self, c: &ChunkEntry) {
         if let Some(Some(map)) = self.maps.get(usize::from(c.file)) {
-            let page = crate::inspect::host_page_size() as usize;
+            let page = crate::units::host_page_size() as usize;
             let start = (c.file_offset as usize) / page * page;
             let end = (c.file_offset as usize).saturating_add(c.stored_len as usize);
             if end <= map.len() && start < end {

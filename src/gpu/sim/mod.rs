@@ -23,8 +23,58 @@ pub use root::{
     ENV_COPY_BW, ENV_DEVICE, ENV_ROOT,
 };
 
-use super::{ns_pid, Backend, BufferInfo, Checkpointed, GpuError, StateFile, TaskDevice};
+use gpucr_abi::proto::{DeviceSpec, FileSpec};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    buffer_specs, ns_pid, Backend, BufferInfo, Checkpointed, GpuError, GpuRef, TaskDevice,
+};
 use crate::transfer::{BufferSink, BufferSource, FileRange};
+
+/// The encoding of the simulator's task state ([`SimState`] as JSON).
+pub const STATE_FORMAT: &str = "sim/1";
+
+/// The simulator's private state of a task (`TaskDevice::state`): what the restored
+/// task recreates before its buffers, beside the buffer table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimState {
+    /// The device node the task had open, and its open flags.
+    pub device_path: String,
+    pub device_flags: i32,
+    /// Directories of device state, recreated before the files and buffers.
+    pub directories: Vec<String>,
+    /// Small state files, recreated with their contents.
+    pub files: Vec<SimStateFile>,
+}
+
+/// A small device-state file of the simulator (its context description).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimStateFile {
+    pub path: String,
+    pub contents: String,
+    /// Permission bits.
+    pub mode: u32,
+}
+
+impl SimState {
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("the sim state serialises")
+    }
+
+    fn decode(task: &TaskDevice) -> Result<SimState, GpuError> {
+        let malformed = |detail: String| GpuError::Malformed {
+            path: PathBuf::from(crate::gpu::state_name(task)),
+            detail,
+        };
+        if task.state_format != STATE_FORMAT {
+            return Err(malformed(format!(
+                "state format {:?}, this gpucr's simulator reads {STATE_FORMAT:?}",
+                task.state_format
+            )));
+        }
+        serde_json::from_slice(&task.state).map_err(|e| malformed(e.to_string()))
+    }
+}
 
 /// The simulator backend.
 #[derive(Debug)]
@@ -181,19 +231,26 @@ impl Backend for SimBackend {
                 mode: meta.mode() & 0o7777,
             });
         }
-        let device = TaskDevice {
-            ns_pid: ns_pid(pid)?,
-            host_pid: pid,
-            ext_files: Vec::new(),
+        let state = SimState {
             device_path: ctx.device_path.clone(),
             device_flags,
             directories: vec![ctx_dir.display().to_string()],
-            files: vec![StateFile {
+            files: vec![SimStateFile {
                 path: context_path.display().to_string(),
                 contents: context_text,
                 mode: context_mode,
             }],
+        };
+        let gpus: BTreeSet<u32> = buffers.iter().map(|b| b.gpu_id).collect();
+        let device = TaskDevice {
+            ns_pid: ns_pid(pid)?,
+            host_pid: pid,
+            gpus: gpus.into_iter().map(GpuRef::Kfd).collect(),
+            device_files: Vec::new(),
+            state_format: STATE_FORMAT.into(),
+            state: state.encode(),
             buffers,
+            operations: Vec::new(),
         };
         Ok(Some(Checkpointed { device, sources }))
     }
@@ -230,17 +287,46 @@ impl Backend for SimBackend {
         Some(self.root.root.clone())
     }
 
-    fn remap_gpus(&self, task: &mut TaskDevice, map: &[(u32, u32)]) -> Result<(), GpuError> {
+    fn restore_spec(&self, task: &TaskDevice) -> Result<DeviceSpec, GpuError> {
+        let state = SimState::decode(task)?;
+        Ok(DeviceSpec {
+            root: self.root.root.display().to_string(),
+            device_path: state.device_path,
+            device_flags: state.device_flags,
+            directories: state.directories,
+            files: state
+                .files
+                .into_iter()
+                .map(|f| FileSpec {
+                    path: f.path,
+                    contents: f.contents.into_bytes(),
+                    mode: f.mode,
+                })
+                .collect(),
+            buffers: buffer_specs(task),
+        })
+    }
+
+    fn remap_gpus(&self, task: &mut TaskDevice, map: &[(GpuRef, GpuRef)]) -> Result<(), GpuError> {
         let new_id = |old: u32| {
             map.iter()
-                .find(|(from, _)| *from == old)
-                .map_or(old, |(_, to)| *to)
+                .find_map(|pair| match pair {
+                    (GpuRef::Kfd(from), GpuRef::Kfd(to)) if *from == old => Some(*to),
+                    _ => None,
+                })
+                .unwrap_or(old)
         };
         for buffer in &mut task.buffers {
             buffer.gpu_id = new_id(buffer.gpu_id);
         }
+        for gpu in &mut task.gpus {
+            if let GpuRef::Kfd(id) = gpu {
+                *id = new_id(*id);
+            }
+        }
         // The context file names the GPUs too: rewrite it as the restored task will see it.
-        for file in &mut task.files {
+        let mut state = SimState::decode(task)?;
+        for file in &mut state.files {
             if !file.path.ends_with(CONTEXT_FILE) {
                 continue;
             }
@@ -254,6 +340,7 @@ impl Backend for SimBackend {
             }
             file.contents = serde_json::to_string_pretty(&ctx).expect("a context serialises");
         }
+        task.state = state.encode();
         Ok(())
     }
 
