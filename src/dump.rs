@@ -115,7 +115,9 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let target = target::validate(opts.pid)?;
     let backend = gpu::detect(opts.pid)?;
     let session = match &backend {
-        Some(_) => Some(Session::create().map_err(|e| DumpError::HelperSetup(Box::new(e)))?),
+        Some(b) => {
+            Some(Session::create(b.name()).map_err(|e| DumpError::HelperSetup(Box::new(e)))?)
+        }
         None => None,
     };
     let env = session.as_ref().map(Session::criu_env).unwrap_or_default();

@@ -240,7 +240,8 @@ pub fn restore(
                 })?;
             }
             progress.event("topology-checked", "GPU topology compatible");
-            let session = Session::create().map_err(|e| RestoreError::Helper(Box::new(e)))?;
+            let session =
+                Session::create(&gpu.backend).map_err(|e| RestoreError::Helper(Box::new(e)))?;
             Some((gpu, backend, session))
         }
         None => None,

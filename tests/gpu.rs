@@ -103,7 +103,7 @@ fn sim_tree_survives_dump_wipe_and_restore() {
             .iter()
             .map(|o| o["name"].as_str().unwrap())
             .collect();
-        assert_eq!(ops, ["checkpoint", "copy"]);
+        assert_eq!(ops, ["pause", "checkpoint", "copy"]);
     }
     let shown = gpucr_env(&["inspect", "--gpu", image.to_str().unwrap()], &sim.env());
     assert_success(&shown);

@@ -6,6 +6,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod plugin_abi;
+pub mod sim;
 pub mod wire;
 
 /// The helper protocol messages (`proto/gpucr/helper.proto`).
@@ -21,6 +22,9 @@ pub const ENV_HELPER_FD: &str = "GPUCR_HELPER_FD";
 /// CRIU moves it into its fdstore, where the plugin finds it again, in criu and in every
 /// restored task (whose inherited fds CRIU closes), whatever mount namespace it has.
 pub const HELPER_INHERIT_KEY: &str = "gpucr-helper";
+/// Environment variable naming the backend whose plugin half serves this CRIU ("sim",
+/// "amdgpu", "cuda"; set by gpucr on the `criu swrk` child).
+pub const ENV_BACKEND: &str = "GPUCR_BACKEND";
 /// The name gpucr's plugin registers in CRIU's inventory and descriptor.
 pub const PLUGIN_NAME: &str = "gpucr";
 /// The plugin's file name inside the directory gpucr gives CRIU as CRIU_LIBS_DIR.

@@ -194,6 +194,11 @@ pub fn raw_fds(files: &[File]) -> Vec<RawFd> {
     files.iter().map(AsRawFd::as_raw_fd).collect()
 }
 
+/// The raw fds of `fds`, for SCM_RIGHTS.
+pub fn raw_fds_of(fds: &[OwnedFd]) -> Vec<RawFd> {
+    fds.iter().map(AsRawFd::as_raw_fd).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs;
@@ -243,6 +248,7 @@ mod tests {
                 mode: 0o644,
             }],
             device_flags: libc::O_RDWR,
+            ..Default::default()
         };
         let files = recreate(&spec).unwrap();
         assert_eq!(files[0].metadata().unwrap().len(), 12345);

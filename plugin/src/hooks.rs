@@ -1,15 +1,22 @@
 //! The C entry points: trampolines that catch panics and turn results into the return
 //! values CRIU expects (>= 0 success, negative errno failure, -ENOTSUP "not mine").
+//!
+//! Each hook does the plugin half's part ([`crate::half`]) and hands the rest to gpucr's
+//! helper. When CRIU was not started by gpucr (no helper), every hook says "not mine".
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use gpucr_abi::plugin_abi::stage;
-use gpucr_abi::proto::{request, BuffersReady, CheckpointDevices, DumpFile, ResumeDevices};
+use gpucr_abi::proto::{
+    request, BuffersReady, CheckpointDevices, DumpBuffers, DumpFile, PauseDevices, ResumeDevices,
+};
 use gpucr_abi::wire::MAX_FDS;
 use gpucr_abi::PLUGIN_NAME;
 
+use crate::half::{self, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
 use crate::{criu, device, NOT_OURS};
 
@@ -42,6 +49,21 @@ impl From<device::DeviceError> for HookFailure {
     }
 }
 
+impl From<&HalfError> for HookFailure {
+    fn from(e: &HalfError) -> Self {
+        HookFailure {
+            errno: e.errno,
+            message: e.message.clone(),
+        }
+    }
+}
+
+impl From<HalfError> for HookFailure {
+    fn from(e: HalfError) -> Self {
+        HookFailure::from(&e)
+    }
+}
+
 /// Run `f` and map its outcome to a C return value: a failure becomes its negative
 /// errno, a panic -EIO.
 fn guard(name: &str, f: impl FnOnce() -> Result<c_int, HookFailure>) -> c_int {
@@ -55,6 +77,19 @@ fn guard(name: &str, f: impl FnOnce() -> Result<c_int, HookFailure>) -> c_int {
             criu::error(&format!("{name}: internal error (panic)"));
             -libc::EIO
         }
+    }
+}
+
+/// The backend's plugin half, chosen once per process from `GPUCR_BACKEND`; None when
+/// CRIU was not started by gpucr.
+fn plugin_half() -> Result<Option<&'static dyn PluginHalf>, HookFailure> {
+    static HALF: OnceLock<Result<Option<Box<dyn PluginHalf>>, HalfError>> = OnceLock::new();
+    if !helper::configured() {
+        return Ok(None);
+    }
+    match HALF.get_or_init(half::for_env) {
+        Ok(h) => Ok(h.as_deref()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -83,32 +118,77 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
         } else {
             criu::info(&format!("plugin loaded ({stage_name})"));
         }
+        if let Some(half) = plugin_half()? {
+            criu::info(&format!("backend {} (plugin half)", half.name()));
+        }
         Ok(0)
     })
 }
 
 pub unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
     guard("exit", || {
+        if let Ok(Some(half)) = plugin_half() {
+            half.finish(stage, ret);
+        }
         criu::info(&format!("plugin finished (stage {stage}, result {ret})"));
         Ok(0)
     });
 }
 
+pub unsafe extern "C" fn pause_devices(pid: c_int) -> c_int {
+    guard("PAUSE_DEVICES", || {
+        let Some(half) = plugin_half()? else {
+            return Ok(NOT_OURS);
+        };
+        half.pause(pid)?;
+        helper::call(request::Kind::PauseDevices(PauseDevices { pid }), &[])?;
+        criu::info(&format!("PAUSE_DEVICES pid {pid}"));
+        Ok(0)
+    })
+}
+
 pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
     guard("CHECKPOINT_DEVICES", || {
-        if !helper::configured() {
+        let Some(half) = plugin_half()? else {
             return Ok(NOT_OURS);
-        }
+        };
         criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
-        let kind = request::Kind::CheckpointDevices(CheckpointDevices { pid });
-        helper::call(kind, &[])?;
+        let collected = half.checkpoint(pid)?;
+        let (format, state, buffers) = match collected {
+            Some(c) => (c.format, c.state, c.buffers),
+            None => (String::new(), Vec::new(), Vec::new()),
+        };
+        let fds = device::raw_fds_of(&buffers);
+        let mut batches = fds.chunks(MAX_FDS);
+        let kind = request::Kind::CheckpointDevices(CheckpointDevices {
+            pid,
+            format,
+            state,
+            buffer_count: fds.len() as u32,
+        });
+        helper::call(kind, batches.next().unwrap_or(&[]))?;
+        for (n, batch) in batches.enumerate() {
+            let kind = request::Kind::DumpBuffers(DumpBuffers {
+                pid,
+                first_index: ((n + 1) * MAX_FDS) as u32,
+            });
+            helper::call(kind, batch)?;
+        }
+        if !fds.is_empty() {
+            criu::info(&format!(
+                "CHECKPOINT_DEVICES pid {pid}: {} buffers handed to the helper",
+                fds.len()
+            ));
+        }
+        // The helper holds its own references; ours close here.
+        drop(buffers);
         Ok(0)
     })
 }
 
 pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
     guard("DUMP_EXT_FILE", || {
-        if !helper::configured() {
+        if plugin_half()?.is_none() {
             return Ok(NOT_OURS);
         }
         let kind = request::Kind::DumpFile(DumpFile { id: id as u32 });
@@ -132,11 +212,57 @@ pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
     })
 }
 
-pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
-    guard("RESTORE_EXT_FILE", || {
-        if !helper::configured() {
+/// HANDLE_DEVICE_VMA(fd, stat): 0 when the mapping is one of the backend's device
+/// mappings (CRIU then leaves its contents to the plugin), else "not mine".
+pub unsafe extern "C" fn handle_device_vma(_fd: c_int, stat: *const libc::stat) -> c_int {
+    guard("HANDLE_DEVICE_VMA", || {
+        let Some(half) = plugin_half()? else {
+            return Ok(NOT_OURS);
+        };
+        if stat.is_null() {
             return Ok(NOT_OURS);
         }
+        // SAFETY: CRIU passes a pointer to a `struct stat` it filled, valid for the call.
+        let stat = unsafe { &*stat };
+        Ok(if half.owns_vma(stat) { 0 } else { NOT_OURS })
+    })
+}
+
+/// UPDATE_VMA_MAP(path, addr, old_pgoff, &new_pgoff, &plugin_fd): 1 with the new offset
+/// and fd of a device mapping the plugin half recreated, else "not mine".
+pub unsafe extern "C" fn update_vma_map(
+    path: *const c_char,
+    addr: u64,
+    old_pgoff: u64,
+    new_pgoff: *mut u64,
+    plugin_fd: *mut c_int,
+) -> c_int {
+    guard("UPDATE_VMA_MAP", || {
+        let Some(half) = plugin_half()? else {
+            return Ok(NOT_OURS);
+        };
+        if path.is_null() || new_pgoff.is_null() || plugin_fd.is_null() {
+            return Ok(NOT_OURS);
+        }
+        // SAFETY: CRIU passes the mapping's NUL-terminated file name, valid for the call.
+        let path = unsafe { CStr::from_ptr(path) };
+        let Some((pgoff, fd)) = half.update_vma(path, addr, old_pgoff) else {
+            return Ok(NOT_OURS);
+        };
+        // SAFETY: both out-pointers were checked non-null and point to CRIU's locals.
+        unsafe {
+            *new_pgoff = pgoff;
+            *plugin_fd = fd;
+        }
+        Ok(1)
+    })
+}
+
+pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
+    guard("RESTORE_EXT_FILE", || {
+        let Some(half) = plugin_half()? else {
+            return Ok(NOT_OURS);
+        };
         let id = id as u32;
         let reply = match helper::call(
             request::Kind::RestoreFile(gpucr_abi::proto::RestoreFile { id }),
@@ -149,8 +275,8 @@ pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
         let Some(spec) = reply.device else {
             return Ok(NOT_OURS);
         };
-        let buffers = device::recreate(&spec)?;
-        let fds = device::raw_fds(&buffers);
+        let recreated = half.recreate(&spec)?;
+        let fds = device::raw_fds(&recreated.buffers);
         for (batch, chunk) in fds.chunks(MAX_FDS).enumerate() {
             let kind = request::Kind::BuffersReady(BuffersReady {
                 id,
@@ -159,23 +285,24 @@ pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
             helper::call(kind, chunk)?;
         }
         // The helper holds its own references; ours close here.
-        drop(buffers);
-        let fd = device::open_device(&spec)?;
+        drop(recreated.buffers);
         criu::info(&format!(
-            "RESTORE_EXT_FILE id {id:#x}: {} buffers handed to the helper, device fd {fd}",
-            fds.len()
+            "RESTORE_EXT_FILE id {id:#x}: {} buffers handed to the helper, device fd {}",
+            fds.len(),
+            recreated.device_fd
         ));
-        Ok(fd)
+        Ok(recreated.device_fd)
     })
 }
 
 pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
     guard("RESUME_DEVICES_LATE", || {
-        if !helper::configured() {
+        let Some(half) = plugin_half()? else {
             return Ok(NOT_OURS);
-        }
+        };
         let kind = request::Kind::ResumeDevices(ResumeDevices { pid });
         helper::call(kind, &[])?;
+        half.resume(pid)?;
         criu::info(&format!(
             "RESUME_DEVICES_LATE pid {pid}: device memory restored"
         ));
@@ -192,10 +319,23 @@ mod tests {
         if helper::configured() {
             return;
         }
-        // SAFETY: the hooks take plain integers; fd -1 is never used when unconfigured.
+        // SAFETY: the hooks take plain integers and null pointers, which they check;
+        // fd -1 is never used when unconfigured.
         unsafe {
+            assert_eq!(pause_devices(1), NOT_OURS);
             assert_eq!(checkpoint_devices(1), NOT_OURS);
             assert_eq!(dump_ext_file(-1, 1), NOT_OURS);
+            assert_eq!(handle_device_vma(-1, std::ptr::null()), NOT_OURS);
+            assert_eq!(
+                update_vma_map(
+                    std::ptr::null(),
+                    0,
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut()
+                ),
+                NOT_OURS
+            );
             assert_eq!(restore_ext_file(1), NOT_OURS);
             assert_eq!(resume_devices_late(1), NOT_OURS);
         }
@@ -213,6 +353,10 @@ mod tests {
                 HelperError::Connect(nix::Error::ECONNREFUSED).into()
             )),
             -libc::ECONNREFUSED
+        );
+        assert_eq!(
+            guard("t", || Err(HalfError::new(libc::EPERM, "no").into())),
+            -libc::EPERM
         );
         assert_eq!(guard("t", || panic!("boom")), -libc::EIO);
         assert_eq!(guard("t", || Ok(5)), 5);

@@ -24,6 +24,7 @@
 
 mod criu;
 mod device;
+mod half;
 mod helper;
 mod hooks;
 
@@ -44,7 +45,10 @@ const fn hooks() -> [*const c_void; hook::COUNT] {
     let mut hooks = [ptr::null(); hook::COUNT];
     hooks[hook::DUMP_EXT_FILE] = hooks::dump_ext_file as *const c_void;
     hooks[hook::RESTORE_EXT_FILE] = hooks::restore_ext_file as *const c_void;
+    hooks[hook::HANDLE_DEVICE_VMA] = hooks::handle_device_vma as *const c_void;
+    hooks[hook::UPDATE_VMA_MAP] = hooks::update_vma_map as *const c_void;
     hooks[hook::RESUME_DEVICES_LATE] = hooks::resume_devices_late as *const c_void;
+    hooks[hook::PAUSE_DEVICES] = hooks::pause_devices as *const c_void;
     hooks[hook::CHECKPOINT_DEVICES] = hooks::checkpoint_devices as *const c_void;
     hooks
 }
@@ -82,7 +86,10 @@ mod tests {
                 i,
                 hook::DUMP_EXT_FILE
                     | hook::RESTORE_EXT_FILE
+                    | hook::HANDLE_DEVICE_VMA
+                    | hook::UPDATE_VMA_MAP
                     | hook::RESUME_DEVICES_LATE
+                    | hook::PAUSE_DEVICES
                     | hook::CHECKPOINT_DEVICES
             );
             assert_eq!(!h.is_null(), expected, "hook {i}");

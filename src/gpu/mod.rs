@@ -291,9 +291,23 @@ pub trait Backend: Send + Sync {
     /// Whether `pid` holds a device of this backend (before anything is frozen).
     fn holds_device(&self, pid: i32) -> bool;
 
-    /// CHECKPOINT_DEVICES (tree frozen): the device state of `pid`, or None when the task
-    /// holds no device of this backend.
-    fn checkpoint_task(&self, pid: i32) -> Result<Option<Checkpointed>, GpuError>;
+    /// PAUSE_DEVICES: the gpucr half's step right before `pid` is frozen (a driver lock,
+    /// moving memory out of the device, ...), after the plugin half's.
+    fn pre_freeze(&self, _pid: i32) -> Result<(), GpuError> {
+        Ok(())
+    }
+
+    /// CHECKPOINT_DEVICES (tree frozen): take over what the plugin half collected for
+    /// `pid` (its `state` in `format`, one fd per device buffer) as the task's device
+    /// state and a copy source per buffer built from the fds. None when the plugin half
+    /// found no device of this backend in the task (empty `state`).
+    fn adopt_task(
+        &self,
+        pid: i32,
+        format: &str,
+        state: &[u8],
+        buffers: Vec<std::os::fd::OwnedFd>,
+    ) -> Result<Option<Checkpointed>, GpuError>;
 
     /// DUMP_EXT_FILE: if `fd` is a device of this backend, which of `tasks` has it open.
     fn file_owner(&self, fd: BorrowedFd<'_>, tasks: &[i32]) -> Result<Option<i32>, GpuError>;

@@ -75,6 +75,8 @@ enum Mode {
         tasks: Mutex<BTreeMap<i32, TaskDevice>>,
         /// Every pid CHECKPOINT_DEVICES was called for (the tree).
         tree: Mutex<Vec<i32>>,
+        /// What the plugin half sent for a task that is not adopted yet, by host pid.
+        pending: Mutex<HashMap<i32, Pending>>,
     },
     Restore {
         restorer: RwLock<Option<Restorer>>,
@@ -135,6 +137,7 @@ impl Helper {
             writer: RwLock::new(Some(writer)),
             tasks: Mutex::new(BTreeMap::new()),
             tree: Mutex::new(Vec::new()),
+            pending: Mutex::new(HashMap::new()),
         };
         Self::start(connector, backend, mode, timeline)
     }
@@ -297,6 +300,91 @@ impl Drop for Helper {
     }
 }
 
+/// A task's state and buffer fds as they arrive from the plugin half, and the
+/// operations done for it before it was adopted.
+#[derive(Default)]
+struct Pending {
+    /// format, state, how many buffer fds follow.
+    collected: Option<(String, Vec<u8>, usize)>,
+    fds: Vec<OwnedFd>,
+    operations: Vec<Operation>,
+}
+
+impl Pending {
+    fn complete(&self) -> bool {
+        self.collected
+            .as_ref()
+            .is_some_and(|(_, _, count)| self.fds.len() >= *count)
+    }
+}
+
+/// Every fd of `pid`'s buffers is in: the gpucr half takes the task over and its
+/// buffers start moving into the image.
+fn adopt(shared: &Shared, pid: i32) -> Result<(), HelperError> {
+    let Mode::Dump {
+        writer,
+        tasks,
+        pending,
+        ..
+    } = &shared.mode
+    else {
+        return Err(HelperError::Failed("adopt on a restore helper".into()));
+    };
+    let Some(task) = pending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&pid)
+    else {
+        return Ok(());
+    };
+    let Some((format, state, count)) = task.collected else {
+        return Ok(());
+    };
+    if task.fds.len() != count {
+        return Err(HelperError::Failed(format!(
+            "pid {pid}: {count} buffer fds announced, {} received",
+            task.fds.len()
+        )));
+    }
+    let start_ms = shared
+        .timeline
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .ms();
+    let started = Instant::now();
+    let Some(found) = shared.backend.adopt_task(pid, &format, &state, task.fds)? else {
+        return Ok(());
+    };
+    let mut device = found.device;
+    device.operations = task.operations;
+    device.operations.push(Operation {
+        name: "checkpoint".into(),
+        start_ms,
+        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+        result: "ok".into(),
+    });
+    let bytes = device.buffers.iter().map(|b| b.size).sum();
+    shared
+        .timeline
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .begin(device.ns_pid, device.buffers.len(), bytes);
+    {
+        let guard = writer.read().unwrap_or_else(|e| e.into_inner());
+        let writer = guard
+            .as_ref()
+            .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
+        for (i, source) in found.sources.into_iter().enumerate() {
+            writer.add(BufferKey::new(device.ns_pid, i as u32), source)?;
+        }
+    }
+    tasks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(pid, device);
+    Ok(())
+}
+
 fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
     (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
 }
@@ -398,50 +486,59 @@ fn handle(
         return Ok(refuse("empty request"));
     };
     match (&shared.mode, kind) {
-        (
-            Mode::Dump {
-                writer,
-                tasks,
-                tree,
-            },
-            request::Kind::CheckpointDevices(r),
-        ) => {
-            tree.lock().unwrap_or_else(|e| e.into_inner()).push(r.pid);
+        (Mode::Dump { pending, .. }, request::Kind::PauseDevices(r)) => {
             let start_ms = shared
                 .timeline
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .ms();
             let started = Instant::now();
-            let Some(found) = shared.backend.checkpoint_task(r.pid)? else {
-                return Ok(ok());
-            };
-            let mut device = found.device;
-            device.operations.push(Operation {
-                name: "checkpoint".into(),
-                start_ms,
-                duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                result: "ok".into(),
-            });
-            let bytes = device.buffers.iter().map(|b| b.size).sum();
-            shared
-                .timeline
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .begin(device.ns_pid, device.buffers.len(), bytes);
-            {
-                let guard = writer.read().unwrap_or_else(|e| e.into_inner());
-                let writer = guard
-                    .as_ref()
-                    .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
-                for (i, source) in found.sources.into_iter().enumerate() {
-                    writer.add(BufferKey::new(device.ns_pid, i as u32), source)?;
+            shared.backend.pre_freeze(r.pid)?;
+            let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending
+                .entry(r.pid)
+                .or_default()
+                .operations
+                .push(Operation {
+                    name: "pause".into(),
+                    start_ms,
+                    duration_ms: started.elapsed().as_secs_f64() * 1e3,
+                    result: "ok".into(),
+                });
+            Ok(ok())
+        }
+        (Mode::Dump { tree, pending, .. }, request::Kind::CheckpointDevices(r)) => {
+            tree.lock().unwrap_or_else(|e| e.into_inner()).push(r.pid);
+            let ready = {
+                let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+                let task = pending.entry(r.pid).or_default();
+                if task.collected.is_some() {
+                    return Ok(refuse("CheckpointDevices twice for one task"));
                 }
+                task.collected = Some((r.format, r.state, r.buffer_count as usize));
+                task.fds.extend(fds);
+                task.complete()
+            };
+            if ready {
+                adopt(shared, r.pid)?;
             }
-            tasks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(r.pid, device);
+            Ok(ok())
+        }
+        (Mode::Dump { pending, .. }, request::Kind::DumpBuffers(r)) => {
+            let ready = {
+                let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(task) = pending.get_mut(&r.pid) else {
+                    return Ok(refuse("DumpBuffers before CheckpointDevices"));
+                };
+                if r.first_index as usize != task.fds.len() {
+                    return Ok(refuse("DumpBuffers out of order"));
+                }
+                task.fds.extend(fds);
+                task.complete()
+            };
+            if ready {
+                adopt(shared, r.pid)?;
+            }
             Ok(ok())
         }
         (Mode::Dump { tasks, tree, .. }, request::Kind::DumpFile(r)) => {

@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use gpucr_abi::{ENV_HELPER_FD, HELPER_INHERIT_KEY, PLUGIN_BUILD_FILE, PLUGIN_FILE};
+use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD, HELPER_INHERIT_KEY, PLUGIN_BUILD_FILE, PLUGIN_FILE};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
 use super::HelperError;
@@ -30,6 +30,8 @@ pub const ENV_TEST_HELPER_FD: &str = "GPUCR_TEST_HELPER_FD";
 pub struct Session {
     dir: tempfile::TempDir,
     plugin: PathBuf,
+    /// The backend whose plugin half serves CRIU.
+    backend: String,
     /// The helper's end of the connector, until the helper takes it.
     helper_end: Option<OwnedFd>,
     /// CRIU's end, until CRIU has started with it.
@@ -40,8 +42,8 @@ pub struct Session {
 
 impl Session {
     /// Create the directory, link the plugin into its `plugin/` subdirectory and make
-    /// the connector.
-    pub fn create() -> Result<Session, HelperError> {
+    /// the connector, for an operation of `backend`.
+    pub fn create(backend: &str) -> Result<Session, HelperError> {
         let plugin = locate_plugin()?;
         let dir = tempfile::Builder::new()
             .prefix("gpucr-")
@@ -73,6 +75,7 @@ impl Session {
         Ok(Session {
             dir,
             plugin,
+            backend: backend.to_owned(),
             helper_end: Some(helper_end),
             criu_fd: criu_end.as_raw_fd(),
             criu_end: Some(criu_end),
@@ -91,6 +94,7 @@ impl Session {
                 "CRIU_LIBS_DIR".into(),
                 self.dir.path().join("plugin").into_os_string(),
             ),
+            (ENV_BACKEND.into(), self.backend.clone().into()),
             (
                 ENV_HELPER_FD.into(),
                 std::env::var_os(ENV_TEST_HELPER_FD)

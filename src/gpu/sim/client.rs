@@ -173,7 +173,7 @@ mod tests {
             42,
             "MAP_SHARED writes reach the file"
         );
-        let ctx = Context::read(dev.dir()).unwrap();
+        let ctx = super::super::root::read_context(dev.dir()).unwrap();
         assert_eq!(ctx.buffers.len(), 1);
         assert_eq!(ctx.buffers[0].size, 8192);
         assert_eq!(ctx.device_fd, dev.device_fd());

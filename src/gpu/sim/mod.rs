@@ -12,18 +12,19 @@ mod root;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use copy_engine::{CopyEngine, EngineBuffer};
 pub use root::{
-    parse_bandwidth, sim_gpu_id, Context, ContextBuffer, SimRoot, CONTEXT_FILE, DEFAULT_DEVICE,
-    ENV_COPY_BW, ENV_DEVICE, ENV_ROOT,
+    parse_bandwidth, read_context, sim_gpu_id, Context, ContextBuffer, SimRoot, CONTEXT_FILE,
+    DEFAULT_DEVICE, ENV_COPY_BW, ENV_DEVICE, ENV_ROOT,
 };
 
 use gpucr_abi::proto::{DeviceSpec, FileSpec};
+use gpucr_abi::sim::{Collected, COLLECTED_FORMAT};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -168,88 +169,89 @@ impl Backend for SimBackend {
         self.mapped_contexts(pid).is_ok_and(|c| !c.is_empty())
     }
 
-    fn checkpoint_task(&self, pid: i32) -> Result<Option<Checkpointed>, GpuError> {
-        let contexts = self.mapped_contexts(pid)?;
-        let Some(ctx_dir) = contexts.iter().next() else {
+    fn adopt_task(
+        &self,
+        pid: i32,
+        format: &str,
+        state: &[u8],
+        buffers: Vec<OwnedFd>,
+    ) -> Result<Option<Checkpointed>, GpuError> {
+        if state.is_empty() {
             return Ok(None);
-        };
-        if contexts.len() > 1 {
-            return Err(GpuError::Task {
-                pid,
-                detail: format!(
-                    "maps {} sim device contexts; one per process is supported",
-                    contexts.len()
-                ),
-            });
         }
-        let ctx = Context::read(ctx_dir)?;
-        let fd_link = PathBuf::from(format!("/proc/{pid}/fd/{}", ctx.device_fd));
-        match fs::read_link(&fd_link) {
-            Ok(target) if target == self.device || target == Path::new(&ctx.device_path) => {}
-            _ => {
-                return Err(GpuError::Task {
-                    pid,
-                    detail: format!(
-                        "context {} says the device is fd {}, which is not {} in this process",
-                        ctx_dir.display(),
-                        ctx.device_fd,
-                        ctx.device_path
-                    ),
-                })
-            }
+        let malformed = |detail: String| GpuError::Task { pid, detail };
+        if format != COLLECTED_FORMAT {
+            return Err(malformed(format!(
+                "the plugin half sent state of format {format:?}, not {COLLECTED_FORMAT:?}"
+            )));
         }
-        let device_flags = fd_flags(pid, ctx.device_fd)?;
-        let context_path = ctx_dir.join(CONTEXT_FILE);
-        let context_text =
-            fs::read_to_string(&context_path).map_err(GpuError::io(&context_path))?;
-        let context_mode = fs::metadata(&context_path)
-            .map_err(GpuError::io(&context_path))?
-            .mode()
-            & 0o7777;
-        let mut buffers = Vec::new();
-        let mut sources: Vec<Box<dyn BufferSource>> = Vec::new();
-        for b in &ctx.buffers {
-            let path = ctx_dir.join(&b.name);
-            let file = File::open(&path).map_err(GpuError::io(&path))?;
-            let meta = file.metadata().map_err(GpuError::io(&path))?;
-            let actual = meta.len();
+        let collected: Collected = serde_json::from_slice(state)
+            .map_err(|e| malformed(format!("undecodable state from the plugin half: {e}")))?;
+        if collected.buffers.len() != buffers.len() {
+            return Err(malformed(format!(
+                "{} buffers described, {} fds received",
+                collected.buffers.len(),
+                buffers.len()
+            )));
+        }
+        let context_dir = Path::new(&collected.context_dir);
+        if self
+            .root
+            .context_of(&context_dir.join(CONTEXT_FILE))
+            .as_deref()
+            != Some(context_dir)
+        {
+            return Err(malformed(format!(
+                "context {} is not a context of the sim root {}",
+                collected.context_dir,
+                self.root.root.display()
+            )));
+        }
+        let mut infos = Vec::with_capacity(buffers.len());
+        let mut sources: Vec<Box<dyn BufferSource>> = Vec::with_capacity(buffers.len());
+        for (b, fd) in collected.buffers.iter().zip(buffers) {
+            let file = File::from(fd);
+            let actual = file.metadata().map_err(GpuError::io(&b.path))?.len();
             if actual != b.size {
                 return Err(GpuError::Malformed {
-                    path,
-                    detail: format!("buffer is {actual} bytes, its context says {}", b.size),
+                    path: PathBuf::from(&b.path),
+                    detail: format!(
+                        "buffer fd is {actual} bytes, the plugin half says {}",
+                        b.size
+                    ),
                 });
             }
             sources.push(Box::new(EngineBuffer::new(
                 FileRange::new(file, 0, b.size),
                 self.engine(b.gpu_id),
             )));
-            buffers.push(BufferInfo {
-                path: path.display().to_string(),
+            infos.push(BufferInfo {
+                path: b.path.clone(),
                 size: b.size,
                 gpu_id: b.gpu_id,
                 kind: b.kind.clone(),
-                mode: meta.mode() & 0o7777,
+                mode: b.mode,
             });
         }
-        let state = SimState {
-            device_path: ctx.device_path.clone(),
-            device_flags,
-            directories: vec![ctx_dir.display().to_string()],
+        let sim_state = SimState {
+            device_path: collected.device_path,
+            device_flags: collected.device_flags,
+            directories: vec![collected.context_dir.clone()],
             files: vec![SimStateFile {
-                path: context_path.display().to_string(),
-                contents: context_text,
-                mode: context_mode,
+                path: context_dir.join(CONTEXT_FILE).display().to_string(),
+                contents: collected.context,
+                mode: collected.context_mode,
             }],
         };
-        let gpus: BTreeSet<u32> = buffers.iter().map(|b| b.gpu_id).collect();
+        let gpus: BTreeSet<u32> = infos.iter().map(|b| b.gpu_id).collect();
         let device = TaskDevice {
             ns_pid: ns_pid(pid)?,
             host_pid: pid,
             gpus: gpus.into_iter().map(GpuRef::Kfd).collect(),
             device_files: Vec::new(),
             state_format: STATE_FORMAT.into(),
-            state: state.encode(),
-            buffers,
+            state: sim_state.encode(),
+            buffers: infos,
             operations: Vec::new(),
         };
         Ok(Some(Checkpointed { device, sources }))
@@ -304,6 +306,7 @@ impl Backend for SimBackend {
                 })
                 .collect(),
             buffers: buffer_specs(task),
+            ..DeviceSpec::default()
         })
     }
 
@@ -371,22 +374,6 @@ fn same_open_file(me: i32, fd: i32, pid: i32, theirs: i32) -> bool {
     ret == 0
 }
 
-/// The open flags of `pid`'s fd (from /proc/PID/fdinfo), without O_CLOEXEC and
-/// creation flags.
-fn fd_flags(pid: i32, fd: i32) -> Result<i32, GpuError> {
-    let path = PathBuf::from(format!("/proc/{pid}/fdinfo/{fd}"));
-    let text = fs::read_to_string(&path).map_err(GpuError::io(&path))?;
-    let flags = text
-        .lines()
-        .find_map(|l| l.strip_prefix("flags:"))
-        .and_then(|v| i32::from_str_radix(v.trim(), 8).ok())
-        .ok_or_else(|| GpuError::Malformed {
-            path,
-            detail: "no flags line".into(),
-        })?;
-    Ok(flags & (libc::O_ACCMODE | libc::O_NONBLOCK))
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
@@ -412,27 +399,98 @@ mod tests {
         assert!(err.to_string().contains("not a character device"), "{err}");
     }
 
-    #[test]
-    fn a_process_without_contexts_has_no_device_state() {
-        let tmp = tempfile::tempdir().unwrap();
-        let backend =
-            SimBackend::new(SimRoot::new(tmp.path()), Path::new("/dev/null"), None).unwrap();
-        assert!(backend
-            .checkpoint_task(std::process::id() as i32)
-            .unwrap()
-            .is_none());
+    /// What the plugin half would send for a context `ctx` holding one 4 KiB buffer.
+    fn collected(root: &Path, gpu_id: u32) -> (Vec<u8>, Vec<OwnedFd>) {
+        let dir = root.join("contexts/ctx");
+        fs::create_dir_all(&dir).unwrap();
+        let context = Context {
+            device_path: "/dev/null".into(),
+            device_fd: 3,
+            buffers: vec![ContextBuffer {
+                name: "b0".into(),
+                gpu_id,
+                size: 4096,
+                kind: "vram".into(),
+            }],
+        };
+        fs::write(dir.join("b0"), vec![7u8; 4096]).unwrap();
+        let c = Collected {
+            context_dir: dir.display().to_string(),
+            context: serde_json::to_string(&context).unwrap(),
+            context_mode: 0o644,
+            device_path: "/dev/null".into(),
+            device_flags: libc::O_RDWR,
+            buffers: vec![gpucr_abi::sim::CollectedBuffer {
+                path: dir.join("b0").display().to_string(),
+                size: 4096,
+                gpu_id,
+                kind: "vram".into(),
+                mode: 0o600,
+            }],
+        };
+        let fd = File::open(dir.join("b0")).unwrap().into();
+        (serde_json::to_vec(&c).unwrap(), vec![fd])
     }
 
     #[test]
-    fn own_fd_flags_are_read() {
-        let f = File::options()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
+    fn adopting_what_the_plugin_half_collected() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend =
+            SimBackend::new(SimRoot::new(tmp.path()), Path::new("/dev/null"), None).unwrap();
+        let me = std::process::id() as i32;
+        assert!(backend.adopt_task(me, "", &[], vec![]).unwrap().is_none());
+        let (state, fds) = collected(tmp.path(), 0x1000);
+        let err = backend
+            .adopt_task(me, "other/1", &state, vec![])
+            .err()
             .unwrap();
-        assert_eq!(
-            fd_flags(std::process::id() as i32, f.as_raw_fd()).unwrap() & libc::O_ACCMODE,
-            libc::O_RDWR
+        assert!(err.to_string().contains("format"), "{err}");
+        let err = backend
+            .adopt_task(me, COLLECTED_FORMAT, &state, vec![])
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("1 buffers described, 0 fds"),
+            "{err}"
+        );
+        let found = backend
+            .adopt_task(me, COLLECTED_FORMAT, &state, fds)
+            .unwrap()
+            .unwrap();
+        let mut task = found.device;
+        assert_eq!(found.sources.len(), 1);
+        assert_eq!(task.gpus, [GpuRef::Kfd(0x1000)]);
+        assert_eq!(task.state_format, STATE_FORMAT);
+        let spec = backend.restore_spec(&task).unwrap();
+        assert_eq!(spec.root, tmp.path().display().to_string());
+        assert_eq!(spec.device_flags, libc::O_RDWR);
+        assert!(crate::gpu::check_confined(&spec).is_ok());
+        // A remap moves the buffers and rewrites the context the task will read.
+        backend
+            .remap_gpus(&mut task, &[(GpuRef::Kfd(0x1000), GpuRef::Kfd(0x2000))])
+            .unwrap();
+        assert_eq!(task.gpus, [GpuRef::Kfd(0x2000)]);
+        assert_eq!(task.buffers[0].gpu_id, 0x2000);
+        let spec = backend.restore_spec(&task).unwrap();
+        let ctx: Context = serde_json::from_slice(&spec.files[0].contents).unwrap();
+        assert_eq!(ctx.buffers[0].gpu_id, 0x2000);
+    }
+
+    #[test]
+    fn a_context_outside_the_root_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let backend =
+            SimBackend::new(SimRoot::new(tmp.path()), Path::new("/dev/null"), None).unwrap();
+        let (state, fds) = collected(elsewhere.path(), 0x1000);
+        let me = std::process::id() as i32;
+        let err = backend
+            .adopt_task(me, COLLECTED_FORMAT, &state, fds)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("not a context of the sim root"),
+            "{err}"
         );
     }
 }

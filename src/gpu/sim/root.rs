@@ -14,20 +14,15 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use crate::gpu::GpuError;
 
-/// The environment variable naming the sim root.
-pub const ENV_ROOT: &str = "GPUCR_SIM_ROOT";
+pub use gpucr_abi::sim::{Context, ContextBuffer, CONTEXT_FILE, ENV_ROOT};
 /// The device node a sim process holds open (a character device CRIU cannot dump).
 pub const ENV_DEVICE: &str = "GPUCR_SIM_DEVICE";
 /// The copy-engine bandwidth to model, e.g. "1.6GB/s" (unset: unthrottled).
 pub const ENV_COPY_BW: &str = "GPUCR_SIM_COPY_BW";
 /// The default sim device: /dev/fuse (misc 10:229), which CRIU hands to plugins.
 pub const DEFAULT_DEVICE: &str = "/dev/fuse";
-/// The state file of a device context.
-pub const CONTEXT_FILE: &str = "context.json";
 
 /// VRAM each simulated GPU reports.
 const SIM_VRAM_BYTES: u64 = 64 << 30;
@@ -36,26 +31,6 @@ const SIM_VRAM_BYTES: u64 = 64 << 30;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimRoot {
     pub root: PathBuf,
-}
-
-/// The state of one device context, written by the process that owns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Context {
-    /// The device node the process opened.
-    pub device_path: String,
-    /// The fd number of that device in the owning process.
-    pub device_fd: i32,
-    /// The buffers, in allocation order.
-    pub buffers: Vec<ContextBuffer>,
-}
-
-/// One buffer of a context; its file is `CTX/<name>`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContextBuffer {
-    pub name: String,
-    pub gpu_id: u32,
-    pub size: u64,
-    pub kind: String,
 }
 
 impl SimRoot {
@@ -76,7 +51,7 @@ impl SimRoot {
     }
 
     pub fn contexts_dir(&self) -> PathBuf {
-        self.root.join("contexts")
+        self.root.join(gpucr_abi::sim::CONTEXTS_DIR)
     }
 
     /// True when `path` lies inside a context directory of this root.
@@ -119,16 +94,14 @@ impl SimRoot {
     }
 }
 
-impl Context {
-    /// Read `CTX/context.json`.
-    pub fn read(ctx_dir: &Path) -> Result<Context, GpuError> {
-        let path = ctx_dir.join(CONTEXT_FILE);
-        let text = fs::read(&path).map_err(GpuError::io(&path))?;
-        serde_json::from_slice(&text).map_err(|e| GpuError::Malformed {
-            path,
-            detail: e.to_string(),
-        })
-    }
+/// Read `CTX/context.json`.
+pub fn read_context(ctx_dir: &Path) -> Result<Context, GpuError> {
+    let path = ctx_dir.join(CONTEXT_FILE);
+    let text = fs::read(&path).map_err(GpuError::io(&path))?;
+    serde_json::from_slice(&text).map_err(|e| GpuError::Malformed {
+        path,
+        detail: e.to_string(),
+    })
 }
 
 /// The GPU id of simulated GPU `index` (KFD derives ids from a hash; any stable non-zero

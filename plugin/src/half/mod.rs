@@ -1,0 +1,124 @@
+//! The plugin half of a backend: what must run as CRIU's tracer (in criu's main
+//! process) or inside a restored task, and nothing else. Driver calls and copies are the
+//! gpucr half's, in the helper; the two halves exchange the backend's opaque,
+//! versioned state bytes and fds over the helper protocol.
+//!
+//! gpucr names the backend in `GPUCR_BACKEND` on the `criu swrk` child; [`for_env`]
+//! picks its half. Every method has the meaning of the CRIU hook it serves; a backend
+//! implements those it needs, and the defaults answer "not mine" or do nothing.
+
+mod sim;
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::os::fd::{OwnedFd, RawFd};
+
+use gpucr_abi::proto::DeviceSpec;
+use gpucr_abi::ENV_BACKEND;
+
+use crate::device::{self, DeviceError};
+
+/// What a plugin half collected for one task at CHECKPOINT_DEVICES.
+#[derive(Debug)]
+pub struct Collected {
+    /// The encoding of `state` ("sim-collected/1").
+    pub format: String,
+    pub state: Vec<u8>,
+    /// One fd per device buffer, readable by the gpucr half (a DMABUF on AMD).
+    pub buffers: Vec<OwnedFd>,
+}
+
+/// What RESTORE_EXT_FILE recreated inside the restored task.
+#[derive(Debug)]
+pub struct Recreated {
+    /// The device fd CRIU installs in the task.
+    pub device_fd: RawFd,
+    /// The task's new buffers, in `DeviceSpec.buffers` order, for the gpucr half to fill.
+    pub buffers: Vec<File>,
+}
+
+/// A plugin-half failure, with the errno CRIU gets back.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct HalfError {
+    pub errno: i32,
+    pub message: String,
+}
+
+impl HalfError {
+    pub fn new(errno: i32, message: impl Into<String>) -> HalfError {
+        HalfError {
+            errno,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<DeviceError> for HalfError {
+    fn from(e: DeviceError) -> Self {
+        HalfError {
+            errno: e.source.raw_os_error().unwrap_or(libc::EIO),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// One backend's plugin half.
+pub trait PluginHalf: Send + Sync {
+    /// "sim", "amdgpu", "cuda".
+    fn name(&self) -> &'static str;
+
+    /// PAUSE_DEVICES, criu main, right before `pid` is frozen: what only CRIU's process
+    /// can do then (the gpucr half's own step follows through the helper).
+    fn pause(&self, _pid: i32) -> Result<(), HalfError> {
+        Ok(())
+    }
+
+    /// CHECKPOINT_DEVICES, criu main, tree frozen: `pid`'s device state and buffer fds,
+    /// or None when it holds no device of this backend.
+    fn checkpoint(&self, pid: i32) -> Result<Option<Collected>, HalfError>;
+
+    /// HANDLE_DEVICE_VMA, criu main: whether a mapping of the file with `stat` is one
+    /// of this backend's device mappings (then CRIU leaves it to the plugin).
+    fn owns_vma(&self, _stat: &libc::stat) -> bool {
+        false
+    }
+
+    /// RESTORE_EXT_FILE, inside the restored task: recreate the device state `spec`
+    /// describes and open the task's buffers.
+    fn recreate(&self, spec: &DeviceSpec) -> Result<Recreated, HalfError> {
+        let buffers = device::recreate(spec)?;
+        let device_fd = device::open_device(spec)?;
+        Ok(Recreated { device_fd, buffers })
+    }
+
+    /// UPDATE_VMA_MAP, inside the restored task, for a mapping [`PluginHalf::owns_vma`]
+    /// claimed: the new page offset and fd of the mapping of `path` at `addr`, or None
+    /// to leave it as it was.
+    fn update_vma(&self, _path: &CStr, _addr: u64, _pgoff: u64) -> Option<(u64, RawFd)> {
+        None
+    }
+
+    /// RESUME_DEVICES_LATE, criu main, before `pid` runs, after the gpucr half has
+    /// filled its memory.
+    fn resume(&self, _pid: i32) -> Result<(), HalfError> {
+        Ok(())
+    }
+
+    /// The plugin's `exit` hook (a dump's happens after post-dump).
+    fn finish(&self, _stage: i32, _ret: i32) {}
+}
+
+/// The plugin half gpucr named in `GPUCR_BACKEND`, if any.
+pub fn for_env() -> Result<Option<Box<dyn PluginHalf>>, HalfError> {
+    let Some(name) = std::env::var_os(ENV_BACKEND) else {
+        return Ok(None);
+    };
+    match name.to_str() {
+        Some("sim") => Ok(Some(Box::new(sim::SimHalf::from_env()?))),
+        other => Err(HalfError::new(
+            libc::ENOTSUP,
+            format!("{ENV_BACKEND}={other:?}: this plugin has no such backend"),
+        )),
+    }
+}
