@@ -13,7 +13,9 @@
 //! which CRIU carries), --max-buffer-mib N (default 1024: the largest buffer), --fill
 //! mixed|random (default mixed: random, compressible and zeroed buffers; random: every
 //! buffer random), --hold PATH (the parent also keeps PATH open, e.g. a device CRIU
-//! cannot dump).
+//! cannot dump), --driver kfd|nvidia (default kfd: gpucr copies device memory; nvidia:
+//! the process's own driver moves it into process memory and back on request, through
+//! a restore thread named `simgpu-rst`, as CUDA's checkpoint API does).
 //!
 //! The parent forks the child first (as GPU programs fork before initialising the
 //! device), then each opens its own device and allocates buffers of mixed sizes (4 KiB up
@@ -39,6 +41,13 @@ use std::time::Duration;
 
 use gpucr::gpu::sim::client::{MappedBuffer, SimDevice};
 use gpucr::gpu::sim::{SimRoot, DEFAULT_DEVICE, ENV_DEVICE};
+use gpucr_abi::sim::{DRIVER_NVIDIA, DRIVER_REQUEST_FILE, DRIVER_STATE_FILE, RESTORE_THREAD};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+/// The `nvidia` driver model: while set, the kernels park (a driver lock).
+static LOCKED: AtomicBool = AtomicBool::new(false);
+/// Kernels parked by the lock.
+static PARKED: AtomicUsize = AtomicUsize::new(0);
 
 const PAGE: usize = 4096;
 const KIB: u64 = 1 << 10;
@@ -54,6 +63,7 @@ struct Options {
     max_buffer_mib: u64,
     random: bool,
     hold: Vec<PathBuf>,
+    driver: String,
 }
 
 fn parse_args() -> Options {
@@ -67,6 +77,7 @@ fn parse_args() -> Options {
         max_buffer_mib: 1024,
         random: false,
         hold: Vec::new(),
+        driver: String::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -87,6 +98,11 @@ fn parse_args() -> Options {
             "--children" => opts.children = number(value()) as usize,
             "--cpu-mib" => opts.cpu_mib = number(value()),
             "--max-buffer-mib" => opts.max_buffer_mib = number(value()).max(1),
+            "--driver" => match value().as_str() {
+                "kfd" => opts.driver = String::new(),
+                "nvidia" => opts.driver = DRIVER_NVIDIA.to_owned(),
+                other => die(&format!("--driver takes kfd or nvidia, not {other:?}")),
+            },
             "--fill" => match value().as_str() {
                 "mixed" => opts.random = false,
                 "random" => opts.random = true,
@@ -244,7 +260,15 @@ fn main() {
         max_buffer: opts.max_buffer_mib * MIB,
         random: opts.random,
     };
-    run(&opts.state, &role, &root, &device_path, &gpu_ids, layout);
+    run(
+        &opts.state,
+        &role,
+        &root,
+        &device_path,
+        &gpu_ids,
+        layout,
+        &opts.driver,
+    );
 }
 
 fn run(
@@ -254,13 +278,16 @@ fn run(
     device_path: &Path,
     gpu_ids: &[u32],
     layout: Layout,
+    driver: &str,
 ) -> ! {
     let host_pid = fs::read_link("/proc/self")
         .ok()
         .and_then(|p| p.to_str()?.parse::<u32>().ok())
         .unwrap_or(0);
-    let mut device = SimDevice::open(root, device_path, &format!("{role}-{host_pid}"))
-        .unwrap_or_else(|e| die(&e.to_string()));
+    let mut device =
+        SimDevice::open_with_driver(root, device_path, &format!("{role}-{host_pid}"), driver)
+            .unwrap_or_else(|e| die(&e.to_string()));
+    let mut all: Vec<(PathBuf, Arc<Buffer>)> = Vec::new();
     let role_id: u64 = if role == "parent" { 0 } else { 1000 };
     let mut per_gpu: Vec<Vec<Arc<Buffer>>> = vec![Vec::new(); gpu_ids.len()];
     for (i, size) in buffer_sizes(layout.bytes, layout.max_buffer)
@@ -283,12 +310,22 @@ fn run(
                 page_content(id, fill, p as u64, 0, page);
             }
         }
-        per_gpu[gpu].push(Arc::new(Buffer {
+        let buffer = Arc::new(Buffer {
             id,
             fill,
             mem,
             steps: AtomicU64::new(0),
-        }));
+        });
+        all.push((device.dir().join(format!("buf{i}")), buffer.clone()));
+        per_gpu[gpu].push(buffer);
+    }
+    let kernels = per_gpu.len();
+    if driver == DRIVER_NVIDIA {
+        let dir = device.dir().to_path_buf();
+        thread::Builder::new()
+            .name(RESTORE_THREAD.into())
+            .spawn(move || driver_thread(&dir, &all, kernels))
+            .unwrap_or_else(|e| die(&format!("restore thread: {e}")));
     }
 
     let verify_request = Arc::new(AtomicU64::new(0));
@@ -355,6 +392,13 @@ fn kernel(
 ) {
     let mut page = vec![0u8; PAGE];
     loop {
+        if LOCKED.load(Ordering::SeqCst) {
+            PARKED.fetch_add(1, Ordering::SeqCst);
+            while LOCKED.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(2));
+            }
+            PARKED.fetch_sub(1, Ordering::SeqCst);
+        }
         let wanted = request.load(Ordering::SeqCst);
         let have = verified.lock().unwrap_or_else(|e| e.into_inner())[gpu];
         if wanted > have {
@@ -383,6 +427,71 @@ fn kernel(
             steps.fetch_add(1, Ordering::SeqCst);
         }
         thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `nvidia` driver's restore thread: answers the requests gpucr's half writes into
+/// the context's mailbox (lock, checkpoint, restore, unlock). It runs while the tree is
+/// frozen only when CRIU's plugin lets it.
+fn driver_thread(dir: &Path, buffers: &[(PathBuf, Arc<Buffer>)], kernels: usize) {
+    let mut last = 0u64;
+    loop {
+        thread::sleep(Duration::from_millis(2));
+        let Some((seq, op)) = fs::read_to_string(dir.join(DRIVER_REQUEST_FILE))
+            .ok()
+            .and_then(|t| {
+                let (seq, op) = t.trim().split_once(' ')?;
+                Some((seq.parse::<u64>().ok()?, op.to_owned()))
+            })
+        else {
+            continue;
+        };
+        if seq <= last {
+            continue;
+        }
+        last = seq;
+        let state = match op.as_str() {
+            "lock" => {
+                LOCKED.store(true, Ordering::SeqCst);
+                while PARKED.load(Ordering::SeqCst) < kernels {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                Ok("locked")
+            }
+            "checkpoint" if LOCKED.load(Ordering::SeqCst) => buffers
+                .iter()
+                .try_for_each(|(path, b)| b.mem.move_to_host(path))
+                .map(|()| "checkpointed"),
+            "restore" => buffers
+                .iter()
+                .try_for_each(|(path, b)| b.mem.move_to_device(path))
+                .map(|()| "locked"),
+            // Whatever was done, undone: the memory back on the device (when it is in
+            // the process), then unlocked.
+            "resume" => buffers
+                .iter()
+                .filter(|(path, _)| !path.exists())
+                .try_for_each(|(path, b)| b.mem.move_to_device(path))
+                .map(|()| {
+                    LOCKED.store(false, Ordering::SeqCst);
+                    "running"
+                }),
+            "unlock" => {
+                LOCKED.store(false, Ordering::SeqCst);
+                Ok("running")
+            }
+            other => Err(std::io::Error::other(format!(
+                "cannot {other} in this state"
+            ))),
+        };
+        let answer = match state {
+            Ok(state) => format!("{seq} {state}\n"),
+            Err(e) => format!("{seq} error: {e}\n"),
+        };
+        let tmp = dir.join(format!("{DRIVER_STATE_FILE}.tmp"));
+        if fs::write(&tmp, answer).is_ok() {
+            let _ = fs::rename(&tmp, dir.join(DRIVER_STATE_FILE));
+        }
     }
 }
 

@@ -141,6 +141,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
                 backend,
                 opts.transfer.clone(),
                 progress.gpu_events(),
+                opts.leave_running,
             );
             Some(started.map_err(|e| DumpError::HelperSetup(Box::new(e)))?)
         }

@@ -303,8 +303,29 @@ pub fn restore(
         interrupt::on_interrupt(move || canceller.cancel("gpucr was interrupted"))
     });
     let mut past_gate = false;
+    let mut restored_root = None;
+    let mut to_kill = None;
     let result = swrk.restore(&request, &log, &mut |n| {
         progress.event(&n.script, &describe_notify(&n.script));
+        if n.script == "post-restore" {
+            restored_root = n.pid;
+        }
+        // pre-resume: the tasks are still stopped, and every device must be back. CRIU
+        // only logs a failed RESUME_DEVICES_LATE or pre-resume and lets the tree go, so
+        // a tree whose device did not come back gets SIGSTOP now, which stops it the
+        // moment CRIU detaches (before it runs an instruction), and SIGKILL once CRIU is
+        // done with it (killing it while CRIU still traces it would deadlock CRIU).
+        if let (Some(gpu), "pre-resume") = (&gpu, n.script.as_str()) {
+            if let Err(e) = gpu.check_resumed() {
+                if let Some(root) = restored_root {
+                    signal_tree(root, nix::sys::signal::Signal::SIGSTOP);
+                    to_kill = Some(root);
+                }
+                let text = e.to_string();
+                gpu_error = Some(e);
+                return Err(text);
+            }
+        }
         if past_gate {
             return Ok(());
         }
@@ -354,6 +375,16 @@ pub fn restore(
             problems: bulk_problems,
         });
     }
+    if let Some(root) = to_kill {
+        // CRIU has let go of the (stopped) tree by the time it answers.
+        let _ = swrk.finish();
+        signal_tree(root, nix::sys::signal::Signal::SIGKILL);
+        let _ = waitpid(Pid::from_raw(root), None);
+        let error = gpu_error.unwrap_or_else(|| {
+            HelperError::Failed("a restored task's device did not come back".into())
+        });
+        return Err(RestoreError::Helper(Box::new(error)));
+    }
     if let Some(error) = gpu_error {
         return Err(RestoreError::Helper(Box::new(error)));
     }
@@ -379,6 +410,13 @@ pub fn restore(
         None => None,
     };
     Ok(RestoreOutcome { pid, manifest, gpu })
+}
+
+/// Send `signal` to every process of the restored tree rooted at `root`.
+fn signal_tree(root: i32, signal: nix::sys::signal::Signal) {
+    for pid in crate::gpu::tree_pids(root) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+    }
 }
 
 /// Check the image's GPUs against this machine's (the same check as `gpucr

@@ -732,3 +732,171 @@ fn sigint_during_a_gpu_restore_leaves_no_process() {
     let _restored = Restored(stdout(&out).trim().parse().unwrap());
     assert!(tree.verify(2));
 }
+
+/// The NVIDIA-modelled simulator: the driver moves device memory into the process
+/// before CRIU dumps it, through the process's restore thread, which gpucr's plugin lets
+/// run while the tree is frozen; on restore the thread is let run again while the driver
+/// brings the memory back. Every byte verifies and the kernels go on.
+#[test]
+fn nvidia_model_tree_survives_dump_wipe_and_restore() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("nv-e2e");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &[
+            "--driver",
+            "nvidia",
+            "--gpus",
+            "2",
+            "--parent-mib",
+            "48",
+            "--child-mib",
+            "24",
+        ],
+    );
+    assert!(tree.verify(1));
+    let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
+    assert_success(&out);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    for task in manifest["gpu"]["tasks"].as_array().unwrap() {
+        assert_eq!(
+            task["buffers"].as_array().unwrap().len(),
+            0,
+            "the driver kept them"
+        );
+        assert_eq!(task["gpus"].as_array().unwrap().len(), 2);
+        let ops: Vec<&str> = task["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(ops, ["pause", "checkpoint", "copy"]);
+    }
+    let log = fs::read_to_string(image.join("dump.log")).unwrap();
+    assert!(
+        log.contains("gpucr: thread") && log.contains("let run"),
+        "{log}"
+    );
+    kill_and_wait(tree.pid);
+    let steps_at_dump = tree.steps();
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(2), "every byte is back on the device");
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps_at_dump, "the kernels go on");
+}
+
+/// --leave-running with the NVIDIA model: after the dump the driver brings the memory
+/// back and unlocks, so the job runs on with every byte intact.
+#[test]
+fn nvidia_model_leave_running_keeps_the_job_going() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("nv-leave");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &[
+            "--driver",
+            "nvidia",
+            "--parent-mib",
+            "32",
+            "--child-mib",
+            "16",
+        ],
+    );
+    let steps_before = tree.steps();
+    assert_success(&dump(
+        &sim,
+        &[
+            "--leave-running",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+    ));
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(
+        tree.verify(1),
+        "the running tree's memory is back on its device"
+    );
+    assert!(tree.steps() > steps_before, "and its kernels were unlocked");
+}
+
+/// A plugin that does not let the restore thread run: the driver never answers, the
+/// dump fails after the driver timeout instead of hanging and the tree runs on; the
+/// restore fails the same way and leaves no process.
+#[test]
+fn nvidia_model_without_its_thread_let_run_fails_instead_of_hanging() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("nv-nothread");
+    let state = tmp.path().join("state");
+    let tree = SimTree::start(
+        &state,
+        &sim.0,
+        &[
+            "--driver",
+            "nvidia",
+            "--parent-mib",
+            "16",
+            "--child-mib",
+            "8",
+        ],
+    );
+    let no_run = [
+        sim.env()[0],
+        ("GPUCR_TEST_NO_THREAD_RUN", "1"),
+        ("GPUCR_SIM_DRIVER_TIMEOUT", "1.5"),
+    ];
+    let failed = tmp.path().join("failed");
+    let started = std::time::Instant::now();
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), failed.to_str().unwrap()],
+        &no_run,
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("did not answer checkpoint"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(alive(tree.pid));
+    tree.wait_ticks(2);
+    assert!(
+        tree.verify(1),
+        "the tree runs on, unlocked, its memory intact"
+    );
+
+    let image = tmp.path().join("image");
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    let started = std::time::Instant::now();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &no_run);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("did not answer resume"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let state_text = state.to_str().unwrap();
+    wait_for(
+        Duration::from_secs(10),
+        "no restored process to be left",
+        || processes_mentioning(state_text).is_empty().then_some(()),
+    );
+}

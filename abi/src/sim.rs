@@ -19,6 +19,22 @@ pub const CONTEXTS_DIR: &str = "contexts";
 /// The encoding of what the plugin half collects ([`Collected`] as JSON).
 pub const COLLECTED_FORMAT: &str = "sim-collected/1";
 
+/// The driver models of a context. `kfd` (the default): device memory stays in the
+/// device, and gpucr copies it through buffer fds, as on AMD. `nvidia`: as CUDA's
+/// checkpoint API, the driver itself moves device memory into the process's own memory
+/// and back, through the process's restore thread, which must be let run while the
+/// tree is frozen.
+pub const DRIVER_KFD: &str = "kfd";
+pub const DRIVER_NVIDIA: &str = "nvidia";
+/// The name (comm) of the `nvidia` driver's restore thread in the process.
+pub const RESTORE_THREAD: &str = "simgpu-rst";
+/// The `nvidia` driver's mailbox in the context directory: a request "SEQ OP" (OP one of
+/// lock, checkpoint, restore, unlock, or resume: restore if needed, then unlock; the
+/// driver does only the newest request), answered in the state file "SEQ STATE" (STATE one
+/// of running, locked, checkpointed, or "error: ..."), each written whole by a rename.
+pub const DRIVER_REQUEST_FILE: &str = "driver-request";
+pub const DRIVER_STATE_FILE: &str = "driver-state";
+
 /// The state of one device context, written by the process that owns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Context {
@@ -28,6 +44,16 @@ pub struct Context {
     pub device_fd: i32,
     /// The buffers, in allocation order.
     pub buffers: Vec<ContextBuffer>,
+    /// The driver model ([`DRIVER_KFD`] when absent, or [`DRIVER_NVIDIA`]).
+    #[serde(default)]
+    pub driver: String,
+}
+
+impl Context {
+    /// Whether the context's driver moves device memory itself (the `nvidia` model).
+    pub fn is_nvidia(&self) -> bool {
+        self.driver == DRIVER_NVIDIA
+    }
 }
 
 /// One buffer of a context; its file is `CTX/<name>`.

@@ -18,10 +18,13 @@ use gpucr_abi::PLUGIN_NAME;
 
 use crate::half::{self, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
+use crate::thread::RunGuard;
 use crate::{criu, device, NOT_OURS};
 
 /// Whether this dump already named the plugin in CRIU's inventory.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// Every task of this dump (PAUSE_DEVICES), for the step after it.
+static DUMPED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 
 /// Why a hook failed: the message for CRIU's log and the errno CRIU gets back (the
 /// cause's own errno where there is one, so CRIU's log and exit say what happened).
@@ -128,6 +131,24 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
 pub unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
     guard("exit", || {
         if let Ok(Some(half)) = plugin_half() {
+            if stage == stage::DUMP {
+                // The tree is still stopped (CRIU lets it go after this hook): where it
+                // lives on, the gpucr half gives every task its device back, with each
+                // task's restore thread (if its backend has one) let run meanwhile.
+                let pids = DUMPED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let mut running = Vec::new();
+                for tid in pids.iter().filter_map(|&pid| half.restore_thread(pid)) {
+                    match RunGuard::start(tid) {
+                        Ok(guard) => running.extend(guard),
+                        Err(e) => criu::error(&format!("after the dump: {e}")),
+                    }
+                }
+                let kind = request::Kind::DumpFinished(gpucr_abi::proto::DumpFinished { ret });
+                if let Err(e) = helper::call(kind, &[]) {
+                    criu::error(&format!("after the dump: {e}"));
+                }
+                drop(running);
+            }
             half.finish(stage, ret);
         }
         criu::info(&format!("plugin finished (stage {stage}, result {ret})"));
@@ -140,6 +161,7 @@ pub unsafe extern "C" fn pause_devices(pid: c_int) -> c_int {
         let Some(half) = plugin_half()? else {
             return Ok(NOT_OURS);
         };
+        DUMPED.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
         half.pause(pid)?;
         helper::call(request::Kind::PauseDevices(PauseDevices { pid }), &[])?;
         criu::info(&format!("PAUSE_DEVICES pid {pid}"));
@@ -154,10 +176,12 @@ pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
         };
         criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
         let collected = half.checkpoint(pid)?;
-        let (format, state, buffers) = match collected {
-            Some(c) => (c.format, c.state, c.buffers),
-            None => (String::new(), Vec::new(), Vec::new()),
+        let (format, state, buffers, run_thread) = match collected {
+            Some(c) => (c.format, c.state, c.buffers, c.run_thread),
+            None => (String::new(), Vec::new(), Vec::new(), None),
         };
+        // Held until the gpucr half has taken the task over.
+        let _running = run_thread.map(RunGuard::start).transpose()?.flatten();
         let fds = device::raw_fds_of(&buffers);
         let mut batches = fds.chunks(MAX_FDS);
         let kind = request::Kind::CheckpointDevices(CheckpointDevices {
@@ -301,7 +325,16 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
             return Ok(NOT_OURS);
         };
         let kind = request::Kind::ResumeDevices(ResumeDevices { pid });
-        helper::call(kind, &[])?;
+        {
+            // The task's restore thread (if its backend has one) runs while the gpucr
+            // half brings the device back.
+            let _running = half
+                .restore_thread(pid)
+                .map(RunGuard::start)
+                .transpose()?
+                .flatten();
+            helper::call(kind, &[])?;
+        }
         half.resume(pid)?;
         criu::info(&format!(
             "RESUME_DEVICES_LATE pid {pid}: device memory restored"

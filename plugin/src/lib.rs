@@ -27,6 +27,7 @@ mod device;
 mod half;
 mod helper;
 mod hooks;
+mod thread;
 
 use std::ffi::{c_int, c_void};
 use std::ptr;

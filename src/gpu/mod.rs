@@ -297,6 +297,21 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// After the dump, when the tree lives on (`--leave-running`, or the dump failed):
+    /// undo what [`Backend::pre_freeze`] and [`Backend::adopt_task`] did to `pid`, so the
+    /// job runs on (a driver restore and unlock). Default: nothing.
+    fn after_dump(&self, _pid: i32) -> Result<(), GpuError> {
+        Ok(())
+    }
+
+    /// RESUME_DEVICES_LATE, restore: bring `task` (now host pid `pid`) back on its
+    /// device before it runs, after its buffers are filled (a driver restore and
+    /// unlock); the plugin half lets the task's restore thread run meanwhile when the
+    /// backend has one. Default: nothing.
+    fn resume_task(&self, _pid: i32, _task: &TaskDevice) -> Result<(), GpuError> {
+        Ok(())
+    }
+
     /// CHECKPOINT_DEVICES (tree frozen): take over what the plugin half collected for
     /// `pid` (its `state` in `format`, one fd per device buffer) as the task's device
     /// state and a copy source per buffer built from the fds. None when the plugin half

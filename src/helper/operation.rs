@@ -22,19 +22,27 @@ pub struct GpuDump {
 }
 
 impl GpuDump {
-    /// Start the helper of `session` for a dump into `dir` (its `gpu/` part).
+    /// Start the helper of `session` for a dump into `dir` (its `gpu/` part); with
+    /// `leave_running` the tree lives on after the dump.
     pub fn start(
         mut session: Session,
         dir: &Path,
         backend: Arc<dyn Backend>,
         config: TransferConfig,
         progress: EventSink,
+        leave_running: bool,
     ) -> Result<GpuDump, HelperError> {
         let (events, timeline) = timeline_events(progress);
         let writer = DumpWriter::start(dir, config, events)?;
         let canceller = writer.canceller();
         let name = backend.name();
-        let helper = Helper::start_dump(session.take_helper_end()?, backend, writer, timeline)?;
+        let helper = Helper::start_dump(
+            session.take_helper_end()?,
+            backend,
+            writer,
+            timeline,
+            leave_running,
+        )?;
         Ok(GpuDump {
             _session: session,
             helper,
@@ -115,6 +123,11 @@ impl GpuRestore {
     /// handed over its buffers makes RESTORE_EXT_FILE, and so CRIU, fail).
     pub fn take_failure(&self) -> Option<HelperError> {
         self.helper.take_failure()
+    }
+
+    /// Every task's device is back (at CRIU's pre-resume, tasks still stopped).
+    pub fn check_resumed(&self) -> Result<(), HelperError> {
+        self.helper.check_resumed()
     }
 
     /// Wait until every buffer is restored (at CRIU's post-restore, before any restored

@@ -77,12 +77,16 @@ enum Mode {
         tree: Mutex<Vec<i32>>,
         /// What the plugin half sent for a task that is not adopted yet, by host pid.
         pending: Mutex<HashMap<i32, Pending>>,
+        /// Whether the tree lives on after a successful dump.
+        leave_running: bool,
     },
     Restore {
         restorer: RwLock<Option<Restorer>>,
         tasks: Vec<TaskDevice>,
         /// Host pid of each restored task that asked for its device (SO_PEERCRED).
         peers: Mutex<HashMap<i32, usize>>,
+        /// The tasks whose device is back (RESUME_DEVICES_LATE done).
+        resumed: Mutex<std::collections::HashSet<usize>>,
         parallel: bool,
     },
 }
@@ -132,12 +136,14 @@ impl Helper {
         backend: Arc<dyn Backend>,
         writer: DumpWriter,
         timeline: Arc<Mutex<Timeline>>,
+        leave_running: bool,
     ) -> Result<Helper, HelperError> {
         let mode = Mode::Dump {
             writer: RwLock::new(Some(writer)),
             tasks: Mutex::new(BTreeMap::new()),
             tree: Mutex::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),
+            leave_running,
         };
         Self::start(connector, backend, mode, timeline)
     }
@@ -156,6 +162,7 @@ impl Helper {
             restorer: RwLock::new(Some(restorer)),
             tasks,
             peers: Mutex::new(HashMap::new()),
+            resumed: Mutex::new(std::collections::HashSet::new()),
             parallel,
         };
         Self::start(connector, backend, mode, timeline)
@@ -247,6 +254,24 @@ impl Helper {
             .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
         restorer.wait(&keys)?;
         Ok(())
+    }
+
+    /// Restore: every task's device is back (RESUME_DEVICES_LATE went through for each);
+    /// asked at CRIU's pre-resume, while the tasks are still stopped.
+    pub fn check_resumed(&self) -> Result<(), HelperError> {
+        self.check_failure()?;
+        let Mode::Restore { tasks, resumed, .. } = &self.shared.mode else {
+            return Err(HelperError::Failed("check_resumed on a dump helper".into()));
+        };
+        let resumed = resumed.lock().unwrap_or_else(|e| e.into_inner());
+        match (0..tasks.len()).find(|i| !resumed.contains(i)) {
+            None => Ok(()),
+            Some(i) => Err(HelperError::Failed(format!(
+                "task {} was not brought back on its device (RESUME_DEVICES_LATE did not \
+                 go through for it)",
+                tasks[i].ns_pid
+            ))),
+        }
     }
 
     /// Restore: close the image and return the transfer statistics.
@@ -486,7 +511,13 @@ fn handle(
         return Ok(refuse("empty request"));
     };
     match (&shared.mode, kind) {
-        (Mode::Dump { pending, .. }, request::Kind::PauseDevices(r)) => {
+        (Mode::Dump { pending, tree, .. }, request::Kind::PauseDevices(r)) => {
+            {
+                let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
+                if !tree.contains(&r.pid) {
+                    tree.push(r.pid);
+                }
+            }
             let start_ms = shared
                 .timeline
                 .lock()
@@ -508,7 +539,12 @@ fn handle(
             Ok(ok())
         }
         (Mode::Dump { tree, pending, .. }, request::Kind::CheckpointDevices(r)) => {
-            tree.lock().unwrap_or_else(|e| e.into_inner()).push(r.pid);
+            {
+                let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
+                if !tree.contains(&r.pid) {
+                    tree.push(r.pid);
+                }
+            }
             let ready = {
                 let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
                 let task = pending.entry(r.pid).or_default();
@@ -644,6 +680,7 @@ fn handle(
                 restorer,
                 tasks,
                 peers,
+                resumed,
                 ..
             },
             request::Kind::ResumeDevices(r),
@@ -655,11 +692,42 @@ fn handle(
                 .copied();
             let Some(index) = index else { return Ok(ok()) };
             let keys: Vec<BufferKey> = task_keys(&tasks[index]).collect();
-            let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(restorer) = guard.as_ref() {
-                restorer.wait(&keys)?;
+            {
+                let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+                if let Some(restorer) = guard.as_ref() {
+                    restorer.wait(&keys)?;
+                }
             }
+            shared.backend.resume_task(r.pid, &tasks[index])?;
+            resumed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(index);
             Ok(ok())
+        }
+        (
+            Mode::Dump {
+                tree,
+                leave_running,
+                ..
+            },
+            request::Kind::DumpFinished(r),
+        ) => {
+            if !*leave_running && r.ret == 0 {
+                return Ok(ok());
+            }
+            // The tree lives on: every task gets its device back, even if one fails.
+            let pids = tree.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let mut first_error = None;
+            for pid in pids {
+                if let Err(e) = shared.backend.after_dump(pid) {
+                    first_error.get_or_insert(e);
+                }
+            }
+            match first_error {
+                Some(e) => Err(e.into()),
+                None => Ok(ok()),
+            }
         }
         (_, request::Kind::Log(_)) => Ok(ok()),
         (_, other) => Ok(refuse(&format!(

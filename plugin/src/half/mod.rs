@@ -26,6 +26,9 @@ pub struct Collected {
     pub state: Vec<u8>,
     /// One fd per device buffer, readable by the gpucr half (a DMABUF on AMD).
     pub buffers: Vec<OwnedFd>,
+    /// A thread of the task to let run while the gpucr half takes the task over (a
+    /// driver's restore thread, which performs the driver's checkpoint).
+    pub run_thread: Option<i32>,
 }
 
 /// What RESTORE_EXT_FILE recreated inside the restored task.
@@ -96,6 +99,12 @@ pub trait PluginHalf: Send + Sync {
     /// claimed: the new page offset and fd of the mapping of `path` at `addr`, or None
     /// to leave it as it was.
     fn update_vma(&self, _path: &CStr, _addr: u64, _pgoff: u64) -> Option<(u64, RawFd)> {
+        None
+    }
+
+    /// The thread of `pid` to let run while the gpucr half brings the task's device
+    /// back at RESUME_DEVICES_LATE (a driver's restore thread), if any.
+    fn restore_thread(&self, _pid: i32) -> Option<i32> {
         None
     }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use gpucr_abi::sim::{
     Collected as SimCollected, CollectedBuffer, Context, COLLECTED_FORMAT, CONTEXTS_DIR,
-    CONTEXT_FILE, ENV_ROOT,
+    CONTEXT_FILE, ENV_ROOT, RESTORE_THREAD,
 };
 
 use super::{Collected, HalfError, PluginHalf};
@@ -106,6 +106,30 @@ impl PluginHalf for SimHalf {
             ));
         }
         let device_flags = fd_flags(pid, ctx.device_fd)?;
+        if ctx.is_nvidia() {
+            // The driver moves the memory into the process itself, through its restore
+            // thread, which must run while the gpucr half asks it to.
+            let Some(tid) = crate::thread::find_named(pid, RESTORE_THREAD) else {
+                return Err(bad(
+                    pid,
+                    format!("nvidia-model context without its {RESTORE_THREAD} thread"),
+                ));
+            };
+            let collected = SimCollected {
+                context_dir: ctx_dir.display().to_string(),
+                context: context_text,
+                context_mode,
+                device_path: ctx.device_path,
+                device_flags,
+                buffers: Vec::new(),
+            };
+            return Ok(Some(Collected {
+                format: COLLECTED_FORMAT.into(),
+                state: serde_json::to_vec(&collected).expect("the collected state serialises"),
+                buffers: Vec::new(),
+                run_thread: Some(tid),
+            }));
+        }
         let mut buffers = Vec::with_capacity(ctx.buffers.len());
         let mut fds: Vec<OwnedFd> = Vec::with_capacity(ctx.buffers.len());
         for b in &ctx.buffers {
@@ -144,7 +168,12 @@ impl PluginHalf for SimHalf {
             format: COLLECTED_FORMAT.into(),
             state: serde_json::to_vec(&collected).expect("the collected state serialises"),
             buffers: fds,
+            run_thread: None,
         }))
+    }
+
+    fn restore_thread(&self, pid: i32) -> Option<i32> {
+        crate::thread::find_named(pid, RESTORE_THREAD)
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod client;
 mod copy_engine;
+pub mod nv_driver;
 mod root;
 
 use std::collections::{BTreeSet, HashMap};
@@ -24,7 +25,8 @@ pub use root::{
 };
 
 use gpucr_abi::proto::{DeviceSpec, FileSpec};
-use gpucr_abi::sim::{Collected, COLLECTED_FORMAT};
+use gpucr_abi::sim::{Collected, COLLECTED_FORMAT, DRIVER_NVIDIA};
+use nv_driver::DriverOp;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -46,6 +48,10 @@ pub struct SimState {
     pub directories: Vec<String>,
     /// Small state files, recreated with their contents.
     pub files: Vec<SimStateFile>,
+    /// The driver model ("" for kfd, or "nvidia": the driver holds the memory in the
+    /// process and must restore it through the process's restore thread).
+    #[serde(default)]
+    pub driver: String,
 }
 
 /// A small device-state file of the simulator (its context description).
@@ -85,6 +91,11 @@ pub struct SimBackend {
     device_rdev: u64,
     bandwidth: Option<f64>,
     engines: Mutex<HashMap<u32, Arc<CopyEngine>>>,
+    /// How long a request to an `nvidia`-model driver may take.
+    driver_timeout: std::time::Duration,
+    /// The `nvidia`-model tasks of this dump, by host pid: their context directory and
+    /// the last operation their driver did, for the step after the dump.
+    nv_tasks: Mutex<HashMap<i32, (PathBuf, DriverOp)>>,
 }
 
 impl SimBackend {
@@ -130,6 +141,8 @@ impl SimBackend {
             device_rdev: meta.rdev(),
             bandwidth,
             engines: Mutex::new(HashMap::new()),
+            driver_timeout: nv_driver::timeout_from_env()?,
+            nv_tasks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -187,6 +200,8 @@ impl Backend for SimBackend {
         }
         let collected: Collected = serde_json::from_slice(state)
             .map_err(|e| malformed(format!("undecodable state from the plugin half: {e}")))?;
+        let context: Context = serde_json::from_str(&collected.context)
+            .map_err(|e| malformed(format!("undecodable context from the plugin half: {e}")))?;
         if collected.buffers.len() != buffers.len() {
             return Err(malformed(format!(
                 "{} buffers described, {} fds received",
@@ -206,6 +221,21 @@ impl Backend for SimBackend {
                 collected.context_dir,
                 self.root.root.display()
             )));
+        }
+        if context.is_nvidia() {
+            // The driver moves the memory into the process (CRIU dumps it with the
+            // rest); the plugin half lets the restore thread run for this call.
+            if !buffers.is_empty() {
+                return Err(malformed(format!(
+                    "{} buffer fds for an nvidia-model context, which has none to copy",
+                    buffers.len()
+                )));
+            }
+            nv_driver::call(context_dir, pid, DriverOp::Checkpoint, self.driver_timeout)?;
+            self.nv_tasks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(pid, (context_dir.to_path_buf(), DriverOp::Checkpoint));
         }
         let mut infos = Vec::with_capacity(buffers.len());
         let mut sources: Vec<Box<dyn BufferSource>> = Vec::with_capacity(buffers.len());
@@ -242,8 +272,9 @@ impl Backend for SimBackend {
                 contents: collected.context,
                 mode: collected.context_mode,
             }],
+            driver: context.driver.clone(),
         };
-        let gpus: BTreeSet<u32> = infos.iter().map(|b| b.gpu_id).collect();
+        let gpus: BTreeSet<u32> = context.buffers.iter().map(|b| b.gpu_id).collect();
         let device = TaskDevice {
             ns_pid: ns_pid(pid)?,
             host_pid: pid,
@@ -255,6 +286,48 @@ impl Backend for SimBackend {
             operations: Vec::new(),
         };
         Ok(Some(Checkpointed { device, sources }))
+    }
+
+    fn pre_freeze(&self, pid: i32) -> Result<(), GpuError> {
+        let contexts = self.mapped_contexts(pid)?;
+        let (Some(dir), 1) = (contexts.first().cloned(), contexts.len()) else {
+            return Ok(());
+        };
+        if !read_context(&dir)?.is_nvidia() {
+            return Ok(());
+        }
+        nv_driver::call(&dir, pid, DriverOp::Lock, self.driver_timeout)?;
+        self.nv_tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, (dir, DriverOp::Lock));
+        Ok(())
+    }
+
+    fn after_dump(&self, pid: i32) -> Result<(), GpuError> {
+        let task = self
+            .nv_tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pid);
+        let Some((dir, _)) = task else {
+            return Ok(());
+        };
+        nv_driver::call(&dir, pid, DriverOp::Resume, self.driver_timeout)
+    }
+
+    fn resume_task(&self, pid: i32, task: &TaskDevice) -> Result<(), GpuError> {
+        let state = SimState::decode(task)?;
+        if state.driver != DRIVER_NVIDIA {
+            return Ok(());
+        }
+        let Some(dir) = state.directories.first() else {
+            return Err(GpuError::Task {
+                pid,
+                detail: "an nvidia-model task without a context directory".into(),
+            });
+        };
+        nv_driver::call(Path::new(dir), pid, DriverOp::Resume, self.driver_timeout)
     }
 
     fn file_owner(&self, fd: BorrowedFd<'_>, tasks: &[i32]) -> Result<Option<i32>, GpuError> {
@@ -412,6 +485,7 @@ mod tests {
                 size: 4096,
                 kind: "vram".into(),
             }],
+            driver: String::new(),
         };
         fs::write(dir.join("b0"), vec![7u8; 4096]).unwrap();
         let c = Collected {

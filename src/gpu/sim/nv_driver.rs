@@ -1,0 +1,155 @@
+//! gpucr's side of the simulator's `nvidia` driver model: requests to a process's
+//! driver through its context's mailbox, as gpucr's cuda backend makes driver calls on
+//! a process (lock, checkpoint, restore, unlock). Each request is answered by the
+//! process's restore thread; while the tree is frozen, that thread runs only if CRIU's
+//! plugin lets it, and a request it never answers fails after the driver timeout
+//! rather than hanging.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpucr_abi::sim::{DRIVER_REQUEST_FILE, DRIVER_STATE_FILE, RESTORE_THREAD};
+
+use crate::gpu::GpuError;
+
+/// How long a driver request may take: `GPUCR_SIM_DRIVER_TIMEOUT` (seconds, fractions
+/// allowed), default 10.
+pub const ENV_DRIVER_TIMEOUT: &str = "GPUCR_SIM_DRIVER_TIMEOUT";
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A driver operation and the state it leaves the process in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverOp {
+    Lock,
+    Checkpoint,
+    Restore,
+    Unlock,
+    /// Restore when the memory is in the process, then unlock: one request, so that a
+    /// driver that answers late (its thread let run only once CRIU lets the tree go)
+    /// still leaves the process running.
+    Resume,
+}
+
+impl DriverOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            DriverOp::Lock => "lock",
+            DriverOp::Checkpoint => "checkpoint",
+            DriverOp::Restore => "restore",
+            DriverOp::Unlock => "unlock",
+            DriverOp::Resume => "resume",
+        }
+    }
+
+    fn expected_state(self) -> &'static str {
+        match self {
+            DriverOp::Lock | DriverOp::Restore => "locked",
+            DriverOp::Checkpoint => "checkpointed",
+            DriverOp::Unlock | DriverOp::Resume => "running",
+        }
+    }
+}
+
+/// The timeout from the environment.
+pub fn timeout_from_env() -> Result<Duration, GpuError> {
+    match std::env::var(ENV_DRIVER_TIMEOUT) {
+        Ok(text) if !text.trim().is_empty() => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| GpuError::Config {
+                variable: ENV_DRIVER_TIMEOUT,
+                value: text.clone(),
+                detail: "not a positive number of seconds".into(),
+            }),
+        _ => Ok(DEFAULT_TIMEOUT),
+    }
+}
+
+/// Ask the driver of the context in `dir` to do `op`, and wait for its answer.
+pub fn call(dir: &Path, pid: i32, op: DriverOp, timeout: Duration) -> Result<(), GpuError> {
+    // Sequence numbers only grow, across restores too (the process remembers the last
+    // one it answered): the time in nanoseconds.
+    let seq = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let request = dir.join(DRIVER_REQUEST_FILE);
+    let tmp = dir.join(format!("{DRIVER_REQUEST_FILE}.tmp"));
+    fs::write(&tmp, format!("{seq} {}\n", op.name())).map_err(GpuError::io(&tmp))?;
+    fs::rename(&tmp, &request).map_err(GpuError::io(&request))?;
+    let state_file = dir.join(DRIVER_STATE_FILE);
+    let started = Instant::now();
+    loop {
+        if let Some(answer) = read_answer(&state_file, seq) {
+            return if answer == op.expected_state() {
+                Ok(())
+            } else {
+                Err(GpuError::Task {
+                    pid,
+                    detail: format!(
+                        "the simulated driver answered {:?} to {}",
+                        answer,
+                        op.name()
+                    ),
+                })
+            };
+        }
+        if started.elapsed() > timeout {
+            return Err(GpuError::Task {
+                pid,
+                detail: format!(
+                    "the simulated driver did not answer {} within {:.1} s: its restore \
+                     thread ({RESTORE_THREAD}) did not run (a frozen process's restore \
+                     thread runs only when CRIU's plugin lets it)",
+                    op.name(),
+                    timeout.as_secs_f64()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The state answered to request `seq`, once it is there.
+fn read_answer(path: &PathBuf, seq: u64) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    let (got, state) = text.trim().split_once(' ')?;
+    (got.parse::<u64>().ok()? == seq).then(|| state.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in driver answering one request as the workload's restore thread does.
+    fn answer_once(dir: PathBuf, state: &'static str) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || loop {
+            if let Ok(text) = fs::read_to_string(dir.join(DRIVER_REQUEST_FILE)) {
+                let seq = text.split_whitespace().next().unwrap().to_owned();
+                fs::write(dir.join(DRIVER_STATE_FILE), format!("{seq} {state}\n")).unwrap();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        })
+    }
+
+    #[test]
+    fn a_request_is_answered_or_times_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = answer_once(tmp.path().to_path_buf(), "locked");
+        call(tmp.path(), 1, DriverOp::Lock, Duration::from_secs(5)).unwrap();
+        t.join().unwrap();
+        // Nobody answers the next one.
+        let err = call(tmp.path(), 1, DriverOp::Unlock, Duration::from_millis(50)).unwrap_err();
+        assert!(err.to_string().contains("did not answer unlock"), "{err}");
+        // A wrong state is an error naming it.
+        let t = answer_once(tmp.path().to_path_buf(), "error: no");
+        fs::remove_file(tmp.path().join(DRIVER_REQUEST_FILE)).unwrap();
+        let err = call(tmp.path(), 1, DriverOp::Checkpoint, Duration::from_secs(5)).unwrap_err();
+        t.join().unwrap();
+        assert!(err.to_string().contains("\"error: no\""), "{err}");
+    }
+}
