@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark: gpucr dump/restore vs the plain `criu dump`/`criu restore` command line, on
-# the same workload (the sample workload with a 1 GiB anonymous region), side by side in
-# one hyperfine run each, median of RUNS runs. Results: docs/benchmarks.md.
+# the same workload (the sample workload with a 1 GiB anonymous region), side by side,
+# interleaved: RUNS rounds, each one run of both tools (hyperfine --runs 1), the order
+# alternating from round to round, so that the machine's drift hits both alike; medians
+# over the rounds. Results: docs/benchmarks.md.
 #
-#   scripts/bench-dump-restore.sh               (MEM_MIB=1024 RUNS=7)
+#   scripts/bench-dump-restore.sh               (MEM_MIB=1024 RUNS=9)
 #
 # Both tools get the same options: --tcp-established, nftables network lock, log level 2,
 # images in the same directory on the same disk, page cache warm.
@@ -11,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 MEM_MIB=${MEM_MIB:-1024}
-RUNS=${RUNS:-7}
+RUNS=${RUNS:-9}
 WORK=${WORK:-/var/tmp/gpucr-bench}
 gpucr=$root/target/release/gpucr
 workload=$root/target/release/examples/workload
@@ -72,12 +74,16 @@ mkdir -p "$WORK"
 self=$root/scripts/bench-dump-restore.sh
 export MEM_MIB WORK
 
-echo "# dump of a ${MEM_MIB} MiB process tree"
-hyperfine --runs "$RUNS" --export-json "$WORK/dump.json" \
-    --prepare "$self prepare-dump" \
-    -n "criu dump" "$criu dump -t \$(cat $WORK/pid) -D $WORK/image --tcp-established --network-lock nftables -o dump.log" \
-    --prepare "$self prepare-dump" \
-    -n "gpucr dump" "$gpucr dump --tcp-established --network-lock nftables \$(cat $WORK/pid) $WORK/image"
+dump_criu=(-n "criu dump" "$criu dump -t \$(cat $WORK/pid) -D $WORK/image --tcp-established --network-lock nftables -o dump.log")
+dump_gpucr=(-n "gpucr dump" "$gpucr dump --tcp-established --network-lock nftables \$(cat $WORK/pid) $WORK/image")
+echo "# dump of a ${MEM_MIB} MiB process tree, $RUNS interleaved rounds"
+for round in $(seq "$RUNS"); do
+    if [ $((round % 2)) = 1 ]; then first=("${dump_criu[@]}") second=("${dump_gpucr[@]}")
+    else first=("${dump_gpucr[@]}") second=("${dump_criu[@]}"); fi
+    hyperfine --runs 1 --style none --export-json "$WORK/dump-$round.json" \
+        --prepare "$self prepare-dump" "${first[@]}" \
+        --prepare "$self prepare-dump" "${second[@]}" >/dev/null
+done
 
 # One reference image for both restores, made by gpucr (a CRIU image plus gpucr.json).
 "$self" prepare-dump
@@ -86,19 +92,28 @@ rm -rf "$WORK/ref-image"
 rm -f "$WORK/pid"
 rm -rf "$WORK/state-at-dump" && cp -a "$WORK/state" "$WORK/state-at-dump"
 
-echo "# restore of a ${MEM_MIB} MiB process tree"
-hyperfine --runs "$RUNS" --export-json "$WORK/restore.json" \
-    --prepare "$self prepare-restore" -n "criu restore" "$self criu-restore" \
-    --prepare "$self prepare-restore" -n "gpucr restore" "$self gpucr-restore"
+echo "# restore of a ${MEM_MIB} MiB process tree, $RUNS interleaved rounds"
+for round in $(seq "$RUNS"); do
+    if [ $((round % 2)) = 1 ]; then names=("criu restore" "gpucr restore") steps=(criu-restore gpucr-restore)
+    else names=("gpucr restore" "criu restore") steps=(gpucr-restore criu-restore); fi
+    hyperfine --runs 1 --style none --export-json "$WORK/restore-$round.json" \
+        --prepare "$self prepare-restore" -n "${names[0]}" "$self ${steps[0]}" \
+        --prepare "$self prepare-restore" -n "${names[1]}" "$self ${steps[1]}" >/dev/null
+done
 "$self" prepare-restore >/dev/null
 
-python3 - "$WORK/dump.json" "$WORK/restore.json" <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    results = json.load(open(path))["results"]
-    base = results[0]["median"]
-    for r in results:
-        print(f"{r['command']:>14}: median {r['median']*1000:8.1f} ms  "
-              f"(min {r['min']*1000:.1f}, max {r['max']*1000:.1f}, n={len(r['times'])})  "
-              f"ratio {r['median']/base:.3f}")
+python3 - "$WORK" "$RUNS" <<'PY'
+import json, statistics, sys
+work, runs = sys.argv[1], int(sys.argv[2])
+for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
+    times = {}
+    for r in range(1, runs + 1):
+        for res in json.load(open(f"{work}/{what}-{r}.json"))["results"]:
+            times.setdefault(res["command"], []).extend(res["times"])
+    ref = statistics.median(times[base])
+    for name in (base, base.replace("criu", "gpucr")):
+        t = times[name]
+        m = statistics.median(t)
+        print(f"{name:>14}: median {m*1000:8.1f} ms  (min {min(t)*1000:.1f}, "
+              f"max {max(t)*1000:.1f}, n={len(t)})  ratio {m/ref:.3f}")
 PY

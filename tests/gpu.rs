@@ -27,6 +27,34 @@ fn restore(sim: &SimRoot, args: &[&str]) -> std::process::Output {
     gpucr_env(&all, &sim.env())
 }
 
+/// A sim tree started with `args`, dumped into `image` (which kills it), and its device
+/// memory wiped, as on a new machine. Fields drop in order: the tree first.
+struct Dumped {
+    tree: SimTree,
+    sim: SimRoot,
+    image: std::path::PathBuf,
+    tmp: tempfile::TempDir,
+}
+
+fn dumped(name: &str, args: &[&str]) -> Dumped {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new(name);
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(&tmp.path().join("state"), &sim.0, args);
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    Dumped {
+        tree,
+        sim,
+        image,
+        tmp,
+    }
+}
+
 /// Parent + child, 3 GPUs, 1 GiB of buffers: dumped (killing the tree), the device memory
 /// wiped as on a new machine, restored; every byte verifies and the kernels go on.
 #[test]
@@ -526,20 +554,12 @@ fn gpu_process_with_its_own_mount_namespace_restores() {
 #[test]
 fn manifest_paths_outside_the_root_are_refused() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("confine");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
-        &["--parent-mib", "8", "--child-mib", "0"],
-    );
-    assert_success(&dump(
-        &sim,
-        &[&tree.pid.to_string(), image.to_str().unwrap()],
-    ));
-    kill_and_wait(tree.pid);
-    tree.wipe_device_memory();
+    let Dumped {
+        tree: _tree,
+        sim,
+        image,
+        tmp,
+    } = dumped("confine", &["--parent-mib", "8", "--child-mib", "0"]);
     let victim = tmp.path().join("victim");
     fs::write(&victim, b"precious").unwrap();
     let before = fs::metadata(&victim).unwrap().modified().unwrap();
@@ -690,13 +710,13 @@ fn sigint_during_a_gpu_dump_leaves_the_tree_running() {
 #[test]
 fn sigint_during_a_gpu_restore_leaves_no_process() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("sigint-restore");
-    let image = tmp.path().join("image");
-    let state = tmp.path().join("state");
-    let tree = SimTree::start(
-        &state,
-        &sim.0,
+    let Dumped {
+        tree,
+        sim,
+        image,
+        tmp: _tmp,
+    } = dumped(
+        "sigint-restore",
         &[
             "--parent-mib",
             "256",
@@ -706,12 +726,7 @@ fn sigint_during_a_gpu_restore_leaves_no_process() {
             "random",
         ],
     );
-    assert_success(&dump(
-        &sim,
-        &[&tree.pid.to_string(), image.to_str().unwrap()],
-    ));
-    kill_and_wait(tree.pid);
-    tree.wipe_device_memory();
+    let state = tree.state.clone();
     let env = [sim.env()[0], ("GPUCR_SIM_COPY_BW", "40MB/s")];
     let log = image.join("restore.log");
     let out = interrupt_gpucr_when(&["restore", "-d", image.to_str().unwrap()], &env, || {

@@ -325,6 +325,14 @@ impl Drop for Helper {
     }
 }
 
+/// Add `pid` to the dump's tree (once).
+fn remember(tree: &Mutex<Vec<i32>>, pid: i32) {
+    let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
+    if !tree.contains(&pid) {
+        tree.push(pid);
+    }
+}
+
 /// A task's state and buffer fds as they arrive from the plugin half, and the
 /// operations done for it before it was adopted.
 #[derive(Default)]
@@ -512,12 +520,7 @@ fn handle(
     };
     match (&shared.mode, kind) {
         (Mode::Dump { pending, tree, .. }, request::Kind::PauseDevices(r)) => {
-            {
-                let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
-                if !tree.contains(&r.pid) {
-                    tree.push(r.pid);
-                }
-            }
+            remember(tree, r.pid);
             let start_ms = shared
                 .timeline
                 .lock()
@@ -539,12 +542,7 @@ fn handle(
             Ok(ok())
         }
         (Mode::Dump { tree, pending, .. }, request::Kind::CheckpointDevices(r)) => {
-            {
-                let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
-                if !tree.contains(&r.pid) {
-                    tree.push(r.pid);
-                }
-            }
+            remember(tree, r.pid);
             let ready = {
                 let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
                 let task = pending.entry(r.pid).or_default();

@@ -106,56 +106,21 @@ impl PluginHalf for SimHalf {
             ));
         }
         let device_flags = fd_flags(pid, ctx.device_fd)?;
-        if ctx.is_nvidia() {
-            // The driver moves the memory into the process itself, through its restore
-            // thread, which must run while the gpucr half asks it to.
+        // The nvidia model's driver moves the memory into the process itself, through
+        // its restore thread, which must run while the gpucr half asks it to: no buffer
+        // to hand over. Otherwise every buffer is opened, as a DMABUF export would be.
+        let (buffers, fds, run_thread) = if ctx.is_nvidia() {
             let Some(tid) = crate::thread::find_named(pid, RESTORE_THREAD) else {
                 return Err(bad(
                     pid,
                     format!("nvidia-model context without its {RESTORE_THREAD} thread"),
                 ));
             };
-            let collected = SimCollected {
-                context_dir: ctx_dir.display().to_string(),
-                context: context_text,
-                context_mode,
-                device_path: ctx.device_path,
-                device_flags,
-                buffers: Vec::new(),
-            };
-            return Ok(Some(Collected {
-                format: COLLECTED_FORMAT.into(),
-                state: serde_json::to_vec(&collected).expect("the collected state serialises"),
-                buffers: Vec::new(),
-                run_thread: Some(tid),
-            }));
-        }
-        let mut buffers = Vec::with_capacity(ctx.buffers.len());
-        let mut fds: Vec<OwnedFd> = Vec::with_capacity(ctx.buffers.len());
-        for b in &ctx.buffers {
-            let path = ctx_dir.join(&b.name);
-            let file = File::open(&path).map_err(|e| io_error(&path, e))?;
-            let meta = file.metadata().map_err(|e| io_error(&path, e))?;
-            if meta.len() != b.size {
-                return Err(bad(
-                    pid,
-                    format!(
-                        "{}: buffer is {} bytes, its context says {}",
-                        path.display(),
-                        meta.len(),
-                        b.size
-                    ),
-                ));
-            }
-            buffers.push(CollectedBuffer {
-                path: path.display().to_string(),
-                size: b.size,
-                gpu_id: b.gpu_id,
-                kind: b.kind.clone(),
-                mode: meta.mode() & 0o7777,
-            });
-            fds.push(file.into());
-        }
+            (Vec::new(), Vec::new(), Some(tid))
+        } else {
+            let (buffers, fds) = open_buffers(pid, ctx_dir, &ctx)?;
+            (buffers, fds, None)
+        };
         let collected = SimCollected {
             context_dir: ctx_dir.display().to_string(),
             context: context_text,
@@ -168,13 +133,48 @@ impl PluginHalf for SimHalf {
             format: COLLECTED_FORMAT.into(),
             state: serde_json::to_vec(&collected).expect("the collected state serialises"),
             buffers: fds,
-            run_thread: None,
+            run_thread,
         }))
     }
 
     fn restore_thread(&self, pid: i32) -> Option<i32> {
         crate::thread::find_named(pid, RESTORE_THREAD)
     }
+}
+
+/// Open every buffer of `ctx` (in `ctx_dir`) read-only, checking each size.
+fn open_buffers(
+    pid: i32,
+    ctx_dir: &Path,
+    ctx: &Context,
+) -> Result<(Vec<CollectedBuffer>, Vec<OwnedFd>), HalfError> {
+    let mut buffers = Vec::with_capacity(ctx.buffers.len());
+    let mut fds: Vec<OwnedFd> = Vec::with_capacity(ctx.buffers.len());
+    for b in &ctx.buffers {
+        let path = ctx_dir.join(&b.name);
+        let file = File::open(&path).map_err(|e| io_error(&path, e))?;
+        let meta = file.metadata().map_err(|e| io_error(&path, e))?;
+        if meta.len() != b.size {
+            return Err(bad(
+                pid,
+                format!(
+                    "{}: buffer is {} bytes, its context says {}",
+                    path.display(),
+                    meta.len(),
+                    b.size
+                ),
+            ));
+        }
+        buffers.push(CollectedBuffer {
+            path: path.display().to_string(),
+            size: b.size,
+            gpu_id: b.gpu_id,
+            kind: b.kind.clone(),
+            mode: meta.mode() & 0o7777,
+        });
+        fds.push(file.into());
+    }
+    Ok((buffers, fds))
 }
 
 /// The open flags of `pid`'s fd (from /proc/PID/fdinfo): access mode and O_NONBLOCK.
