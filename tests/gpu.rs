@@ -915,3 +915,38 @@ fn nvidia_model_without_its_thread_let_run_fails_instead_of_hanging() {
         || processes_mentioning(state_text).is_empty().then_some(()),
     );
 }
+
+/// CRIU fails after the NVIDIA-model driver moved the memory into the processes (a file
+/// CRIU cannot dump, found after CHECKPOINT_DEVICES): the plugin's exit hook lets each
+/// restore thread run while the driver moves the memory back and unlocks, so the tree
+/// runs on with every byte intact.
+#[test]
+fn nvidia_model_criu_failure_after_the_checkpoint_gives_the_memory_back() {
+    let _lock = criu_lock();
+    let device = ["/dev/kvm", "/dev/net/tun"]
+        .into_iter()
+        .find(|d| Path::new(d).exists())
+        .expect("this test needs /dev/kvm or /dev/net/tun");
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("nv-criufail");
+    let image = tmp.path().join("image");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &[
+            "--driver", "nvidia", "--parent-mib", "32", "--child-mib", "16", "--hold", device,
+        ],
+    );
+    let steps_before = tree.steps();
+    let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
+    assert_fails_with(&out, CRIU_FAILED, "criu dump failed");
+    let log = fs::read_to_string(image.join("dump.log")).unwrap();
+    assert!(
+        log.contains("CHECKPOINT_DEVICES pid") && log.contains("let run"),
+        "the driver had checkpointed before CRIU failed:\n{log}"
+    );
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(tree.verify(1), "the memory is back on the device");
+    assert!(tree.steps() > steps_before, "and the kernels run again");
+}
