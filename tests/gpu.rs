@@ -934,7 +934,14 @@ fn nvidia_model_criu_failure_after_the_checkpoint_gives_the_memory_back() {
         &tmp.path().join("state"),
         &sim.0,
         &[
-            "--driver", "nvidia", "--parent-mib", "32", "--child-mib", "16", "--hold", device,
+            "--driver",
+            "nvidia",
+            "--parent-mib",
+            "32",
+            "--child-mib",
+            "16",
+            "--hold",
+            device,
         ],
     );
     let steps_before = tree.steps();
