@@ -10,6 +10,7 @@
 //! device state it collects and the manifest types it fills in), never the other way:
 //! the backends know nothing of the helper, the plugin protocol or the session.
 
+mod control;
 mod operation;
 mod server;
 mod session;

@@ -4,14 +4,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, RwLock};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use gpucr_abi::proto::{request, Reply, Request};
-use gpucr_abi::wire::{self, WireError};
 use gpucr_abi::PLUGIN_NAME;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{getsockopt, sockopt};
 
 use super::HelperError;
 use crate::gpu::{Backend, DeviceFile, DeviceRole, Operation, TaskDevice, TaskTiming};
@@ -102,9 +98,8 @@ struct Shared {
 /// A running helper.
 pub struct Helper {
     shared: Arc<Shared>,
-    /// Closed to stop the connector loop at once (it polls the pipe's other end).
-    stop: Option<OwnedFd>,
-    thread: Option<JoinHandle<()>>,
+    /// Serves the plugins; stopped (every connection closed) when the helper is dropped.
+    _control: super::control::ControlPlane,
 }
 
 impl std::fmt::Debug for Helper {
@@ -186,17 +181,13 @@ impl Helper {
             timeline,
             failure: Mutex::new(None),
         });
-        let (stopped, stop) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_err(e.into()))?;
         let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("gpucr-helper".into())
-            .spawn(move || connector_loop(connector, s, stopped))
-            .map_err(io_err)?;
+        let handler: super::control::Handler =
+            Arc::new(move |req, fds, peer| answer(&s, req, fds, peer));
+        let control = super::control::ControlPlane::start(connector, handler).map_err(io_err)?;
         Ok(Helper {
             shared,
-            stop: Some(stop),
-            thread: Some(thread),
+            _control: control,
         })
     }
 
@@ -316,15 +307,6 @@ impl Helper {
     }
 }
 
-impl Drop for Helper {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 /// Add `pid` to the dump's tree (once).
 fn remember(tree: &Mutex<Vec<i32>>, pid: i32) {
     let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
@@ -422,74 +404,18 @@ fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
     (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
 }
 
-/// Take the private connections plugins send over the connector (a `Connect` request
-/// with one fd each), each served on a thread of its own, until the write end of
-/// `stopped`'s pipe is closed or every holder of the connector's other end is gone.
-fn connector_loop(connector: OwnedFd, shared: Arc<Shared>, stopped: OwnedFd) {
-    loop {
-        let mut fds = [
-            PollFd::new(connector.as_fd(), PollFlags::POLLIN),
-            PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => {}
-            Err(_) => return,
-        }
-        if fds[1].any().unwrap_or(true) {
-            return;
-        }
-        if !fds[0].any().unwrap_or(false) {
-            continue;
-        }
-        let conn = match wire::recv_msg::<Request>(connector.as_fd()) {
-            Ok((
-                Request {
-                    kind: Some(request::Kind::Connect(_)),
-                },
-                mut fds,
-            )) if fds.len() == 1 => fds.remove(0),
-            // Anything else on the connector is dropped: it is never answered.
-            Ok(_) => continue,
-            Err(WireError::Closed) => return,
-            Err(WireError::Socket(nix::errno::Errno::EINTR)) => continue,
-            Err(_) => continue,
-        };
-        let s = shared.clone();
-        let _ = std::thread::Builder::new()
-            .name("gpucr-helper-conn".into())
-            .spawn(move || serve(conn, &s));
-    }
-}
-
-/// Answer requests on one connection until the plugin closes it.
-fn serve(conn: OwnedFd, shared: &Shared) {
-    loop {
-        let (req, fds): (Request, Vec<OwnedFd>) = match wire::recv_msg(conn.as_fd()) {
-            Ok(msg) => msg,
-            Err(WireError::Closed) => return,
-            Err(e) => {
-                let _ = wire::send(conn.as_fd(), &refuse(&format!("bad request: {e}")), &[]);
-                return;
-            }
-        };
-        let peer = getsockopt(&conn, sockopt::PeerCredentials)
-            .map(|c| c.pid())
-            .unwrap_or(0);
-        let reply = match handle(shared, req, fds, peer) {
-            Ok(reply) => reply,
-            Err(e) => {
-                let text = e.to_string();
-                shared
-                    .failure
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(e);
-                refuse(&text)
-            }
-        };
-        if wire::send(conn.as_fd(), &reply, &[]).is_err() {
-            return;
+/// Answer one request; the first error is kept for the command to report.
+fn answer(shared: &Shared, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Reply {
+    match handle(shared, req, fds, peer) {
+        Ok(reply) => reply,
+        Err(e) => {
+            let text = e.to_string();
+            shared
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(e);
+            refuse(&text)
         }
     }
 }
