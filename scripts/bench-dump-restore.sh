@@ -68,7 +68,7 @@ criu-restore)
 *) echo "unknown step $1" >&2; exit 2 ;;
 esac
 
-command -v hyperfine >/dev/null || apt-get install -y -qq hyperfine >/dev/null
+command -v hyperfine >/dev/null || apt-get install -y -qq --no-install-recommends hyperfine >/dev/null
 [ -x "$gpucr" ] && [ -x "$workload" ] || cargo build --release --workspace --lib --bins --examples -q
 mkdir -p "$WORK"
 self=$root/scripts/bench-dump-restore.sh

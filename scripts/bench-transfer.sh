@@ -32,8 +32,8 @@ results=$(mktemp -d)
 cleanup() { rm -rf "$INPUT" "$OUT" "$results"; }
 trap cleanup EXIT
 
-command -v zstd >/dev/null || apt-get install -y zstd
-command -v hyperfine >/dev/null || apt-get install -y hyperfine
+command -v zstd >/dev/null || apt-get install -y --no-install-recommends zstd
+command -v hyperfine >/dev/null || apt-get install -y --no-install-recommends hyperfine
 cargo build --release --example bench_transfer
 bench=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/examples/bench_transfer
 

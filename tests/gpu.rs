@@ -27,32 +27,40 @@ fn restore(sim: &SimRoot, args: &[&str]) -> std::process::Output {
     gpucr_env(&all, &sim.env())
 }
 
-/// A sim tree started with `args`, dumped into `image` (which kills it), and its device
-/// memory wiped, as on a new machine. Fields drop in order: the tree first.
-struct Dumped {
-    tree: SimTree,
+/// A sim tree started with `args` in a temporary directory, with its image's path.
+/// Destructure it as `Started { tmp, sim, image, tree }`: locals drop in reverse order,
+/// so the tree is killed before its sim root and directory are removed.
+struct Started {
+    tmp: tempfile::TempDir,
     sim: SimRoot,
     image: std::path::PathBuf,
-    tmp: tempfile::TempDir,
+    tree: SimTree,
 }
 
-fn dumped(name: &str, args: &[&str]) -> Dumped {
+fn started(name: &str, args: &[&str]) -> Started {
     let tmp = tempfile::tempdir().unwrap();
     let sim = SimRoot::new(name);
     let image = tmp.path().join("image");
     let tree = SimTree::start(&tmp.path().join("state"), &sim.0, args);
-    assert_success(&dump(
-        &sim,
-        &[&tree.pid.to_string(), image.to_str().unwrap()],
-    ));
-    kill_and_wait(tree.pid);
-    tree.wipe_device_memory();
-    Dumped {
-        tree,
+    Started {
+        tmp,
         sim,
         image,
-        tmp,
+        tree,
     }
+}
+
+/// [`started`], then dumped into `image` (which kills the tree), and its device memory
+/// wiped, as on a new machine.
+fn dumped(name: &str, args: &[&str]) -> Started {
+    let s = started(name, args);
+    assert_success(&dump(
+        &s.sim,
+        &[&s.tree.pid.to_string(), s.image.to_str().unwrap()],
+    ));
+    kill_and_wait(s.tree.pid);
+    s.tree.wipe_device_memory();
+    s
 }
 
 /// Parent + child, 3 GPUs, 1 GiB of buffers: dumped (killing the tree), the device memory
@@ -60,12 +68,13 @@ fn dumped(name: &str, args: &[&str]) -> Dumped {
 #[test]
 fn sim_tree_survives_dump_wipe_and_restore() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("e2e");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "e2e",
         &["--gpus", "3", "--parent-mib", "704", "--child-mib", "320"],
     );
     assert!(tree.verify(1), "the buffers verify before the dump");
@@ -251,14 +260,12 @@ fn plain_criu_cannot_dump_the_device() {
 #[test]
 fn bad_gpu_chunk_aborts_the_restore_cleanly() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("badchunk");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
-        &["--parent-mib", "48", "--child-mib", "0"],
-    );
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started("badchunk", &["--parent-mib", "48", "--child-mib", "0"]);
     assert_success(&dump(
         &sim,
         &[&tree.pid.to_string(), image.to_str().unwrap()],
@@ -293,12 +300,13 @@ fn criu_failure_after_the_helper_started_leaves_the_tree_running() {
     let Some(device) = device else {
         panic!("this test needs /dev/kvm")
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("criufail");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "criufail",
         &["--parent-mib", "48", "--child-mib", "16", "--hold", device],
     );
     let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
@@ -320,14 +328,12 @@ fn criu_failure_after_the_helper_started_leaves_the_tree_running() {
 #[test]
 fn plugin_that_cannot_reach_the_helper_fails_the_dump_cleanly() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("nohelper");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
-        &["--parent-mib", "16", "--child-mib", "0"],
-    );
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started("nohelper", &["--parent-mib", "16", "--child-mib", "0"]);
     let out = gpucr_env(
         &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
         &[sim.env()[0], ("GPUCR_TEST_HELPER_FD", "999")],
@@ -458,14 +464,12 @@ fn restore_checks_the_topology_and_maps_the_gpus() {
 #[test]
 fn killed_helper_leaves_the_tree_running() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("killed");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
-        &["--parent-mib", "64", "--child-mib", "0"],
-    );
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started("killed", &["--parent-mib", "64", "--child-mib", "0"]);
     // A slow copy engine keeps the helper busy long enough to be killed mid-copy.
     let mut gpucr = Command::new(gpucr_bin())
         .args(["dump", &tree.pid.to_string(), image.to_str().unwrap()])
@@ -554,11 +558,11 @@ fn gpu_process_with_its_own_mount_namespace_restores() {
 #[test]
 fn manifest_paths_outside_the_root_are_refused() {
     let _lock = criu_lock();
-    let Dumped {
-        tree: _tree,
+    let Started {
+        tmp,
         sim,
         image,
-        tmp,
+        tree: _tree,
     } = dumped("confine", &["--parent-mib", "8", "--child-mib", "0"]);
     let victim = tmp.path().join("victim");
     fs::write(&victim, b"precious").unwrap();
@@ -670,12 +674,13 @@ fn processes_mentioning(needle: &str) -> Vec<i32> {
 #[test]
 fn sigint_during_a_gpu_dump_leaves_the_tree_running() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("sigint-dump");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "sigint-dump",
         &[
             "--parent-mib",
             "256",
@@ -710,11 +715,11 @@ fn sigint_during_a_gpu_dump_leaves_the_tree_running() {
 #[test]
 fn sigint_during_a_gpu_restore_leaves_no_process() {
     let _lock = criu_lock();
-    let Dumped {
-        tree,
+    let Started {
+        tmp: _tmp,
         sim,
         image,
-        tmp: _tmp,
+        tree,
     } = dumped(
         "sigint-restore",
         &[
@@ -755,12 +760,13 @@ fn sigint_during_a_gpu_restore_leaves_no_process() {
 #[test]
 fn nvidia_model_tree_survives_dump_wipe_and_restore() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("nv-e2e");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "nv-e2e",
         &[
             "--driver",
             "nvidia",
@@ -813,12 +819,13 @@ fn nvidia_model_tree_survives_dump_wipe_and_restore() {
 #[test]
 fn nvidia_model_leave_running_keeps_the_job_going() {
     let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("nv-leave");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "nv-leave",
         &[
             "--driver",
             "nvidia",
@@ -927,12 +934,13 @@ fn nvidia_model_criu_failure_after_the_checkpoint_gives_the_memory_back() {
         .into_iter()
         .find(|d| Path::new(d).exists())
         .expect("this test needs /dev/kvm or /dev/net/tun");
-    let tmp = tempfile::tempdir().unwrap();
-    let sim = SimRoot::new("nv-criufail");
-    let image = tmp.path().join("image");
-    let tree = SimTree::start(
-        &tmp.path().join("state"),
-        &sim.0,
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "nv-criufail",
         &[
             "--driver",
             "nvidia",

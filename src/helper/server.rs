@@ -307,6 +307,31 @@ impl Helper {
     }
 }
 
+/// Run one backend operation, timed on the helper's clock; its log entry when it
+/// succeeded (a failed one fails the dump, which keeps no log).
+fn timed<T>(
+    shared: &Shared,
+    name: &str,
+    operation: impl FnOnce() -> Result<T, crate::gpu::GpuError>,
+) -> Result<(T, Operation), crate::gpu::GpuError> {
+    let start_ms = shared
+        .timeline
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .ms();
+    let started = Instant::now();
+    let value = operation()?;
+    Ok((
+        value,
+        Operation {
+            name: name.into(),
+            start_ms,
+            duration_ms: started.elapsed().as_secs_f64() * 1e3,
+            result: "ok".into(),
+        },
+    ))
+}
+
 /// Add `pid` to the dump's tree (once).
 fn remember(tree: &Mutex<Vec<i32>>, pid: i32) {
     let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
@@ -361,23 +386,15 @@ fn adopt(shared: &Shared, pid: i32) -> Result<(), HelperError> {
             task.fds.len()
         )));
     }
-    let start_ms = shared
-        .timeline
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .ms();
-    let started = Instant::now();
-    let Some(found) = shared.backend.adopt_task(pid, &format, &state, task.fds)? else {
+    let (found, checkpoint) = timed(shared, "checkpoint", || {
+        shared.backend.adopt_task(pid, &format, &state, task.fds)
+    })?;
+    let Some(found) = found else {
         return Ok(());
     };
     let mut device = found.device;
     device.operations = task.operations;
-    device.operations.push(Operation {
-        name: "checkpoint".into(),
-        start_ms,
-        duration_ms: started.elapsed().as_secs_f64() * 1e3,
-        result: "ok".into(),
-    });
+    device.operations.push(checkpoint);
     let bytes = device.buffers.iter().map(|b| b.size).sum();
     shared
         .timeline
@@ -447,24 +464,9 @@ fn handle(
     match (&shared.mode, kind) {
         (Mode::Dump { pending, tree, .. }, request::Kind::PauseDevices(r)) => {
             remember(tree, r.pid);
-            let start_ms = shared
-                .timeline
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .ms();
-            let started = Instant::now();
-            shared.backend.pre_freeze(r.pid)?;
+            let ((), pause) = timed(shared, "pause", || shared.backend.pre_freeze(r.pid))?;
             let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
-            pending
-                .entry(r.pid)
-                .or_default()
-                .operations
-                .push(Operation {
-                    name: "pause".into(),
-                    start_ms,
-                    duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                    result: "ok".into(),
-                });
+            pending.entry(r.pid).or_default().operations.push(pause);
             Ok(ok())
         }
         (Mode::Dump { tree, pending, .. }, request::Kind::CheckpointDevices(r)) => {
