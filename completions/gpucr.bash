@@ -109,7 +109,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__dump)
-            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --compress --jobs --criu --verbose --json --help --version"
+            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --compress --jobs --device-timeout --criu --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -128,6 +128,10 @@ _gpucr() {
                     return 0
                     ;;
                 --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -263,7 +267,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__restore)
-            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --max-staging --no-parallel-restore --jobs --sysfs-root --skip-check --criu --verbose --json --help --version"
+            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --max-staging --no-parallel-restore --jobs --device-timeout --sysfs-root --skip-check --criu --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -274,6 +278,10 @@ _gpucr() {
                     return 0
                     ;;
                 --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

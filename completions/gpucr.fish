@@ -38,6 +38,7 @@ skip\t'no lock: only safe when nothing can reach the connections meanwhile'"
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l timeout -d 'Give up when the tree cannot be frozen within SECS seconds (CRIU\'s --timeout)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l compress -d 'How GPU memory is stored: none, zstd (level 1) or zstd:LEVEL. Chunks that do not compress are stored raw either way, and all-zero chunks are not stored' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l jobs -d 'Threads moving GPU memory (default: the number of CPU cores)' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l device-timeout -d 'Give up a device step (a driver lock, checkpoint or restore, a task\'s device taken over or recreated) that takes longer than SECS seconds: the dump fails with the tree running on, the restore with nothing left behind' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l criu -d 'The criu binary to run (default: `criu` on PATH, then /usr/local/sbin, /usr/sbin)' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l leave-running -d 'Keep the tree running after the dump instead of killing it'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l tcp-established -d 'Dump established TCP connections (restored with their sequence numbers; needs a network lock)'
@@ -51,6 +52,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s h -l help -d 'Print
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s V -l version -d 'Print version'
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l max-staging -d 'Memory for GPU data read ahead of its buffers (binary units: 512M, 2G)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l jobs -d 'Threads moving GPU memory (default: the number of CPU cores)' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l device-timeout -d 'Give up a device step (a driver lock, checkpoint or restore, a task\'s device taken over or recreated) that takes longer than SECS seconds: the dump fails with the tree running on, the restore with nothing left behind' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l skip-check -d 'Do not apply the topology check NAME (repeatable). CRIU\'s variables KFD_FW_VER_CHECK, KFD_SDMA_FW_VER_CHECK, KFD_CACHES_COUNT_CHECK, KFD_NUM_GWS_CHECK, KFD_VRAM_SIZE_CHECK, KFD_NUMA_CHECK and KFD_CAPABILITY_CHECK (0/NO off, 1/YES on) switch the same checks' -r -f -a "simd_count\t''
 mem_banks_count\t''

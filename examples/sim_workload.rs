@@ -41,7 +41,9 @@ use std::time::Duration;
 
 use gpucr::gpu::sim::client::{MappedBuffer, SimDevice};
 use gpucr::gpu::sim::{SimRoot, DEFAULT_DEVICE, ENV_DEVICE};
-use gpucr_abi::sim::{DRIVER_NVIDIA, DRIVER_REQUEST_FILE, DRIVER_STATE_FILE, RESTORE_THREAD};
+use gpucr_abi::sim::{
+    DRIVER_FAIL_FILE, DRIVER_NVIDIA, DRIVER_REQUEST_FILE, DRIVER_STATE_FILE, RESTORE_THREAD,
+};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 /// The `nvidia` driver model: while set, the kernels park (a driver lock).
@@ -432,7 +434,8 @@ fn kernel(
 
 /// The `nvidia` driver's restore thread: answers the requests gpucr's half writes into
 /// the context's mailbox (lock, checkpoint, restore, unlock). It runs while the tree is
-/// frozen only when CRIU's plugin lets it.
+/// frozen only when CRIU's plugin lets it. An operation named in the sim root's
+/// `driver-fail` file is answered with an error and changes nothing.
 fn driver_thread(dir: &Path, buffers: &[(PathBuf, Arc<Buffer>)], kernels: usize) {
     let mut last = 0u64;
     loop {
@@ -450,7 +453,12 @@ fn driver_thread(dir: &Path, buffers: &[(PathBuf, Arc<Buffer>)], kernels: usize)
             continue;
         }
         last = seq;
+        // The context is ROOT/contexts/CTX.
+        let root = dir.parent().and_then(Path::parent).unwrap_or(dir);
+        let failing = fs::read_to_string(root.join(DRIVER_FAIL_FILE))
+            .is_ok_and(|names| names.split_whitespace().any(|name| name == op));
         let state = match op.as_str() {
+            _ if failing => Err(std::io::Error::other(format!("{op} failed (injected)"))),
             "lock" => {
                 LOCKED.store(true, Ordering::SeqCst);
                 while PARKED.load(Ordering::SeqCst) < kernels {

@@ -37,6 +37,8 @@ pub struct DumpOptions {
     pub verbose: bool,
     /// How GPU memory is moved (threads, compression).
     pub transfer: TransferConfig,
+    /// How long one device step may take (`--device-timeout`).
+    pub device_timeout: std::time::Duration,
 }
 
 /// A finished dump.
@@ -142,6 +144,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
                 opts.transfer.clone(),
                 progress.gpu_events(),
                 opts.leave_running,
+                opts.device_timeout,
             );
             Some(started.map_err(|e| DumpError::HelperSetup(Box::new(e)))?)
         }

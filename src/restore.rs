@@ -11,7 +11,7 @@ use crate::criu::{
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::GpuRef;
 use crate::gpu::{GpuError, GpuManifest, TaskTiming};
-use crate::helper::{GpuRestore, HelperError, Session};
+use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
 use crate::image::dir::{self, ImageDirError};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
@@ -43,6 +43,8 @@ pub struct RestoreOptions {
     pub sysfs_root: Option<PathBuf>,
     /// Topology checks not to apply.
     pub skip_checks: Vec<gpucr_topology::CheckName>,
+    /// How long one device step may take (`--device-timeout`).
+    pub device_timeout: std::time::Duration,
 }
 
 /// A restored tree.
@@ -269,8 +271,11 @@ pub fn restore(
                 &opts.dir,
                 &gpu,
                 backend,
-                opts.transfer.clone(),
-                !opts.no_parallel_restore,
+                RestoreSettings {
+                    transfer: opts.transfer.clone(),
+                    parallel: !opts.no_parallel_restore,
+                    device_timeout: opts.device_timeout,
+                },
                 progress.gpu_events(),
             );
             progress.event("helper-started", "GPU helper started");

@@ -965,3 +965,216 @@ fn nvidia_model_criu_failure_after_the_checkpoint_gives_the_memory_back() {
     assert!(tree.verify(1), "the memory is back on the device");
     assert!(tree.steps() > steps_before, "and the kernels run again");
 }
+
+/// A dump or restore step where a failure is injected: `GPUCR_FAULT` names a step of
+/// gpucr's helper or plugin, `driver` makes the simulated driver answer an operation
+/// with an error (the sim root's `driver-fail` file).
+#[derive(Clone, Copy, Debug)]
+enum Injected {
+    Fault(&'static str),
+    Driver(&'static str),
+}
+
+impl Injected {
+    /// The environment of the gpucr run (sim root, fault), with the driver failure set
+    /// up in `sim`.
+    fn arm(self, sim: &SimRoot) -> Vec<(&str, &str)> {
+        let mut env = vec![sim.env()[0]];
+        let _ = fs::remove_file(sim.0.join("driver-fail"));
+        match self {
+            Injected::Fault(step) => env.push(("GPUCR_FAULT", step)),
+            Injected::Driver(op) => fs::write(sim.0.join("driver-fail"), op).unwrap(),
+        }
+        env
+    }
+
+    fn disarm(sim: &SimRoot) {
+        let _ = fs::remove_file(sim.0.join("driver-fail"));
+    }
+
+    /// What the failure says, in gpucr's message or CRIU's log.
+    fn needle(self) -> String {
+        match self {
+            Injected::Fault(step) => format!("fault injected at step {step}"),
+            Injected::Driver(op) => format!("{op} failed (injected)"),
+        }
+    }
+}
+
+/// The dump steps of each simulator mode (the NVIDIA model has no buffer to copy).
+fn dump_steps(driver: &str) -> Vec<Injected> {
+    let mut steps: Vec<Injected> = gpucr_abi::fault::FaultStep::ALL
+        .iter()
+        .filter(|s| s.is_dump())
+        .map(|s| Injected::Fault(s.name()))
+        .filter(|s| driver == "kfd" || !matches!(s, Injected::Fault("copy")))
+        .collect();
+    if driver == "nvidia" {
+        steps.extend([Injected::Driver("lock"), Injected::Driver("checkpoint")]);
+    }
+    steps
+}
+
+/// The restore steps of each simulator mode.
+fn restore_steps(driver: &str) -> Vec<Injected> {
+    let mut steps: Vec<Injected> = gpucr_abi::fault::FaultStep::ALL
+        .iter()
+        .filter(|s| !s.is_dump())
+        .map(|s| Injected::Fault(s.name()))
+        .filter(|s| driver == "kfd" || !matches!(s, Injected::Fault("fill")))
+        .collect();
+    if driver == "nvidia" {
+        steps.push(Injected::Driver("resume"));
+    }
+    steps
+}
+
+/// `out` failed, and its message or CRIU's log in `image` says why.
+fn assert_failed_because(out: &std::process::Output, image: &Path, log: &str, why: &Injected) {
+    let needle = why.needle();
+    let log = fs::read_to_string(image.join(log)).unwrap_or_default();
+    assert!(!out.status.success(), "{why:?}: succeeded\n{log}");
+    assert!(
+        stderr(out).contains(&needle) || log.contains(&needle),
+        "{why:?}: {needle:?} in neither the message nor the log:\n{}\n{log}",
+        stderr(out)
+    );
+}
+
+/// A two-process tree of `driver`'s mode, with a failure injected at every step of the
+/// dump in turn: each dump fails, the image is marked incomplete, and the tree runs on
+/// with every byte of its device memory. Then a good dump, and a failure at every step
+/// of the restore in turn: each restore fails and leaves no process; a last restore
+/// without a failure brings the tree back, every byte verified.
+fn faults_at_every_step(driver: &str) {
+    let _lock = criu_lock();
+    let Started {
+        tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        &format!("faults-{driver}"),
+        &[
+            "--driver",
+            driver,
+            "--gpus",
+            "2",
+            "--parent-mib",
+            "12",
+            "--child-mib",
+            "6",
+        ],
+    );
+    let pid = tree.pid.to_string();
+    let mut verified = 0;
+    for (n, step) in dump_steps(driver).into_iter().enumerate() {
+        let env = step.arm(&sim);
+        let failed = tmp.path().join(format!("failed-{n}"));
+        let steps_before = tree.steps();
+        let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &env);
+        Injected::disarm(&sim);
+        assert_failed_because(&out, &failed, "dump.log", &step);
+        assert!(
+            failed.join("gpucr-incomplete.json").exists(),
+            "{step:?}: not marked incomplete"
+        );
+        assert!(alive(tree.pid), "{step:?}: the tree died");
+        tree.wait_ticks(2);
+        verified += 1;
+        assert!(tree.verify(verified), "{step:?}: device memory damaged");
+        assert!(tree.steps() > steps_before, "{step:?}: the kernels stopped");
+    }
+
+    assert_success(&dump(&sim, &[&pid, image.to_str().unwrap()]));
+    kill_and_wait(tree.pid);
+    let state = tmp.path().join("state");
+    let state_text = state.to_str().unwrap();
+    for step in restore_steps(driver) {
+        // A dead task's device memory is gone, as on a real device.
+        tree.wipe_device_memory();
+        let env = step.arm(&sim);
+        let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
+        Injected::disarm(&sim);
+        assert_failed_because(&out, &image, "restore.log", &step);
+        wait_for(
+            Duration::from_secs(10),
+            &format!("{step:?}: no restored process to be left"),
+            || processes_mentioning(state_text).is_empty().then_some(()),
+        );
+    }
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    verified += 1;
+    assert!(
+        tree.verify(verified),
+        "every byte is back after the failed restores"
+    );
+}
+
+#[test]
+fn kfd_model_fault_at_every_step_loses_nothing() {
+    faults_at_every_step("kfd");
+}
+
+#[test]
+fn nvidia_model_fault_at_every_step_loses_nothing() {
+    faults_at_every_step("nvidia");
+}
+
+/// A device step that hangs (the driver's thread is never let run, and the driver
+/// itself would wait 10 minutes) is given up after `--device-timeout`: the dump fails
+/// within seconds and the tree runs on.
+#[test]
+fn device_timeout_gives_up_a_stuck_step() {
+    let _lock = criu_lock();
+    let Started {
+        tmp,
+        sim,
+        image: _image,
+        tree,
+    } = started(
+        "devtimeout",
+        &[
+            "--driver",
+            "nvidia",
+            "--parent-mib",
+            "8",
+            "--child-mib",
+            "0",
+        ],
+    );
+    let env = [
+        sim.env()[0],
+        ("GPUCR_TEST_NO_THREAD_RUN", "1"),
+        ("GPUCR_SIM_DRIVER_TIMEOUT", "600"),
+    ];
+    let failed = tmp.path().join("failed");
+    let started = std::time::Instant::now();
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--device-timeout",
+            "2",
+            &tree.pid.to_string(),
+            failed.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(!out.status.success());
+    let log = fs::read_to_string(failed.join("dump.log")).unwrap_or_default();
+    assert!(
+        format!("{}{log}", stderr(&out)).contains("not done within 2.0 s (--device-timeout)"),
+        "{}\n{log}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(alive(tree.pid));
+    tree.wait_ticks(2);
+    assert!(
+        tree.verify(1),
+        "the tree runs on, unlocked, its memory intact"
+    );
+}

@@ -5,6 +5,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod fault;
 pub mod plugin_abi;
 pub mod sim;
 pub mod wire;

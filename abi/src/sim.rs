@@ -34,6 +34,10 @@ pub const RESTORE_THREAD: &str = "simgpu-rst";
 /// of running, locked, checkpointed, or "error: ..."), each written whole by a rename.
 pub const DRIVER_REQUEST_FILE: &str = "driver-request";
 pub const DRIVER_STATE_FILE: &str = "driver-state";
+/// Operation names in this file at the sim root make every simulated driver answer
+/// those operations with an error, leaving its state as it was (driver failures, for
+/// tests).
+pub const DRIVER_FAIL_FILE: &str = "driver-fail";
 
 /// The state of one device context, written by the process that owns it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

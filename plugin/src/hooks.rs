@@ -9,9 +9,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use gpucr_abi::fault::FaultStep;
 use gpucr_abi::plugin_abi::stage;
 use gpucr_abi::proto::{
     request, BuffersReady, CheckpointDevices, DumpBuffers, DumpFile, PauseDevices, ResumeDevices,
+    ResumeFailed,
 };
 use gpucr_abi::wire::MAX_FDS;
 use gpucr_abi::PLUGIN_NAME;
@@ -32,6 +34,18 @@ static DUMPED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 pub struct HookFailure {
     errno: i32,
     message: String,
+}
+
+/// Fail with an injected fault when `GPUCR_FAULT` names `step` (tests of the failure
+/// paths; see `gpucr_abi::fault`).
+fn fault(step: FaultStep) -> Result<(), HookFailure> {
+    if step.injected() {
+        return Err(HookFailure {
+            errno: libc::EIO,
+            message: step.message(),
+        });
+    }
+    Ok(())
 }
 
 impl From<HelperError> for HookFailure {
@@ -163,6 +177,7 @@ pub unsafe extern "C" fn pause_devices(pid: c_int) -> c_int {
         };
         DUMPED.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
         half.pause(pid)?;
+        fault(FaultStep::PluginPause)?;
         helper::call(request::Kind::PauseDevices(PauseDevices { pid }), &[])?;
         criu::info(&format!("PAUSE_DEVICES pid {pid}"));
         Ok(0)
@@ -180,6 +195,7 @@ pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
             Some(c) => (c.format, c.state, c.buffers, c.run_thread),
             None => (String::new(), Vec::new(), Vec::new(), None),
         };
+        fault(FaultStep::PluginCheckpoint)?;
         // Held until the gpucr half has taken the task over.
         let _running = run_thread.map(RunGuard::start).transpose()?.flatten();
         let fds = device::raw_fds_of(&buffers);
@@ -300,6 +316,7 @@ pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
             return Ok(NOT_OURS);
         };
         let recreated = half.recreate(&spec)?;
+        fault(FaultStep::PluginRecreate)?;
         let fds = device::raw_fds(&recreated.buffers);
         for (batch, chunk) in fds.chunks(MAX_FDS).enumerate() {
             let kind = request::Kind::BuffersReady(BuffersReady {
@@ -335,7 +352,24 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
                 .flatten();
             helper::call(kind, &[])?;
         }
-        half.resume(pid)?;
+        let resumed = half
+            .resume(pid)
+            .map_err(HookFailure::from)
+            .and_then(|()| fault(FaultStep::PluginResume));
+        if let Err(e) = resumed {
+            // CRIU goes on after this hook fails: the helper must know, so that the
+            // task never runs without its device.
+            let kind = request::Kind::ResumeFailed(ResumeFailed {
+                pid,
+                error: e.message.clone(),
+            });
+            if let Err(told) = helper::call(kind, &[]) {
+                criu::error(&format!(
+                    "RESUME_DEVICES_LATE pid {pid}: cannot tell the helper this failed: {told}"
+                ));
+            }
+            return Err(e);
+        }
         criu::info(&format!(
             "RESUME_DEVICES_LATE pid {pid}: device memory restored"
         ));

@@ -41,6 +41,12 @@ pub struct TransferArgs {
     /// Threads moving GPU memory (default: the number of CPU cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub jobs: Option<u16>,
+
+    /// Give up a device step (a driver lock, checkpoint or restore, a task's device
+    /// taken over or recreated) that takes longer than SECS seconds: the dump fails
+    /// with the tree running on, the restore with nothing left behind.
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=86400))]
+    pub device_timeout: u32,
 }
 
 /// Parse a size: "512M", "1G", "1GiB", "4096" (binary units).

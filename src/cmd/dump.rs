@@ -1,5 +1,7 @@
 //! `gpucr dump PID DIR`: map flags to [`DumpOptions`], print the result.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::cli::DumpArgs;
@@ -32,6 +34,7 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
                 .map_or(TransferConfig::default().jobs, usize::from),
             ..TransferConfig::default()
         },
+        device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);

@@ -1,6 +1,8 @@
 //! `gpucr restore DIR`: map flags to [`RestoreOptions`], restore, wait or detach.
 
 use anyhow::Context;
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::cli::RestoreArgs;
@@ -34,6 +36,7 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         no_parallel_restore: args.no_parallel_restore,
         sysfs_root: args.topology.sysfs_root.clone(),
         skip_checks: args.topology.skip_check.clone(),
+        device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = restore(&opts, &mut progress);

@@ -333,8 +333,14 @@ pub trait Backend: Send + Sync {
     fn restore_spec(&self, task: &TaskDevice) -> Result<DeviceSpec, GpuError>;
 
     /// A copy-engine sink writing buffer `index` of `task` through `file`, the buffer
-    /// the restored task created and handed over.
-    fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink>;
+    /// the restored task created and handed over (an error when the fd is not what the
+    /// task's buffer table says: another size, a handle the device refuses).
+    fn buffer_sink(
+        &self,
+        task: &TaskDevice,
+        index: usize,
+        file: File,
+    ) -> Result<Box<dyn BufferSink>, GpuError>;
 
     /// Where this backend's GPU topology is read: None for the machine's own `/`, or a
     /// root directory (the simulator's).

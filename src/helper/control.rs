@@ -4,14 +4,17 @@
 //! blocking thread, handed off with `spawn_blocking`; the data path (copy engines,
 //! compression, checksums) stays on its own threads.
 //!
-//! Nothing here can hang a dump or a restore: stopping the helper (the operation ended,
-//! CRIU failed, gpucr was interrupted) ends every task at once through one watch
-//! channel, a plugin that vanishes ends its own task (its socket reads EOF), and a
-//! request that takes longer than the operation allows is cut off by CRIU's side of
-//! the protocol, whose hook then fails.
+//! Nothing here can hang a dump or a restore. While a request is worked on, its task
+//! also waits for three things, as futures: the helper being stopped (the operation
+//! ended, CRIU failed, gpucr was interrupted: one watch channel ends every task at
+//! once), the plugin going away (its connection reads EOF: the task it served died),
+//! and the request's time limit ([`Handler::time_limit`]). The last two are reported
+//! to the handler ([`Handler::abandoned`]), which fails the operation; the plugin gets
+//! a refusal, or nothing when it is gone.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 use gpucr_abi::proto::{request, Reply, Request};
 use gpucr_abi::wire::{self, WireError};
@@ -20,8 +23,59 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::watch;
 
-/// What answers one request: the blocking work of the helper (its `handle`).
-pub type Handler = Arc<dyn Fn(Request, Vec<OwnedFd>, i32) -> Reply + Send + Sync>;
+/// What answers the plugins' requests: the helper.
+pub trait Handler: Send + Sync + 'static {
+    /// Answer `req` (with the fds it carried) from the plugin in host pid `peer`. Runs
+    /// on a blocking thread.
+    fn answer(&self, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Reply;
+
+    /// How long answering `req` may take; None when only the operation's end bounds it
+    /// (a wait for the copy engines, which fail on their own).
+    fn time_limit(&self, req: &Request) -> Option<Duration>;
+
+    /// The request `what` from `peer` was given up before it was answered.
+    fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned);
+}
+
+/// Why a request was given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandoned {
+    /// The plugin closed its connection (the process it ran in died).
+    PeerGone,
+    /// The request ran past its time limit.
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Abandoned::PeerGone => write!(f, "the plugin went away before it was answered"),
+            Abandoned::TimedOut(limit) => write!(
+                f,
+                "not done within {:.1} s (--device-timeout)",
+                limit.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// The hook a request serves, for messages.
+pub fn request_name(req: &Request) -> &'static str {
+    match &req.kind {
+        Some(request::Kind::PauseDevices(_)) => "PAUSE_DEVICES",
+        Some(request::Kind::CheckpointDevices(_)) => "CHECKPOINT_DEVICES",
+        Some(request::Kind::DumpBuffers(_)) => "CHECKPOINT_DEVICES (more buffers)",
+        Some(request::Kind::DumpFile(_)) => "DUMP_EXT_FILE",
+        Some(request::Kind::DumpFinished(_)) => "the end of the dump",
+        Some(request::Kind::RestoreFile(_)) => "RESTORE_EXT_FILE",
+        Some(request::Kind::BuffersReady(_)) => "RESTORE_EXT_FILE (buffers)",
+        Some(request::Kind::ResumeDevices(_)) => "RESUME_DEVICES_LATE",
+        Some(request::Kind::ResumeFailed(_)) => "RESUME_DEVICES_LATE (failed in the plugin)",
+        Some(request::Kind::Log(_)) => "a log line",
+        Some(request::Kind::Connect(_)) => "a connection",
+        None => "an empty request",
+    }
+}
 
 /// The running control plane.
 pub struct ControlPlane {
@@ -37,12 +91,12 @@ impl std::fmt::Debug for ControlPlane {
 
 impl ControlPlane {
     /// Serve the connections plugins send over `connector` with `handler`.
-    pub fn start(connector: OwnedFd, handler: Handler) -> std::io::Result<ControlPlane> {
+    pub fn start(connector: OwnedFd, handler: Arc<dyn Handler>) -> std::io::Result<ControlPlane> {
         set_nonblocking(&connector)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("gpucr-helper")
-            .enable_io()
+            .enable_all()
             .build()?;
         let (stop, stopped) = watch::channel(false);
         let connector = {
@@ -94,7 +148,7 @@ fn would_block(e: &WireError) -> bool {
 /// connector's other end is gone.
 async fn accept_connections(
     connector: AsyncFd<OwnedFd>,
-    handler: Handler,
+    handler: Arc<dyn Handler>,
     mut stopped: watch::Receiver<bool>,
 ) {
     loop {
@@ -132,7 +186,11 @@ async fn accept_connections(
 }
 
 /// Answer requests on one connection until the plugin closes it or the helper stops.
-async fn serve(conn: AsyncFd<OwnedFd>, handler: Handler, mut stopped: watch::Receiver<bool>) {
+async fn serve(
+    conn: AsyncFd<OwnedFd>,
+    handler: Arc<dyn Handler>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let peer = getsockopt(conn.get_ref(), sockopt::PeerCredentials)
         .map(|c| c.pid())
         .unwrap_or(0);
@@ -158,10 +216,27 @@ async fn serve(conn: AsyncFd<OwnedFd>, handler: Handler, mut stopped: watch::Rec
             }
         };
         drop(ready);
+        let what = request_name(&req);
+        let limit = handler.time_limit(&req);
         let work = handler.clone();
-        let answer = tokio::task::spawn_blocking(move || work(req, fds, peer));
+        let answer = tokio::task::spawn_blocking(move || work.answer(req, fds, peer));
+        let deadline = async {
+            match limit {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
         let reply = tokio::select! {
             _ = stopped.changed() => return,
+            () = peer_closed(&conn) => {
+                handler.abandoned(peer, what, Abandoned::PeerGone);
+                return;
+            }
+            () = deadline => {
+                let why = Abandoned::TimedOut(limit.unwrap_or_default());
+                handler.abandoned(peer, what, why);
+                refuse(&format!("{what}: {why}"))
+            }
             reply = answer => match reply {
                 Ok(reply) => reply,
                 Err(e) => refuse(&format!("internal error: {e}")),
@@ -169,6 +244,27 @@ async fn serve(conn: AsyncFd<OwnedFd>, handler: Handler, mut stopped: watch::Rec
         };
         if send(&conn, &reply).await.is_err() {
             return;
+        }
+    }
+}
+
+/// Resolves when the plugin has closed `conn`. A plugin sends one request at a time
+/// and waits for its answer, so while a request is worked on, its connection turning
+/// readable means end of file; anything else it might send waits for its turn.
+async fn peer_closed(conn: &AsyncFd<OwnedFd>) {
+    use nix::sys::socket::{recv, MsgFlags};
+    loop {
+        let Ok(mut ready) = conn.readable().await else {
+            return;
+        };
+        let mut byte = [0u8; 1];
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        match recv(conn.get_ref().as_raw_fd(), &mut byte, flags) {
+            Ok(0) => return,
+            Err(nix::errno::Errno::EAGAIN) => ready.clear_ready(),
+            Err(_) => return,
+            // A message before the answer: not this future's business.
+            Ok(_) => std::future::pending::<()>().await,
         }
     }
 }
@@ -223,29 +319,111 @@ mod tests {
         }
     }
 
-    #[test]
-    fn connections_are_served_and_a_stop_ends_a_stuck_request() {
-        let (helper_end, plugin_end) = pair();
-        let handler: Handler = Arc::new(|req: Request, _fds, _peer| match req.kind {
-            Some(request::Kind::Log(l)) if l.text == "stuck" => {
-                std::thread::sleep(Duration::from_secs(3600));
-                Reply::default()
+    /// Echoes log lines; "stuck" never finishes; "slow" has a 200 ms limit.
+    #[derive(Default)]
+    struct Echo {
+        abandoned: std::sync::Mutex<Vec<(&'static str, Abandoned)>>,
+    }
+
+    impl Handler for Echo {
+        fn answer(&self, req: Request, _fds: Vec<OwnedFd>, _peer: i32) -> Reply {
+            match req.kind {
+                Some(request::Kind::Log(l)) if l.text == "stuck" || l.text == "slow" => {
+                    std::thread::sleep(Duration::from_secs(3600));
+                    Reply::default()
+                }
+                Some(request::Kind::Log(l)) => Reply {
+                    ok: true,
+                    error: l.text,
+                    ..Default::default()
+                },
+                _ => refuse("unexpected"),
             }
-            Some(request::Kind::Log(l)) => Reply {
-                ok: true,
-                error: l.text,
-                ..Default::default()
-            },
-            _ => refuse("unexpected"),
-        });
-        let plane = ControlPlane::start(helper_end, handler).unwrap();
-        // A connection sent over the connector is served.
+        }
+
+        fn time_limit(&self, req: &Request) -> Option<Duration> {
+            match &req.kind {
+                Some(request::Kind::Log(l)) if l.text == "slow" => Some(Duration::from_millis(200)),
+                _ => None,
+            }
+        }
+
+        fn abandoned(&self, _peer: i32, what: &'static str, why: Abandoned) {
+            self.abandoned.lock().unwrap().push((what, why));
+        }
+    }
+
+    /// A new private connection sent over `connector`, as the plugin opens one.
+    fn connect(connector: &OwnedFd) -> OwnedFd {
         let (mine, theirs) = pair();
         let connect = Request {
             kind: Some(request::Kind::Connect(gpucr_abi::proto::Connect {})),
         };
-        wire::send(plugin_end.as_fd(), &connect, &[theirs.as_raw_fd()]).unwrap();
-        drop(theirs);
+        wire::send(connector.as_fd(), &connect, &[theirs.as_raw_fd()]).unwrap();
+        mine
+    }
+
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let started = std::time::Instant::now();
+        while !done() {
+            assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_request_past_its_time_limit_is_refused_and_reported() {
+        let (helper_end, plugin_end) = pair();
+        let echo = Arc::new(Echo::default());
+        let _plane = ControlPlane::start(helper_end, echo.clone()).unwrap();
+        let conn = connect(&plugin_end);
+        let started = std::time::Instant::now();
+        wire::send(conn.as_fd(), &log("slow"), &[]).unwrap();
+        let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(conn.as_fd()).unwrap();
+        assert!(!reply.ok);
+        assert!(
+            reply.error.contains("not done within 0.2 s"),
+            "{}",
+            reply.error
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let abandoned = echo.abandoned.lock().unwrap().clone();
+        assert_eq!(
+            abandoned,
+            [(
+                "a log line",
+                Abandoned::TimedOut(Duration::from_millis(200))
+            )]
+        );
+    }
+
+    #[test]
+    fn a_plugin_that_goes_away_mid_request_is_reported() {
+        let (helper_end, plugin_end) = pair();
+        let echo = Arc::new(Echo::default());
+        let _plane = ControlPlane::start(helper_end, echo.clone()).unwrap();
+        let conn = connect(&plugin_end);
+        wire::send(conn.as_fd(), &log("stuck"), &[]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        drop(conn);
+        wait_until("the vanished plugin to be reported", || {
+            !echo.abandoned.lock().unwrap().is_empty()
+        });
+        let abandoned = echo.abandoned.lock().unwrap().clone();
+        assert_eq!(abandoned, [("a log line", Abandoned::PeerGone)]);
+        // Other connections are still served.
+        let conn = connect(&plugin_end);
+        wire::send(conn.as_fd(), &log("echo"), &[]).unwrap();
+        let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(conn.as_fd()).unwrap();
+        assert!(reply.ok);
+    }
+
+    #[test]
+    fn connections_are_served_and_a_stop_ends_a_stuck_request() {
+        let (helper_end, plugin_end) = pair();
+        let plane = ControlPlane::start(helper_end, Arc::new(Echo::default())).unwrap();
+        // A connection sent over the connector is served.
+        let mine = connect(&plugin_end);
         wire::send(mine.as_fd(), &log("echo"), &[]).unwrap();
         let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(mine.as_fd()).unwrap();
         assert!(reply.ok);

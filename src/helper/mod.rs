@@ -11,6 +11,8 @@
 //! the backends know nothing of the helper, the plugin protocol or the session.
 
 mod control;
+mod fault;
+mod lifecycle;
 mod operation;
 mod server;
 mod session;
@@ -18,7 +20,7 @@ mod session;
 use std::io;
 use std::path::PathBuf;
 
-pub use operation::{GpuDump, GpuRestore};
+pub use operation::{GpuDump, GpuRestore, RestoreSettings};
 pub use server::{timeline_events, DumpOutcome, Helper, Timeline};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
 
@@ -48,4 +50,6 @@ pub enum HelperError {
     Transfer(#[from] TransferError),
     #[error("device state: {0}")]
     Failed(String),
+    #[error(transparent)]
+    Lifecycle(#[from] lifecycle::LifecycleError),
 }

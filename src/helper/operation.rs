@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{timeline_events, Helper, HelperError, Session};
 use crate::gpu::{Backend, GpuManifest, TaskDevice, TaskTiming};
@@ -31,6 +32,7 @@ impl GpuDump {
         config: TransferConfig,
         progress: EventSink,
         leave_running: bool,
+        device_timeout: Duration,
     ) -> Result<GpuDump, HelperError> {
         let (events, timeline) = timeline_events(progress);
         let writer = DumpWriter::start(dir, config, events)?;
@@ -42,6 +44,7 @@ impl GpuDump {
             writer,
             timeline,
             leave_running,
+            device_timeout,
         )?;
         Ok(GpuDump {
             _session: session,
@@ -83,18 +86,32 @@ pub struct GpuRestore {
     canceller: Canceller,
 }
 
+/// How the GPU side of a restore runs.
+#[derive(Debug, Clone)]
+pub struct RestoreSettings {
+    pub transfer: TransferConfig,
+    /// The engine starts reading, verifying and decompressing at once, before any
+    /// buffer exists, and fills each buffer while CRIU restores the rest.
+    pub parallel: bool,
+    /// How long one device step may take.
+    pub device_timeout: Duration,
+}
+
 impl GpuRestore {
-    /// Open the image's GPU part and start the helper. With `parallel`, the engine starts
-    /// reading, verifying and decompressing at once, before any buffer exists.
+    /// Open the image's GPU part and start the helper.
     pub fn start(
         mut session: Session,
         dir: &Path,
         manifest: &GpuManifest,
         backend: Arc<dyn Backend>,
-        config: TransferConfig,
-        parallel: bool,
+        settings: RestoreSettings,
         progress: EventSink,
     ) -> Result<GpuRestore, HelperError> {
+        let RestoreSettings {
+            transfer: config,
+            parallel,
+            device_timeout,
+        } = settings;
         let (events, timeline) = timeline_events(progress);
         let restorer = Restorer::open(dir, config, parallel, events)?;
         check_buffers_match(&restorer, &manifest.tasks)?;
@@ -106,6 +123,7 @@ impl GpuRestore {
             manifest.tasks.clone(),
             parallel,
             timeline,
+            device_timeout,
         )?;
         Ok(GpuRestore {
             _session: session,

@@ -1,14 +1,18 @@
-//! The helper's socket server and its per-task bookkeeping.
+//! The helper's answers to the plugin's requests: each moves a task through its
+//! lifecycle (`lifecycle`), calls the backend and feeds the transfer engine.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gpucr_abi::proto::{request, Reply, Request};
 use gpucr_abi::PLUGIN_NAME;
 
+use super::control::{Abandoned, ControlPlane, Handler};
+use super::fault::{self, FaultStep};
+use super::lifecycle::{Adopt, DumpStage, DumpTasks, RestoreTasks};
 use super::HelperError;
 use crate::gpu::{Backend, DeviceFile, DeviceRole, Operation, TaskDevice, TaskTiming};
 use crate::transfer::{BufferKey, DumpWriter, Event, EventSink, GpuStats, Restorer};
@@ -67,22 +71,18 @@ impl Timeline {
 enum Mode {
     Dump {
         writer: RwLock<Option<DumpWriter>>,
-        /// Devices found by CHECKPOINT_DEVICES, by host pid.
-        tasks: Mutex<BTreeMap<i32, TaskDevice>>,
-        /// Every pid CHECKPOINT_DEVICES was called for (the tree).
-        tree: Mutex<Vec<i32>>,
-        /// What the plugin half sent for a task that is not adopted yet, by host pid.
-        pending: Mutex<HashMap<i32, Pending>>,
+        /// The devices of the tasks the gpucr half took over, by host pid.
+        devices: Mutex<BTreeMap<i32, TaskDevice>>,
+        /// Every task of the tree and where it is.
+        tasks: Mutex<DumpTasks>,
         /// Whether the tree lives on after a successful dump.
         leave_running: bool,
     },
     Restore {
         restorer: RwLock<Option<Restorer>>,
-        tasks: Vec<TaskDevice>,
-        /// Host pid of each restored task that asked for its device (SO_PEERCRED).
-        peers: Mutex<HashMap<i32, usize>>,
-        /// The tasks whose device is back (RESUME_DEVICES_LATE done).
-        resumed: Mutex<std::collections::HashSet<usize>>,
+        devices: Vec<TaskDevice>,
+        /// Where each task is.
+        tasks: Mutex<RestoreTasks>,
         parallel: bool,
     },
 }
@@ -91,15 +91,57 @@ struct Shared {
     backend: Arc<dyn Backend>,
     mode: Mode,
     timeline: Arc<Mutex<Timeline>>,
+    /// How long one device step (a driver call, a task taken over) may take.
+    device_timeout: Duration,
     /// The first failure, reported again when the command asks for the outcome.
     failure: Mutex<Option<HelperError>>,
+}
+
+impl Shared {
+    fn fail(&self, e: HelperError) {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(e);
+    }
+}
+
+impl Handler for Shared {
+    fn answer(&self, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Reply {
+        match handle(self, req, fds, peer) {
+            Ok(reply) => reply,
+            Err(e) => {
+                let text = e.to_string();
+                self.fail(e);
+                refuse(&text)
+            }
+        }
+    }
+
+    fn time_limit(&self, req: &Request) -> Option<Duration> {
+        match (&self.mode, &req.kind) {
+            // Waits for the copy engines: bounded by their own failures and the
+            // operation's end, not by a device step's time.
+            (_, Some(request::Kind::ResumeDevices(_))) => None,
+            (Mode::Restore { parallel, .. }, Some(request::Kind::BuffersReady(_))) => {
+                parallel.then_some(self.device_timeout)
+            }
+            _ => Some(self.device_timeout),
+        }
+    }
+
+    fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned) {
+        self.fail(HelperError::Failed(format!(
+            "{what} (plugin in pid {peer}): {why}"
+        )));
+    }
 }
 
 /// A running helper.
 pub struct Helper {
     shared: Arc<Shared>,
     /// Serves the plugins; stopped (every connection closed) when the helper is dropped.
-    _control: super::control::ControlPlane,
+    _control: ControlPlane,
 }
 
 impl std::fmt::Debug for Helper {
@@ -132,35 +174,36 @@ impl Helper {
         writer: DumpWriter,
         timeline: Arc<Mutex<Timeline>>,
         leave_running: bool,
+        device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
         let mode = Mode::Dump {
             writer: RwLock::new(Some(writer)),
-            tasks: Mutex::new(BTreeMap::new()),
-            tree: Mutex::new(Vec::new()),
-            pending: Mutex::new(HashMap::new()),
+            devices: Mutex::new(BTreeMap::new()),
+            tasks: Mutex::new(DumpTasks::default()),
             leave_running,
         };
-        Self::start(connector, backend, mode, timeline)
+        Self::start(connector, backend, mode, timeline, device_timeout)
     }
 
-    /// Serve a restore of `tasks` from `restorer`. Without `parallel`, a task's buffers
+    /// Serve a restore of `devices` from `restorer`. Without `parallel`, a task's buffers
     /// are filled before RESTORE_EXT_FILE returns (the CRIU 4.1 way).
     pub fn start_restore(
         connector: OwnedFd,
         backend: Arc<dyn Backend>,
         restorer: Restorer,
-        tasks: Vec<TaskDevice>,
+        devices: Vec<TaskDevice>,
         parallel: bool,
         timeline: Arc<Mutex<Timeline>>,
+        device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
+        let tasks = RestoreTasks::new(devices.iter().map(|t| (t.ns_pid, t.buffers.len())));
         let mode = Mode::Restore {
             restorer: RwLock::new(Some(restorer)),
-            tasks,
-            peers: Mutex::new(HashMap::new()),
-            resumed: Mutex::new(std::collections::HashSet::new()),
+            devices,
+            tasks: Mutex::new(tasks),
             parallel,
         };
-        Self::start(connector, backend, mode, timeline)
+        Self::start(connector, backend, mode, timeline, device_timeout)
     }
 
     /// Serve the plugins that connect through `connector` (the helper's end of the
@@ -170,6 +213,7 @@ impl Helper {
         backend: Arc<dyn Backend>,
         mode: Mode,
         timeline: Arc<Mutex<Timeline>>,
+        device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
         let io_err = |source: std::io::Error| HelperError::Io {
             path: "the helper connector".into(),
@@ -179,12 +223,10 @@ impl Helper {
             backend,
             mode,
             timeline,
+            device_timeout,
             failure: Mutex::new(None),
         });
-        let s = shared.clone();
-        let handler: super::control::Handler =
-            Arc::new(move |req, fds, peer| answer(&s, req, fds, peer));
-        let control = super::control::ControlPlane::start(connector, handler).map_err(io_err)?;
+        let control = ControlPlane::start(connector, shared.clone()).map_err(io_err)?;
         Ok(Helper {
             shared,
             _control: control,
@@ -195,11 +237,36 @@ impl Helper {
     /// image's GPU part. Called at CRIU's post-dump, before the tree is let go.
     pub fn finish_dump(&self) -> Result<DumpOutcome, HelperError> {
         self.check_failure()?;
-        let Mode::Dump { writer, tasks, .. } = &self.shared.mode else {
+        let Mode::Dump {
+            writer,
+            devices,
+            tasks,
+            ..
+        } = &self.shared.mode
+        else {
             return Err(HelperError::Failed(
                 "finish_dump on a restore helper".into(),
             ));
         };
+        {
+            let tasks = lock(tasks);
+            let unfinished = tasks
+                .pids()
+                .into_iter()
+                .find_map(|pid| match tasks.stage(pid) {
+                    Some(
+                        stage @ (DumpStage::Paused
+                        | DumpStage::Collecting { .. }
+                        | DumpStage::Adopting),
+                    ) => Some((pid, stage.name())),
+                    _ => None,
+                });
+            if let Some((pid, stage)) = unfinished {
+                return Err(HelperError::Failed(format!(
+                    "pid {pid} is still {stage} at the end of the dump"
+                )));
+            }
+        }
         let writer = writer
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -207,9 +274,7 @@ impl Helper {
             .ok_or_else(|| HelperError::Failed("the dump was already finished".into()))?;
         let stats = writer.finish()?;
         let timings = self.timings();
-        let tasks = tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let devices = lock(devices)
             .values()
             .cloned()
             .map(|mut task| {
@@ -225,7 +290,10 @@ impl Helper {
                 task
             })
             .collect();
-        Ok(DumpOutcome { tasks, stats })
+        Ok(DumpOutcome {
+            tasks: devices,
+            stats,
+        })
     }
 
     /// Restore: wait until every buffer of every task is written. Called at CRIU's
@@ -233,12 +301,12 @@ impl Helper {
     pub fn wait_restored(&self) -> Result<(), HelperError> {
         self.check_failure()?;
         let Mode::Restore {
-            restorer, tasks, ..
+            restorer, devices, ..
         } = &self.shared.mode
         else {
             return Err(HelperError::Failed("wait_restored on a dump helper".into()));
         };
-        let keys: Vec<BufferKey> = tasks.iter().flat_map(task_keys).collect();
+        let keys: Vec<BufferKey> = devices.iter().flat_map(task_keys).collect();
         let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
         let restorer = guard
             .as_ref()
@@ -251,16 +319,15 @@ impl Helper {
     /// asked at CRIU's pre-resume, while the tasks are still stopped.
     pub fn check_resumed(&self) -> Result<(), HelperError> {
         self.check_failure()?;
-        let Mode::Restore { tasks, resumed, .. } = &self.shared.mode else {
+        let Mode::Restore { tasks, .. } = &self.shared.mode else {
             return Err(HelperError::Failed("check_resumed on a dump helper".into()));
         };
-        let resumed = resumed.lock().unwrap_or_else(|e| e.into_inner());
-        match (0..tasks.len()).find(|i| !resumed.contains(i)) {
+        match lock(tasks).first_not_resumed() {
             None => Ok(()),
-            Some(i) => Err(HelperError::Failed(format!(
-                "task {} was not brought back on its device (RESUME_DEVICES_LATE did not \
-                 go through for it)",
-                tasks[i].ns_pid
+            Some((ns_pid, stage)) => Err(HelperError::Failed(format!(
+                "task {ns_pid} was not brought back on its device: it is {} \
+                 (RESUME_DEVICES_LATE did not go through for it)",
+                stage.name()
             ))),
         }
     }
@@ -282,11 +349,7 @@ impl Helper {
 
     /// When each task's device memory moved.
     pub fn timings(&self) -> Vec<TaskTiming> {
-        let t = self
-            .shared
-            .timeline
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let t = lock(&self.shared.timeline);
         t.tasks.values().map(|(timing, _)| timing.clone()).collect()
     }
 
@@ -299,12 +362,12 @@ impl Helper {
 
     /// The first error the helper answered the plugin with, if any (taken: asked once).
     pub fn take_failure(&self) -> Option<HelperError> {
-        self.shared
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        lock(&self.shared.failure).take()
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Run one backend operation, timed on the helper's clock; its log entry when it
@@ -314,11 +377,7 @@ fn timed<T>(
     name: &str,
     operation: impl FnOnce() -> Result<T, crate::gpu::GpuError>,
 ) -> Result<(T, Operation), crate::gpu::GpuError> {
-    let start_ms = shared
-        .timeline
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .ms();
+    let start_ms = lock(&shared.timeline).ms();
     let started = Instant::now();
     let value = operation()?;
     Ok((
@@ -332,109 +391,66 @@ fn timed<T>(
     ))
 }
 
-/// Add `pid` to the dump's tree (once).
-fn remember(tree: &Mutex<Vec<i32>>, pid: i32) {
-    let mut tree = tree.lock().unwrap_or_else(|e| e.into_inner());
-    if !tree.contains(&pid) {
-        tree.push(pid);
-    }
-}
-
-/// A task's state and buffer fds as they arrive from the plugin half, and the
-/// operations done for it before it was adopted.
-#[derive(Default)]
-struct Pending {
-    /// format, state, how many buffer fds follow.
-    collected: Option<(String, Vec<u8>, usize)>,
-    fds: Vec<OwnedFd>,
-    operations: Vec<Operation>,
-}
-
-impl Pending {
-    fn complete(&self) -> bool {
-        self.collected
-            .as_ref()
-            .is_some_and(|(_, _, count)| self.fds.len() >= *count)
-    }
-}
-
 /// Every fd of `pid`'s buffers is in: the gpucr half takes the task over and its
 /// buffers start moving into the image.
-fn adopt(shared: &Shared, pid: i32) -> Result<(), HelperError> {
+fn adopt(shared: &Shared, pid: i32, task: Adopt) -> Result<(), HelperError> {
     let Mode::Dump {
         writer,
+        devices,
         tasks,
-        pending,
         ..
     } = &shared.mode
     else {
         return Err(HelperError::Failed("adopt on a restore helper".into()));
     };
-    let Some(task) = pending
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&pid)
-    else {
-        return Ok(());
+    let outcome = adopt_device(shared, writer, pid, task);
+    let stage = match &outcome {
+        Ok(Some(_)) => DumpStage::Adopted,
+        Ok(None) => DumpStage::NoDevice,
+        Err(_) => DumpStage::Failed,
     };
-    let Some((format, state, count)) = task.collected else {
-        return Ok(());
-    };
-    if task.fds.len() != count {
-        return Err(HelperError::Failed(format!(
-            "pid {pid}: {count} buffer fds announced, {} received",
-            task.fds.len()
-        )));
+    if let Some(device) = outcome? {
+        lock(devices).insert(pid, device);
     }
+    lock(tasks).adopted(pid, stage);
+    fault::check(FaultStep::Checkpoint)
+}
+
+/// The backend's part of [`adopt`]: the task's device, its buffers handed to `writer`.
+fn adopt_device(
+    shared: &Shared,
+    writer: &RwLock<Option<DumpWriter>>,
+    pid: i32,
+    task: Adopt,
+) -> Result<Option<TaskDevice>, HelperError> {
     let (found, checkpoint) = timed(shared, "checkpoint", || {
-        shared.backend.adopt_task(pid, &format, &state, task.fds)
+        shared
+            .backend
+            .adopt_task(pid, &task.format, &task.state, task.fds)
     })?;
     let Some(found) = found else {
-        return Ok(());
+        return Ok(None);
     };
     let mut device = found.device;
     device.operations = task.operations;
     device.operations.push(checkpoint);
     let bytes = device.buffers.iter().map(|b| b.size).sum();
-    shared
-        .timeline
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .begin(device.ns_pid, device.buffers.len(), bytes);
-    {
-        let guard = writer.read().unwrap_or_else(|e| e.into_inner());
-        let writer = guard
-            .as_ref()
-            .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
-        for (i, source) in found.sources.into_iter().enumerate() {
-            writer.add(BufferKey::new(device.ns_pid, i as u32), source)?;
-        }
+    lock(&shared.timeline).begin(device.ns_pid, device.buffers.len(), bytes);
+    let guard = writer.read().unwrap_or_else(|e| e.into_inner());
+    let writer = guard
+        .as_ref()
+        .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
+    for (i, source) in found.sources.into_iter().enumerate() {
+        writer.add(
+            BufferKey::new(device.ns_pid, i as u32),
+            fault::source(source),
+        )?;
     }
-    tasks
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(pid, device);
-    Ok(())
+    Ok(Some(device))
 }
 
 fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
     (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
-}
-
-/// Answer one request; the first error is kept for the command to report.
-fn answer(shared: &Shared, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Reply {
-    match handle(shared, req, fds, peer) {
-        Ok(reply) => reply,
-        Err(e) => {
-            let text = e.to_string();
-            shared
-                .failure
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(e);
-            refuse(&text)
-        }
-    }
 }
 
 fn ok() -> Reply {
@@ -452,6 +468,14 @@ fn refuse(error: &str) -> Reply {
     }
 }
 
+fn not_owned() -> Reply {
+    Reply {
+        ok: true,
+        owned: false,
+        ..Default::default()
+    }
+}
+
 fn handle(
     shared: &Shared,
     req: Request,
@@ -462,66 +486,39 @@ fn handle(
         return Ok(refuse("empty request"));
     };
     match (&shared.mode, kind) {
-        (Mode::Dump { pending, tree, .. }, request::Kind::PauseDevices(r)) => {
-            remember(tree, r.pid);
-            let ((), pause) = timed(shared, "pause", || shared.backend.pre_freeze(r.pid))?;
-            let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
-            pending.entry(r.pid).or_default().operations.push(pause);
+        (Mode::Dump { tasks, .. }, request::Kind::PauseDevices(r)) => {
+            let paused = timed(shared, "pause", || shared.backend.pre_freeze(r.pid));
+            let ((), pause) = paused.inspect_err(|_| lock(tasks).pause_failed(r.pid))?;
+            lock(tasks).paused(r.pid, pause)?;
+            fault::check(FaultStep::Pause)?;
             Ok(ok())
         }
-        (Mode::Dump { tree, pending, .. }, request::Kind::CheckpointDevices(r)) => {
-            remember(tree, r.pid);
-            let ready = {
-                let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
-                let task = pending.entry(r.pid).or_default();
-                if task.collected.is_some() {
-                    return Ok(refuse("CheckpointDevices twice for one task"));
-                }
-                task.collected = Some((r.format, r.state, r.buffer_count as usize));
-                task.fds.extend(fds);
-                task.complete()
-            };
-            if ready {
-                adopt(shared, r.pid)?;
+        (Mode::Dump { tasks, .. }, request::Kind::CheckpointDevices(r)) => {
+            let count = r.buffer_count as usize;
+            let ready = lock(tasks).checkpoint(r.pid, r.format, r.state, count, fds)?;
+            if let Some(task) = ready {
+                adopt(shared, r.pid, task)?;
             }
             Ok(ok())
         }
-        (Mode::Dump { pending, .. }, request::Kind::DumpBuffers(r)) => {
-            let ready = {
-                let mut pending = pending.lock().unwrap_or_else(|e| e.into_inner());
-                let Some(task) = pending.get_mut(&r.pid) else {
-                    return Ok(refuse("DumpBuffers before CheckpointDevices"));
-                };
-                if r.first_index as usize != task.fds.len() {
-                    return Ok(refuse("DumpBuffers out of order"));
-                }
-                task.fds.extend(fds);
-                task.complete()
-            };
-            if ready {
-                adopt(shared, r.pid)?;
+        (Mode::Dump { tasks, .. }, request::Kind::DumpBuffers(r)) => {
+            let ready = lock(tasks).buffers(r.pid, r.first_index as usize, fds)?;
+            if let Some(task) = ready {
+                adopt(shared, r.pid, task)?;
             }
             Ok(ok())
         }
-        (Mode::Dump { tasks, tree, .. }, request::Kind::DumpFile(r)) => {
+        (Mode::Dump { devices, tasks, .. }, request::Kind::DumpFile(r)) => {
             let Some(fd) = fds.first() else {
                 return Ok(refuse("DumpFile without its fd"));
             };
-            let candidates = tree.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let candidates = lock(tasks).pids();
             let Some(owner) = shared.backend.file_owner(fd.as_fd(), &candidates)? else {
-                return Ok(Reply {
-                    ok: true,
-                    owned: false,
-                    ..Default::default()
-                });
+                return Ok(not_owned());
             };
-            let mut tasks = tasks.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(task) = tasks.get_mut(&owner) else {
-                return Ok(Reply {
-                    ok: true,
-                    owned: false,
-                    ..Default::default()
-                });
+            let mut devices = lock(devices);
+            let Some(task) = devices.get_mut(&owner) else {
+                return Ok(not_owned());
             };
             let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
                 .map(|p| p.display().to_string())
@@ -531,6 +528,7 @@ fn handle(
                 role: DeviceRole::Device,
                 path,
             });
+            fault::check(FaultStep::DumpFile)?;
             Ok(Reply {
                 ok: true,
                 owned: true,
@@ -538,19 +536,18 @@ fn handle(
                 ..Default::default()
             })
         }
-        (Mode::Restore { tasks, peers, .. }, request::Kind::RestoreFile(r)) => {
-            let Some(index) = tasks.iter().position(|t| t.has_file(r.id)) else {
+        (Mode::Restore { devices, tasks, .. }, request::Kind::RestoreFile(r)) => {
+            let Some(index) = devices.iter().position(|t| t.has_file(r.id)) else {
                 // Not a device gpucr carried: let other plugins have it.
                 return Ok(refuse(""));
             };
-            let spec = shared.backend.restore_spec(&tasks[index])?;
+            let task = &devices[index];
+            let spec = shared.backend.restore_spec(task)?;
             // Checked before CRIU started too; the plugin confines every path again.
             crate::gpu::check_confined(&spec)
-                .map_err(|e| HelperError::Failed(format!("task {}: {e}", tasks[index].ns_pid)))?;
-            peers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(peer, index);
+                .map_err(|e| HelperError::Failed(format!("task {}: {e}", task.ns_pid)))?;
+            lock(tasks).recreating(index, peer)?;
+            fault::check(FaultStep::RestoreFile)?;
             Ok(Reply {
                 ok: true,
                 device: Some(spec),
@@ -560,29 +557,23 @@ fn handle(
         (
             Mode::Restore {
                 restorer,
+                devices,
                 tasks,
                 parallel,
-                ..
             },
             request::Kind::BuffersReady(r),
         ) => {
-            let Some(index) = tasks.iter().position(|t| t.has_file(r.id)) else {
+            let Some(index) = devices.iter().position(|t| t.has_file(r.id)) else {
                 return Ok(refuse("BuffersReady for a file gpucr does not carry"));
             };
-            let task = &tasks[index];
+            let task = &devices[index];
             let first = r.first_index as usize;
-            if first + fds.len() > task.buffers.len() {
-                return Ok(refuse("more buffers than the task has"));
-            }
+            lock(tasks).attach(index, first, fds.len())?;
             let bytes = task.buffers[first..first + fds.len()]
                 .iter()
                 .map(|b| b.size)
                 .sum();
-            shared
-                .timeline
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .begin(task.ns_pid, fds.len(), bytes);
+            lock(&shared.timeline).begin(task.ns_pid, fds.len(), bytes);
             let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
             let restorer = guard
                 .as_ref()
@@ -590,10 +581,10 @@ fn handle(
             let mut keys = Vec::with_capacity(fds.len());
             for (j, fd) in fds.into_iter().enumerate() {
                 let key = BufferKey::new(task.ns_pid, (first + j) as u32);
-                restorer.attach(
-                    key,
-                    shared.backend.buffer_sink(task, first + j, File::from(fd)),
-                )?;
+                let sink = shared
+                    .backend
+                    .buffer_sink(task, first + j, File::from(fd))?;
+                restorer.attach(key, fault::sink(sink))?;
                 keys.push(key);
             }
             if !parallel {
@@ -604,36 +595,30 @@ fn handle(
         (
             Mode::Restore {
                 restorer,
+                devices,
                 tasks,
-                peers,
-                resumed,
                 ..
             },
             request::Kind::ResumeDevices(r),
         ) => {
-            let index = peers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&r.pid)
-                .copied();
-            let Some(index) = index else { return Ok(ok()) };
-            let keys: Vec<BufferKey> = task_keys(&tasks[index]).collect();
-            {
-                let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-                if let Some(restorer) = guard.as_ref() {
-                    restorer.wait(&keys)?;
-                }
-            }
-            shared.backend.resume_task(r.pid, &tasks[index])?;
-            resumed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(index);
+            let Some(index) = lock(tasks).resuming(r.pid)? else {
+                return Ok(ok());
+            };
+            let resumed = resume(shared, restorer, r.pid, &devices[index]);
+            lock(tasks).resumed(index, resumed.is_ok());
+            resumed?;
             Ok(ok())
+        }
+        (Mode::Restore { tasks, .. }, request::Kind::ResumeFailed(r)) => {
+            lock(tasks).resume_failed(r.pid);
+            Err(HelperError::Failed(format!(
+                "RESUME_DEVICES_LATE for pid {} failed in the plugin: {}",
+                r.pid, r.error
+            )))
         }
         (
             Mode::Dump {
-                tree,
+                tasks,
                 leave_running,
                 ..
             },
@@ -642,8 +627,9 @@ fn handle(
             if !*leave_running && r.ret == 0 {
                 return Ok(ok());
             }
-            // The tree lives on: every task gets its device back, even if one fails.
-            let pids = tree.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            // The tree lives on: every task the backend touched gets its device back,
+            // even if one fails.
+            let pids = lock(tasks).release();
             let mut first_error = None;
             for pid in pids {
                 if let Err(e) = shared.backend.after_dump(pid) {
@@ -660,4 +646,23 @@ fn handle(
             "unexpected request {other:?} in this phase"
         ))),
     }
+}
+
+/// Bring restored task `task` (host pid `pid`) back on its device once its buffers
+/// are written.
+fn resume(
+    shared: &Shared,
+    restorer: &RwLock<Option<Restorer>>,
+    pid: i32,
+    task: &TaskDevice,
+) -> Result<(), HelperError> {
+    let keys: Vec<BufferKey> = task_keys(task).collect();
+    {
+        let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(restorer) = guard.as_ref() {
+            restorer.wait(&keys)?;
+        }
+    }
+    shared.backend.resume_task(pid, task)?;
+    fault::check(FaultStep::Resume)
 }

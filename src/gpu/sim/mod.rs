@@ -420,12 +420,30 @@ impl Backend for SimBackend {
         Ok(())
     }
 
-    fn buffer_sink(&self, task: &TaskDevice, index: usize, file: File) -> Box<dyn BufferSink> {
-        let info = &task.buffers[index];
+    fn buffer_sink(
+        &self,
+        task: &TaskDevice,
+        index: usize,
+        file: File,
+    ) -> Result<Box<dyn BufferSink>, GpuError> {
+        let info = task.buffers.get(index).ok_or_else(|| GpuError::Task {
+            pid: task.host_pid,
+            detail: format!("no buffer {index} in the task's buffer table"),
+        })?;
+        let actual = file.metadata().map_err(GpuError::io(&info.path))?.len();
+        if actual != info.size {
+            return Err(GpuError::Malformed {
+                path: PathBuf::from(&info.path),
+                detail: format!(
+                    "the restored buffer is {actual} bytes, the image holds {}",
+                    info.size
+                ),
+            });
+        }
         let range = FileRange::new(file, 0, info.size)
             .starting_zeroed()
             .on_queue(info.gpu_id);
-        Box::new(EngineBuffer::new(range, self.engine(info.gpu_id)))
+        Ok(Box::new(EngineBuffer::new(range, self.engine(info.gpu_id))))
     }
 }
 

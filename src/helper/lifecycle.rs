@@ -1,0 +1,453 @@
+//! Each task's way through a dump and through a restore, as explicit state machines.
+//!
+//! The helper moves a task from stage to stage as the plugin's requests arrive; a
+//! request that does not fit the task's stage (twice, out of order, for a task never
+//! announced) is refused with the stage it found, instead of being half-applied. The
+//! stages are also what the helper asks at the end: which tasks hold a device to give
+//! back after a dump that leaves the tree running, and whether every restored task was
+//! brought back on its device before CRIU lets the tree run.
+//!
+//! Backend calls and copies are not made here: a transition that needs one hands out
+//! what the call needs (`Adopt`) and the caller records how it went.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::OwnedFd;
+
+use crate::gpu::Operation;
+
+/// A request that does not fit the stage its task is in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{event} for {task} while it is {stage}")]
+pub struct LifecycleError {
+    /// "pid 1234" (dump, host pid) or "task 2" (restore, pid in the image).
+    pub task: String,
+    pub stage: &'static str,
+    pub event: &'static str,
+}
+
+// ----- dump ---------------------------------------------------------------------------
+
+/// Where one task of a dump is.
+#[derive(Debug)]
+pub enum DumpStage {
+    /// PAUSE_DEVICES went through: the backend's step before the freeze is done.
+    Paused,
+    /// CHECKPOINT_DEVICES sent the task's state; buffer fds are still arriving.
+    Collecting {
+        format: String,
+        state: Vec<u8>,
+        count: usize,
+        fds: Vec<OwnedFd>,
+    },
+    /// Everything is in; the gpucr half is taking the task over.
+    Adopting,
+    /// The gpucr half holds the task; its buffers are moving into the image.
+    Adopted,
+    /// The task holds no device of this backend.
+    NoDevice,
+    /// Taking the task over failed.
+    Failed,
+    /// After the dump, the task got its device back (the tree lives on).
+    Released,
+}
+
+impl DumpStage {
+    pub fn name(&self) -> &'static str {
+        match self {
+            DumpStage::Paused => "paused",
+            DumpStage::Collecting { .. } => "collecting its buffers",
+            DumpStage::Adopting => "being taken over",
+            DumpStage::Adopted => "taken over",
+            DumpStage::NoDevice => "without a device",
+            DumpStage::Failed => "failed",
+            DumpStage::Released => "released",
+        }
+    }
+
+    /// Whether the backend may have changed the task (locked it, checkpointed it), so
+    /// that a tree living on needs it undone.
+    fn touched(&self) -> bool {
+        !matches!(self, DumpStage::NoDevice | DumpStage::Released)
+    }
+}
+
+/// What taking a task over needs: the plugin half's state and every buffer fd.
+#[derive(Debug)]
+pub struct Adopt {
+    pub format: String,
+    pub state: Vec<u8>,
+    pub fds: Vec<OwnedFd>,
+    /// The operations done for the task so far (its pause).
+    pub operations: Vec<Operation>,
+}
+
+#[derive(Debug)]
+struct DumpTask {
+    stage: DumpStage,
+    operations: Vec<Operation>,
+}
+
+/// The tasks of one dump, by host pid, in the order CRIU announced them.
+#[derive(Debug, Default)]
+pub struct DumpTasks {
+    tasks: BTreeMap<i32, DumpTask>,
+}
+
+impl DumpTasks {
+    fn unexpected(pid: i32, stage: &DumpStage, event: &'static str) -> LifecycleError {
+        LifecycleError {
+            task: format!("pid {pid}"),
+            stage: stage.name(),
+            event,
+        }
+    }
+
+    /// PAUSE_DEVICES done for `pid`, with the operation it took.
+    pub fn paused(&mut self, pid: i32, pause: Operation) -> Result<(), LifecycleError> {
+        if let Some(task) = self.tasks.get(&pid) {
+            return Err(Self::unexpected(pid, &task.stage, "PAUSE_DEVICES"));
+        }
+        self.tasks.insert(
+            pid,
+            DumpTask {
+                stage: DumpStage::Paused,
+                operations: vec![pause],
+            },
+        );
+        Ok(())
+    }
+
+    /// PAUSE_DEVICES failed for `pid`: the backend may have changed it halfway, so the
+    /// task is given back after the dump like any other it touched.
+    pub fn pause_failed(&mut self, pid: i32) {
+        self.tasks.entry(pid).or_insert(DumpTask {
+            stage: DumpStage::Failed,
+            operations: Vec::new(),
+        });
+    }
+
+    /// CHECKPOINT_DEVICES for `pid` (paused before, or not when the CRIU pauses no
+    /// device): its state and the first of `count` buffer fds. `Some` when the task is
+    /// ready to be taken over.
+    pub fn checkpoint(
+        &mut self,
+        pid: i32,
+        format: String,
+        state: Vec<u8>,
+        count: usize,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Option<Adopt>, LifecycleError> {
+        let task = self.tasks.entry(pid).or_insert(DumpTask {
+            stage: DumpStage::Paused,
+            operations: Vec::new(),
+        });
+        if !matches!(task.stage, DumpStage::Paused) {
+            return Err(Self::unexpected(pid, &task.stage, "CHECKPOINT_DEVICES"));
+        }
+        task.stage = DumpStage::Collecting {
+            format,
+            state,
+            count,
+            fds,
+        };
+        Ok(self.take_if_complete(pid))
+    }
+
+    /// More buffer fds for `pid`, starting at index `first`.
+    pub fn buffers(
+        &mut self,
+        pid: i32,
+        first: usize,
+        more: Vec<OwnedFd>,
+    ) -> Result<Option<Adopt>, LifecycleError> {
+        let Some(task) = self.tasks.get_mut(&pid) else {
+            return Err(LifecycleError {
+                task: format!("pid {pid}"),
+                stage: "unknown",
+                event: "DumpBuffers",
+            });
+        };
+        match &mut task.stage {
+            DumpStage::Collecting { count, fds, .. }
+                if first == fds.len() && first + more.len() <= *count =>
+            {
+                fds.extend(more);
+            }
+            stage => return Err(Self::unexpected(pid, stage, "DumpBuffers")),
+        }
+        Ok(self.take_if_complete(pid))
+    }
+
+    /// The task's state and fds when every announced fd is in; it is then `Adopting`.
+    fn take_if_complete(&mut self, pid: i32) -> Option<Adopt> {
+        let task = self.tasks.get_mut(&pid)?;
+        let complete =
+            matches!(&task.stage, DumpStage::Collecting { count, fds, .. } if fds.len() == *count);
+        if !complete {
+            return None;
+        }
+        let DumpStage::Collecting {
+            format, state, fds, ..
+        } = std::mem::replace(&mut task.stage, DumpStage::Adopting)
+        else {
+            unreachable!("checked above");
+        };
+        Some(Adopt {
+            format,
+            state,
+            fds,
+            operations: std::mem::take(&mut task.operations),
+        })
+    }
+
+    /// How taking `pid` over went: adopted (it holds a device), no device, or failed.
+    pub fn adopted(&mut self, pid: i32, outcome: DumpStage) {
+        if let Some(task) = self.tasks.get_mut(&pid) {
+            task.stage = outcome;
+        }
+    }
+
+    /// Every task the backend may have changed (for the step after a dump that leaves
+    /// the tree running), each then `Released`.
+    pub fn release(&mut self) -> Vec<i32> {
+        self.tasks
+            .iter_mut()
+            .filter(|(_, task)| task.stage.touched())
+            .map(|(pid, task)| {
+                task.stage = DumpStage::Released;
+                *pid
+            })
+            .collect()
+    }
+
+    /// Every task announced so far (the tree), by host pid.
+    pub fn pids(&self) -> Vec<i32> {
+        self.tasks.keys().copied().collect()
+    }
+
+    pub fn stage(&self, pid: i32) -> Option<&DumpStage> {
+        self.tasks.get(&pid).map(|t| &t.stage)
+    }
+}
+
+// ----- restore ------------------------------------------------------------------------
+
+/// Where one task of a restore is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreStage {
+    /// Its device file is not restored yet.
+    Waiting,
+    /// RESTORE_EXT_FILE: the restored task is recreating its device; `attached` of its
+    /// buffers are handed over for filling.
+    Recreating { attached: usize },
+    /// RESUME_DEVICES_LATE: its buffers are being finished and its device brought back.
+    Resuming,
+    /// Its device is back; it may run.
+    Resumed,
+    /// Bringing it back failed.
+    Failed,
+}
+
+impl RestoreStage {
+    pub fn name(self) -> &'static str {
+        match self {
+            RestoreStage::Waiting => "waiting for its device file",
+            RestoreStage::Recreating { .. } => "recreating its device",
+            RestoreStage::Resuming => "resuming",
+            RestoreStage::Resumed => "resumed",
+            RestoreStage::Failed => "failed",
+        }
+    }
+}
+
+/// The tasks of one restore, by their index in the manifest.
+#[derive(Debug)]
+pub struct RestoreTasks {
+    /// Each task's pid in the image, buffer count and stage.
+    tasks: Vec<(u32, usize, RestoreStage)>,
+    /// The host pid each restored task asked from (SO_PEERCRED), to its index.
+    peers: HashMap<i32, usize>,
+}
+
+impl RestoreTasks {
+    /// `tasks`: each task's pid in the image and its number of buffers.
+    pub fn new(tasks: impl IntoIterator<Item = (u32, usize)>) -> RestoreTasks {
+        RestoreTasks {
+            tasks: tasks
+                .into_iter()
+                .map(|(ns_pid, buffers)| (ns_pid, buffers, RestoreStage::Waiting))
+                .collect(),
+            peers: HashMap::new(),
+        }
+    }
+
+    fn unexpected(&self, index: usize, event: &'static str) -> LifecycleError {
+        LifecycleError {
+            task: format!("task {}", self.tasks[index].0),
+            stage: self.tasks[index].2.name(),
+            event,
+        }
+    }
+
+    /// RESTORE_EXT_FILE for task `index`, asked by host pid `peer`.
+    pub fn recreating(&mut self, index: usize, peer: i32) -> Result<(), LifecycleError> {
+        if self.tasks[index].2 != RestoreStage::Waiting {
+            return Err(self.unexpected(index, "RESTORE_EXT_FILE"));
+        }
+        self.tasks[index].2 = RestoreStage::Recreating { attached: 0 };
+        self.peers.insert(peer, index);
+        Ok(())
+    }
+
+    /// `count` more buffers of task `index`, from `first`, handed over for filling.
+    pub fn attach(
+        &mut self,
+        index: usize,
+        first: usize,
+        count: usize,
+    ) -> Result<(), LifecycleError> {
+        let buffers = self.tasks[index].1;
+        match &mut self.tasks[index].2 {
+            RestoreStage::Recreating { attached }
+                if *attached == first && first + count <= buffers =>
+            {
+                *attached += count;
+                Ok(())
+            }
+            _ => Err(self.unexpected(index, "BuffersReady")),
+        }
+    }
+
+    /// RESUME_DEVICES_LATE from host pid `pid`: the index of its task, now `Resuming`,
+    /// or None when the task carries no device of gpucr's.
+    pub fn resuming(&mut self, pid: i32) -> Result<Option<usize>, LifecycleError> {
+        let Some(&index) = self.peers.get(&pid) else {
+            return Ok(None);
+        };
+        let buffers = self.tasks[index].1;
+        match self.tasks[index].2 {
+            RestoreStage::Recreating { attached } if attached == buffers => {
+                self.tasks[index].2 = RestoreStage::Resuming;
+                Ok(Some(index))
+            }
+            _ => Err(self.unexpected(index, "RESUME_DEVICES_LATE")),
+        }
+    }
+
+    /// How bringing task `index` back went.
+    pub fn resumed(&mut self, index: usize, ok: bool) {
+        self.tasks[index].2 = if ok {
+            RestoreStage::Resumed
+        } else {
+            RestoreStage::Failed
+        };
+    }
+
+    /// RESUME_DEVICES_LATE failed in the plugin half for host pid `pid` after the
+    /// helper's part: the task must not run.
+    pub fn resume_failed(&mut self, pid: i32) {
+        if let Some(&index) = self.peers.get(&pid) {
+            self.tasks[index].2 = RestoreStage::Failed;
+        }
+    }
+
+    /// The first task (pid in the image, stage) not brought back on its device.
+    pub fn first_not_resumed(&self) -> Option<(u32, RestoreStage)> {
+        self.tasks
+            .iter()
+            .find(|(_, _, stage)| *stage != RestoreStage::Resumed)
+            .map(|(ns_pid, _, stage)| (*ns_pid, *stage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+
+    fn op(name: &str) -> Operation {
+        Operation {
+            name: name.into(),
+            start_ms: 0.0,
+            duration_ms: 1.0,
+            result: "ok".into(),
+        }
+    }
+
+    fn fds(n: usize) -> Vec<OwnedFd> {
+        (0..n)
+            .map(|_| File::open("/dev/null").unwrap().into())
+            .collect()
+    }
+
+    #[test]
+    fn a_dump_task_goes_from_pause_to_adoption_once_every_fd_is_in() {
+        let mut tasks = DumpTasks::default();
+        tasks.paused(10, op("pause")).unwrap();
+        let err = tasks.paused(10, op("pause")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "PAUSE_DEVICES for pid 10 while it is paused"
+        );
+        let none = tasks
+            .checkpoint(10, "f/1".into(), vec![1], 3, fds(2))
+            .unwrap();
+        assert!(none.is_none(), "one fd still to come");
+        let err = tasks.buffers(10, 1, fds(1)).unwrap_err();
+        assert_eq!(err.stage, "collecting its buffers", "out of order");
+        let adopt = tasks.buffers(10, 2, fds(1)).unwrap().unwrap();
+        assert_eq!((adopt.format.as_str(), adopt.fds.len()), ("f/1", 3));
+        assert_eq!(adopt.operations.len(), 1, "the pause travels with it");
+        assert_eq!(tasks.stage(10).unwrap().name(), "being taken over");
+        let err = tasks.checkpoint(10, "f/1".into(), vec![], 0, vec![]);
+        assert!(err.is_err(), "CHECKPOINT_DEVICES twice");
+        tasks.adopted(10, DumpStage::Adopted);
+        // A task without a device, never paused (its CRIU pauses nothing).
+        let adopt = tasks
+            .checkpoint(11, String::new(), vec![], 0, vec![])
+            .unwrap()
+            .unwrap();
+        assert!(adopt.state.is_empty());
+        tasks.adopted(11, DumpStage::NoDevice);
+        assert!(tasks.buffers(12, 0, fds(1)).is_err(), "never announced");
+        assert_eq!(tasks.pids(), [10, 11]);
+        assert_eq!(tasks.release(), [10], "only the task the backend touched");
+        assert!(tasks.release().is_empty(), "released once");
+    }
+
+    #[test]
+    fn too_many_fds_are_refused() {
+        let mut tasks = DumpTasks::default();
+        tasks
+            .checkpoint(1, "f/1".into(), vec![1], 2, fds(1))
+            .unwrap();
+        assert!(tasks.buffers(1, 1, fds(2)).is_err());
+    }
+
+    #[test]
+    fn a_restore_task_is_resumed_only_with_every_buffer_attached() {
+        let mut tasks = RestoreTasks::new([(1, 2), (2, 0)]);
+        assert_eq!(tasks.resuming(500).unwrap(), None, "not one of ours");
+        assert!(tasks.attach(0, 0, 1).is_err(), "before its file");
+        tasks.recreating(0, 500).unwrap();
+        assert!(tasks.recreating(0, 500).is_err(), "twice");
+        tasks.attach(0, 0, 1).unwrap();
+        let err = tasks.resuming(500).unwrap_err();
+        assert_eq!(err.task, "task 1");
+        assert_eq!(err.event, "RESUME_DEVICES_LATE");
+        tasks.attach(0, 1, 1).unwrap();
+        assert!(tasks.attach(0, 2, 1).is_err(), "more than it has");
+        assert_eq!(tasks.resuming(500).unwrap(), Some(0));
+        tasks.resumed(0, true);
+        assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
+        // The plugin half failed after the helper's part: the task must not run.
+        tasks.resume_failed(500);
+        assert_eq!(tasks.first_not_resumed(), Some((1, RestoreStage::Failed)));
+        tasks.resumed(0, true);
+        assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
+        tasks.recreating(1, 501).unwrap();
+        assert_eq!(tasks.resuming(501).unwrap(), Some(1));
+        tasks.resumed(1, false);
+        assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Failed)));
+    }
+}
