@@ -1,13 +1,18 @@
 //! What gpucr and its CRIU plugin share: the CRIU plugin ABI (`cr_plugin_desc_t`, hook
-//! and stage numbers) and the helper wire protocol (prost messages over a SOCK_SEQPACKET
-//! unix socket, file descriptors as SCM_RIGHTS).
+//! and stage numbers), the helper wire protocol (prost messages over a SOCK_SEQPACKET
+//! unix socket, file descriptors as SCM_RIGHTS), and the kernel interfaces of the amdgpu
+//! backend (KFD and amdgpu DRM structs and ioctl numbers, checked against the system
+//! headers by `tests/uapi_headers.rs`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod amdgpu_drm;
 pub mod fault;
+pub mod kfd;
 pub mod plugin_abi;
 pub mod sim;
+pub mod uapi;
 pub mod wire;
 
 /// The helper protocol messages (`proto/gpucr/helper.proto`).
