@@ -66,6 +66,7 @@ fn state_transitions_follow_the_driver() {
     d.lock(pid, None).unwrap();
     app.ask_later("verify");
     std::thread::sleep(Duration::from_millis(300));
+    assert!(!app.has_output(), "a locked process's calls wait");
     d.unlock(pid).unwrap();
     assert_eq!(app.line(), "ok");
 

@@ -145,3 +145,20 @@ impl App {
         self.stdin.flush().expect("flush");
     }
 }
+
+impl App {
+    /// Whether it has written a line not read yet (without waiting).
+    pub fn has_output(&mut self) -> bool {
+        use std::os::fd::AsRawFd;
+        if !self.stdout.buffer().is_empty() {
+            return true;
+        }
+        let mut fd = libc::pollfd {
+            fd: self.stdout.get_ref().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut fd, 1, 0) > 0 }
+    }
+}
