@@ -14,7 +14,8 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 [ "$(id -u)" = 0 ] || { log "error: run as root (apt-get, CRIU install, checkpointing need it)"; exit 1; }
 
 # Every package named: installs run with --no-install-recommends. procps: pgrep (tests).
-packages=(build-essential pkg-config ca-certificates util-linux procps nftables)
+# linux-libc-dev and libdrm-dev: the kernel and libdrm headers the uAPI check compiles against.
+packages=(build-essential pkg-config ca-certificates util-linux procps nftables linux-libc-dev libdrm-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
