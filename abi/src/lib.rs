@@ -8,6 +8,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod amdgpu_drm;
+pub mod cuda;
 pub mod fault;
 pub mod kfd;
 pub mod plugin_abi;

@@ -14,6 +14,7 @@
 //! the helper that fills them in, because the image's manifest, restore and inspect
 //! read them where no helper runs.
 
+pub mod cuda;
 pub mod manifest;
 pub mod sim;
 
@@ -259,7 +260,10 @@ pub fn check_confined(spec: &DeviceSpec) -> Result<(), OutsideRoot> {
         }
     }
     let dev = std::path::Path::new(DEVICE_DIR);
-    if !is_beneath(std::path::Path::new(&spec.device_path), dev) {
+    // An empty device path: the task has no device node to reopen (its driver keeps
+    // the device state, as CUDA's does).
+    let no_device = spec.device_path.is_empty() && spec.device_flags == 0;
+    if !no_device && !is_beneath(std::path::Path::new(&spec.device_path), dev) {
         return Err(outside("device_path".into(), &spec.device_path, dev));
     }
     Ok(())
@@ -295,6 +299,12 @@ pub trait Backend: Send + Sync {
     /// moving memory out of the device, ...), after the plugin half's.
     fn pre_freeze(&self, _pid: i32) -> Result<(), GpuError> {
         Ok(())
+    }
+
+    /// The thread of `pid` the plugin must let run while a driver call is made on the
+    /// frozen task (a CUDA process's restore thread); None when the backend needs none.
+    fn restore_thread(&self, _pid: i32) -> Result<Option<i32>, GpuError> {
+        Ok(None)
     }
 
     /// After the dump, when the tree lives on (`--leave-running`, or the dump failed):
@@ -364,17 +374,26 @@ pub fn used_topology(
     Ok(local.retain_gpus(|id| tasks.iter().flat_map(|t| &t.gpus).any(|g| g.matches(id))))
 }
 
-/// The backend whose devices the tree rooted at `pid` holds, if any. Today that is the
-/// simulator when `GPUCR_SIM_ROOT` is set.
+/// The backend whose devices the tree rooted at `pid` holds, if any: the simulator when
+/// `GPUCR_SIM_ROOT` is set; else cuda when a task of the tree has an NVIDIA device open
+/// or `GPUCR_CUDA_LIBRARY` names a driver (the driver is loaded and initialised only
+/// then, so a CPU-only tree pays nothing).
 pub fn detect(pid: i32) -> Result<Option<std::sync::Arc<dyn Backend>>, GpuError> {
-    let Some(sim) = sim::SimBackend::from_env()? else {
-        return Ok(None);
-    };
     let tree = tree_pids(pid);
+    if let Some(sim) = sim::SimBackend::from_env()? {
+        return Ok(tree
+            .iter()
+            .any(|&p| sim.holds_device(p))
+            .then(|| std::sync::Arc::new(sim) as std::sync::Arc<dyn Backend>));
+    }
+    if !cuda::CudaBackend::wanted(&tree) {
+        return Ok(None);
+    }
+    let cuda = cuda::CudaBackend::load()?;
     Ok(tree
         .iter()
-        .any(|&p| sim.holds_device(p))
-        .then(|| std::sync::Arc::new(sim) as std::sync::Arc<dyn Backend>))
+        .any(|&p| cuda.holds_device(p))
+        .then(|| std::sync::Arc::new(cuda) as std::sync::Arc<dyn Backend>))
 }
 
 /// The backend named in a manifest, configured from the environment.
@@ -388,6 +407,7 @@ pub fn backend_named(name: &str) -> Result<std::sync::Arc<dyn Backend>, GpuError
                 detail: "the image holds simulated GPU state: set GPUCR_SIM_ROOT to the sim root to restore into".into(),
             }),
         },
+        cuda::NAME => Ok(std::sync::Arc::new(cuda::CudaBackend::load()?)),
         other => Err(GpuError::Config {
             variable: "backend",
             value: other.to_owned(),

@@ -265,18 +265,32 @@ impl RestoreStage {
 pub struct RestoreTasks {
     /// Each task's pid in the image, buffer count and stage.
     tasks: Vec<(u32, usize, RestoreStage)>,
+    /// The tasks without device files (whose driver keeps the device state, as CUDA's):
+    /// no RESTORE_EXT_FILE comes for them, RESUME_DEVICES_LATE finds them by their pid
+    /// in the image.
+    fileless: Vec<bool>,
     /// The host pid each restored task asked from (SO_PEERCRED), to its index.
     peers: HashMap<i32, usize>,
 }
 
 impl RestoreTasks {
-    /// `tasks`: each task's pid in the image and its number of buffers.
-    pub fn new(tasks: impl IntoIterator<Item = (u32, usize)>) -> RestoreTasks {
+    /// `tasks`: each task's pid in the image, its number of buffers, and whether it
+    /// has no device files.
+    pub fn new(tasks: impl IntoIterator<Item = (u32, usize, bool)>) -> RestoreTasks {
+        let (tasks, fileless) = tasks
+            .into_iter()
+            .map(|(ns_pid, buffers, fileless)| {
+                let stage = if fileless {
+                    RestoreStage::Recreating { attached: 0 }
+                } else {
+                    RestoreStage::Waiting
+                };
+                ((ns_pid, buffers, stage), fileless)
+            })
+            .unzip();
         RestoreTasks {
-            tasks: tasks
-                .into_iter()
-                .map(|(ns_pid, buffers)| (ns_pid, buffers, RestoreStage::Waiting))
-                .collect(),
+            tasks,
+            fileless,
             peers: HashMap::new(),
         }
     }
@@ -318,12 +332,23 @@ impl RestoreTasks {
         }
     }
 
-    /// RESUME_DEVICES_LATE from host pid `pid`: the index of its task, now `Resuming`,
-    /// or None when the task carries no device of gpucr's.
-    pub fn resuming(&mut self, pid: i32) -> Result<Option<usize>, LifecycleError> {
-        let Some(&index) = self.peers.get(&pid) else {
+    /// RESUME_DEVICES_LATE from host pid `pid` (`ns_pid` in its own PID namespace):
+    /// the index of its task, now `Resuming`, or None when the task carries no device
+    /// of gpucr's.
+    pub fn resuming(
+        &mut self,
+        pid: i32,
+        ns_pid: Option<u32>,
+    ) -> Result<Option<usize>, LifecycleError> {
+        let fileless = || {
+            let ns_pid = ns_pid?;
+            let index = self.tasks.iter().position(|t| t.0 == ns_pid)?;
+            self.fileless[index].then_some(index)
+        };
+        let Some(index) = self.peers.get(&pid).copied().or_else(fileless) else {
             return Ok(None);
         };
+        self.peers.insert(pid, index);
         let buffers = self.tasks[index].1;
         match self.tasks[index].2 {
             RestoreStage::Recreating { attached } if attached == buffers => {
@@ -425,19 +450,38 @@ mod tests {
     }
 
     #[test]
+    fn a_task_without_device_files_is_found_by_its_pid_in_the_image() {
+        let mut tasks = RestoreTasks::new([(1, 0, true), (2, 0, false)]);
+        assert_eq!(
+            tasks.resuming(900, Some(7)).unwrap(),
+            None,
+            "not in the image"
+        );
+        assert_eq!(
+            tasks.resuming(901, Some(2)).unwrap(),
+            None,
+            "has files: by peer"
+        );
+        assert_eq!(tasks.resuming(900, Some(1)).unwrap(), Some(0));
+        assert!(tasks.resuming(900, Some(1)).is_err(), "twice");
+        tasks.resumed(0, true);
+        assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
+    }
+
+    #[test]
     fn a_restore_task_is_resumed_only_with_every_buffer_attached() {
-        let mut tasks = RestoreTasks::new([(1, 2), (2, 0)]);
-        assert_eq!(tasks.resuming(500).unwrap(), None, "not one of ours");
+        let mut tasks = RestoreTasks::new([(1, 2, false), (2, 0, false)]);
+        assert_eq!(tasks.resuming(500, None).unwrap(), None, "not one of ours");
         assert!(tasks.attach(0, 0, 1).is_err(), "before its file");
         tasks.recreating(0, 500).unwrap();
         assert!(tasks.recreating(0, 500).is_err(), "twice");
         tasks.attach(0, 0, 1).unwrap();
-        let err = tasks.resuming(500).unwrap_err();
+        let err = tasks.resuming(500, None).unwrap_err();
         assert_eq!(err.task, "task 1");
         assert_eq!(err.event, "RESUME_DEVICES_LATE");
         tasks.attach(0, 1, 1).unwrap();
         assert!(tasks.attach(0, 2, 1).is_err(), "more than it has");
-        assert_eq!(tasks.resuming(500).unwrap(), Some(0));
+        assert_eq!(tasks.resuming(500, None).unwrap(), Some(0));
         tasks.resumed(0, true);
         assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
         // The plugin half failed after the helper's part: the task must not run.
@@ -446,7 +490,7 @@ mod tests {
         tasks.resumed(0, true);
         assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
         tasks.recreating(1, 501).unwrap();
-        assert_eq!(tasks.resuming(501).unwrap(), Some(1));
+        assert_eq!(tasks.resuming(501, None).unwrap(), Some(1));
         tasks.resumed(1, false);
         assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Failed)));
     }

@@ -196,7 +196,11 @@ impl Helper {
         timeline: Arc<Mutex<Timeline>>,
         device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
-        let tasks = RestoreTasks::new(devices.iter().map(|t| (t.ns_pid, t.buffers.len())));
+        let tasks = RestoreTasks::new(
+            devices
+                .iter()
+                .map(|t| (t.ns_pid, t.buffers.len(), t.device_files.is_empty())),
+        );
         let mode = Mode::Restore {
             restorer: RwLock::new(Some(restorer)),
             devices,
@@ -601,7 +605,8 @@ fn handle(
             },
             request::Kind::ResumeDevices(r),
         ) => {
-            let Some(index) = lock(tasks).resuming(r.pid)? else {
+            let ns_pid = crate::gpu::ns_pid(r.pid).ok();
+            let Some(index) = lock(tasks).resuming(r.pid, ns_pid)? else {
                 return Ok(ok());
             };
             let resumed = resume(shared, restorer, r.pid, &devices[index]);
@@ -640,6 +645,14 @@ fn handle(
                 Some(e) => Err(e.into()),
                 None => Ok(ok()),
             }
+        }
+        (_, request::Kind::RestoreThread(r)) => {
+            let tid = shared.backend.restore_thread(r.pid)?;
+            Ok(Reply {
+                ok: true,
+                run_thread: tid.unwrap_or(0),
+                ..Default::default()
+            })
         }
         (_, request::Kind::Log(_)) => Ok(ok()),
         (_, other) => Ok(refuse(&format!(

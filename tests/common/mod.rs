@@ -355,6 +355,34 @@ impl SimTree {
         Self::start_hiding(state, sim_root, extra, None)
     }
 
+    /// Another GPU workload with the sim workload's journal and verify protocol (the
+    /// cuda workload): `bin` with `env`, its processes named `roles`.
+    pub fn start_program(
+        bin: &Path,
+        state: &Path,
+        root: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        roles: Vec<&'static str>,
+    ) -> SimTree {
+        let (unshare, pid) = start_in_namespaces(bin, state, extra, env, None);
+        let tree = SimTree {
+            state: state.to_path_buf(),
+            sim_root: root.to_path_buf(),
+            unshare,
+            pid,
+            roles,
+        };
+        wait_for(Duration::from_secs(120), "the workload to be ready", || {
+            tree.roles
+                .iter()
+                .all(|r| state.join(format!("ready-{r}")).exists())
+                .then_some(())
+        });
+        tree.wait_ticks(2);
+        tree
+    }
+
     /// [`SimTree::start`] in a mount namespace of the tree's own, with `hide` hidden
     /// under a tmpfs there.
     pub fn start_hiding(

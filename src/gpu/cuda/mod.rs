@@ -1,0 +1,434 @@
+//! The cuda backend's gpucr half: NVIDIA GPUs through the CUDA driver's checkpoint API
+//! (`gpucr-cuda-driver`), driven from gpucr's helper, with the driver loaded once per
+//! gpucr run, before anything is frozen.
+//!
+//! The driver keeps a process's device memory: at the checkpoint it moves it into the
+//! process's own memory (host staging), which CRIU then dumps with the rest, and brings
+//! it back on restore, onto the GPUs a list of UUID pairs names. Every call on a frozen
+//! process needs its restore thread to run, which the plugin half lets it do (ptrace)
+//! for the length of the call, asking this half which thread that is
+//! ([`Backend::restore_thread`]).
+//!
+//! Per task: before the freeze the process is locked (unless it already was, or was
+//! already checkpointed: what it was is remembered and respected); once frozen it is
+//! checkpointed; after a dump the tree lives on from (`--leave-running`, a failure) it
+//! is restored and unlocked back to what it was; on restore it is restored onto the
+//! mapped GPUs and unlocked. Every driver call is timed in the task's operation log.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use gpucr_abi::proto::DeviceSpec;
+use gpucr_cuda_driver::{Driver, ProcessState, Uuid};
+use serde::{Deserialize, Serialize};
+
+use super::{ns_pid, Backend, Checkpointed, GpuError, GpuRef, TaskDevice};
+use crate::transfer::BufferSink;
+
+/// The backend's name, in manifests.
+pub const NAME: &str = "cuda";
+/// The encoding of the cuda backend's task state ([`CudaState`] as JSON).
+pub const STATE_FORMAT: &str = "cuda/1";
+/// What the plugin half sends at CHECKPOINT_DEVICES ([`gpucr_abi::cuda::Collected`]).
+pub use gpucr_abi::cuda::COLLECTED_FORMAT;
+
+/// How long a lock may wait for the process's CUDA work in flight.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The state of one checkpointed CUDA process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaState {
+    /// The process's state before gpucr touched it: "running", "locked" or
+    /// "checkpointed" (a restore brings it back to that, as CRIU's cuda plugin does).
+    pub initial: String,
+    /// `cuDriverGetVersion` of the dumping driver.
+    pub driver_version: i32,
+    /// The GPUs of the dumping machine, as UUIDs: a restore names every one of them in
+    /// its UUID pairs, as the driver requires.
+    pub gpus: Vec<String>,
+    /// GPU moves chosen by the topology check at restore (old UUID, new UUID).
+    #[serde(default)]
+    pub remap: Vec<(String, String)>,
+}
+
+impl CudaState {
+    fn decode(task: &TaskDevice) -> Result<CudaState, GpuError> {
+        let malformed = |detail: String| GpuError::Malformed {
+            path: PathBuf::from(super::state_name(task)),
+            detail,
+        };
+        if task.state_format != STATE_FORMAT {
+            return Err(malformed(format!(
+                "state format {:?}, this gpucr's cuda backend reads {STATE_FORMAT:?}",
+                task.state_format
+            )));
+        }
+        serde_json::from_slice(&task.state).map_err(|e| malformed(e.to_string()))
+    }
+
+    /// The UUID pairs of a restore: every dumped GPU, onto itself unless remapped.
+    fn pairs(&self) -> Result<Vec<(Uuid, Uuid)>, GpuError> {
+        let parse = |text: &str| {
+            text.parse::<Uuid>().map_err(|e| GpuError::Malformed {
+                path: PathBuf::from("cuda task state"),
+                detail: e.to_string(),
+            })
+        };
+        self.gpus
+            .iter()
+            .map(|old| {
+                let new = self
+                    .remap
+                    .iter()
+                    .find(|(from, _)| from == old)
+                    .map_or(old.as_str(), |(_, to)| to.as_str());
+                Ok((parse(old)?, parse(new)?))
+            })
+            .collect()
+    }
+}
+
+fn state_name(state: ProcessState) -> &'static str {
+    match state {
+        ProcessState::Running => "running",
+        ProcessState::Locked => "locked",
+        ProcessState::Checkpointed => "checkpointed",
+        ProcessState::Failed => "failed",
+        ProcessState::Checkpointing => "checkpointing",
+        ProcessState::Restoring => "restoring",
+    }
+}
+
+/// Whether `pid` has a `/dev/nvidia*` node open.
+fn uses_nvidia_device(pid: i32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("/dev/nvidia"))
+    })
+}
+
+/// What gpucr did to one process of a dump, to undo it when the tree lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Touched {
+    initial: ProcessState,
+    checkpointed: bool,
+}
+
+/// The cuda backend.
+#[derive(Debug)]
+pub struct CudaBackend {
+    driver: Driver,
+    lock_timeout: Duration,
+    /// The dump's CUDA processes, by host pid.
+    touched: Mutex<HashMap<i32, Touched>>,
+}
+
+fn driver_error(pid: i32) -> impl FnOnce(gpucr_cuda_driver::Error) -> GpuError {
+    move |e| GpuError::Task {
+        pid,
+        detail: e.to_string(),
+    }
+}
+
+impl CudaBackend {
+    /// Load the driver (`libcuda.so.1`, or `GPUCR_CUDA_LIBRARY`) and initialise it.
+    pub fn load() -> Result<CudaBackend, GpuError> {
+        let driver = Driver::load().map_err(|e| GpuError::Config {
+            variable: gpucr_cuda_driver::ENV_LIBRARY,
+            value: std::env::var(gpucr_cuda_driver::ENV_LIBRARY).unwrap_or_default(),
+            detail: e.to_string(),
+        })?;
+        Ok(CudaBackend {
+            driver,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            touched: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether the driver should be loaded for a dump of `tree`: a driver is named in
+    /// `GPUCR_CUDA_LIBRARY`, or a task has an NVIDIA device node open (cheap: no
+    /// `cuInit`).
+    pub fn wanted(tree: &[i32]) -> bool {
+        std::env::var_os(gpucr_cuda_driver::ENV_LIBRARY).is_some()
+            || tree.iter().any(|&pid| uses_nvidia_device(pid))
+    }
+
+    /// The GPUs of this machine, as UUIDs.
+    fn gpu_uuids(&self, pid: i32) -> Result<Vec<String>, GpuError> {
+        let count = self.driver.device_count().map_err(driver_error(pid))?;
+        (0..count)
+            .map(|i| {
+                let device = self.driver.device_get(i).map_err(driver_error(pid))?;
+                let uuid = self.driver.device_uuid(device).map_err(driver_error(pid))?;
+                Ok(uuid.to_string())
+            })
+            .collect()
+    }
+
+    fn touched(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Touched>> {
+        self.touched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn holds_device(&self, pid: i32) -> bool {
+        matches!(self.driver.restore_thread_id(pid), Ok(Some(_)))
+    }
+
+    fn restore_thread(&self, pid: i32) -> Result<Option<i32>, GpuError> {
+        self.driver
+            .restore_thread_id(pid)
+            .map_err(driver_error(pid))
+    }
+
+    fn pre_freeze(&self, pid: i32) -> Result<(), GpuError> {
+        if self.restore_thread(pid)?.is_none() {
+            return Ok(());
+        }
+        let initial = self.driver.process_state(pid).map_err(driver_error(pid))?;
+        match initial {
+            ProcessState::Running => {
+                // Remembered first: a lock that fails halfway is undone after the dump.
+                self.touched().insert(
+                    pid,
+                    Touched {
+                        initial,
+                        checkpointed: false,
+                    },
+                );
+                self.driver
+                    .lock(pid, Some(self.lock_timeout))
+                    .map_err(driver_error(pid))
+            }
+            ProcessState::Locked | ProcessState::Checkpointed => {
+                self.touched().insert(
+                    pid,
+                    Touched {
+                        initial,
+                        checkpointed: initial == ProcessState::Checkpointed,
+                    },
+                );
+                Ok(())
+            }
+            other => Err(GpuError::Task {
+                pid,
+                detail: format!(
+                    "the CUDA process is {}: it cannot be checkpointed",
+                    state_name(other)
+                ),
+            }),
+        }
+    }
+
+    fn adopt_task(
+        &self,
+        pid: i32,
+        format: &str,
+        state: &[u8],
+        buffers: Vec<OwnedFd>,
+    ) -> Result<Option<Checkpointed>, GpuError> {
+        if state.is_empty() {
+            return Ok(None);
+        }
+        if format != COLLECTED_FORMAT || !buffers.is_empty() {
+            return Err(GpuError::Task {
+                pid,
+                detail: format!(
+                    "the plugin half sent {format:?} with {} fds, not {COLLECTED_FORMAT:?} \
+                     without fds",
+                    buffers.len()
+                ),
+            });
+        }
+        let Some(touched) = self.touched().get(&pid).copied() else {
+            return Err(GpuError::Task {
+                pid,
+                detail: "a CUDA process that was not locked before the freeze".into(),
+            });
+        };
+        if !touched.checkpointed {
+            // Marked first: a checkpoint that fails halfway is restored after the dump.
+            self.touched().insert(
+                pid,
+                Touched {
+                    checkpointed: true,
+                    ..touched
+                },
+            );
+            self.driver.checkpoint(pid).map_err(driver_error(pid))?;
+        }
+        let gpus = self.gpu_uuids(pid)?;
+        let cuda_state = CudaState {
+            initial: state_name(touched.initial).into(),
+            driver_version: self.driver.version(),
+            gpus: gpus.clone(),
+            remap: Vec::new(),
+        };
+        let device = TaskDevice {
+            ns_pid: ns_pid(pid)?,
+            host_pid: pid,
+            gpus: gpus.into_iter().map(GpuRef::Nvidia).collect(),
+            device_files: Vec::new(),
+            state_format: STATE_FORMAT.into(),
+            state: serde_json::to_vec(&cuda_state).expect("the cuda state serialises"),
+            buffers: Vec::new(),
+            operations: Vec::new(),
+        };
+        Ok(Some(Checkpointed {
+            device,
+            sources: Vec::new(),
+        }))
+    }
+
+    fn after_dump(&self, pid: i32) -> Result<(), GpuError> {
+        let Some(touched) = self.touched().remove(&pid) else {
+            return Ok(());
+        };
+        let current = self.driver.process_state(pid).map_err(driver_error(pid))?;
+        if current == ProcessState::Checkpointed && touched.initial != ProcessState::Checkpointed {
+            self.driver.restore(pid, &[]).map_err(driver_error(pid))?;
+        }
+        if touched.initial == ProcessState::Running {
+            self.driver.unlock(pid).map_err(driver_error(pid))?;
+        }
+        Ok(())
+    }
+
+    fn resume_task(&self, pid: i32, task: &TaskDevice) -> Result<(), GpuError> {
+        let state = CudaState::decode(task)?;
+        if state.initial == "checkpointed" {
+            return Ok(());
+        }
+        let pairs = state.pairs()?;
+        self.driver
+            .restore(pid, &pairs)
+            .map_err(driver_error(pid))?;
+        if state.initial == "running" {
+            self.driver.unlock(pid).map_err(driver_error(pid))?;
+        }
+        Ok(())
+    }
+
+    fn file_owner(&self, _fd: BorrowedFd<'_>, _tasks: &[i32]) -> Result<Option<i32>, GpuError> {
+        // A checkpointed CUDA process holds no device file the driver needs back.
+        Ok(None)
+    }
+
+    fn restore_spec(&self, task: &TaskDevice) -> Result<DeviceSpec, GpuError> {
+        CudaState::decode(task)?;
+        Ok(DeviceSpec::default())
+    }
+
+    fn buffer_sink(
+        &self,
+        task: &TaskDevice,
+        index: usize,
+        _file: File,
+    ) -> Result<Box<dyn BufferSink>, GpuError> {
+        Err(GpuError::Task {
+            pid: task.host_pid,
+            detail: format!("buffer {index}: the cuda backend's driver restores the memory"),
+        })
+    }
+
+    fn sysfs_root(&self) -> Option<PathBuf> {
+        None
+    }
+
+    fn state_root(&self) -> Option<PathBuf> {
+        None
+    }
+
+    fn remap_gpus(&self, task: &mut TaskDevice, map: &[(GpuRef, GpuRef)]) -> Result<(), GpuError> {
+        let mut state = CudaState::decode(task)?;
+        state.remap = map
+            .iter()
+            .filter_map(|pair| match pair {
+                (GpuRef::Nvidia(from), GpuRef::Nvidia(to)) => Some((from.clone(), to.clone())),
+                _ => None,
+            })
+            .collect();
+        for gpu in &mut task.gpus {
+            if let GpuRef::Nvidia(uuid) = gpu {
+                if let Some((_, to)) = state.remap.iter().find(|(from, _)| from == uuid) {
+                    *uuid = to.clone();
+                }
+            }
+        }
+        task.state = serde_json::to_vec(&state).expect("the cuda state serialises");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(state: &CudaState) -> TaskDevice {
+        TaskDevice {
+            ns_pid: 1,
+            host_pid: 10,
+            gpus: state.gpus.iter().cloned().map(GpuRef::Nvidia).collect(),
+            device_files: Vec::new(),
+            state_format: STATE_FORMAT.into(),
+            state: serde_json::to_vec(state).unwrap(),
+            buffers: Vec::new(),
+            operations: Vec::new(),
+        }
+    }
+
+    const A: &str = "GPU-00000000-0000-0000-0000-00000000000a";
+    const B: &str = "GPU-00000000-0000-0000-0000-00000000000b";
+    const C: &str = "GPU-00000000-0000-0000-0000-00000000000c";
+
+    #[test]
+    fn restore_pairs_name_every_dumped_gpu() {
+        let mut state = CudaState {
+            initial: "running".into(),
+            driver_version: 13000,
+            gpus: vec![A.into(), B.into()],
+            remap: Vec::new(),
+        };
+        let pairs = state.pairs().unwrap();
+        assert_eq!(pairs.len(), 2);
+        assert!(pairs.iter().all(|(old, new)| old == new));
+        state.remap = vec![(A.into(), C.into())];
+        let pairs = state.pairs().unwrap();
+        assert_eq!(pairs[0], (A.parse().unwrap(), C.parse().unwrap()));
+        assert_eq!(pairs[1], (B.parse().unwrap(), B.parse().unwrap()));
+    }
+
+    #[test]
+    fn a_state_of_another_format_or_garbage_is_refused() {
+        let state = CudaState {
+            initial: "running".into(),
+            driver_version: 13000,
+            gpus: vec![A.into()],
+            remap: Vec::new(),
+        };
+        let mut t = task(&state);
+        assert_eq!(CudaState::decode(&t).unwrap(), state);
+        t.state_format = "cuda/9".into();
+        let err = CudaState::decode(&t).unwrap_err().to_string();
+        assert!(err.contains("cuda/9"), "{err}");
+        t.state_format = STATE_FORMAT.into();
+        t.state = b"{".to_vec();
+        assert!(CudaState::decode(&t).is_err());
+        let bad = CudaState {
+            gpus: vec!["not-a-uuid".into()],
+            ..state
+        };
+        assert!(bad.pairs().is_err());
+    }
+}

@@ -1,0 +1,191 @@
+//! The cuda backend end to end with real CRIU and the fake CUDA driver
+//! (`gpucr-fake-cuda`, loaded through `GPUCR_CUDA_LIBRARY` by the workload and by
+//! gpucr alike): a tree of CUDA processes is locked before the freeze, checkpointed by
+//! the driver through each process's restore thread (which gpucr's plugin lets run),
+//! dumped, killed, its device memory wiped, restored, and every byte verified.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// A temporary fake-driver directory and the environment that points at it.
+struct FakeCuda {
+    dir: tempfile::TempDir,
+    library: PathBuf,
+}
+
+impl FakeCuda {
+    fn new() -> FakeCuda {
+        let library = gpucr_bin().parent().unwrap().join("libgpucr_fake_cuda.so");
+        assert!(
+            library.exists(),
+            "{} is missing: run `cargo build --workspace --lib`",
+            library.display()
+        );
+        FakeCuda {
+            dir: tempfile::tempdir().unwrap(),
+            library,
+        }
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        vec![
+            ("GPUCR_CUDA_LIBRARY", self.library.to_str().unwrap()),
+            ("GPUCR_FAKE_CUDA_DIR", self.dir.path().to_str().unwrap()),
+            ("GPUCR_FAKE_CUDA_GPUS", "2"),
+        ]
+    }
+
+    /// Delete every process's device memory, as a dead process's is on a real GPU.
+    fn wipe_device_memory(&self) -> usize {
+        let mut wiped = 0;
+        for ctx in fs::read_dir(self.dir.path()).unwrap().flatten() {
+            let Ok(files) = fs::read_dir(ctx.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                if file.file_name().to_string_lossy().starts_with("mem-") {
+                    fs::remove_file(file.path()).unwrap();
+                    wiped += 1;
+                }
+            }
+        }
+        wiped
+    }
+}
+
+fn device_memory_files(fake: &FakeCuda) -> usize {
+    fs::read_dir(fake.dir.path())
+        .unwrap()
+        .flatten()
+        .filter_map(|ctx| fs::read_dir(ctx.path()).ok())
+        .flat_map(|files| files.flatten())
+        .filter(|f| f.file_name().to_string_lossy().starts_with("mem-"))
+        .count()
+}
+
+fn start(fake: &FakeCuda, state: &Path, procs: usize) -> SimTree {
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
+    let roles = ["parent", "child", "child2", "child3"][..procs].to_vec();
+    let procs = procs.to_string();
+    SimTree::start_program(
+        &bin,
+        state,
+        fake.dir.path(),
+        &["--procs", &procs, "--mib", "24"],
+        &fake.env(),
+        roles,
+    )
+}
+
+/// Three CUDA processes: dumped (the driver checkpoints each through its restore
+/// thread), killed, their device memory wiped, restored (restore onto the same GPUs by
+/// UUID, then unlock); every byte verifies and the kernels go on.
+#[test]
+fn cuda_tree_survives_dump_wipe_and_restore() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 3);
+    assert!(tree.verify(1));
+    assert!(
+        device_memory_files(&fake) > 0,
+        "the processes hold device memory"
+    );
+    let image = tmp.path().join("image");
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &fake.env(),
+    );
+    assert_success(&out);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    assert_eq!(manifest["gpu"]["backend"], "cuda");
+    let tasks = manifest["gpu"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 3);
+    for task in tasks {
+        assert_eq!(task["gpus"].as_array().unwrap().len(), 2, "{task}");
+        let ops: Vec<&str> = task["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(ops, ["pause", "checkpoint", "copy"], "{task}");
+    }
+    kill_and_wait(tree.pid);
+    let steps_at_dump = tree.steps();
+    assert_eq!(
+        fake.wipe_device_memory(),
+        0,
+        "the driver moved the device memory into the processes, and CRIU dumped it"
+    );
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(2), "every byte is back on the device");
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps_at_dump, "the kernels go on");
+}
+
+/// --leave-running: after the dump the driver restores and unlocks each process, so
+/// the job runs on with every byte.
+#[test]
+fn cuda_leave_running_keeps_the_job_going() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 2);
+    let steps_before = tree.steps();
+    let image = tmp.path().join("image");
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--leave-running",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+        &fake.env(),
+    );
+    assert_success(&out);
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(tree.verify(1), "the memory is back on the device");
+    assert!(
+        tree.steps() > steps_before,
+        "and the processes were unlocked"
+    );
+}
+
+/// A driver that fails the checkpoint: the dump fails, and the processes that were
+/// locked get unlocked, so the tree runs on with every byte.
+#[test]
+fn cuda_checkpoint_failure_leaves_the_tree_running() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 2);
+    let steps_before = tree.steps();
+    let image = tmp.path().join("image");
+    let mut env = fake.env();
+    env.push(("GPUCR_FAKE_CUDA_FAIL", "cuCheckpointProcessCheckpoint"));
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &env,
+    );
+    assert!(!out.status.success());
+    let log = fs::read_to_string(image.join("dump.log")).unwrap_or_default();
+    assert!(
+        format!("{}{log}", stderr(&out)).contains("cuCheckpointProcessCheckpoint"),
+        "{}\n{log}",
+        stderr(&out)
+    );
+    assert!(image.join("gpucr-incomplete.json").exists());
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(tree.verify(1));
+    assert!(tree.steps() > steps_before, "unlocked again");
+}
