@@ -39,32 +39,26 @@ impl FakeCuda {
         ]
     }
 
+    /// Every process's device-memory files (`CTX/mem-<uuid>`).
+    fn device_memory_files(&self) -> Vec<PathBuf> {
+        fs::read_dir(self.dir.path())
+            .unwrap()
+            .flatten()
+            .filter_map(|ctx| fs::read_dir(ctx.path()).ok())
+            .flat_map(|files| files.flatten())
+            .filter(|f| f.file_name().to_string_lossy().starts_with("mem-"))
+            .map(|f| f.path())
+            .collect()
+    }
+
     /// Delete every process's device memory, as a dead process's is on a real GPU.
     fn wipe_device_memory(&self) -> usize {
-        let mut wiped = 0;
-        for ctx in fs::read_dir(self.dir.path()).unwrap().flatten() {
-            let Ok(files) = fs::read_dir(ctx.path()) else {
-                continue;
-            };
-            for file in files.flatten() {
-                if file.file_name().to_string_lossy().starts_with("mem-") {
-                    fs::remove_file(file.path()).unwrap();
-                    wiped += 1;
-                }
-            }
+        let files = self.device_memory_files();
+        for file in &files {
+            fs::remove_file(file).unwrap();
         }
-        wiped
+        files.len()
     }
-}
-
-fn device_memory_files(fake: &FakeCuda) -> usize {
-    fs::read_dir(fake.dir.path())
-        .unwrap()
-        .flatten()
-        .filter_map(|ctx| fs::read_dir(ctx.path()).ok())
-        .flat_map(|files| files.flatten())
-        .filter(|f| f.file_name().to_string_lossy().starts_with("mem-"))
-        .count()
 }
 
 fn start(fake: &FakeCuda, state: &Path, procs: usize) -> SimTree {
@@ -92,7 +86,7 @@ fn cuda_tree_survives_dump_wipe_and_restore() {
     let tree = start(&fake, &tmp.path().join("state"), 3);
     assert!(tree.verify(1));
     assert!(
-        device_memory_files(&fake) > 0,
+        !fake.device_memory_files().is_empty(),
         "the processes hold device memory"
     );
     let image = tmp.path().join("image");

@@ -198,6 +198,27 @@ pub fn state_name(task: &TaskDevice) -> String {
     format!("task {}'s device state", task.ns_pid)
 }
 
+/// Decode `task`'s state blob, JSON of encoding `format`, which the backend `reader`
+/// ("simulator", "cuda backend") reads; another encoding or undecodable bytes are a
+/// malformed state naming the task.
+pub(crate) fn decode_state<T: serde::de::DeserializeOwned>(
+    task: &TaskDevice,
+    format: &str,
+    reader: &str,
+) -> Result<T, GpuError> {
+    let malformed = |detail: String| GpuError::Malformed {
+        path: PathBuf::from(state_name(task)),
+        detail,
+    };
+    if task.state_format != format {
+        return Err(malformed(format!(
+            "state format {:?}, this gpucr's {reader} reads {format:?}",
+            task.state_format
+        )));
+    }
+    serde_json::from_slice(&task.state).map_err(|e| malformed(e.to_string()))
+}
+
 /// Where device nodes live: the only place a restore spec's `device_path` may name.
 pub const DEVICE_DIR: &str = "/dev";
 

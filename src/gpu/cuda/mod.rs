@@ -57,17 +57,7 @@ pub struct CudaState {
 
 impl CudaState {
     fn decode(task: &TaskDevice) -> Result<CudaState, GpuError> {
-        let malformed = |detail: String| GpuError::Malformed {
-            path: PathBuf::from(super::state_name(task)),
-            detail,
-        };
-        if task.state_format != STATE_FORMAT {
-            return Err(malformed(format!(
-                "state format {:?}, this gpucr's cuda backend reads {STATE_FORMAT:?}",
-                task.state_format
-            )));
-        }
-        serde_json::from_slice(&task.state).map_err(|e| malformed(e.to_string()))
+        super::decode_state(task, STATE_FORMAT, "cuda backend")
     }
 
     /// The UUID pairs of a restore: every dumped GPU, onto itself unless remapped.

@@ -69,17 +69,7 @@ impl SimState {
     }
 
     fn decode(task: &TaskDevice) -> Result<SimState, GpuError> {
-        let malformed = |detail: String| GpuError::Malformed {
-            path: PathBuf::from(crate::gpu::state_name(task)),
-            detail,
-        };
-        if task.state_format != STATE_FORMAT {
-            return Err(malformed(format!(
-                "state format {:?}, this gpucr's simulator reads {STATE_FORMAT:?}",
-                task.state_format
-            )));
-        }
-        serde_json::from_slice(&task.state).map_err(|e| malformed(e.to_string()))
+        crate::gpu::decode_state(task, STATE_FORMAT, "simulator")
     }
 }
 
