@@ -45,6 +45,8 @@ pub struct RestoreOptions {
     pub skip_checks: Vec<gpucr_topology::CheckName>,
     /// How long one device step may take (`--device-timeout`).
     pub device_timeout: std::time::Duration,
+    /// `CUDA_VISIBLE_DEVICES`: the local NVIDIA GPUs a restore may map onto.
+    pub cuda_visible_devices: Option<String>,
 }
 
 /// A restored tree.
@@ -437,9 +439,11 @@ fn map_onto_local_gpus(
         return Ok(gpu);
     };
     let root = opts.sysfs_root.clone().or_else(|| backend.sysfs_root());
-    let local = gpucr_topology::read_local(root.as_deref())?;
+    let (local, note) =
+        gpucr_topology::read_local_visible(root.as_deref(), opts.cuda_visible_devices.as_deref())?;
     let checks = gpucr_topology::Checks::from_env_and_skips(&opts.skip_checks);
-    let report = gpucr_topology::check(saved, &local, &checks);
+    let mut report = gpucr_topology::check(saved, &local, &checks);
+    report.notes.extend(note);
     let Some(mapping) = report.mapping.as_ref().filter(|_| report.compatible) else {
         return Err(RestoreError::Topology(Box::new(report)));
     };

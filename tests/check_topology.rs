@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use gpucr_topology::{read_local, Topology};
 
 const SUCCESS: i32 = 0;
+const FAILURE: i32 = 1;
 const USAGE: i32 = 2;
 const TOPOLOGY_INCOMPATIBLE: i32 = 9;
 
@@ -24,7 +25,9 @@ fn machine(name: &str) -> Topology {
 /// Runs `gpucr ARGS` with the `KFD_*_CHECK` variables cleared and `extra_env` set.
 fn gpucr(args: &[&str], extra_env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpucr"));
-    cmd.args(args).env_remove("GPUCR_SYSFS_ROOT");
+    cmd.args(args)
+        .env_remove("GPUCR_SYSFS_ROOT")
+        .env_remove("CUDA_VISIBLE_DEVICES");
     for var in [
         "KFD_FW_VER_CHECK",
         "KFD_SDMA_FW_VER_CHECK",
@@ -270,6 +273,61 @@ fn nvidia_image_onto_a_bigger_machine() {
     );
     // Memory sizes cannot be read from procfs: said, not hidden.
     assert!(text.contains("note: vram_size was not compared"));
+}
+
+/// `CUDA_VISIBLE_DEVICES` limits the GPUs an NVIDIA image may be mapped onto, by index
+/// (PCI bus order) or UUID, with CUDA's rules.
+#[test]
+fn nvidia_mapping_honours_cuda_visible_devices() {
+    let json = fs::read_to_string(fixture("nvml/h100-1x.json")).unwrap();
+    let saved: Topology = serde_json::from_str(&json).unwrap();
+    let img = image(Some(&saved));
+    let root = fixture("h100-8x");
+    let args = [
+        "check-topology",
+        path(img.path()),
+        "--sysfs-root",
+        path(&root),
+    ];
+    let sixth = "GPU-5db4cf76-80a1-42c3-de45-f60718293a45";
+    for value in ["5", "5,2", "GPU-5db4cf76", sixth] {
+        let out = gpucr(&args, &[("CUDA_VISIBLE_DEVICES", value)]);
+        assert_eq!(
+            out.status.code(),
+            Some(SUCCESS),
+            "{value}: {}",
+            stdout(&out)
+        );
+        let text = stdout(&out);
+        assert!(text.contains(&format!("-> {sixth}")), "{value}: {text}");
+        assert!(
+            text.contains(&format!("CUDA_VISIBLE_DEVICES=\"{value}\": restoring onto")),
+            "{value}: {text}"
+        );
+    }
+    // The first entry that names no GPU ends the list: none is left here.
+    for value in ["8,5", "-1", ""] {
+        let out = gpucr(&args, &[("CUDA_VISIBLE_DEVICES", value)]);
+        assert_eq!(
+            out.status.code(),
+            Some(TOPOLOGY_INCOMPATIBLE),
+            "{value}: {}",
+            stdout(&out)
+        );
+    }
+    let out = gpucr(
+        &args,
+        &[(
+            "CUDA_VISIBLE_DEVICES",
+            "MIG-5f3e1c2d-aaaa-bbbb-cccc-000000000001",
+        )],
+    );
+    assert_eq!(out.status.code(), Some(FAILURE), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("names the MIG instance"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -17,7 +17,10 @@ use super::common::OutputArgs;
 /// both values.
 ///
 /// AMD GPUs are compared by the rules of CRIU's amdgpu plugin, NVIDIA GPUs by CUDA's (same
-/// chip, enough memory, every GPU mapped). Exit status 0: compatible (or no DIR);
+/// chip, enough memory, every GPU mapped). With `CUDA_VISIBLE_DEVICES` set, an image's
+/// NVIDIA GPUs are mapped only onto the GPUs it names, by index (PCI bus order, as
+/// `nvidia-smi` numbers them) or GPU UUID, with CUDA's rules: the first entry that names no
+/// GPU ends the list; MIG instances are refused. Exit status 0: compatible (or no DIR);
 /// 9: incompatible; other codes: an error (see below).
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]

@@ -14,7 +14,9 @@ use super::common::{parse_size, CriuArgs, OutputArgs, TransferArgs};
 /// flags below force them on. The network is locked the way the dump locked it (CRIU
 /// reads the method from the image). By default gpucr waits for the restored
 /// tree, like `criu restore`, and exits with its status; --detach prints the new root
-/// pid and returns at once.
+/// pid and returns at once. NVIDIA GPUs are restored onto the local GPUs
+/// `check-topology DIR` shows, limited to those `CUDA_VISIBLE_DEVICES` names when it is
+/// set (see `gpucr check-topology --help`).
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct RestoreArgs {

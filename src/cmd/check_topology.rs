@@ -10,7 +10,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use gpucr_topology::{check, read_local, Checks, GpuTable, Report, Topology};
+use gpucr_topology::{check, read_local, read_local_visible, Checks, GpuTable, Report, Topology};
 use serde::Deserialize;
 
 use crate::cli::{CheckTopologyArgs, TopologyCheckArgs};
@@ -91,10 +91,13 @@ pub fn read_image_topology(dir: &Path) -> Result<Option<Topology>, CheckTopology
 /// checks the environment and `--skip-check` leave on. `gpucr restore` runs this before it
 /// touches anything, and refuses with the report when it is not compatible.
 pub fn check_against_local(saved: &Topology, args: &TopologyCheckArgs) -> anyhow::Result<Report> {
-    let local = read_local(args.sysfs_root.as_deref())
+    let visible = std::env::var(gpucr_topology::nvidia::visible::VARIABLE).ok();
+    let (local, note) = read_local_visible(args.sysfs_root.as_deref(), visible.as_deref())
         .context("cannot read this machine's GPU topology")?;
     let checks = Checks::from_env_and_skips(&args.skip_check);
-    Ok(check(saved, &local, &checks))
+    let mut report = check(saved, &local, &checks);
+    report.notes.extend(note);
+    Ok(report)
 }
 
 pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {

@@ -66,7 +66,7 @@ pub use model::{
     Topology, Vram, AMD_VENDOR_ID, HEAP_TYPE_FB_PRIVATE, HEAP_TYPE_FB_PUBLIC, IOLINK_TYPE_PCIE,
     IOLINK_TYPE_XGMI, NVIDIA_VENDOR_ID,
 };
-pub use nvidia::{NvidiaError, NvmlError};
+pub use nvidia::{NvidiaError, NvmlError, Visible, VisibleError};
 pub use report::{
     check, find_mapping, Candidate, CpuPair, DisabledCheck, GpuPair, GpuRef, GpuReport, Mapping,
     Problem, Report,
@@ -83,6 +83,9 @@ pub enum TopologyError {
     /// The NVIDIA GPUs.
     #[error("cannot read the NVIDIA GPUs")]
     Nvidia(#[from] NvidiaError),
+    /// `CUDA_VISIBLE_DEVICES` cannot be applied.
+    #[error(transparent)]
+    Visible(#[from] VisibleError),
 }
 
 /// Reads the GPU topology of this machine (`root` `None`), or of the tree under `root`
@@ -95,4 +98,21 @@ pub fn read_local(root: Option<&Path>) -> Result<Topology, TopologyError> {
         kfd_nodes,
         nvidia_gpus,
     })
+}
+
+/// This machine's topology as a restore may use it: [`read_local`], with the NVIDIA GPUs
+/// limited to those `cuda_visible_devices` (the value of `CUDA_VISIBLE_DEVICES`, when it
+/// is set) leaves, in the order it names them. The second value says what the variable
+/// did, for the report.
+pub fn read_local_visible(
+    root: Option<&Path>,
+    cuda_visible_devices: Option<&str>,
+) -> Result<(Topology, Option<String>), TopologyError> {
+    let mut local = read_local(root)?;
+    let Some(value) = cuda_visible_devices else {
+        return Ok((local, None));
+    };
+    let visible = nvidia::visible::select(&local.nvidia_gpus, value)?;
+    local.nvidia_gpus = visible.gpus;
+    Ok((local, Some(visible.note)))
 }

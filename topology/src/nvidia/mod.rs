@@ -2,6 +2,7 @@
 
 pub mod nvml;
 pub mod procfs;
+pub mod visible;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::model::NvidiaGpu;
 
 pub use nvml::NvmlError;
+pub use visible::{Visible, VisibleError};
 
 /// Why the NVIDIA GPUs could not be read.
 #[derive(Debug, thiserror::Error)]
