@@ -62,17 +62,146 @@ impl FakeCuda {
 }
 
 fn start(fake: &FakeCuda, state: &Path, procs: usize) -> SimTree {
+    start_with(fake, state, procs, &[])
+}
+
+/// [`start`] with more environment for the workload's driver (the targets' own fake).
+fn start_with(fake: &FakeCuda, state: &Path, procs: usize, extra: &[(&str, &str)]) -> SimTree {
     let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
     let roles = ["parent", "child", "child2", "child3"][..procs].to_vec();
     let procs = procs.to_string();
+    let mut env = fake.env();
+    env.extend_from_slice(extra);
     SimTree::start_program(
         &bin,
         state,
         fake.dir.path(),
         &["--procs", &procs, "--mib", "24"],
-        &fake.env(),
+        &env,
         roles,
     )
+}
+
+/// One driver call of the fake's call log (`GPUCR_FAKE_CUDA_LOG`).
+#[derive(Debug, Clone)]
+struct Call {
+    caller: i32,
+    function: String,
+    target: Option<i32>,
+    result: String,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+fn read_calls(log: &Path) -> Vec<Call> {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let field = |key: &str| {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            };
+            Call {
+                caller: field("pid").parse().unwrap(),
+                function: field("fn").to_owned(),
+                target: field("target").parse().ok(),
+                result: field("result").to_owned(),
+                start_ns: field("start_ns").parse().unwrap(),
+                end_ns: field("end_ns").parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The successful calls of `function`, one per target.
+fn calls_of<'a>(calls: &'a [Call], function: &str) -> Vec<&'a Call> {
+    calls
+        .iter()
+        .filter(|c| c.function == function && c.result == "CUDA_SUCCESS")
+        .collect()
+}
+
+/// Whether every call of `calls` was running at one same moment.
+fn all_overlap(calls: &[&Call]) -> bool {
+    let latest_start = calls.iter().map(|c| c.start_ns).max().unwrap_or(0);
+    let earliest_end = calls.iter().map(|c| c.end_ns).min().unwrap_or(0);
+    latest_start < earliest_end
+}
+
+/// A 4-process tree, each driver step taking 300 ms in the target: gpucr locks all four
+/// at once before the freeze and checkpoints all four at once when the tree is frozen
+/// (the call log shows the four locks, and the four checkpoints, in flight together),
+/// and the image restores with every byte.
+#[test]
+fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_with(
+        &fake,
+        &tmp.path().join("state"),
+        4,
+        &[("GPUCR_FAKE_CUDA_STEP_MS", "300")],
+    );
+    let log = tmp.path().join("calls.log");
+    let image = tmp.path().join("image");
+    let mut env = fake.env();
+    env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &env,
+    );
+    assert_success(&out);
+    let calls = read_calls(&log);
+    let mut targets: Vec<i32> = calls_of(&calls, "cuCheckpointProcessLock")
+        .iter()
+        .filter_map(|c| c.target)
+        .collect();
+    targets.sort_unstable();
+    targets.dedup();
+    assert_eq!(targets.len(), 4, "four CUDA processes: {calls:#?}");
+    for function in ["cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint"] {
+        let made = calls_of(&calls, function);
+        assert_eq!(made.len(), 4, "{function} once per process: {made:#?}");
+        assert!(
+            made.iter().all(|c| c.caller == made[0].caller),
+            "all from gpucr's helper"
+        );
+        assert!(
+            all_overlap(&made),
+            "the four {function} calls overlap: {made:#?}"
+        );
+    }
+    let locks = calls_of(&calls, "cuCheckpointProcessLock");
+    let checkpoints = calls_of(&calls, "cuCheckpointProcessCheckpoint");
+    let last_lock = locks.iter().map(|c| c.end_ns).max().unwrap();
+    assert!(
+        checkpoints.iter().all(|c| c.start_ns > last_lock),
+        "every process is locked before any is checkpointed"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    for task in manifest["gpu"]["tasks"].as_array().unwrap() {
+        let ops: Vec<&str> = task["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(ops, ["pause", "checkpoint", "copy"], "{task}");
+        let checkpoint = &task["operations"][1];
+        assert!(
+            checkpoint["duration_ms"].as_f64().unwrap() >= 300.0,
+            "the checkpoint's own time is logged: {task}"
+        );
+    }
+    kill_and_wait(tree.pid);
+    assert_eq!(fake.wipe_device_memory(), 0);
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(2), "every byte is back on the device");
 }
 
 /// Three CUDA processes: dumped (the driver checkpoints each through its restore

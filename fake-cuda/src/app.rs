@@ -93,6 +93,7 @@ pub struct App {
     pid: u32,
     control: Mapping,
     sync: Duration,
+    step: Duration,
     inner: Mutex<Inner>,
     cond: Condvar,
 }
@@ -163,6 +164,7 @@ impl App {
             pid,
             control,
             sync: config.sync,
+            step: config.step,
             inner: Mutex::new(Inner {
                 state: ProcessState::Running,
                 in_flight: 0,
@@ -318,6 +320,10 @@ impl App {
 
     /// Acts on one request of the mailbox.
     fn serve(&self, request: &Request) -> Answer {
+        if !matches!(request.op, Op::Cancel) {
+            // The driver's own work for the step (GPUCR_FAKE_CUDA_STEP_MS).
+            std::thread::sleep(self.step);
+        }
         let mut gpus = Vec::new();
         let code = match self.apply(&request.op, &mut gpus) {
             Ok(()) => result::SUCCESS,
