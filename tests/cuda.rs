@@ -312,3 +312,157 @@ fn cuda_checkpoint_failure_leaves_the_tree_running() {
     assert!(tree.verify(1));
     assert!(tree.steps() > steps_before, "unlocked again");
 }
+
+/// A failure injected into a dump or a restore of the cuda backend: `GPUCR_FAULT` names
+/// a step of gpucr's helper or plugin, or `GPUCR_FAKE_CUDA_FAIL` makes one driver
+/// function fail in gpucr's process (every call of it, or its nth).
+#[derive(Clone, Copy, Debug)]
+enum Injected {
+    Fault(&'static str),
+    Driver(&'static str),
+}
+
+impl Injected {
+    /// The environment of the gpucr run.
+    fn env(self, fake: &FakeCuda) -> Vec<(&str, &str)> {
+        let mut env = fake.env();
+        // A restore thread never let run fails its call in 2 s, not 10.
+        env.push(("GPUCR_FAKE_CUDA_TIMEOUT", "2"));
+        match self {
+            Injected::Fault(step) => env.push(("GPUCR_FAULT", step)),
+            Injected::Driver(function) => env.push(("GPUCR_FAKE_CUDA_FAIL", function)),
+        }
+        env
+    }
+
+    /// What the failure says, in gpucr's message or CRIU's log.
+    fn needle(self) -> String {
+        match self {
+            Injected::Fault(step) => format!("fault injected at step {step}"),
+            Injected::Driver(function) => function.split('@').next().unwrap().to_owned(),
+        }
+    }
+}
+
+/// The dump steps the cuda backend goes through (it has no buffers to copy and no
+/// device files), and every driver function gpucr calls in a dump.
+const DUMP_STEPS: [Injected; 11] = [
+    Injected::Fault("plugin-pause"),
+    Injected::Fault("pause"),
+    Injected::Fault("plugin-checkpoint"),
+    Injected::Fault("checkpoint"),
+    Injected::Driver("cuInit"),
+    Injected::Driver("cuDriverGetVersion"),
+    // The first call finds the tree's CUDA processes; the second is a task's, before
+    // its lock.
+    Injected::Driver("cuCheckpointProcessGetRestoreThreadId@2"),
+    Injected::Driver("cuCheckpointProcessGetState"),
+    Injected::Driver("cuCheckpointProcessLock"),
+    Injected::Driver("cuCheckpointProcessCheckpoint"),
+    // After the checkpoint: the task's GPUs, for its state.
+    Injected::Driver("cuDeviceGetUuid"),
+];
+
+/// The restore steps, and every driver function gpucr calls in a restore.
+const RESTORE_STEPS: [Injected; 6] = [
+    Injected::Fault("resume"),
+    Injected::Fault("plugin-resume"),
+    Injected::Driver("cuInit"),
+    // The plugin cannot let the restore thread run: the driver's restore times out.
+    Injected::Driver("cuCheckpointProcessGetRestoreThreadId"),
+    Injected::Driver("cuCheckpointProcessRestore"),
+    Injected::Driver("cuCheckpointProcessUnlock"),
+];
+
+/// The processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<i32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// `out` failed, and its message or CRIU's log in `image` says why.
+fn assert_failed_because(out: &std::process::Output, image: &Path, log: &str, why: Injected) {
+    let needle = why.needle();
+    let log = fs::read_to_string(image.join(log)).unwrap_or_default();
+    assert!(!out.status.success(), "{why:?}: succeeded\n{log}");
+    assert!(
+        stderr(out).contains(&needle) || log.contains(&needle),
+        "{why:?}: {needle:?} in neither the message nor the log:\n{}\n{log}",
+        stderr(out)
+    );
+}
+
+/// A two-process CUDA tree with a failure at every step of the dump in turn, and every
+/// driver call failing in turn: each dump fails, no image is complete, and the tree
+/// runs on, unlocked, with every byte of its device memory. Then a good dump, and a
+/// failure at every step of the restore in turn: each restore fails and leaves no
+/// process; a last restore brings the tree back, every byte verified.
+#[test]
+fn cuda_fault_at_every_step_loses_nothing() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let tree = start(&fake, &state, 2);
+    let pid = tree.pid.to_string();
+    let mut verified = 0;
+    for (n, step) in DUMP_STEPS.into_iter().enumerate() {
+        let failed = tmp.path().join(format!("failed-{n}"));
+        let steps_before = tree.steps();
+        let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &step.env(&fake));
+        assert_failed_because(&out, &failed, "dump.log", step);
+        assert!(
+            !failed.join("gpucr.json").exists(),
+            "{step:?}: a complete image"
+        );
+        assert!(
+            !failed.exists() || failed.join("gpucr-incomplete.json").exists(),
+            "{step:?}: not marked incomplete"
+        );
+        assert!(alive(tree.pid), "{step:?}: the tree died");
+        tree.wait_ticks(2);
+        verified += 1;
+        assert!(tree.verify(verified), "{step:?}: device memory damaged");
+        assert!(
+            tree.steps() > steps_before,
+            "{step:?}: the processes stayed locked"
+        );
+    }
+
+    let image = tmp.path().join("image");
+    let out = gpucr_env(&["dump", &pid, image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    kill_and_wait(tree.pid);
+    let state_text = state.to_str().unwrap();
+    for step in RESTORE_STEPS {
+        // A dead process's device memory is gone, as on a real GPU.
+        fake.wipe_device_memory();
+        let out = gpucr_env(
+            &["restore", "-d", image.to_str().unwrap()],
+            &step.env(&fake),
+        );
+        assert_failed_because(&out, &image, "restore.log", step);
+        wait_for(
+            std::time::Duration::from_secs(10),
+            &format!("{step:?}: no restored process to be left"),
+            || processes_mentioning(state_text).is_empty().then_some(()),
+        );
+    }
+    fake.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    verified += 1;
+    assert!(
+        tree.verify(verified),
+        "every byte is back after the failed restores"
+    );
+}

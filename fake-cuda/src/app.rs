@@ -525,7 +525,7 @@ fn remapped(gpus: &[Uuid], used: &[u8], pairs: &[(Uuid, Uuid)]) -> Result<Vec<Uu
     Ok(out)
 }
 
-/// The restore thread: answers the newest request of the mailbox it has not answered.
+/// The restore thread: answers the newest request of the mailbox nobody has answered.
 /// While CRIU has the process frozen it runs only if the plugin lets it.
 fn restore_thread() {
     // Spawned while `cuInit` sets the context up: wait until it is in place.
@@ -548,6 +548,15 @@ fn restore_thread() {
             continue;
         }
         last = request.seq;
+        // A request the mailbox shows answered was acted on by an earlier incarnation
+        // of this process (one CRIU restored from the same image and that was killed
+        // since): it is not acted on again.
+        let answered = mailbox::get(&app.dir, mailbox::ANSWER_FILE)
+            .and_then(|t| Answer::decode(&t))
+            .is_some_and(|a| a.seq >= request.seq);
+        if answered {
+            continue;
+        }
         let answer = app.serve(&request);
         if let Err(e) = mailbox::put(&app.dir, mailbox::ANSWER_FILE, &answer.encode()) {
             eprintln!("gpucr-fake-cuda: restore thread: {e}");

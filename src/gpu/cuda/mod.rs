@@ -302,11 +302,14 @@ impl Backend for CudaBackend {
         let Some(touched) = self.touched().remove(&pid) else {
             return Ok(());
         };
-        let current = self.driver.process_state(pid).map_err(driver_error(pid))?;
+        // Back to what the process was, from where it is (a step that failed may have
+        // left it short of where gpucr meant it to be).
+        let mut current = self.driver.process_state(pid).map_err(driver_error(pid))?;
         if current == ProcessState::Checkpointed && touched.initial != ProcessState::Checkpointed {
             self.driver.restore(pid, &[]).map_err(driver_error(pid))?;
+            current = ProcessState::Locked;
         }
-        if touched.initial == ProcessState::Running {
+        if current == ProcessState::Locked && touched.initial == ProcessState::Running {
             self.driver.unlock(pid).map_err(driver_error(pid))?;
         }
         Ok(())
