@@ -88,6 +88,7 @@ struct Call {
     caller: i32,
     function: String,
     target: Option<i32>,
+    args: String,
     result: String,
     start_ns: u64,
     end_ns: u64,
@@ -106,6 +107,7 @@ fn read_calls(log: &Path) -> Vec<Call> {
                 caller: field("pid").parse().unwrap(),
                 function: field("fn").to_owned(),
                 target: field("target").parse().ok(),
+                args: field("args").to_owned(),
                 result: field("result").to_owned(),
                 start_ns: field("start_ns").parse().unwrap(),
                 end_ns: field("end_ns").parse().unwrap(),
@@ -149,7 +151,13 @@ fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
     let mut env = fake.env();
     env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
     let out = gpucr_env(
-        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &[
+            "dump",
+            "--timeout",
+            "7",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
         &env,
     );
     assert_success(&out);
@@ -174,6 +182,10 @@ fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
         );
     }
     let locks = calls_of(&calls, "cuCheckpointProcessLock");
+    assert!(
+        locks.iter().all(|c| c.args == "timeout_ms=7000"),
+        "the locks wait as long as the dump's --timeout: {locks:#?}"
+    );
     let checkpoints = calls_of(&calls, "cuCheckpointProcessCheckpoint");
     let last_lock = locks.iter().map(|c| c.end_ns).max().unwrap();
     assert!(
@@ -311,6 +323,84 @@ fn cuda_checkpoint_failure_leaves_the_tree_running() {
     tree.wait_ticks(3);
     assert!(tree.verify(1));
     assert!(tree.steps() > steps_before, "unlocked again");
+}
+
+/// `cuda_ctl CALL PID` (the binding's example) on the fake driver: its output line.
+fn cuda_ctl(fake: &FakeCuda, call: &str, pid: i32) -> String {
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_ctl");
+    let out = std::process::Command::new(&bin)
+        .args([call, &pid.to_string()])
+        .envs(fake.env())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    assert!(
+        out.status.success(),
+        "cuda_ctl {call} {pid}: {}",
+        stderr(&out)
+    );
+    stdout(&out).trim().to_owned()
+}
+
+/// The children of `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect()
+}
+
+/// A process locked before gpucr came (by another controller) is respected while the
+/// rest of the tree is locked at once: after a dump with --leave-running it is still
+/// locked and the others run; after a dump, a kill and a restore it comes back locked.
+/// Unlocked by its own controller, every byte verifies.
+#[test]
+fn cuda_already_locked_process_is_respected() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 3);
+    let child = children(tree.pid)[0];
+    assert_eq!(cuda_ctl(&fake, "lock", child), "locked");
+    let pid = tree.pid.to_string();
+    let left = tmp.path().join("left");
+    let out = gpucr_env(
+        &["dump", "--leave-running", &pid, left.to_str().unwrap()],
+        &fake.env(),
+    );
+    assert_success(&out);
+    assert_eq!(cuda_ctl(&fake, "state", child), "locked", "left locked");
+    assert_eq!(cuda_ctl(&fake, "state", tree.pid), "running", "given back");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(left.join("gpucr.json")).unwrap()).unwrap();
+    assert_eq!(manifest["gpu"]["tasks"].as_array().unwrap().len(), 3);
+
+    let image = tmp.path().join("image");
+    assert_success(&gpucr_env(
+        &["dump", &pid, image.to_str().unwrap()],
+        &fake.env(),
+    ));
+    kill_and_wait(tree.pid);
+    fake.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    let restored: i32 = stdout(&out).trim().parse().unwrap();
+    let _restored = Restored(restored);
+    let states: Vec<String> = children(restored)
+        .into_iter()
+        .map(|c| cuda_ctl(&fake, "state", c))
+        .collect();
+    assert_eq!(
+        states.iter().filter(|s| *s == "locked").count(),
+        1,
+        "the locked process comes back locked: {states:?}"
+    );
+    for c in children(restored) {
+        if cuda_ctl(&fake, "state", c) == "locked" {
+            assert_eq!(cuda_ctl(&fake, "unlock", c), "running");
+        }
+    }
+    assert!(tree.verify(1), "every byte is back on the device");
 }
 
 /// A failure injected into a dump or a restore of the cuda backend: `GPUCR_FAULT` names
