@@ -115,7 +115,12 @@ impl ExitCode for DumpError {
 pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, DumpError> {
     progress.event("start", "checking the target");
     let target = target::validate(opts.pid)?;
-    let backend = gpu::detect(opts.pid)?;
+    let setup = gpu::DumpSetup {
+        freeze_timeout: opts
+            .timeout
+            .map(|s| std::time::Duration::from_secs(s.into())),
+    };
+    let backend = gpu::detect(opts.pid, &setup)?;
     let session = match &backend {
         Some(b) => {
             Some(Session::create(b.name()).map_err(|e| DumpError::HelperSetup(Box::new(e)))?)

@@ -62,17 +62,158 @@ impl FakeCuda {
 }
 
 fn start(fake: &FakeCuda, state: &Path, procs: usize) -> SimTree {
+    start_with(fake, state, procs, &[])
+}
+
+/// [`start`] with more environment for the workload's driver (the targets' own fake).
+fn start_with(fake: &FakeCuda, state: &Path, procs: usize, extra: &[(&str, &str)]) -> SimTree {
     let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
     let roles = ["parent", "child", "child2", "child3"][..procs].to_vec();
     let procs = procs.to_string();
+    let mut env = fake.env();
+    env.extend_from_slice(extra);
     SimTree::start_program(
         &bin,
         state,
         fake.dir.path(),
         &["--procs", &procs, "--mib", "24"],
-        &fake.env(),
+        &env,
         roles,
     )
+}
+
+/// One driver call of the fake's call log (`GPUCR_FAKE_CUDA_LOG`).
+#[derive(Debug, Clone)]
+struct Call {
+    caller: i32,
+    function: String,
+    target: Option<i32>,
+    args: String,
+    result: String,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+fn read_calls(log: &Path) -> Vec<Call> {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let field = |key: &str| {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            };
+            Call {
+                caller: field("pid").parse().unwrap(),
+                function: field("fn").to_owned(),
+                target: field("target").parse().ok(),
+                args: field("args").to_owned(),
+                result: field("result").to_owned(),
+                start_ns: field("start_ns").parse().unwrap(),
+                end_ns: field("end_ns").parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The successful calls of `function`, one per target.
+fn calls_of<'a>(calls: &'a [Call], function: &str) -> Vec<&'a Call> {
+    calls
+        .iter()
+        .filter(|c| c.function == function && c.result == "CUDA_SUCCESS")
+        .collect()
+}
+
+/// Whether every call of `calls` was running at one same moment.
+fn all_overlap(calls: &[&Call]) -> bool {
+    let latest_start = calls.iter().map(|c| c.start_ns).max().unwrap_or(0);
+    let earliest_end = calls.iter().map(|c| c.end_ns).min().unwrap_or(0);
+    latest_start < earliest_end
+}
+
+/// A 4-process tree, each driver step taking 300 ms in the target: gpucr locks all four
+/// at once before the freeze and checkpoints all four at once when the tree is frozen
+/// (the call log shows the four locks, and the four checkpoints, in flight together),
+/// and the image restores with every byte.
+#[test]
+fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_with(
+        &fake,
+        &tmp.path().join("state"),
+        4,
+        &[("GPUCR_FAKE_CUDA_STEP_MS", "300")],
+    );
+    let log = tmp.path().join("calls.log");
+    let image = tmp.path().join("image");
+    let mut env = fake.env();
+    env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--timeout",
+            "7",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_success(&out);
+    let calls = read_calls(&log);
+    let mut targets: Vec<i32> = calls_of(&calls, "cuCheckpointProcessLock")
+        .iter()
+        .filter_map(|c| c.target)
+        .collect();
+    targets.sort_unstable();
+    targets.dedup();
+    assert_eq!(targets.len(), 4, "four CUDA processes: {calls:#?}");
+    for function in ["cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint"] {
+        let made = calls_of(&calls, function);
+        assert_eq!(made.len(), 4, "{function} once per process: {made:#?}");
+        assert!(
+            made.iter().all(|c| c.caller == made[0].caller),
+            "all from gpucr's helper"
+        );
+        assert!(
+            all_overlap(&made),
+            "the four {function} calls overlap: {made:#?}"
+        );
+    }
+    let locks = calls_of(&calls, "cuCheckpointProcessLock");
+    assert!(
+        locks.iter().all(|c| c.args == "timeout_ms=7000"),
+        "the locks wait as long as the dump's --timeout: {locks:#?}"
+    );
+    let checkpoints = calls_of(&calls, "cuCheckpointProcessCheckpoint");
+    let last_lock = locks.iter().map(|c| c.end_ns).max().unwrap();
+    assert!(
+        checkpoints.iter().all(|c| c.start_ns > last_lock),
+        "every process is locked before any is checkpointed"
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    for task in manifest["gpu"]["tasks"].as_array().unwrap() {
+        let ops: Vec<&str> = task["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(ops, ["pause", "checkpoint", "copy"], "{task}");
+        let checkpoint = &task["operations"][1];
+        assert!(
+            checkpoint["duration_ms"].as_f64().unwrap() >= 300.0,
+            "the checkpoint's own time is logged: {task}"
+        );
+    }
+    kill_and_wait(tree.pid);
+    assert_eq!(fake.wipe_device_memory(), 0);
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(2), "every byte is back on the device");
 }
 
 /// Three CUDA processes: dumped (the driver checkpoints each through its restore
@@ -182,4 +323,236 @@ fn cuda_checkpoint_failure_leaves_the_tree_running() {
     tree.wait_ticks(3);
     assert!(tree.verify(1));
     assert!(tree.steps() > steps_before, "unlocked again");
+}
+
+/// `cuda_ctl CALL PID` (the binding's example) on the fake driver: its output line.
+fn cuda_ctl(fake: &FakeCuda, call: &str, pid: i32) -> String {
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_ctl");
+    let out = std::process::Command::new(&bin)
+        .args([call, &pid.to_string()])
+        .envs(fake.env())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    assert!(
+        out.status.success(),
+        "cuda_ctl {call} {pid}: {}",
+        stderr(&out)
+    );
+    stdout(&out).trim().to_owned()
+}
+
+/// The children of `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect()
+}
+
+/// A process locked before gpucr came (by another controller) is respected while the
+/// rest of the tree is locked at once: after a dump with --leave-running it is still
+/// locked and the others run; after a dump, a kill and a restore it comes back locked.
+/// Unlocked by its own controller, every byte verifies.
+#[test]
+fn cuda_already_locked_process_is_respected() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 3);
+    let child = children(tree.pid)[0];
+    assert_eq!(cuda_ctl(&fake, "lock", child), "locked");
+    let pid = tree.pid.to_string();
+    let left = tmp.path().join("left");
+    let out = gpucr_env(
+        &["dump", "--leave-running", &pid, left.to_str().unwrap()],
+        &fake.env(),
+    );
+    assert_success(&out);
+    assert_eq!(cuda_ctl(&fake, "state", child), "locked", "left locked");
+    assert_eq!(cuda_ctl(&fake, "state", tree.pid), "running", "given back");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(left.join("gpucr.json")).unwrap()).unwrap();
+    assert_eq!(manifest["gpu"]["tasks"].as_array().unwrap().len(), 3);
+
+    let image = tmp.path().join("image");
+    assert_success(&gpucr_env(
+        &["dump", &pid, image.to_str().unwrap()],
+        &fake.env(),
+    ));
+    kill_and_wait(tree.pid);
+    fake.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    let restored: i32 = stdout(&out).trim().parse().unwrap();
+    let _restored = Restored(restored);
+    let states: Vec<String> = children(restored)
+        .into_iter()
+        .map(|c| cuda_ctl(&fake, "state", c))
+        .collect();
+    assert_eq!(
+        states.iter().filter(|s| *s == "locked").count(),
+        1,
+        "the locked process comes back locked: {states:?}"
+    );
+    for c in children(restored) {
+        if cuda_ctl(&fake, "state", c) == "locked" {
+            assert_eq!(cuda_ctl(&fake, "unlock", c), "running");
+        }
+    }
+    assert!(tree.verify(1), "every byte is back on the device");
+}
+
+/// A failure injected into a dump or a restore of the cuda backend: `GPUCR_FAULT` names
+/// a step of gpucr's helper or plugin, or `GPUCR_FAKE_CUDA_FAIL` makes one driver
+/// function fail in gpucr's process (every call of it, or its nth).
+#[derive(Clone, Copy, Debug)]
+enum Injected {
+    Fault(&'static str),
+    Driver(&'static str),
+}
+
+impl Injected {
+    /// The environment of the gpucr run.
+    fn env(self, fake: &FakeCuda) -> Vec<(&str, &str)> {
+        let mut env = fake.env();
+        // A restore thread never let run fails its call in 2 s, not 10.
+        env.push(("GPUCR_FAKE_CUDA_TIMEOUT", "2"));
+        match self {
+            Injected::Fault(step) => env.push(("GPUCR_FAULT", step)),
+            Injected::Driver(function) => env.push(("GPUCR_FAKE_CUDA_FAIL", function)),
+        }
+        env
+    }
+
+    /// What the failure says, in gpucr's message or CRIU's log.
+    fn needle(self) -> String {
+        match self {
+            Injected::Fault(step) => format!("fault injected at step {step}"),
+            Injected::Driver(function) => function.split('@').next().unwrap().to_owned(),
+        }
+    }
+}
+
+/// The dump steps the cuda backend goes through (it has no buffers to copy and no
+/// device files), and every driver function gpucr calls in a dump.
+const DUMP_STEPS: [Injected; 11] = [
+    Injected::Fault("plugin-pause"),
+    Injected::Fault("pause"),
+    Injected::Fault("plugin-checkpoint"),
+    Injected::Fault("checkpoint"),
+    Injected::Driver("cuInit"),
+    Injected::Driver("cuDriverGetVersion"),
+    // The first call finds the tree's CUDA processes; the second is a task's, before
+    // its lock.
+    Injected::Driver("cuCheckpointProcessGetRestoreThreadId@2"),
+    Injected::Driver("cuCheckpointProcessGetState"),
+    Injected::Driver("cuCheckpointProcessLock"),
+    Injected::Driver("cuCheckpointProcessCheckpoint"),
+    // After the checkpoint: the task's GPUs, for its state.
+    Injected::Driver("cuDeviceGetUuid"),
+];
+
+/// The restore steps, and every driver function gpucr calls in a restore.
+const RESTORE_STEPS: [Injected; 6] = [
+    Injected::Fault("resume"),
+    Injected::Fault("plugin-resume"),
+    Injected::Driver("cuInit"),
+    // The plugin cannot let the restore thread run: the driver's restore times out.
+    Injected::Driver("cuCheckpointProcessGetRestoreThreadId"),
+    Injected::Driver("cuCheckpointProcessRestore"),
+    Injected::Driver("cuCheckpointProcessUnlock"),
+];
+
+/// The processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<i32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// `out` failed, and its message or CRIU's log in `image` says why.
+fn assert_failed_because(out: &std::process::Output, image: &Path, log: &str, why: Injected) {
+    let needle = why.needle();
+    let log = fs::read_to_string(image.join(log)).unwrap_or_default();
+    assert!(!out.status.success(), "{why:?}: succeeded\n{log}");
+    assert!(
+        stderr(out).contains(&needle) || log.contains(&needle),
+        "{why:?}: {needle:?} in neither the message nor the log:\n{}\n{log}",
+        stderr(out)
+    );
+}
+
+/// A two-process CUDA tree with a failure at every step of the dump in turn, and every
+/// driver call failing in turn: each dump fails, no image is complete, and the tree
+/// runs on, unlocked, with every byte of its device memory. Then a good dump, and a
+/// failure at every step of the restore in turn: each restore fails and leaves no
+/// process; a last restore brings the tree back, every byte verified.
+#[test]
+fn cuda_fault_at_every_step_loses_nothing() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let tree = start(&fake, &state, 2);
+    let pid = tree.pid.to_string();
+    let mut verified = 0;
+    for (n, step) in DUMP_STEPS.into_iter().enumerate() {
+        let failed = tmp.path().join(format!("failed-{n}"));
+        let steps_before = tree.steps();
+        let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &step.env(&fake));
+        assert_failed_because(&out, &failed, "dump.log", step);
+        assert!(
+            !failed.join("gpucr.json").exists(),
+            "{step:?}: a complete image"
+        );
+        assert!(
+            !failed.exists() || failed.join("gpucr-incomplete.json").exists(),
+            "{step:?}: not marked incomplete"
+        );
+        assert!(alive(tree.pid), "{step:?}: the tree died");
+        tree.wait_ticks(2);
+        verified += 1;
+        assert!(tree.verify(verified), "{step:?}: device memory damaged");
+        assert!(
+            tree.steps() > steps_before,
+            "{step:?}: the processes stayed locked"
+        );
+    }
+
+    let image = tmp.path().join("image");
+    let out = gpucr_env(&["dump", &pid, image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    kill_and_wait(tree.pid);
+    let state_text = state.to_str().unwrap();
+    for step in RESTORE_STEPS {
+        // A dead process's device memory is gone, as on a real GPU.
+        fake.wipe_device_memory();
+        let out = gpucr_env(
+            &["restore", "-d", image.to_str().unwrap()],
+            &step.env(&fake),
+        );
+        assert_failed_because(&out, &image, "restore.log", step);
+        wait_for(
+            std::time::Duration::from_secs(10),
+            &format!("{step:?}: no restored process to be left"),
+            || processes_mentioning(state_text).is_empty().then_some(()),
+        );
+    }
+    fake.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    verified += 1;
+    assert!(
+        tree.verify(verified),
+        "every byte is back after the failed restores"
+    );
 }

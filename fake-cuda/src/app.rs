@@ -93,6 +93,7 @@ pub struct App {
     pid: u32,
     control: Mapping,
     sync: Duration,
+    step: Duration,
     inner: Mutex<Inner>,
     cond: Condvar,
 }
@@ -163,6 +164,7 @@ impl App {
             pid,
             control,
             sync: config.sync,
+            step: config.step,
             inner: Mutex::new(Inner {
                 state: ProcessState::Running,
                 in_flight: 0,
@@ -318,6 +320,10 @@ impl App {
 
     /// Acts on one request of the mailbox.
     fn serve(&self, request: &Request) -> Answer {
+        if !matches!(request.op, Op::Cancel) {
+            // The driver's own work for the step (GPUCR_FAKE_CUDA_STEP_MS).
+            std::thread::sleep(self.step);
+        }
         let mut gpus = Vec::new();
         let code = match self.apply(&request.op, &mut gpus) {
             Ok(()) => result::SUCCESS,
@@ -519,7 +525,7 @@ fn remapped(gpus: &[Uuid], used: &[u8], pairs: &[(Uuid, Uuid)]) -> Result<Vec<Uu
     Ok(out)
 }
 
-/// The restore thread: answers the newest request of the mailbox it has not answered.
+/// The restore thread: answers the newest request of the mailbox nobody has answered.
 /// While CRIU has the process frozen it runs only if the plugin lets it.
 fn restore_thread() {
     // Spawned while `cuInit` sets the context up: wait until it is in place.
@@ -542,6 +548,15 @@ fn restore_thread() {
             continue;
         }
         last = request.seq;
+        // A request the mailbox shows answered was acted on by an earlier incarnation
+        // of this process (one CRIU restored from the same image and that was killed
+        // since): it is not acted on again.
+        let answered = mailbox::get(&app.dir, mailbox::ANSWER_FILE)
+            .and_then(|t| Answer::decode(&t))
+            .is_some_and(|a| a.seq >= request.seq);
+        if answered {
+            continue;
+        }
         let answer = app.serve(&request);
         if let Err(e) = mailbox::put(&app.dir, mailbox::ANSWER_FILE, &answer.encode()) {
             eprintln!("gpucr-fake-cuda: restore thread: {e}");

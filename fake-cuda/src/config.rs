@@ -22,6 +22,9 @@ pub const ENV_FAIL: &str = "GPUCR_FAKE_CUDA_FAIL";
 pub const ENV_LOG: &str = "GPUCR_FAKE_CUDA_LOG";
 /// Milliseconds `cuCtxSynchronize` takes (default 0): outstanding work a lock waits for.
 pub const ENV_SYNC_MS: &str = "GPUCR_FAKE_CUDA_SYNC_MS";
+/// Milliseconds the target's own work takes in each lock, checkpoint, restore and unlock
+/// (default 0): the driver draining and moving device memory.
+pub const ENV_STEP_MS: &str = "GPUCR_FAKE_CUDA_STEP_MS";
 
 /// The default number of fake GPUs.
 pub const DEFAULT_GPUS: usize = 2;
@@ -57,6 +60,8 @@ pub struct Config {
     pub log: Option<PathBuf>,
     /// [`ENV_SYNC_MS`].
     pub sync: Duration,
+    /// [`ENV_STEP_MS`].
+    pub step: Duration,
 }
 
 /// The UUID of fake GPU `index` when only a count is given: `GPU-fa6ec0da-0000-4000-8000-`
@@ -124,13 +129,19 @@ impl Config {
             None => Ok(Duration::from_secs_f64(default)),
         };
         let timeout = seconds(ENV_TIMEOUT, DEFAULT_TIMEOUT_S)?;
-        let sync = match var(ENV_SYNC_MS) {
-            Some(v) => Duration::from_millis(v.trim().parse().map_err(|_| ConfigError {
-                var: ENV_SYNC_MS,
-                message: format!("{v:?} is not a number of milliseconds"),
-            })?),
-            None => Duration::ZERO,
+        let millis = |name: &'static str| match var(name) {
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Duration::from_millis)
+                .map_err(|_| ConfigError {
+                    var: name,
+                    message: format!("{v:?} is not a number of milliseconds"),
+                }),
+            None => Ok(Duration::ZERO),
         };
+        let sync = millis(ENV_SYNC_MS)?;
+        let step = millis(ENV_STEP_MS)?;
         let fail = match var(ENV_FAIL) {
             Some(v) => fail::parse(&v).map_err(|message| ConfigError {
                 var: ENV_FAIL,
@@ -146,6 +157,7 @@ impl Config {
             fail,
             log: var(ENV_LOG).map(PathBuf::from),
             sync,
+            step,
         })
     }
 }

@@ -314,6 +314,7 @@ mod tests {
             fail: Vec::new(),
             log: None,
             sync: Duration::ZERO,
+            step: Duration::ZERO,
         };
         assert_eq!(check_pairs(&config, &[(gpu_uuid(0), gpu_uuid(3))]), Ok(()));
         assert_eq!(

@@ -42,6 +42,7 @@ fn call(
         Ok(c) => c,
         Err(_) => return result::INVALID_VALUE,
     };
+    let start_ns = calllog::now_ns();
     let injected = INJECTOR
         .get_or_init(Injector::default)
         .check(&config.fail, function);
@@ -54,7 +55,7 @@ fn call(
         },
     };
     if let Some(log) = &config.log {
-        calllog::record(log, function, target, &args(), code);
+        calllog::record(log, function, target, &args(), code, start_ns);
     }
     code
 }
@@ -770,6 +771,7 @@ mod tests {
             fail: Vec::new(),
             log: None,
             sync: Duration::ZERO,
+            step: Duration::ZERO,
         }
     }
 

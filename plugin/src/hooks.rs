@@ -25,6 +25,8 @@ use crate::{criu, device, NOT_OURS};
 
 /// Whether this dump already named the plugin in CRIU's inventory.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// Whether this dump's first CHECKPOINT_DEVICES did the whole tree's step.
+static TREE_CHECKPOINTED: AtomicBool = AtomicBool::new(false);
 /// Every task of this dump (PAUSE_DEVICES), for the step after it.
 static DUMPED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 
@@ -190,6 +192,9 @@ pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
             return Ok(NOT_OURS);
         };
         criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
+        if !TREE_CHECKPOINTED.swap(true, Ordering::SeqCst) {
+            half.checkpoint_tree()?;
+        }
         let collected = half.checkpoint(pid)?;
         let (format, state, buffers, run_thread) = match collected {
             Some(c) => (c.format, c.state, c.buffers, c.run_thread),

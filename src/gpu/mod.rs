@@ -322,6 +322,24 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Whether the helper handles the whole tree at once: [`Backend::pre_freeze`] for
+    /// every task of the tree, in parallel, at the first PAUSE_DEVICES (a task's own
+    /// PAUSE_DEVICES then finds it done), and [`Backend::checkpoint_ahead`] for every
+    /// frozen task, in parallel, at the first CHECKPOINT_DEVICES. Default: no, one task
+    /// at a time as CRIU calls the hooks.
+    fn whole_tree(&self) -> bool {
+        false
+    }
+
+    /// The tree is frozen ([`Backend::whole_tree`] backends): the driver's checkpoint of
+    /// `pid`, made for every task at once before each task's
+    /// [`Backend::adopt_task`], with the task's restore thread let run. Whether it did
+    /// anything (a task holding no device of the backend, or one already checkpointed,
+    /// is left alone). Default: nothing.
+    fn checkpoint_ahead(&self, _pid: i32) -> Result<bool, GpuError> {
+        Ok(false)
+    }
+
     /// The thread of `pid` the plugin must let run while a driver call is made on the
     /// frozen task (a CUDA process's restore thread); None when the backend needs none.
     fn restore_thread(&self, _pid: i32) -> Result<Option<i32>, GpuError> {
@@ -395,11 +413,22 @@ pub fn used_topology(
     Ok(local.retain_gpus(|id| tasks.iter().flat_map(|t| &t.gpus).any(|g| g.matches(id))))
 }
 
+/// How a dump's backend is set up.
+#[derive(Debug, Clone, Default)]
+pub struct DumpSetup {
+    /// The dump's freeze timeout (`--timeout`; None: CRIU's default): how long a driver
+    /// lock before the freeze may wait for the work in flight.
+    pub freeze_timeout: Option<std::time::Duration>,
+}
+
 /// The backend whose devices the tree rooted at `pid` holds, if any: the simulator when
 /// `GPUCR_SIM_ROOT` is set; else cuda when a task of the tree has an NVIDIA device open
 /// or `GPUCR_CUDA_LIBRARY` names a driver (the driver is loaded and initialised only
 /// then, so a CPU-only tree pays nothing).
-pub fn detect(pid: i32) -> Result<Option<std::sync::Arc<dyn Backend>>, GpuError> {
+pub fn detect(
+    pid: i32,
+    setup: &DumpSetup,
+) -> Result<Option<std::sync::Arc<dyn Backend>>, GpuError> {
     let tree = tree_pids(pid);
     if let Some(sim) = sim::SimBackend::from_env()? {
         return Ok(tree
@@ -410,7 +439,10 @@ pub fn detect(pid: i32) -> Result<Option<std::sync::Arc<dyn Backend>>, GpuError>
     if !cuda::CudaBackend::wanted(&tree) {
         return Ok(None);
     }
-    let cuda = cuda::CudaBackend::load()?;
+    let mut cuda = cuda::CudaBackend::load()?;
+    if let Some(timeout) = setup.freeze_timeout {
+        cuda.set_lock_timeout(timeout);
+    }
     Ok(tree
         .iter()
         .any(|&p| cuda.holds_device(p))

@@ -72,6 +72,8 @@ pub fn request_name(req: &Request) -> &'static str {
         Some(request::Kind::ResumeDevices(_)) => "RESUME_DEVICES_LATE",
         Some(request::Kind::ResumeFailed(_)) => "RESUME_DEVICES_LATE (failed in the plugin)",
         Some(request::Kind::RestoreThread(_)) => "a restore thread lookup",
+        Some(request::Kind::TreeThreads(_)) => "CHECKPOINT_DEVICES (the tree's restore threads)",
+        Some(request::Kind::CheckpointTree(_)) => "CHECKPOINT_DEVICES (the whole tree)",
         Some(request::Kind::Log(_)) => "a log line",
         Some(request::Kind::Connect(_)) => "a connection",
         None => "an empty request",

@@ -77,14 +77,31 @@ pub struct Adopt {
     pub format: String,
     pub state: Vec<u8>,
     pub fds: Vec<OwnedFd>,
-    /// The operations done for the task so far (its pause).
+    /// The operations done for the task so far (its pause, a checkpoint made ahead).
     pub operations: Vec<Operation>,
+    /// The backend already checkpointed the task with the whole tree.
+    pub checkpointed_ahead: bool,
 }
 
 #[derive(Debug)]
 struct DumpTask {
     stage: DumpStage,
     operations: Vec<Operation>,
+    /// Paused with the whole tree; CRIU's PAUSE_DEVICES for it has not come yet.
+    paused_ahead: bool,
+    /// Checkpointed with the whole tree, before its CHECKPOINT_DEVICES.
+    checkpointed_ahead: bool,
+}
+
+impl DumpTask {
+    fn new(stage: DumpStage, operations: Vec<Operation>) -> DumpTask {
+        DumpTask {
+            stage,
+            operations,
+            paused_ahead: false,
+            checkpointed_ahead: false,
+        }
+    }
 }
 
 /// The tasks of one dump, by host pid, in the order CRIU announced them.
@@ -107,23 +124,79 @@ impl DumpTasks {
         if let Some(task) = self.tasks.get(&pid) {
             return Err(Self::unexpected(pid, &task.stage, "PAUSE_DEVICES"));
         }
-        self.tasks.insert(
-            pid,
-            DumpTask {
-                stage: DumpStage::Paused,
-                operations: vec![pause],
-            },
-        );
+        self.tasks
+            .insert(pid, DumpTask::new(DumpStage::Paused, vec![pause]));
         Ok(())
+    }
+
+    /// `pid` paused with the whole tree at the first PAUSE_DEVICES, before CRIU asked
+    /// for it.
+    pub fn paused_ahead(&mut self, pid: i32, pause: Operation) -> Result<(), LifecycleError> {
+        self.paused(pid, pause)?;
+        if let Some(task) = self.tasks.get_mut(&pid) {
+            task.paused_ahead = true;
+        }
+        Ok(())
+    }
+
+    /// CRIU's PAUSE_DEVICES for `pid`: true when the task was paused ahead with the
+    /// whole tree (nothing more to do for it), false when it was not.
+    pub fn confirm_ahead(&mut self, pid: i32) -> bool {
+        match self.tasks.get_mut(&pid) {
+            Some(task) if task.paused_ahead && matches!(task.stage, DumpStage::Paused) => {
+                task.paused_ahead = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The tasks to checkpoint with the whole tree: paused through CRIU's own
+    /// PAUSE_DEVICES (so frozen now) and not yet checkpointed.
+    pub fn to_checkpoint_ahead(&self) -> Vec<i32> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| {
+                matches!(t.stage, DumpStage::Paused) && !t.paused_ahead && !t.checkpointed_ahead
+            })
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+
+    /// How the checkpoint with the whole tree went for `pid`: done (with the operation,
+    /// when the backend made a call) or failed.
+    pub fn checkpointed_ahead(&mut self, pid: i32, outcome: Result<Option<Operation>, ()>) {
+        if let Some(task) = self.tasks.get_mut(&pid) {
+            match outcome {
+                Ok(operation) => {
+                    task.checkpointed_ahead = true;
+                    task.operations.extend(operation);
+                }
+                Err(()) => task.stage = DumpStage::Failed,
+            }
+        }
+    }
+
+    /// The tasks paused ahead whose PAUSE_DEVICES never came (they left the tree before
+    /// CRIU reached them), each then `Released`: the backend must give them back
+    /// whatever becomes of the dump.
+    pub fn release_unconfirmed(&mut self) -> Vec<i32> {
+        self.tasks
+            .iter_mut()
+            .filter(|(_, task)| task.paused_ahead && task.stage.touched())
+            .map(|(pid, task)| {
+                task.stage = DumpStage::Released;
+                *pid
+            })
+            .collect()
     }
 
     /// PAUSE_DEVICES failed for `pid`: the backend may have changed it halfway, so the
     /// task is given back after the dump like any other it touched.
     pub fn pause_failed(&mut self, pid: i32) {
-        self.tasks.entry(pid).or_insert(DumpTask {
-            stage: DumpStage::Failed,
-            operations: Vec::new(),
-        });
+        self.tasks
+            .entry(pid)
+            .or_insert_with(|| DumpTask::new(DumpStage::Failed, Vec::new()));
     }
 
     /// CHECKPOINT_DEVICES for `pid` (paused before, or not when the CRIU pauses no
@@ -137,10 +210,10 @@ impl DumpTasks {
         count: usize,
         fds: Vec<OwnedFd>,
     ) -> Result<Option<Adopt>, LifecycleError> {
-        let task = self.tasks.entry(pid).or_insert(DumpTask {
-            stage: DumpStage::Paused,
-            operations: Vec::new(),
-        });
+        let task = self
+            .tasks
+            .entry(pid)
+            .or_insert_with(|| DumpTask::new(DumpStage::Paused, Vec::new()));
         if !matches!(task.stage, DumpStage::Paused) {
             return Err(Self::unexpected(pid, &task.stage, "CHECKPOINT_DEVICES"));
         }
@@ -197,6 +270,7 @@ impl DumpTasks {
             state,
             fds,
             operations: std::mem::take(&mut task.operations),
+            checkpointed_ahead: task.checkpointed_ahead,
         })
     }
 
@@ -438,6 +512,41 @@ mod tests {
         assert_eq!(tasks.pids(), [10, 11]);
         assert_eq!(tasks.release(), [10], "only the task the backend touched");
         assert!(tasks.release().is_empty(), "released once");
+    }
+
+    #[test]
+    fn a_tree_paused_and_checkpointed_ahead() {
+        let mut tasks = DumpTasks::default();
+        for pid in [1, 2, 3] {
+            tasks.paused_ahead(pid, op("pause")).unwrap();
+        }
+        assert!(tasks.paused_ahead(2, op("pause")).is_err(), "twice");
+        assert!(tasks.to_checkpoint_ahead().is_empty(), "none frozen yet");
+        assert!(tasks.confirm_ahead(1));
+        assert!(!tasks.confirm_ahead(1), "confirmed once");
+        assert!(tasks.confirm_ahead(2));
+        assert!(!tasks.confirm_ahead(4), "never paused ahead");
+        tasks.paused(4, op("pause")).unwrap();
+        assert_eq!(tasks.to_checkpoint_ahead(), [1, 2, 4]);
+        tasks.checkpointed_ahead(1, Ok(Some(op("checkpoint"))));
+        tasks.checkpointed_ahead(4, Ok(None));
+        tasks.checkpointed_ahead(2, Err(()));
+        assert_eq!(tasks.to_checkpoint_ahead(), Vec::<i32>::new());
+        assert_eq!(tasks.stage(2).unwrap().name(), "failed");
+        let adopt = tasks
+            .checkpoint(1, "f/1".into(), vec![1], 0, vec![])
+            .unwrap()
+            .unwrap();
+        assert!(adopt.checkpointed_ahead);
+        let names: Vec<&str> = adopt.operations.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["pause", "checkpoint"]);
+        assert!(tasks
+            .checkpoint(2, "f/1".into(), vec![1], 0, vec![])
+            .is_err());
+        // 3 left the tree before CRIU reached it: given back whatever the dump does.
+        assert_eq!(tasks.release_unconfirmed(), [3]);
+        assert!(tasks.release_unconfirmed().is_empty());
+        assert_eq!(tasks.release(), [1, 2, 4]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -77,6 +78,8 @@ enum Mode {
         tasks: Mutex<DumpTasks>,
         /// Whether the tree lives on after a successful dump.
         leave_running: bool,
+        /// Whether the whole tree was paused at the first PAUSE_DEVICES.
+        tree_paused: AtomicBool,
     },
     Restore {
         restorer: RwLock<Option<Restorer>>,
@@ -181,6 +184,7 @@ impl Helper {
             devices: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(DumpTasks::default()),
             leave_running,
+            tree_paused: AtomicBool::new(false),
         };
         Self::start(connector, backend, mode, timeline, device_timeout)
     }
@@ -437,7 +441,10 @@ fn adopt_device(
     };
     let mut device = found.device;
     device.operations = task.operations;
-    device.operations.push(checkpoint);
+    if !task.checkpointed_ahead {
+        // Else the checkpoint with the whole tree is in the log already.
+        device.operations.push(checkpoint);
+    }
     let bytes = device.buffers.iter().map(|b| b.size).sum();
     lock(&shared.timeline).begin(device.ns_pid, device.buffers.len(), bytes);
     let guard = writer.read().unwrap_or_else(|e| e.into_inner());
@@ -490,11 +497,41 @@ fn handle(
         return Ok(refuse("empty request"));
     };
     match (&shared.mode, kind) {
-        (Mode::Dump { tasks, .. }, request::Kind::PauseDevices(r)) => {
+        (
+            Mode::Dump {
+                tasks, tree_paused, ..
+            },
+            request::Kind::PauseDevices(r),
+        ) => {
+            if shared.backend.whole_tree() && !tree_paused.swap(true, Ordering::SeqCst) {
+                // CRIU pauses the root first, with the tree still running.
+                pause_tree(shared, tasks, r.pid)?;
+            }
+            if lock(tasks).confirm_ahead(r.pid) {
+                fault::check(FaultStep::Pause)?;
+                return Ok(ok());
+            }
             let paused = timed(shared, "pause", || shared.backend.pre_freeze(r.pid));
             let ((), pause) = paused.inspect_err(|_| lock(tasks).pause_failed(r.pid))?;
             lock(tasks).paused(r.pid, pause)?;
             fault::check(FaultStep::Pause)?;
+            Ok(ok())
+        }
+        (Mode::Dump { tasks, .. }, request::Kind::TreeThreads(_)) => {
+            let mut run_threads = Vec::new();
+            if shared.backend.whole_tree() {
+                for pid in lock(tasks).to_checkpoint_ahead() {
+                    run_threads.extend(shared.backend.restore_thread(pid)?);
+                }
+            }
+            Ok(Reply {
+                ok: true,
+                run_threads,
+                ..Default::default()
+            })
+        }
+        (Mode::Dump { tasks, .. }, request::Kind::CheckpointTree(_)) => {
+            checkpoint_tree(shared, tasks)?;
             Ok(ok())
         }
         (Mode::Dump { tasks, .. }, request::Kind::CheckpointDevices(r)) => {
@@ -629,19 +666,15 @@ fn handle(
             },
             request::Kind::DumpFinished(r),
         ) => {
-            if !*leave_running && r.ret == 0 {
-                return Ok(ok());
+            // Tasks paused ahead that CRIU never reached are not part of the dump.
+            let mut pids = lock(tasks).release_unconfirmed();
+            if *leave_running || r.ret != 0 {
+                // The tree lives on: every task the backend touched gets its device
+                // back, even if one fails.
+                pids.extend(lock(tasks).release());
             }
-            // The tree lives on: every task the backend touched gets its device back,
-            // even if one fails.
-            let pids = lock(tasks).release();
-            let mut first_error = None;
-            for pid in pids {
-                if let Err(e) = shared.backend.after_dump(pid) {
-                    first_error.get_or_insert(e);
-                }
-            }
-            match first_error {
+            let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid));
+            match outcomes.into_iter().find_map(Result::err) {
                 Some(e) => Err(e.into()),
                 None => Ok(ok()),
             }
@@ -658,6 +691,83 @@ fn handle(
         (_, other) => Ok(refuse(&format!(
             "unexpected request {other:?} in this phase"
         ))),
+    }
+}
+
+/// `f` for every pid at once, one thread each; the outcomes in the order of `pids`.
+fn in_parallel<T: Send>(pids: &[i32], f: impl Fn(i32) -> T + Sync) -> Vec<T> {
+    if let [pid] = pids {
+        return vec![f(*pid)];
+    }
+    std::thread::scope(|scope| {
+        let f = &f;
+        let running: Vec<_> = pids
+            .iter()
+            .map(|&pid| scope.spawn(move || f(pid)))
+            .collect();
+        running
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// The first PAUSE_DEVICES of a dump of a [`Backend::whole_tree`] backend, with the
+/// tree still running: the backend's step before the freeze for every task of the tree
+/// rooted at `root`, in parallel (CRIU then freezes the tasks one by one, and each one's
+/// PAUSE_DEVICES finds it done). A task that fails is given back after the dump like
+/// the others; the first failure fails this PAUSE_DEVICES, so CRIU gives up at once.
+fn pause_tree(shared: &Shared, tasks: &Mutex<DumpTasks>, root: i32) -> Result<(), HelperError> {
+    let pids = crate::gpu::tree_pids(root);
+    let outcomes = in_parallel(&pids, |pid| {
+        timed(shared, "pause", || shared.backend.pre_freeze(pid))
+    });
+    let mut first_error = None;
+    let mut tasks = lock(tasks);
+    for (pid, outcome) in pids.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(((), pause)) => tasks.paused_ahead(pid, pause)?,
+            Err(e) => {
+                tasks.pause_failed(pid);
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// The tree is frozen (the first CHECKPOINT_DEVICES, the threads the backend needs let
+/// run by the plugin): the backend's checkpoint of every paused task at once. The first
+/// failure fails the request, so CRIU gives up; every task is given back after the dump.
+fn checkpoint_tree(shared: &Shared, tasks: &Mutex<DumpTasks>) -> Result<(), HelperError> {
+    let pids = lock(tasks).to_checkpoint_ahead();
+    let outcomes = in_parallel(&pids, |pid| {
+        timed(shared, "checkpoint", || {
+            shared.backend.checkpoint_ahead(pid)
+        })
+    });
+    let mut first_error = None;
+    let mut tasks = lock(tasks);
+    for (pid, outcome) in pids.into_iter().zip(outcomes) {
+        match outcome {
+            Ok((made, checkpoint)) => {
+                tasks.checkpointed_ahead(pid, Ok(made.then_some(checkpoint)));
+            }
+            Err(e) => {
+                tasks.checkpointed_ahead(pid, Err(()));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
 }
 

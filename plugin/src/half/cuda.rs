@@ -5,24 +5,51 @@
 //! process that loads the driver): this half asks the helper.
 
 use gpucr_abi::cuda::{Collected as CudaCollected, COLLECTED_FORMAT};
-use gpucr_abi::proto::{request, RestoreThread};
+use gpucr_abi::proto::{request, CheckpointTree, RestoreThread, TreeThreads};
 
 use super::{Collected, HalfError, PluginHalf};
-use crate::helper;
+use crate::helper::{self, HelperError};
+use crate::thread::RunGuard;
 
 #[derive(Debug, Default)]
 pub struct CudaHalf;
 
+fn half_error(what: &str) -> impl FnOnce(HelperError) -> HalfError + '_ {
+    move |e| HalfError::new(e.errno(), format!("{what}: {e}"))
+}
+
 /// The restore thread of `pid` the driver names, if it is a CUDA process.
 fn ask_restore_thread(pid: i32) -> Result<Option<i32>, HalfError> {
     let reply = helper::call(request::Kind::RestoreThread(RestoreThread { pid }), &[])
-        .map_err(|e| HalfError::new(e.errno(), format!("pid {pid}: {e}")))?;
+        .map_err(half_error(&format!("pid {pid}")))?;
     Ok((reply.run_thread > 0).then_some(reply.run_thread))
 }
 
 impl PluginHalf for CudaHalf {
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    fn checkpoint_tree(&self) -> Result<(), HalfError> {
+        let reply = helper::call(request::Kind::TreeThreads(TreeThreads {}), &[])
+            .map_err(half_error("the tree's restore threads"))?;
+        if reply.run_threads.is_empty() {
+            return Ok(());
+        }
+        // Every restore thread runs while the helper checkpoints the tasks in parallel;
+        // each is stopped again when its guard drops.
+        let mut running = Vec::with_capacity(reply.run_threads.len());
+        for tid in &reply.run_threads {
+            running.extend(RunGuard::start(*tid)?);
+        }
+        helper::call(request::Kind::CheckpointTree(CheckpointTree {}), &[])
+            .map_err(half_error("checkpointing the tree"))?;
+        crate::criu::info(&format!(
+            "CHECKPOINT_DEVICES: {} CUDA processes checkpointed at once",
+            reply.run_threads.len()
+        ));
+        drop(running);
+        Ok(())
     }
 
     fn checkpoint(&self, pid: i32) -> Result<Option<Collected>, HalfError> {

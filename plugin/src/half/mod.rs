@@ -78,6 +78,14 @@ pub trait PluginHalf: Send + Sync {
         Ok(())
     }
 
+    /// The first CHECKPOINT_DEVICES of a dump, criu main, tree frozen, before that
+    /// task's own step: what the gpucr half does for every task of the tree at once
+    /// (the CUDA driver's checkpoints, with every restore thread let run meanwhile).
+    /// Default: nothing.
+    fn checkpoint_tree(&self) -> Result<(), HalfError> {
+        Ok(())
+    }
+
     /// CHECKPOINT_DEVICES, criu main, tree frozen: `pid`'s device state and buffer fds,
     /// or None when it holds no device of this backend.
     fn checkpoint(&self, pid: i32) -> Result<Option<Collected>, HalfError>;

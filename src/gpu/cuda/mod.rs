@@ -36,7 +36,8 @@ pub const STATE_FORMAT: &str = "cuda/1";
 /// What the plugin half sends at CHECKPOINT_DEVICES ([`gpucr_abi::cuda::Collected`]).
 pub use gpucr_abi::cuda::COLLECTED_FORMAT;
 
-/// How long a lock may wait for the process's CUDA work in flight.
+/// How long a lock may wait for the process's CUDA work in flight, unless the dump
+/// gives its freeze timeout (CRIU's default freeze timeout).
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The state of one checkpointed CUDA process.
@@ -162,6 +163,23 @@ impl CudaBackend {
             .collect()
     }
 
+    /// How long a lock before the freeze may wait for the process's work in flight
+    /// (the dump's freeze timeout).
+    pub fn set_lock_timeout(&mut self, timeout: Duration) {
+        self.lock_timeout = timeout;
+    }
+
+    /// Checkpoint `pid` unless it already is, marked first: a checkpoint that fails
+    /// halfway is restored after the dump. Whether a driver call was made.
+    fn checkpoint_once(&self, pid: i32) -> Result<bool, GpuError> {
+        match self.touched().get_mut(&pid) {
+            Some(touched) if !touched.checkpointed => touched.checkpointed = true,
+            _ => return Ok(false),
+        }
+        self.driver.checkpoint(pid).map_err(driver_error(pid))?;
+        Ok(true)
+    }
+
     fn touched(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Touched>> {
         self.touched.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -174,6 +192,14 @@ impl Backend for CudaBackend {
 
     fn holds_device(&self, pid: i32) -> bool {
         matches!(self.driver.restore_thread_id(pid), Ok(Some(_)))
+    }
+
+    fn whole_tree(&self) -> bool {
+        true
+    }
+
+    fn checkpoint_ahead(&self, pid: i32) -> Result<bool, GpuError> {
+        self.checkpoint_once(pid)
     }
 
     fn restore_thread(&self, pid: i32) -> Result<Option<i32>, GpuError> {
@@ -247,17 +273,8 @@ impl Backend for CudaBackend {
                 detail: "a CUDA process that was not locked before the freeze".into(),
             });
         };
-        if !touched.checkpointed {
-            // Marked first: a checkpoint that fails halfway is restored after the dump.
-            self.touched().insert(
-                pid,
-                Touched {
-                    checkpointed: true,
-                    ..touched
-                },
-            );
-            self.driver.checkpoint(pid).map_err(driver_error(pid))?;
-        }
+        // Already done when the helper checkpointed the whole tree at once.
+        self.checkpoint_once(pid)?;
         let gpus = self.gpu_uuids(pid)?;
         let cuda_state = CudaState {
             initial: state_name(touched.initial).into(),
@@ -285,11 +302,14 @@ impl Backend for CudaBackend {
         let Some(touched) = self.touched().remove(&pid) else {
             return Ok(());
         };
-        let current = self.driver.process_state(pid).map_err(driver_error(pid))?;
+        // Back to what the process was, from where it is (a step that failed may have
+        // left it short of where gpucr meant it to be).
+        let mut current = self.driver.process_state(pid).map_err(driver_error(pid))?;
         if current == ProcessState::Checkpointed && touched.initial != ProcessState::Checkpointed {
             self.driver.restore(pid, &[]).map_err(driver_error(pid))?;
+            current = ProcessState::Locked;
         }
-        if touched.initial == ProcessState::Running {
+        if current == ProcessState::Locked && touched.initial == ProcessState::Running {
             self.driver.unlock(pid).map_err(driver_error(pid))?;
         }
         Ok(())
