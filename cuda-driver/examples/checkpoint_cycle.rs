@@ -86,17 +86,6 @@ fn parse_args() -> Options {
     opts
 }
 
-fn state_name(state: ProcessState) -> &'static str {
-    match state {
-        ProcessState::Running => "running",
-        ProcessState::Locked => "locked",
-        ProcessState::Checkpointed => "checkpointed",
-        ProcessState::Failed => "failed",
-        ProcessState::Checkpointing => "checkpointing",
-        ProcessState::Restoring => "restoring",
-    }
-}
-
 /// Run `call`, print its step line with the time it took, and return its value.
 fn timed<T>(step: &str, call: impl FnOnce() -> Result<T, Error>) -> T {
     let start = Instant::now();
@@ -116,8 +105,8 @@ fn expect_state(driver: &Driver, pid: i32, wanted: ProcessState) {
     if state != wanted {
         die(&format!(
             "process {pid} is {} where it should be {}",
-            state_name(state),
-            state_name(wanted)
+            state.name(),
+            wanted.name()
         ));
     }
 }

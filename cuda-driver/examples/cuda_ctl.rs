@@ -14,22 +14,11 @@
 use std::process::exit;
 use std::time::Duration;
 
-use gpucr_cuda_driver::{Driver, ProcessState};
+use gpucr_cuda_driver::Driver;
 
 fn usage() -> ! {
     eprintln!("usage: cuda_ctl state|lock|checkpoint|restore|unlock PID [TIMEOUT_MS]");
     exit(2)
-}
-
-fn state_name(state: ProcessState) -> &'static str {
-    match state {
-        ProcessState::Running => "running",
-        ProcessState::Locked => "locked",
-        ProcessState::Checkpointed => "checkpointed",
-        ProcessState::Failed => "failed",
-        ProcessState::Checkpointing => "checkpointing",
-        ProcessState::Restoring => "restoring",
-    }
 }
 
 fn main() {
@@ -57,7 +46,7 @@ fn main() {
     };
     if let Err(e) = done.and_then(|()| {
         let state = driver.process_state(pid)?;
-        println!("{}", state_name(state));
+        println!("{}", state.name());
         Ok(())
     }) {
         eprintln!("cuda_ctl: {e}");

@@ -49,6 +49,18 @@ impl ProcessState {
     pub fn to_raw(self) -> i32 {
         self as i32
     }
+
+    /// The state's name in lower case ("running", "locked", "checkpointed", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Locked => "locked",
+            Self::Checkpointed => "checkpointed",
+            Self::Failed => "failed",
+            Self::Checkpointing => "checkpointing",
+            Self::Restoring => "restoring",
+        }
+    }
 }
 
 /// The handle of a custom-storage operation, for [`Driver::operation_complete`]. Not

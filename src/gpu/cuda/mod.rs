@@ -83,17 +83,6 @@ impl CudaState {
     }
 }
 
-fn state_name(state: ProcessState) -> &'static str {
-    match state {
-        ProcessState::Running => "running",
-        ProcessState::Locked => "locked",
-        ProcessState::Checkpointed => "checkpointed",
-        ProcessState::Failed => "failed",
-        ProcessState::Checkpointing => "checkpointing",
-        ProcessState::Restoring => "restoring",
-    }
-}
-
 /// Whether `pid` has a `/dev/nvidia*` node open.
 fn uses_nvidia_device(pid: i32) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
@@ -241,7 +230,7 @@ impl Backend for CudaBackend {
                 pid,
                 detail: format!(
                     "the CUDA process is {}: it cannot be checkpointed",
-                    state_name(other)
+                    other.name()
                 ),
             }),
         }
@@ -277,7 +266,7 @@ impl Backend for CudaBackend {
         self.checkpoint_once(pid)?;
         let gpus = self.gpu_uuids(pid)?;
         let cuda_state = CudaState {
-            initial: state_name(touched.initial).into(),
+            initial: touched.initial.name().into(),
             driver_version: self.driver.version(),
             gpus: gpus.clone(),
             remap: Vec::new(),
