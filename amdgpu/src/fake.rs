@@ -36,6 +36,10 @@ use crate::kernel::{
     RestoreRequest,
 };
 
+/// Where a fake process's child holds its kfd and render files (above any fd number the
+/// parent's descriptors could have, so the dup2s cannot overwrite one another).
+const HELD_FD_BASE: RawFd = 900;
+
 /// A GPU of the fake machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FakeGpu {
@@ -267,7 +271,7 @@ impl FakeKernel {
         unsafe {
             command.pre_exec(move || {
                 for (i, &fd) in raw.iter().enumerate() {
-                    if libc::dup2(fd, 10 + i as RawFd) < 0 {
+                    if libc::dup2(fd, HELD_FD_BASE + i as RawFd) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
