@@ -287,9 +287,22 @@ fn check_render_fd(m: &Machine, fd: BorrowedFd<'_>, path: &str, task: &TaskDevic
 /// holds for a render-node mapping, by reopening for a /dev/kfd one.
 fn check_vmas(m: &Machine, half: &AmdgpuHalf, dumped: &Task, kfd: BorrowedFd<'_>) {
     let restored = m.kernel.bos(kfd);
-    for (old, new) in m.kernel.bos(dumped.fake.kfd.as_fd()).iter().zip(&restored) {
-        let (addr, _, old_offset, _) = *old;
+    let dumped_bos = m.kernel.bos(dumped.fake.kfd.as_fd());
+    for ((old, new), spec) in dumped_bos.iter().zip(&restored).zip(&dumped.bos) {
+        let (addr, _, old_offset, mapped) = *old;
         assert_eq!(new.0, addr, "restored at the same VA");
+        if !mapped {
+            continue;
+        }
+        assert_eq!(half.update_vma(c"/dev/kfd", addr, old_offset + 1), None);
+        if spec.alloc_flags & gpucr_abi::kfd::KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
+            // Mapped through /dev/kfd: CRIU reopens it by path.
+            assert_eq!(
+                half.update_vma(c"/dev/kfd", addr, old_offset),
+                Some((new.2, -1))
+            );
+            continue;
+        }
         let (offset, fd) = half
             .update_vma(c"/dev/dri//renderD128", addr, old_offset)
             .expect("a restored buffer's mapping");
@@ -302,12 +315,9 @@ fn check_vmas(m: &Machine, half: &AmdgpuHalf, dumped: &Task, kfd: BorrowedFd<'_>
             m.kernel.kfd(me()).kind_of(&stat),
             Some(gpucr_amdgpu::DeviceKind::Render { .. })
         ));
-        assert_eq!(
-            half.update_vma(c"/dev/kfd", addr, old_offset),
-            Some((new.2, -1))
-        );
-        assert_eq!(half.update_vma(c"/dev/kfd", addr, old_offset + 1), None);
     }
+    // Every render-node file and mapping restored: no render fd is left in the task.
+    assert_eq!(half.held_render_fds(), 0);
     assert_eq!(half.update_vma(c"/dev/null", restored[0].0, 0), None);
 }
 
@@ -373,16 +383,20 @@ fn one_gpu() {
         alloc_flags: gpucr_abi::kfd::KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL,
         ..BoSpec::vram(gpu, 8192)
     };
+    let unmapped = BoSpec {
+        mapped: false,
+        ..BoSpec::vram(gpu, 2 * MIB)
+    };
     let t = spawn(
         &m,
         0,
         &[gpu],
-        &[BoSpec::vram(gpu, 5 * MIB + 12), gtt, doorbell],
+        &[BoSpec::vram(gpu, 5 * MIB + 12), gtt, doorbell, unmapped],
     );
     let devices = round_trip(&m, &[&t], &[], true);
     let d = &devices[0];
     assert_eq!(d.gpus, [GpuRef::Kfd(gpu)]);
-    assert_eq!(d.buffers.len(), 2, "the doorbell has no contents to copy");
+    assert_eq!(d.buffers.len(), 3, "the doorbell has no contents to copy");
     assert_eq!(
         d.device_files.iter().map(|f| f.role).collect::<Vec<_>>(),
         [DeviceRole::Device, DeviceRole::Render]

@@ -26,14 +26,15 @@ use std::time::Duration;
 
 use gpucr_abi::amdgpu_drm::sdma::{CountEncoding, COPY_LINEAR_DWORDS, COPY_LINEAR_HEADER};
 use gpucr_abi::kfd::{
-    bo_has_contents, KfdCriuBoBucket, KfdCriuDeviceBucket, KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
+    bo_has_contents, KfdCriuBoBucket, KfdCriuDeviceBucket, KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL,
+    KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
     KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::kernel::{
-    DeviceKind, Drm, KernelError, Kfd, KfdCheckpoint, NodeInfo, ProcessInfo, RenderNode,
-    RestoreRequest,
+    DeviceKind, DeviceMapping, Drm, KernelError, Kfd, KfdCheckpoint, NodeInfo, ProcessInfo,
+    RenderNode, RestoreRequest,
 };
 
 /// Where a fake process's child holds its kfd and render files (above any fd number the
@@ -99,15 +100,18 @@ pub struct BoSpec {
     pub gpu_id: u32,
     pub size: u64,
     pub alloc_flags: u32,
+    /// The process maps it (through its render node, or /dev/kfd for doorbells).
+    pub mapped: bool,
 }
 
 impl BoSpec {
-    /// A writable VRAM buffer.
+    /// A writable VRAM buffer the process maps.
     pub fn vram(gpu_id: u32, size: u64) -> BoSpec {
         BoSpec {
             gpu_id,
             size,
             alloc_flags: KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE,
+            mapped: true,
         }
     }
 }
@@ -129,6 +133,7 @@ struct Bo {
     offset: u64,
     gpu_id: u32,
     alloc_flags: u32,
+    mapped: bool,
     mem: Arc<File>,
 }
 
@@ -297,6 +302,7 @@ impl FakeKernel {
                     offset,
                     gpu_id: b.gpu_id,
                     alloc_flags: b.alloc_flags,
+                    mapped: b.mapped,
                     mem,
                 };
                 addr += b.size.next_multiple_of(1 << 21);
@@ -356,14 +362,14 @@ impl FakeKernel {
         out
     }
 
-    /// (addr, size, mmap offset, user gpu_id) of every buffer of the process.
-    pub fn bos(&self, kfd: BorrowedFd<'_>) -> Vec<(u64, u64, u64, u32)> {
+    /// (addr, size, mmap offset, mapped) of every buffer of the process.
+    pub fn bos(&self, kfd: BorrowedFd<'_>) -> Vec<(u64, u64, u64, bool)> {
         let inner = self.lock();
         let p = self.process_of(&inner, kfd).expect("a fake kfd file");
         inner.processes[p]
             .bos
             .iter()
-            .map(|b| (b.addr, b.size, b.offset, b.gpu_id))
+            .map(|b| (b.addr, b.size, b.offset, b.mapped))
             .collect()
     }
 
@@ -477,6 +483,42 @@ impl Kfd for FakeKfd {
             .rev()
             .find(|p| p.pid == pid)
             .map(|p| dup(&p.kfd)))
+    }
+
+    fn device_mappings(&self, pid: i32) -> Result<Vec<DeviceMapping>, KernelError> {
+        let inner = self.kernel.lock();
+        let Some(p) = inner.processes.iter().rev().find(|p| p.pid == pid) else {
+            return Ok(Vec::new());
+        };
+        Ok(p.bos
+            .iter()
+            .filter(|b| b.mapped)
+            .map(|b| {
+                let through_kfd = b.alloc_flags
+                    & (KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP)
+                    != 0;
+                let kind = if through_kfd {
+                    DeviceKind::Kfd
+                } else {
+                    let actual = p
+                        .devices
+                        .iter()
+                        .find(|d| d.0 == b.gpu_id)
+                        .map_or(b.gpu_id, |d| d.1);
+                    let minor = inner
+                        .gpus
+                        .iter()
+                        .find(|g| g.gpu_id == actual)
+                        .map_or(0, |g| g.render_minor);
+                    DeviceKind::Render { minor }
+                };
+                DeviceMapping {
+                    start: b.addr,
+                    offset: b.offset,
+                    kind,
+                }
+            })
+            .collect())
     }
 
     fn open_kfd(&self) -> Result<OwnedFd, KernelError> {
@@ -669,6 +711,7 @@ impl Kfd for FakeKfd {
                 offset: b.restored_offset,
                 gpu_id: b.gpu_id,
                 alloc_flags: b.alloc_flags,
+                mapped: false,
                 mem,
             });
         }

@@ -44,6 +44,15 @@ pub enum DeviceKind {
     Render { minor: u32 },
 }
 
+/// A mapping of a KFD or render node in a process (from /proc/PID/maps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMapping {
+    pub start: u64,
+    /// The mmap byte offset.
+    pub offset: u64,
+    pub kind: DeviceKind,
+}
+
 /// PROCESS_INFO's answer (the process's queues are paused from then on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProcessInfo {
@@ -86,6 +95,8 @@ pub trait Kfd: Send + Sync {
     fn kind_of(&self, stat: &libc::stat) -> Option<DeviceKind>;
     /// The kfd file `pid` has open, duplicated into this process (pidfd_getfd), or None.
     fn task_kfd(&self, pid: i32) -> Result<Option<OwnedFd>, KernelError>;
+    /// The mappings of KFD and render nodes in `pid`.
+    fn device_mappings(&self, pid: i32) -> Result<Vec<DeviceMapping>, KernelError>;
     /// Open `/dev/kfd` (O_RDWR | O_CLOEXEC).
     fn open_kfd(&self) -> Result<OwnedFd, KernelError>;
     /// Open `/dev/dri/renderD<minor>` (O_RDWR | O_CLOEXEC).

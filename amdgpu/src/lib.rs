@@ -23,6 +23,6 @@ pub mod real;
 pub mod state;
 
 pub use kernel::{
-    DeviceKind, Drm, KernelError, Kfd, KfdCheckpoint, NodeInfo, ProcessInfo, RenderNode,
-    RestoreRequest,
+    DeviceKind, DeviceMapping, Drm, KernelError, Kfd, KfdCheckpoint, NodeInfo, ProcessInfo,
+    RenderNode, RestoreRequest,
 };

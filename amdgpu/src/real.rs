@@ -9,8 +9,8 @@ use gpucr_abi::amdgpu_drm::*;
 use gpucr_abi::kfd::*;
 
 use crate::kernel::{
-    DeviceKind, Drm, KernelError, Kfd, KfdCheckpoint, NodeInfo, ProcessInfo, RenderNode,
-    RestoreRequest,
+    DeviceKind, DeviceMapping, Drm, KernelError, Kfd, KfdCheckpoint, NodeInfo, ProcessInfo,
+    RenderNode, RestoreRequest,
 };
 
 /// The KFD node.
@@ -135,6 +135,13 @@ impl Kfd for RealKfd {
         Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
     }
 
+    fn device_mappings(&self, pid: i32) -> Result<Vec<DeviceMapping>, KernelError> {
+        let path = format!("/proc/{pid}/maps");
+        let maps = std::fs::read_to_string(&path)
+            .map_err(|e| KernelError::new("read", &path, errno(&e)))?;
+        Ok(maps.lines().filter_map(parse_mapping).collect())
+    }
+
     fn open_kfd(&self) -> Result<OwnedFd, KernelError> {
         open(KFD_PATH)
     }
@@ -242,6 +249,26 @@ impl Kfd for RealKfd {
         };
         criu_op(kfd, &mut args, "RESUME", &format!("pid {pid}"))
     }
+}
+
+/// A line of /proc/PID/maps, if it maps /dev/kfd or a render node.
+fn parse_mapping(line: &str) -> Option<DeviceMapping> {
+    let mut fields = line.split_whitespace();
+    let range = fields.next()?;
+    let offset = u64::from_str_radix(fields.nth(1)?, 16).ok()?;
+    let path = fields.nth(2)?;
+    let kind = if path == KFD_PATH {
+        DeviceKind::Kfd
+    } else {
+        let minor = path.strip_prefix("/dev/dri/renderD")?.parse().ok()?;
+        DeviceKind::Render { minor }
+    };
+    let start = u64::from_str_radix(range.split_once('-')?.0, 16).ok()?;
+    Some(DeviceMapping {
+        start,
+        offset,
+        kind,
+    })
 }
 
 /// Own a dmabuf fd the kernel installed in our table (KFD_INVALID_FD: none).
@@ -540,5 +567,40 @@ impl RealNode {
         };
         // SAFETY: DRM_IOCTL_AMDGPU_GEM_VA takes a drm_amdgpu_gem_va.
         unsafe { self.ioctl(DRM_IOCTL_AMDGPU_GEM_VA, &mut args, "GEM_VA") }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_mappings_are_read_from_maps_lines() {
+        let kfd = "7f0000000000-7f0000002000 rw-s 1f00000000 00:05 123 /dev/kfd";
+        let render =
+            "7f1000000000-7f1000200000 rw-s 100400000 00:05 456                  /dev/dri/renderD129";
+        assert_eq!(
+            parse_mapping(kfd),
+            Some(DeviceMapping {
+                start: 0x7f00_0000_0000,
+                offset: 0x1f_0000_0000,
+                kind: DeviceKind::Kfd
+            })
+        );
+        assert_eq!(
+            parse_mapping(render),
+            Some(DeviceMapping {
+                start: 0x7f10_0000_0000,
+                offset: 0x1_0040_0000,
+                kind: DeviceKind::Render { minor: 129 }
+            })
+        );
+        for other in [
+            "7f-80 r--p 00000000 08:01 1 /usr/lib/libc.so.6",
+            "7f-80 rw-p 00000000 00:00 0 ",
+            "7f-80 rw-s 00000000 00:05 9 /dev/dri/card0",
+        ] {
+            assert_eq!(parse_mapping(other), None, "{other}");
+        }
     }
 }

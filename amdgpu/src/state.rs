@@ -51,6 +51,17 @@ pub struct KfdBo {
     /// The user gpu_id.
     pub gpu_id: u32,
     pub alloc_flags: u32,
+    /// How the process maps it at `addr` (None: not mapped there): its restored
+    /// mapping needs UPDATE_VMA_MAP, a render-node one through a render fd.
+    #[serde(default)]
+    pub mapped: Option<Mapped>,
+}
+
+/// What a buffer's mapping goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mapped {
+    Kfd,
+    Render,
 }
 
 impl KfdBo {
@@ -84,6 +95,9 @@ pub struct RestoreState {
     pub kfd: KfdState,
     /// The render minor of each device's actual GPU (`kfd.devices` order).
     pub render_minors: Vec<u32>,
+    /// How many render-node files the task has (each comes through RESTORE_EXT_FILE).
+    #[serde(default)]
+    pub render_files: u32,
 }
 
 /// A render node the restored task reopens.

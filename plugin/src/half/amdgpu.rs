@@ -10,7 +10,9 @@
 //! * RESTORE_EXT_FILE (inside the restored task): for /dev/kfd, open a kfd and a render
 //!   node per GPU (the gpu_ids the helper mapped), RESTORE, and hand the new dmabufs to
 //!   the helper; for a render node, a copy of the one KFD was given. The render fds are
-//!   kept above every fd the task will get, for UPDATE_VMA_MAP.
+//!   kept above every fd the task will get, for UPDATE_VMA_MAP, and closed once the
+//!   last render-node file and mapping of the task is restored (the dump recorded which
+//!   buffers the task maps), so none is left behind in the task.
 //! * UPDATE_VMA_MAP: each restored buffer's new mmap offset, through the render fd that
 //!   owns it.
 //! * RESUME_DEVICES_LATE (criu main): after the helper has written the task's buffers,
@@ -29,10 +31,10 @@ use gpucr_abi::kfd::{
 use gpucr_abi::plugin_abi::stage;
 use gpucr_abi::proto::DeviceSpec;
 use gpucr_amdgpu::state::{
-    self, KfdBo, KfdDevice, KfdState, RenderState, RestoreState, COLLECTED_FORMAT, RENDER_FORMAT,
-    RESTORE_FORMAT,
+    self, KfdBo, KfdDevice, KfdState, Mapped, RenderState, RestoreState, COLLECTED_FORMAT,
+    RENDER_FORMAT, RESTORE_FORMAT,
 };
-use gpucr_amdgpu::{KernelError, Kfd, RestoreRequest};
+use gpucr_amdgpu::{DeviceKind, KernelError, Kfd, RestoreRequest};
 
 use super::{Collected, HalfError, PluginHalf, Recreated};
 use crate::criu;
@@ -45,6 +47,9 @@ struct Vma {
     new_offset: u64,
     /// The render node that owns it.
     minor: u32,
+    /// Whether the task maps it through a render node (and UPDATE_VMA_MAP for it is
+    /// still to come).
+    pending: bool,
 }
 
 /// What this restored task recreated.
@@ -55,6 +60,28 @@ struct Restored {
     vmas: Vec<Vma>,
     /// The task's pid in its namespace (for CRIU's fd floor).
     ns_pid: u32,
+    /// Render-node RESTORE_EXT_FILEs and render-node UPDATE_VMA_MAPs still to come, once
+    /// KFD RESTORE ran; at 0 the render fds are closed (the task keeps its own).
+    pending: Option<u32>,
+    /// Render-node RESTORE_EXT_FILEs served before the kfd file's.
+    early_renders: u32,
+}
+
+impl Restored {
+    /// One render-node use served: close the render fds when none is left.
+    fn served(&mut self) {
+        match &mut self.pending {
+            Some(n) => *n = n.saturating_sub(1),
+            None => self.early_renders += 1,
+        }
+        self.release_if_done();
+    }
+
+    fn release_if_done(&mut self) {
+        if self.pending == Some(0) {
+            self.renders.clear();
+        }
+    }
 }
 
 pub struct AmdgpuHalf {
@@ -104,6 +131,7 @@ impl AmdgpuHalf {
     ) -> Result<(KfdState, Vec<OwnedFd>), HalfError> {
         let info = self.kfd.process_info(kfd).map_err(kernel)?;
         let checkpoint = self.kfd.checkpoint(kfd, &info).map_err(kernel)?;
+        let mappings = self.kfd.device_mappings(pid).map_err(kernel)?;
         let bos: Vec<KfdBo> = checkpoint
             .bos
             .iter()
@@ -113,6 +141,13 @@ impl AmdgpuHalf {
                 offset: b.offset,
                 gpu_id: b.gpu_id,
                 alloc_flags: b.alloc_flags,
+                mapped: mappings
+                    .iter()
+                    .find(|m| m.start == b.addr)
+                    .map(|m| match m.kind {
+                        DeviceKind::Kfd => Mapped::Kfd,
+                        DeviceKind::Render { .. } => Mapped::Render,
+                    }),
             })
             .collect();
         let mut fds = Vec::new();
@@ -230,6 +265,7 @@ impl AmdgpuHalf {
                     old_offset: bo.offset,
                     new_offset: bucket.restored_offset,
                     minor: restore.render_minors[index],
+                    pending: bo.mapped == Some(Mapped::Render),
                 });
             }
             match (bo.has_contents(), fd) {
@@ -243,6 +279,10 @@ impl AmdgpuHalf {
                 (false, _) => {}
             }
         }
+        let render_vmas = restored.vmas.iter().filter(|v| v.pending).count() as u32;
+        let early = restored.early_renders;
+        restored.pending = Some((restore.render_files + render_vmas).saturating_sub(early));
+        restored.release_if_done();
         let kfd = above_floor(kfd, kfd_state.kfd_pid)?;
         Ok(Recreated {
             device_fd: kfd.into_raw_fd(),
@@ -250,13 +290,25 @@ impl AmdgpuHalf {
         })
     }
 
+    /// Render fds this task still holds for KFD and UPDATE_VMA_MAP (0 once every
+    /// render-node file and mapping is restored: none is left behind in the task).
+    pub fn held_render_fds(&self) -> usize {
+        self.restored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .renders
+            .len()
+    }
+
     fn restore_render(&self, spec: &DeviceSpec) -> Result<Recreated, HalfError> {
         let render: RenderState =
             state::decode(&spec.format, RENDER_FORMAT, &spec.state).map_err(bad)?;
         let mut restored = self.restored.lock().unwrap_or_else(|e| e.into_inner());
         let fd = self.render(&mut restored, render.minor)?;
+        let device_fd = dup_raw(fd)?;
+        restored.served();
         Ok(Recreated {
-            device_fd: dup_raw(fd)?,
+            device_fd,
             buffers: Vec::new(),
         })
     }
@@ -333,18 +385,24 @@ impl PluginHalf for AmdgpuHalf {
         if !render && path != gpucr_amdgpu::real::KFD_PATH {
             return None;
         }
-        let restored = self.restored.lock().unwrap_or_else(|e| e.into_inner());
-        let vma = restored
+        let mut restored = self.restored.lock().unwrap_or_else(|e| e.into_inner());
+        let index = restored
             .vmas
             .iter()
-            .find(|v| v.addr == addr && v.old_offset == pgoff)?;
+            .position(|v| v.addr == addr && v.old_offset == pgoff)?;
+        let vma = restored.vmas[index];
         if !render {
             // CRIU reopens /dev/kfd by path: KFD binds to the process's memory.
             return Some((vma.new_offset, -1));
         }
         // DRM only maps a buffer through the file that created it.
         let fd = restored.renders.get(&vma.minor)?.as_raw_fd();
-        dup_raw(fd).ok().map(|fd| (vma.new_offset, fd))
+        let answer = dup_raw(fd).ok().map(|fd| (vma.new_offset, fd));
+        if vma.pending {
+            restored.vmas[index].pending = false;
+            restored.served();
+        }
+        answer
     }
 
     fn resume(&self, pid: i32) -> Result<(), HalfError> {

@@ -390,9 +390,15 @@ impl Backend for AmdgpuBackend {
             .iter()
             .map(|d| self.minor(d.actual_gpu_id))
             .collect::<Result<_, _>>()?;
+        let render_files = task
+            .device_files
+            .iter()
+            .filter(|f| f.role == DeviceRole::Render)
+            .count() as u32;
         let restore = RestoreState {
             kfd: state.kfd,
             render_minors,
+            render_files,
         };
         Ok(DeviceSpec {
             device_path: gpucr_amdgpu::real::KFD_PATH.into(),
