@@ -614,3 +614,27 @@ fn a_restore_onto_a_gpu_the_machine_lacks_is_refused() {
     assert!(err.contains("no GPU with this gpu_id"), "{err}");
     assert!(m.kernel.all_queues().iter().all(|&(pid, _)| pid != me()));
 }
+
+#[test]
+fn copies_stay_on_the_rings_asked_for() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (m, t) = small_machine();
+    let only_ring_1 = |m: &Machine| {
+        let backend = AmdgpuBackend::new(
+            m.kernel.kfd(me()),
+            m.kernel.drm(),
+            Some(m.root.clone()),
+            SHORT,
+        )
+        .unwrap()
+        .only_rings(vec![1]);
+        Arc::new(backend)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let devices = dump(&m, only_ring_1(&m), &[&t], dir.path()).unwrap();
+    let restored = restore(&m, only_ring_1(&m), &[&t], devices, dir.path(), &[], true).unwrap();
+    check_restored(&m, &t, 0, &restored[0]);
+    let rings = m.kernel.ring_bytes();
+    assert!(rings.keys().all(|&(_, ring)| ring == 1), "{rings:?}");
+    assert!(rings.values().sum::<u64>() >= 2 * (3 * MIB + 64 * 1024));
+}

@@ -208,14 +208,19 @@ impl DeviceBo {
 }
 
 impl GpuEngine {
-    /// The engine of GPU `gpu` on `node`, with fence waits limited to `timeout`.
+    /// The engine of GPU `gpu` on `node`, with fence waits limited to `timeout`, on
+    /// every SDMA ring the GPU offers, or on those of them in `only` when given.
     pub fn new(
         gpu: u32,
         node: Arc<dyn RenderNode>,
         timeout: Duration,
+        only: Option<&[u32]>,
     ) -> Result<Arc<GpuEngine>, CopyError> {
         let kernel = |source| CopyError::Kernel { gpu, source };
-        let info = node.info().map_err(kernel)?;
+        let mut info = node.info().map_err(kernel)?;
+        if let Some(only) = only {
+            info.rings.retain(|r| only.contains(r));
+        }
         let enc = CountEncoding::for_sdma_version(info.sdma_major).ok_or(CopyError::Other {
             gpu,
             detail: format!(
@@ -226,7 +231,7 @@ impl GpuEngine {
         if info.rings.is_empty() {
             return Err(CopyError::Other {
                 gpu,
-                detail: "the GPU offers no SDMA ring".into(),
+                detail: "the GPU offers no SDMA ring (of those asked for)".into(),
             });
         }
         let engine = Arc::new(GpuEngine {

@@ -35,6 +35,9 @@ pub const NAME: &str = "amdgpu";
 pub const DEFAULT_FENCE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Environment variable: the fence timeout (humantime, e.g. "30s").
 pub const ENV_FENCE_TIMEOUT: &str = "GPUCR_AMDGPU_FENCE_TIMEOUT";
+/// Environment variable: copy only on these SDMA rings (comma-separated ring numbers;
+/// unset: every ring), to measure rings one by one.
+pub const ENV_RINGS: &str = "GPUCR_AMDGPU_RINGS";
 
 /// The task's device state in the image: the KFD state, and the render nodes the task
 /// had open (by the render minor it had then and the GPU's actual gpu_id).
@@ -68,6 +71,8 @@ pub struct AmdgpuBackend {
     minors: BTreeMap<u32, u32>,
     engines: Mutex<HashMap<u32, Arc<GpuEngine>>>,
     fence_timeout: Duration,
+    /// The SDMA rings to use (None: all).
+    rings: Option<Vec<u32>>,
 }
 
 impl std::fmt::Debug for AmdgpuBackend {
@@ -92,12 +97,26 @@ impl AmdgpuBackend {
             }
             _ => DEFAULT_FENCE_TIMEOUT,
         };
-        AmdgpuBackend::new(
+        let rings = match std::env::var(ENV_RINGS) {
+            Ok(text) if !text.trim().is_empty() => {
+                Some(parse_rings(&text).map_err(|detail| GpuError::Config {
+                    variable: ENV_RINGS,
+                    value: text.clone(),
+                    detail,
+                })?)
+            }
+            _ => None,
+        };
+        let backend = AmdgpuBackend::new(
             Arc::new(gpucr_amdgpu::real::RealKfd),
             Arc::new(gpucr_amdgpu::real::RealDrm),
             None,
             timeout,
-        )
+        )?;
+        Ok(match rings {
+            Some(rings) => backend.only_rings(rings),
+            None => backend,
+        })
     }
 
     /// The backend on `kfd` and `drm`, with the GPU topology under `sysfs_root` (None:
@@ -129,7 +148,14 @@ impl AmdgpuBackend {
             minors,
             engines: Mutex::new(HashMap::new()),
             fence_timeout,
+            rings: None,
         })
+    }
+
+    /// Copy only on SDMA rings `rings` (of those each GPU offers).
+    pub fn only_rings(mut self, rings: Vec<u32>) -> AmdgpuBackend {
+        self.rings = Some(rings);
+        self
     }
 
     /// The copy engine of GPU `gpu_id` (opened on first use).
@@ -143,8 +169,8 @@ impl AmdgpuBackend {
             pid: 0,
             detail: format!("GPU {gpu_id:#x}: {e}"),
         })?;
-        let engine =
-            GpuEngine::new(gpu_id, node, self.fence_timeout).map_err(|e| GpuError::Task {
+        let engine = GpuEngine::new(gpu_id, node, self.fence_timeout, self.rings.as_deref())
+            .map_err(|e| GpuError::Task {
                 pid: 0,
                 detail: e.to_string(),
             })?;
@@ -205,6 +231,19 @@ impl AmdgpuBackend {
                 detail: e.to_string(),
             })
     }
+}
+
+/// `GPUCR_AMDGPU_RINGS`: "0", "0,1".
+fn parse_rings(text: &str) -> Result<Vec<u32>, String> {
+    text.split(',')
+        .map(|r| {
+            r.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&r| r < 32)
+                .ok_or_else(|| format!("{r:?} is not an SDMA ring number (0-31)"))
+        })
+        .collect()
 }
 
 /// Whether `pid` has /dev/kfd open (a ROCm process), by the links in /proc/PID/fd.
@@ -495,4 +534,18 @@ impl Backend for AmdgpuBackend {
 
 fn bo_rings(engine: &GpuEngine) -> u32 {
     (engine.rings().len() as u32).clamp(1, 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_lists_parse() {
+        assert_eq!(parse_rings("0").unwrap(), [0]);
+        assert_eq!(parse_rings(" 0, 1 ").unwrap(), [0, 1]);
+        for bad in ["", "x", "0,,1", "32", "-1"] {
+            assert!(parse_rings(bad).is_err(), "{bad}");
+        }
+    }
 }
