@@ -575,6 +575,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn other_files_are_not_devices_and_missing_nodes_are_named() {
+        let kfd = RealKfd;
+        let null = nix::sys::stat::stat("/dev/null").unwrap();
+        assert_eq!(kfd.kind_of(&null), None);
+        let me = std::process::id() as i32;
+        if !std::path::Path::new(KFD_PATH).exists() {
+            assert!(kfd.task_kfd(me).unwrap().is_none());
+            let err = kfd.open_kfd().unwrap_err();
+            assert_eq!(err.errno, libc::ENOENT);
+            assert!(err.to_string().contains("/dev/kfd"), "{err}");
+        }
+        if !std::path::Path::new(&render_path(255)).exists() {
+            let err = RealDrm.open(255).err().unwrap();
+            assert!(err.to_string().contains("/dev/dri/renderD255"), "{err}");
+        }
+        assert!(kfd.device_mappings(me).unwrap().is_empty());
+    }
+
+    #[test]
     fn device_mappings_are_read_from_maps_lines() {
         let kfd = "7f0000000000-7f0000002000 rw-s 1f00000000 00:05 123 /dev/kfd";
         let render =
