@@ -158,20 +158,20 @@ impl AmdgpuBackend {
         self
     }
 
-    /// The copy engine of GPU `gpu_id` (opened on first use).
-    pub fn engine(&self, gpu_id: u32) -> Result<Arc<GpuEngine>, GpuError> {
+    /// The copy engine of GPU `gpu_id` (opened on first use, for task `pid`).
+    pub fn engine(&self, gpu_id: u32, pid: i32) -> Result<Arc<GpuEngine>, GpuError> {
         let mut engines = self.engines.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = engines.get(&gpu_id) {
             return Ok(e.clone());
         }
         let minor = self.minor(gpu_id)?;
         let node = self.drm.open(minor).map_err(|e| GpuError::Task {
-            pid: 0,
+            pid,
             detail: format!("GPU {gpu_id:#x}: {e}"),
         })?;
         let engine = GpuEngine::new(gpu_id, node, self.fence_timeout, self.rings.as_deref())
             .map_err(|e| GpuError::Task {
-                pid: 0,
+                pid,
                 detail: e.to_string(),
             })?;
         engines.insert(gpu_id, engine.clone());
@@ -210,8 +210,10 @@ impl AmdgpuBackend {
             .collect()
     }
 
+    /// Import buffer `what` of task `pid` (its dmabuf `fd`, `size` bytes on `gpu_id`).
     fn import(
         &self,
+        pid: i32,
         gpu_id: u32,
         fd: BorrowedFd<'_>,
         size: u64,
@@ -224,11 +226,11 @@ impl AmdgpuBackend {
                 detail: format!("its dmabuf is {actual} bytes, the KFD state says {size}"),
             });
         }
-        self.engine(gpu_id)?
+        self.engine(gpu_id, pid)?
             .import(fd, size)
-            .map_err(|e| GpuError::Malformed {
-                path: PathBuf::from(what),
-                detail: e.to_string(),
+            .map_err(|e| GpuError::Task {
+                pid,
+                detail: format!("{what}: {e}"),
             })
     }
 }
@@ -353,6 +355,7 @@ impl Backend for AmdgpuBackend {
             })?;
             let name = bo_name(bo.addr);
             sources.push(Box::new(Source(self.import(
+                pid,
                 gpu,
                 fd.as_fd(),
                 bo.size,
@@ -488,8 +491,10 @@ impl Backend for AmdgpuBackend {
             pid: task.host_pid,
             detail: format!("no buffer {index} in the task's buffer table"),
         })?;
-        let bo = self.import(info.gpu_id, file.as_fd(), info.size, &info.path)?;
-        let rings = bo_rings(&*self.engine(info.gpu_id)?);
+        // Messages name the task by its pid in the image.
+        let pid = task.ns_pid as i32;
+        let bo = self.import(pid, info.gpu_id, file.as_fd(), info.size, &info.path)?;
+        let rings = bo_rings(&*self.engine(info.gpu_id, pid)?);
         // One writer per ring: a GPU's buffers spread over its rings.
         let queue = (info.gpu_id << 5) | (index as u32 % rings);
         Ok(Box::new(Sink { bo, queue }))
