@@ -528,6 +528,7 @@ fn a_failure_at_each_dump_step_leaves_the_queues_running() {
         FakeOp::VaMap,
         FakeOp::Import,
         FakeOp::Submit,
+        FakeOp::Wait,
     ];
     for op in steps {
         let (m, t) = small_machine();
@@ -572,6 +573,7 @@ fn a_failure_at_each_restore_step_leaves_nothing_running() {
         FakeOp::Userptr,
         FakeOp::Import,
         FakeOp::Submit,
+        FakeOp::Wait,
         FakeOp::Resume,
     ];
     let restored_running = |m: &Machine| {
@@ -637,4 +639,33 @@ fn copies_stay_on_the_rings_asked_for() {
     let rings = m.kernel.ring_bytes();
     assert!(rings.keys().all(|&(_, ring)| ring == 1), "{rings:?}");
     assert!(rings.values().sum::<u64>() >= 2 * (3 * MIB + 64 * 1024));
+}
+
+#[test]
+fn restore_writes_are_double_buffered() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One buffer of three chunks: one writer thread.
+    let m = Machine::new("mi50-2x");
+    let gpu = m.gpus[0];
+    let t = spawn(&m, 0, &[gpu], &[BoSpec::vram(gpu, 3 * MIB)]);
+    let dir = tempfile::tempdir().unwrap();
+    let devices = dump(&m, m.backend(SHORT), &[&t], dir.path()).unwrap();
+    let restored = restore(&m, m.backend(SHORT), &[&t], devices, dir.path(), &[], false).unwrap();
+    check_restored(&m, &t, 0, &restored[0]);
+    // After KFD RESTORE, each write is submitted before the one before it is waited for.
+    let log = m.kernel.log();
+    let start = log.iter().position(|l| l.starts_with("Restore")).unwrap();
+    let copies: Vec<&String> = log[start..]
+        .iter()
+        .filter(|l| l.starts_with("Submit") || l.starts_with("Wait"))
+        .collect();
+    assert_eq!(copies.len(), 6, "{copies:#?}");
+    assert!(
+        copies[0].starts_with("Submit") && copies[1].starts_with("Submit"),
+        "the second write waited for the first: {copies:#?}"
+    );
+    assert!(copies[5].starts_with("Wait"), "{copies:#?}");
+    let submits = copies.iter().filter(|l| l.starts_with("Submit")).count();
+    let waits = copies.len() - submits;
+    assert_eq!(submits, waits, "every write is waited for: {copies:#?}");
 }

@@ -81,6 +81,7 @@ pub enum FakeOp {
     CreateGtt,
     VaMap,
     Submit,
+    Wait,
 }
 
 /// Where a process's queues are.
@@ -1117,6 +1118,7 @@ impl RenderNode for FakeNode {
     }
 
     fn wait(&self, ctx: u32, ring: u32, seq: u64, timeout: Duration) -> Result<bool, KernelError> {
+        self.check(FakeOp::Wait, &format!("WAIT_CS ring {ring} seq {seq}"))?;
         if !self.lock().ctxs.contains(&ctx) {
             return Err(einval("WAIT_CS", format!("ctx {ctx}")));
         }

@@ -6,7 +6,10 @@
 //! Each ring has two slots (staging chunk, indirect buffer, context): while one slot's
 //! copy runs on the engine, the other is filled or drained by the CPU, so the engine
 //! does not wait for the disk or the compressor. Callers take slots round-robin across
-//! the rings; every fence wait has a time limit.
+//! the rings; every fence wait has a time limit. Reads (dump) are waited for at once,
+//! their callers being many threads; a restore writer thread leaves its write running
+//! while it fills the next slot ([`DeviceBo::write_behind`]), and waits for all of them
+//! at the end of each buffer.
 
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -180,19 +183,6 @@ impl DeviceBo {
         Ok(())
     }
 
-    /// Copy `data` to `offset` of the buffer.
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), CopyError> {
-        self.check(offset, data.len())?;
-        for (i, piece) in data.chunks(CHUNK_BYTES).enumerate() {
-            let at = self.mapped.va + offset + (i * CHUNK_BYTES) as u64;
-            self.engine.with_slot(|engine, slot| {
-                slot.staging.bytes(piece.len()).copy_from_slice(piece);
-                engine.copy(slot, self.mapped, slot.staging_bo.va, at, piece.len())
-            })?;
-        }
-        Ok(())
-    }
-
     fn check(&self, offset: u64, len: usize) -> Result<(), CopyError> {
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.mapped.size => Ok(()),
@@ -358,25 +348,45 @@ impl GpuEngine {
         })
     }
 
+    /// Take a free slot, round-robin across the rings; None when all are taken.
+    fn try_take(&self) -> Option<(usize, Slot)> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        Self::pick(&mut free, &self.next)
+    }
+
+    /// Take a free slot, waiting for one.
+    fn take(&self) -> (usize, Slot) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(taken) = Self::pick(&mut free, &self.next) {
+                return taken;
+            }
+            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn pick(free: &mut [Option<Slot>], next: &AtomicUsize) -> Option<(usize, Slot)> {
+        let n = free.len();
+        let start = next.fetch_add(1, Ordering::Relaxed);
+        let i = (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| free[i].is_some())?;
+        Some((i, free[i].take().expect("checked")))
+    }
+
+    fn put_back(&self, index: usize, slot: Slot) {
+        self.free.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(slot);
+        self.freed.notify_one();
+    }
+
     /// Run `f` with a free slot, taken round-robin across the rings.
     fn with_slot<R>(
         &self,
         f: impl FnOnce(&Self, &mut Slot) -> Result<R, CopyError>,
     ) -> Result<R, CopyError> {
-        let (index, mut slot) = {
-            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-            loop {
-                let n = free.len();
-                let start = self.next.fetch_add(1, Ordering::Relaxed);
-                if let Some(i) = (0..n).map(|k| (start + k) % n).find(|&i| free[i].is_some()) {
-                    break (i, free[i].take().expect("checked"));
-                }
-                free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
-            }
-        };
+        let (index, mut slot) = self.take();
         let result = f(self, &mut slot);
-        self.free.lock().unwrap_or_else(|e| e.into_inner())[index] = Some(slot);
-        self.freed.notify_one();
+        self.put_back(index, slot);
         result
     }
 
@@ -390,6 +400,19 @@ impl GpuEngine {
         dst: u64,
         len: usize,
     ) -> Result<(), CopyError> {
+        let submitted = self.submit(slot, bo, src, dst, len)?;
+        self.finish(slot, submitted)
+    }
+
+    /// Write the copy's packets into the slot's IB and submit it on the slot's ring.
+    fn submit(
+        &self,
+        slot: &mut Slot,
+        bo: Mapped,
+        src: u64,
+        dst: u64,
+        len: usize,
+    ) -> Result<Submitted, CopyError> {
         let mut ib = Vec::with_capacity(slot.ib.len() / 4);
         sdma::emit_copy(&mut ib, self.enc, src, dst, len as u64).map_err(|e| CopyError::Other {
             gpu: self.gpu,
@@ -403,32 +426,137 @@ impl GpuEngine {
             .node
             .bo_list(&[bo.handle, slot.staging_bo.handle, slot.ib_bo.handle])
             .map_err(self.kernel())?;
-        let done = self.submit_and_wait(slot, list, ib.len() as u32);
-        let destroyed = self.node.bo_list_destroy(list).map_err(self.kernel());
-        done?;
-        destroyed?;
-        if let Some(i) = self.rings.iter().position(|&r| r == slot.ring) {
-            self.ring_bytes[i].fetch_add(len as u64, Ordering::Relaxed);
+        match self
+            .node
+            .submit(slot.ctx, list, slot.ring, slot.ib_bo.va, ib.len() as u32)
+        {
+            Ok(seq) => Ok(Submitted { seq, list, len }),
+            Err(e) => {
+                let _ = self.node.bo_list_destroy(list);
+                Err(self.kernel()(e))
+            }
         }
-        Ok(())
     }
 
-    fn submit_and_wait(&self, slot: &Slot, list: u32, dwords: u32) -> Result<(), CopyError> {
-        let seq = self
+    /// Wait for a submitted copy's fence (with the time limit) and release its BO list.
+    fn finish(&self, slot: &Slot, submitted: Submitted) -> Result<(), CopyError> {
+        let waited = self
             .node
-            .submit(slot.ctx, list, slot.ring, slot.ib_bo.va, dwords)
-            .map_err(self.kernel())?;
-        let done = self
+            .wait(slot.ctx, slot.ring, submitted.seq, self.timeout)
+            .map_err(self.kernel());
+        let destroyed = self
             .node
-            .wait(slot.ctx, slot.ring, seq, self.timeout)
-            .map_err(self.kernel())?;
-        if !done {
+            .bo_list_destroy(submitted.list)
+            .map_err(self.kernel());
+        if !waited? {
             return Err(CopyError::FenceTimeout {
                 gpu: self.gpu,
                 ring: slot.ring,
-                seq,
+                seq: submitted.seq,
                 timeout: self.timeout,
             });
+        }
+        destroyed?;
+        if let Some(i) = self.rings.iter().position(|&r| r == slot.ring) {
+            self.ring_bytes[i].fetch_add(submitted.len as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// A copy on its way: its sequence number, BO list and size.
+#[derive(Debug, Clone, Copy)]
+struct Submitted {
+    seq: u64,
+    list: u32,
+    len: usize,
+}
+
+/// The write a thread left running on the engine: its slot is held until the thread's
+/// next write (or the end of the buffer) waits for it.
+struct InFlight {
+    engine: Arc<GpuEngine>,
+    index: usize,
+    slot: Option<Slot>,
+    submitted: Submitted,
+}
+
+impl InFlight {
+    /// Wait for the write and give the slot back.
+    fn complete(mut self) -> Result<(), CopyError> {
+        let slot = self.slot.take().expect("a slot until completed");
+        let result = self.engine.finish(&slot, self.submitted);
+        self.engine.put_back(self.index, slot);
+        result
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // A thread that ends with a write in flight (after a failure elsewhere) still
+        // waits for it before its staging memory can be reused.
+        if let Some(slot) = self.slot.take() {
+            let _ = self.engine.finish(&slot, self.submitted);
+            self.engine.put_back(self.index, slot);
+        }
+    }
+}
+
+thread_local! {
+    /// The write this thread has running on an SDMA engine (restore writer threads
+    /// write one queue each, in order).
+    static IN_FLIGHT: std::cell::RefCell<Option<InFlight>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Wait for this thread's write in flight, if any.
+fn drain_thread() -> Result<(), CopyError> {
+    match IN_FLIGHT.with(|f| f.borrow_mut().take()) {
+        Some(prev) => prev.complete(),
+        None => Ok(()),
+    }
+}
+
+impl DeviceBo {
+    /// Copy `data` to `offset` of the buffer, double buffered: the copy is submitted and
+    /// left running while the caller prepares its next write, whose slot (of the other
+    /// ring, or the ring's other slot) is filled meanwhile; the write before is waited
+    /// for then. With `last`, every write of this thread is waited for before returning
+    /// (the buffer is complete when the call returns).
+    pub fn write_behind(&self, offset: u64, data: &[u8], last: bool) -> Result<(), CopyError> {
+        self.check(offset, data.len())?;
+        for (i, piece) in data.chunks(CHUNK_BYTES).enumerate() {
+            let at = self.mapped.va + offset + (i * CHUNK_BYTES) as u64;
+            let (index, mut slot) = match self.engine.try_take() {
+                Some(taken) => taken,
+                None => {
+                    drain_thread()?;
+                    self.engine.take()
+                }
+            };
+            slot.staging.bytes(piece.len()).copy_from_slice(piece);
+            let va = slot.staging_bo.va;
+            let submitted = match self
+                .engine
+                .submit(&mut slot, self.mapped, va, at, piece.len())
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    self.engine.put_back(index, slot);
+                    return Err(e);
+                }
+            };
+            let now = InFlight {
+                engine: self.engine.clone(),
+                index,
+                slot: Some(slot),
+                submitted,
+            };
+            if let Some(prev) = IN_FLIGHT.with(|f| f.borrow_mut().replace(now)) {
+                prev.complete()?;
+            }
+        }
+        if last {
+            drain_thread()?;
         }
         Ok(())
     }

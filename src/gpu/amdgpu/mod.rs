@@ -292,11 +292,14 @@ impl BufferSource for Source {
     }
 }
 
-/// A buffer being restored, written through its GPU's SDMA engine.
+/// A buffer being restored, written through its GPU's SDMA engine, double buffered:
+/// every byte is written once (it does not start zeroed), so the write that brings the
+/// count to the buffer's size is its last, which waits for all.
 #[derive(Debug)]
 struct Sink {
     bo: DeviceBo,
     queue: u32,
+    written: std::sync::atomic::AtomicU64,
 }
 
 impl BufferSink for Sink {
@@ -305,7 +308,12 @@ impl BufferSink for Sink {
     }
 
     fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        Ok(self.bo.write(offset, data)?)
+        let n = data.len() as u64;
+        let before = self
+            .written
+            .fetch_add(n, std::sync::atomic::Ordering::AcqRel);
+        let last = before + n >= self.bo.len();
+        Ok(self.bo.write_behind(offset, data, last)?)
     }
 
     fn queue(&self) -> u32 {
@@ -497,7 +505,11 @@ impl Backend for AmdgpuBackend {
         let rings = bo_rings(&*self.engine(info.gpu_id, pid)?);
         // One writer per ring: a GPU's buffers spread over its rings.
         let queue = (info.gpu_id << 5) | (index as u32 % rings);
-        Ok(Box::new(Sink { bo, queue }))
+        Ok(Box::new(Sink {
+            bo,
+            queue,
+            written: std::sync::atomic::AtomicU64::new(0),
+        }))
     }
 
     fn sysfs_root(&self) -> Option<PathBuf> {
