@@ -65,6 +65,18 @@ pub fn inherited_fd(key: &str) -> Option<std::os::fd::OwnedFd> {
     (fd >= 0).then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
+/// CRIU's `find_unused_fd_pid(pid)`: the lowest fd number above every fd the restored
+/// task `pid` (its pid in its namespace) will have; None outside CRIU.
+pub fn unused_fd_floor(pid: u32) -> Option<i32> {
+    let ptr = lookup(c"find_unused_fd_pid")?;
+    type FindUnusedFdPid = unsafe extern "C" fn(libc::pid_t) -> libc::c_int;
+    // SAFETY: the symbol is CRIU's `int find_unused_fd_pid(pid_t pid)`.
+    let f: FindUnusedFdPid = unsafe { std::mem::transmute(ptr) };
+    // SAFETY: see above; it takes a plain pid and reads CRIU's own tables.
+    let fd = unsafe { f(pid as libc::pid_t) };
+    (fd >= 0).then_some(fd)
+}
+
 /// True for images older than the inventory's plugin list, where CRIU answers every
 /// `check_and_remove_inventory_plugin` with true (so a loop must stop after one).
 pub fn inventory_is_legacy() -> bool {

@@ -34,8 +34,8 @@ static DUMPED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 /// cause's own errno where there is one, so CRIU's log and exit say what happened).
 #[derive(Debug)]
 pub struct HookFailure {
-    errno: i32,
-    message: String,
+    pub errno: i32,
+    pub message: String,
 }
 
 /// Fail with an injected fault when `GPUCR_FAULT` names `step` (tests of the failure
@@ -147,6 +147,17 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
 pub unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
     guard("exit", || {
         if let Ok(Some(half)) = plugin_half() {
+            exit_with(half, stage, ret);
+        }
+        criu::info(&format!("plugin finished (stage {stage}, result {ret})"));
+        Ok(0)
+    });
+}
+
+/// The plugin half's and the helper's part of the `exit` hook.
+pub fn exit_with(half: &dyn PluginHalf, stage: c_int, ret: c_int) {
+    {
+        {
             if stage == stage::DUMP {
                 // The tree is still stopped (CRIU lets it go after this hook): where it
                 // lives on, the gpucr half gives every task its device back, with each
@@ -167,30 +178,38 @@ pub unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
             }
             half.finish(stage, ret);
         }
-        criu::info(&format!("plugin finished (stage {stage}, result {ret})"));
-        Ok(0)
-    });
+    }
 }
 
 pub unsafe extern "C" fn pause_devices(pid: c_int) -> c_int {
-    guard("PAUSE_DEVICES", || {
-        let Some(half) = plugin_half()? else {
-            return Ok(NOT_OURS);
-        };
+    guard("PAUSE_DEVICES", || match plugin_half()? {
+        Some(half) => pause_devices_with(half, pid),
+        None => Ok(NOT_OURS),
+    })
+}
+
+/// PAUSE_DEVICES with `half`.
+pub fn pause_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
+    {
         DUMPED.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
         half.pause(pid)?;
         fault(FaultStep::PluginPause)?;
         helper::call(request::Kind::PauseDevices(PauseDevices { pid }), &[])?;
         criu::info(&format!("PAUSE_DEVICES pid {pid}"));
         Ok(0)
-    })
+    }
 }
 
 pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
-    guard("CHECKPOINT_DEVICES", || {
-        let Some(half) = plugin_half()? else {
-            return Ok(NOT_OURS);
-        };
+    guard("CHECKPOINT_DEVICES", || match plugin_half()? {
+        Some(half) => checkpoint_devices_with(half, pid),
+        None => Ok(NOT_OURS),
+    })
+}
+
+/// CHECKPOINT_DEVICES with `half`.
+pub fn checkpoint_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
+    {
         criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
         if !TREE_CHECKPOINTED.swap(true, Ordering::SeqCst) {
             half.checkpoint_tree()?;
@@ -228,7 +247,7 @@ pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
         // The helper holds its own references; ours close here.
         drop(buffers);
         Ok(0)
-    })
+    }
 }
 
 pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
@@ -236,6 +255,13 @@ pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
         if plugin_half()?.is_none() {
             return Ok(NOT_OURS);
         }
+        dump_ext_file_with(fd, id)
+    })
+}
+
+/// DUMP_EXT_FILE: ask the helper whether the file behind `fd` is a device it carries.
+pub fn dump_ext_file_with(fd: c_int, id: c_int) -> Result<c_int, HookFailure> {
+    {
         let kind = request::Kind::DumpFile(DumpFile { id: id as u32 });
         let reply = helper::call(kind, &[fd])?;
         if !reply.owned {
@@ -254,7 +280,7 @@ pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
             "DUMP_EXT_FILE id {id:#x}: device carried by gpucr"
         ));
         Ok(0)
-    })
+    }
 }
 
 /// HANDLE_DEVICE_VMA(fd, stat): 0 when the mapping is one of the backend's device
@@ -304,10 +330,15 @@ pub unsafe extern "C" fn update_vma_map(
 }
 
 pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
-    guard("RESTORE_EXT_FILE", || {
-        let Some(half) = plugin_half()? else {
-            return Ok(NOT_OURS);
-        };
+    guard("RESTORE_EXT_FILE", || match plugin_half()? {
+        Some(half) => restore_ext_file_with(half, id),
+        None => Ok(NOT_OURS),
+    })
+}
+
+/// RESTORE_EXT_FILE with `half`: the device fd for CRIU.
+pub fn restore_ext_file_with(half: &dyn PluginHalf, id: c_int) -> Result<c_int, HookFailure> {
+    {
         let id = id as u32;
         let reply = match helper::call(
             request::Kind::RestoreFile(gpucr_abi::proto::RestoreFile { id }),
@@ -338,14 +369,19 @@ pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
             recreated.device_fd
         ));
         Ok(recreated.device_fd)
-    })
+    }
 }
 
 pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
-    guard("RESUME_DEVICES_LATE", || {
-        let Some(half) = plugin_half()? else {
-            return Ok(NOT_OURS);
-        };
+    guard("RESUME_DEVICES_LATE", || match plugin_half()? {
+        Some(half) => resume_devices_late_with(half, pid),
+        None => Ok(NOT_OURS),
+    })
+}
+
+/// RESUME_DEVICES_LATE with `half`.
+pub fn resume_devices_late_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
+    {
         let kind = request::Kind::ResumeDevices(ResumeDevices { pid });
         {
             // The task's restore thread (if its backend has one) runs while the gpucr
@@ -379,7 +415,7 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
             "RESUME_DEVICES_LATE pid {pid}: device memory restored"
         ));
         Ok(0)
-    })
+    }
 }
 
 #[cfg(test)]

@@ -68,6 +68,18 @@ pub static CR_PLUGIN_DESC: Descriptor = Descriptor(CrPluginDesc {
 /// The errno a hook returns for files and devices that are not gpucr's.
 pub const NOT_OURS: c_int = -libc::ENOTSUP;
 
+/// The hook steps with an explicit plugin half, and the halves, for tests that drive a
+/// backend's whole sequence through the helper protocol without CRIU (with a fake
+/// kernel behind the half). CRIU's hooks run exactly these steps.
+pub mod flow {
+    pub use crate::half::amdgpu::AmdgpuHalf;
+    pub use crate::half::{Collected, HalfError, PluginHalf, Recreated};
+    pub use crate::hooks::{
+        checkpoint_devices_with, dump_ext_file_with, exit_with, pause_devices_with,
+        restore_ext_file_with, resume_devices_late_with, HookFailure,
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use gpucr_abi::PLUGIN_NAME;

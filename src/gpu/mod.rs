@@ -14,6 +14,7 @@
 //! the helper that fills them in, because the image's manifest, restore and inspect
 //! read them where no helper runs.
 
+pub mod amdgpu;
 pub mod cuda;
 pub mod manifest;
 pub mod sim;
@@ -376,6 +377,28 @@ pub trait Backend: Send + Sync {
     /// DUMP_EXT_FILE: if `fd` is a device of this backend, which of `tasks` has it open.
     fn file_owner(&self, fd: BorrowedFd<'_>, tasks: &[i32]) -> Result<Option<i32>, GpuError>;
 
+    /// DUMP_EXT_FILE of a file [`Backend::file_owner`] claimed: its role, and the path to
+    /// record for it (None: the path the fd links to).
+    fn file_role(&self, _fd: BorrowedFd<'_>) -> (DeviceRole, Option<String>) {
+        (DeviceRole::Device, None)
+    }
+
+    /// RESTORE_EXT_FILE of one of `task`'s files that is not its main device node (a
+    /// render node): what the restored task reopens. Backends with such files implement
+    /// it; the default refuses.
+    fn file_spec(&self, task: &TaskDevice, file: &DeviceFile) -> Result<DeviceSpec, GpuError> {
+        Err(GpuError::Task {
+            pid: task.host_pid,
+            detail: format!(
+                "task {}: the {} backend cannot restore {} file {}",
+                task.ns_pid,
+                self.name(),
+                file.role.as_str(),
+                file.path
+            ),
+        })
+    }
+
     /// What the restored task recreates (sent to the plugin in RESTORE_EXT_FILE), from
     /// the task's state: every path beneath [`Backend::state_root`] (checked with
     /// [`check_confined`] before CRIU starts, and by the plugin as it creates them).
@@ -404,6 +427,40 @@ pub trait Backend: Send + Sync {
     fn remap_gpus(&self, task: &mut TaskDevice, map: &[(GpuRef, GpuRef)]) -> Result<(), GpuError>;
 }
 
+/// kcmp(KCMP_FILE): do our `fd` and `pid`'s `theirs` refer to one open file description?
+pub(crate) fn same_open_file(me: i32, fd: i32, pid: i32, theirs: i32) -> bool {
+    const KCMP_FILE: libc::c_long = 0;
+    // SAFETY: kcmp only compares kernel objects named by pids and fd numbers; it reads
+    // no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            me as libc::c_long,
+            pid as libc::c_long,
+            KCMP_FILE,
+            fd as libc::c_long,
+            theirs as libc::c_long,
+        )
+    };
+    ret == 0
+}
+
+/// Which of `tasks` has the open file behind our `fd` in its fd table.
+pub(crate) fn owner_of(fd: BorrowedFd<'_>, tasks: &[i32]) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let me = std::process::id() as i32;
+    tasks.iter().copied().find(|&pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .parse::<i32>()
+                    .is_ok_and(|theirs| same_open_file(me, fd.as_raw_fd(), pid, theirs))
+            })
+        })
+    })
+}
+
 /// The topology of the GPUs the dumped tasks use, read where `backend` keeps it.
 pub fn used_topology(
     backend: &dyn Backend,
@@ -422,7 +479,8 @@ pub struct DumpSetup {
 }
 
 /// The backend whose devices the tree rooted at `pid` holds, if any: the simulator when
-/// `GPUCR_SIM_ROOT` is set; else cuda when a task of the tree has an NVIDIA device open
+/// `GPUCR_SIM_ROOT` is set; else amdgpu when a task of the tree has /dev/kfd open; else
+/// cuda when a task of the tree has an NVIDIA device open
 /// or `GPUCR_CUDA_LIBRARY` names a driver (the driver is loaded and initialised only
 /// then, so a CPU-only tree pays nothing).
 pub fn detect(
@@ -435,6 +493,10 @@ pub fn detect(
             .iter()
             .any(|&p| sim.holds_device(p))
             .then(|| std::sync::Arc::new(sim) as std::sync::Arc<dyn Backend>));
+    }
+    if tree.iter().any(|&p| amdgpu::holds_kfd(p)) {
+        let amd = amdgpu::AmdgpuBackend::load()?;
+        return Ok(Some(std::sync::Arc::new(amd)));
     }
     if !cuda::CudaBackend::wanted(&tree) {
         return Ok(None);
@@ -461,6 +523,7 @@ pub fn backend_named(name: &str) -> Result<std::sync::Arc<dyn Backend>, GpuError
             }),
         },
         cuda::NAME => Ok(std::sync::Arc::new(cuda::CudaBackend::load()?)),
+        amdgpu::NAME => Ok(std::sync::Arc::new(amdgpu::AmdgpuBackend::load()?)),
         other => Err(GpuError::Config {
             variable: "backend",
             value: other.to_owned(),

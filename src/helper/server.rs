@@ -561,12 +561,15 @@ fn handle(
             let Some(task) = devices.get_mut(&owner) else {
                 return Ok(not_owned());
             };
-            let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-                .map(|p| p.display().to_string())
-                .unwrap_or_default();
+            let (role, path) = shared.backend.file_role(fd.as_fd());
+            let path = path.unwrap_or_else(|| {
+                std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            });
             task.device_files.push(DeviceFile {
                 id: r.id,
-                role: DeviceRole::Device,
+                role,
                 path,
             });
             fault::check(FaultStep::DumpFile)?;
@@ -583,6 +586,19 @@ fn handle(
                 return Ok(refuse(""));
             };
             let task = &devices[index];
+            let file = task.device_files.iter().find(|f| f.id == r.id);
+            if let Some(file) = file.filter(|f| f.role != DeviceRole::Device) {
+                // A further file of the task (a render node): reopened beside its
+                // device, which alone moves the task through its lifecycle.
+                let spec = shared.backend.file_spec(task, file)?;
+                crate::gpu::check_confined(&spec)
+                    .map_err(|e| HelperError::Failed(format!("task {}: {e}", task.ns_pid)))?;
+                return Ok(Reply {
+                    ok: true,
+                    device: Some(spec),
+                    ..Default::default()
+                });
+            }
             let spec = shared.backend.restore_spec(task)?;
             // Checked before CRIU started too; the plugin confines every path again.
             crate::gpu::check_confined(&spec)

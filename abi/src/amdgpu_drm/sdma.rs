@@ -402,6 +402,52 @@ mod tests {
         assert_eq!(aligned.len(), 16);
     }
 
+    /// The sizes the issue names: 4 KiB, 2 MiB - 1, 2 MiB, 2 MiB + 1 and 1 GiB, on both
+    /// count encodings: the packets' byte counts add up, every packet but the last is
+    /// full, packets stay page-aligned, and the IB is padded.
+    #[test]
+    fn packets_for_the_named_sizes() {
+        let src = 0x0000_0001_0000_0000u64;
+        let dst = 0x0000_7F00_0000_0000u64;
+        for enc in [CountEncoding::Bytes, CountEncoding::BytesMinusOne] {
+            let max = enc.max_packet_bytes() as u64;
+            for len in [4096, MIB2 - 1, MIB2, MIB2 + 1, GIB] {
+                let mut ib = Vec::new();
+                let n = emit_copy(&mut ib, enc, src, dst, len).unwrap();
+                assert_eq!(n as u64, len.div_ceil(max), "{enc:?} {len}");
+                assert_eq!(ib.len(), n * COPY_LINEAR_DWORDS);
+                let mut at = 0u64;
+                for (i, packet) in ib.chunks(COPY_LINEAR_DWORDS).enumerate() {
+                    assert_eq!(packet[0], COPY_LINEAR_HEADER);
+                    assert_eq!(packet[2], 0);
+                    let bytes = match enc {
+                        CountEncoding::Bytes => packet[1] as u64,
+                        CountEncoding::BytesMinusOne => packet[1] as u64 + 1,
+                    };
+                    assert!(bytes <= max && bytes <= MIB2, "{enc:?} {len}: {bytes}");
+                    if i + 1 < n {
+                        assert_eq!(bytes, max, "{enc:?} {len}: packet {i} not full");
+                    }
+                    let s = packet[3] as u64 | (packet[4] as u64) << 32;
+                    let d = packet[5] as u64 | (packet[6] as u64) << 32;
+                    assert_eq!((s, d), (src + at, dst + at));
+                    assert_eq!(s % PIECE_ALIGN as u64, 0);
+                    assert_eq!(d % PIECE_ALIGN as u64, 0);
+                    at += bytes;
+                }
+                assert_eq!(at, len, "{enc:?} {len}");
+                pad_ib(&mut ib);
+                assert_eq!(ib.len() % IB_ALIGN_DWORDS, 0);
+                assert_eq!(ib.len(), ib_dwords(n));
+            }
+        }
+        // With the byte count minus one, 2 MiB is one packet whose count is 2^21 - 1, and
+        // 2 MiB + 1 ends with a one-byte packet whose count is 0.
+        let mut ib = Vec::new();
+        emit_copy(&mut ib, CountEncoding::BytesMinusOne, src, dst, MIB2 + 1).unwrap();
+        assert_eq!((ib[1], ib[8]), ((MIB2 - 1) as u32, 0));
+    }
+
     #[test]
     fn rejects_bad_copies() {
         let enc = CountEncoding::BytesMinusOne;

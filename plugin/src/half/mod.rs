@@ -7,6 +7,7 @@
 //! picks its half. Every method has the meaning of the CRIU hook it serves; a backend
 //! implements those it needs, and the defaults answer "not mine" or do nothing.
 
+pub mod amdgpu;
 mod cuda;
 mod sim;
 
@@ -135,6 +136,9 @@ pub fn for_env() -> Result<Option<Box<dyn PluginHalf>>, HalfError> {
     match name.to_str() {
         Some("sim") => Ok(Some(Box::new(sim::SimHalf::from_env()?))),
         Some("cuda") => Ok(Some(Box::new(cuda::CudaHalf))),
+        Some("amdgpu") => Ok(Some(Box::new(amdgpu::AmdgpuHalf::new(
+            std::sync::Arc::new(gpucr_amdgpu::real::RealKfd),
+        )))),
         other => Err(HalfError::new(
             libc::ENOTSUP,
             format!("{ENV_BACKEND}={other:?}: this plugin has no such backend"),

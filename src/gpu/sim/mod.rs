@@ -336,7 +336,7 @@ impl Backend for SimBackend {
                 let Ok(theirs) = entry.file_name().to_string_lossy().parse::<i32>() else {
                     continue;
                 };
-                if same_open_file(me, fd.as_raw_fd(), pid, theirs) {
+                if super::same_open_file(me, fd.as_raw_fd(), pid, theirs) {
                     return Ok(Some(pid));
                 }
             }
@@ -435,24 +435,6 @@ impl Backend for SimBackend {
             .on_queue(info.gpu_id);
         Ok(Box::new(EngineBuffer::new(range, self.engine(info.gpu_id))))
     }
-}
-
-/// kcmp(KCMP_FILE): do our `fd` and `pid`'s `theirs` refer to one open file description?
-fn same_open_file(me: i32, fd: i32, pid: i32, theirs: i32) -> bool {
-    const KCMP_FILE: libc::c_long = 0;
-    // SAFETY: kcmp only compares kernel objects named by pids and fd numbers; it reads
-    // no memory of ours.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_kcmp,
-            me as libc::c_long,
-            pid as libc::c_long,
-            KCMP_FILE,
-            fd as libc::c_long,
-            theirs as libc::c_long,
-        )
-    };
-    ret == 0
 }
 
 #[cfg(test)]
