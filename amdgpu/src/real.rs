@@ -1,7 +1,8 @@
-//! The kernel itself: the KFD and amdgpu DRM ioctls declared in `gpucr_abi`.
+//! The kernel itself: the KFD and amdgpu DRM ioctls declared in `gpucr_abi`, and the
+//! generic DRM ones (PRIME import, GEM close) through `drm-ffi`.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -304,6 +305,27 @@ pub struct RealNode {
 }
 
 impl RealNode {
+    /// A generic DRM ioctl through `drm-ffi`, retried on EINTR and EAGAIN as [`ioctl`]
+    /// retries the others.
+    fn generic<T>(
+        &self,
+        op: &str,
+        call: impl Fn() -> std::io::Result<T>,
+    ) -> Result<T, KernelError> {
+        for _ in 0..RETRIES {
+            match call() {
+                Ok(value) => return Ok(value),
+                Err(e) => {
+                    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                    if errno != libc::EINTR && errno != libc::EAGAIN {
+                        return Err(KernelError::new(op, &self.path, errno));
+                    }
+                }
+            }
+        }
+        Err(KernelError::new(op, &self.path, libc::EAGAIN))
+    }
+
     /// # Safety
     /// As for [`ioctl`].
     unsafe fn ioctl<T>(&self, request: u32, arg: &mut T, op: &str) -> Result<(), KernelError> {
@@ -345,19 +367,9 @@ impl RenderNode for RealNode {
     }
 
     fn import(&self, dmabuf: BorrowedFd<'_>) -> Result<u32, KernelError> {
-        let mut args = DrmPrimeHandle {
-            fd: dmabuf.as_raw_fd(),
-            ..Default::default()
-        };
-        // SAFETY: DRM_IOCTL_PRIME_FD_TO_HANDLE takes a drm_prime_handle.
-        unsafe {
-            self.ioctl(
-                DRM_IOCTL_PRIME_FD_TO_HANDLE,
-                &mut args,
-                "PRIME_FD_TO_HANDLE",
-            )?
-        };
-        Ok(args.handle)
+        self.generic("PRIME_FD_TO_HANDLE", || {
+            drm_ffi::gem::fd_to_handle(self.fd.as_fd(), dmabuf).map(|prime| prime.handle)
+        })
     }
 
     unsafe fn userptr(&self, addr: *mut u8, size: u64) -> Result<u32, KernelError> {
@@ -419,9 +431,9 @@ impl RenderNode for RealNode {
     }
 
     fn close(&self, handle: u32) -> Result<(), KernelError> {
-        let mut args = DrmGemClose { handle, pad: 0 };
-        // SAFETY: DRM_IOCTL_GEM_CLOSE takes a drm_gem_close.
-        unsafe { self.ioctl(DRM_IOCTL_GEM_CLOSE, &mut args, "GEM_CLOSE") }
+        self.generic("GEM_CLOSE", || {
+            drm_ffi::gem::close(self.fd.as_fd(), handle).map(|_| ())
+        })
     }
 
     fn bo_list(&self, handles: &[u32]) -> Result<u32, KernelError> {
