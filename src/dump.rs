@@ -121,7 +121,6 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         freeze_timeout: opts
             .timeout
             .map(|s| std::time::Duration::from_secs(s.into())),
-        leave_running: opts.leave_running,
         cuda_staging: opts.cuda_staging,
     };
     let backend = gpu::detect(opts.pid, &setup)?;

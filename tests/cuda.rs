@@ -728,11 +728,12 @@ fn cuda_staging_host_overrides_custom_storage() {
     assert!(tree.verify(1), "every byte is back on the device");
 }
 
-/// A 13.4 driver and --leave-running: host staging is chosen (custom storage would
-/// drop the GPU memory once copied), and the job runs on with every byte; asking for
-/// custom storage with --leave-running is refused before anything is touched.
+/// A 13.4 driver and --leave-running: custom storage still (the image gets the
+/// memory), and after the dump gpucr writes each process's memory back from `gpu/`
+/// into the regions the driver recreates, completes and unlocks: the job runs on with
+/// every byte.
 #[test]
-fn cuda_custom_storage_leave_running_uses_host_staging() {
+fn cuda_custom_storage_leave_running_refills_from_the_image() {
     let _lock = criu_lock();
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
@@ -747,34 +748,28 @@ fn cuda_custom_storage_leave_running_uses_host_staging() {
         vec!["parent", "child"],
     );
     let pid = tree.pid.to_string();
-    let refused = tmp.path().join("refused");
-    let out = gpucr_env(
-        &[
-            "dump",
-            "--leave-running",
-            "--cuda-staging",
-            "custom",
-            &pid,
-            refused.to_str().unwrap(),
-        ],
-        &env,
-    );
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("custom storage cannot be used with --leave-running"),
-        "{}",
-        stderr(&out)
-    );
     let image = tmp.path().join("image");
+    let log = tmp.path().join("calls.log");
+    let mut dump_env = env.clone();
+    dump_env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
     let steps_before = tree.steps();
     let out = gpucr_env(
         &["dump", "--leave-running", &pid, image.to_str().unwrap()],
-        &env,
+        &dump_env,
     );
     assert_success(&out);
+    let calls = read_calls(&log);
+    let restores = calls_of(&calls, "cuCheckpointProcessRestore");
+    assert_eq!(restores.len(), 2, "{calls:#?}");
+    assert!(restores.iter().all(|c| c.args.contains("custom=true")));
+    assert_eq!(
+        calls_of(&calls, "cuCheckpointOperationComplete").len(),
+        4,
+        "each checkpoint and each restore completed: {calls:#?}"
+    );
     let out = gpucr(&["inspect", "--gpu", image.to_str().unwrap()]);
     assert_eq!(
-        stdout(&out).matches("CUDA memory staging: host").count(),
+        stdout(&out).matches("CUDA memory staging: custom").count(),
         2,
         "{}",
         stdout(&out)
@@ -788,11 +783,12 @@ fn cuda_custom_storage_leave_running_uses_host_staging() {
     );
 }
 
-/// A 13.4 driver and custom storage, with the copy into `gpu/` failing, and with a
-/// failure after the copy began: the checkpoint is never completed with the copy
-/// missing; the memory, still mapped in gpucr, goes back to each process (read out,
-/// completed, restored, written back, unlocked), and the tree runs on with every byte.
-/// A later dump and restore still work.
+/// A 13.4 driver and custom storage, with the copy into `gpu/` failing (the checkpoint
+/// is never completed with the copy missing: the memory, still mapped in gpucr, goes
+/// back to each process through gpucr's memory), and with a failure after the copy
+/// (the checkpoint completed, the GPU memory dropped: gpucr writes it back from `gpu/`):
+/// each dump fails and the tree runs on, unlocked, with every byte. A fill that fails
+/// on restore leaves no process; a last restore brings every byte back.
 #[test]
 fn cuda_custom_storage_failed_copy_leaves_the_tree_running() {
     let _lock = criu_lock();

@@ -69,9 +69,8 @@ pub struct DumpArgs {
 
     /// How a CUDA process's GPU memory is moved: host (the driver stages it in the
     /// process's memory, which CRIU dumps) or custom (the driver maps it into gpucr,
-    /// which copies it into DIR/gpu like any GPU memory; CUDA 13.4 drivers; not with
-    /// --leave-running) [default: custom where the driver offers it and the tree is
-    /// killed, else host].
+    /// which copies it into DIR/gpu like any GPU memory; CUDA 13.4 drivers)
+    /// [default: custom where the driver offers it, else host].
     #[arg(long, value_enum, value_name = "HOW")]
     pub cuda_staging: Option<CudaStagingArg>,
 

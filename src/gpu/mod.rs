@@ -460,10 +460,8 @@ pub struct DumpSetup {
     /// The dump's freeze timeout (`--timeout`; None: CRIU's default): how long a driver
     /// lock before the freeze may wait for the work in flight.
     pub freeze_timeout: Option<std::time::Duration>,
-    /// Whether the tree lives on after the dump (`--leave-running`).
-    pub leave_running: bool,
     /// How CUDA device memory is moved (`--cuda-staging`; None: custom storage where
-    /// the driver offers it and the tree does not live on, else host staging).
+    /// the driver offers it, else host staging).
     pub cuda_staging: Option<cuda::Staging>,
 }
 
@@ -489,7 +487,7 @@ pub fn detect(
     if let Some(timeout) = setup.freeze_timeout {
         cuda.set_lock_timeout(timeout);
     }
-    cuda.set_staging(setup.cuda_staging, setup.leave_running)?;
+    cuda.set_staging(setup.cuda_staging)?;
     Ok(tree
         .iter()
         .any(|&p| cuda.holds_device(p))

@@ -9,13 +9,16 @@
 //! for the length of the call, asking this half which thread that is
 //! ([`Backend::restore_thread`]).
 //!
-//! Where the driver offers custom storage (CUDA 13.4) and the tree does not live on,
-//! the memory takes the other way ([`Staging::Custom`], `custom`): the checkpoint maps
-//! it into the helper, which copies each GPU's region into `gpu/` through the transfer
-//! engine while CRIU dumps the rest, and completes the operation (which drops the GPU
-//! memory) only at DumpFinished, once every region is copied; on restore the driver
-//! recreates the memory empty, mapped into the helper, which fills it from `gpu/`
-//! before completing and unlocking. The process's own memory never holds the GPU's.
+//! Where the driver offers custom storage (CUDA 13.4), the memory takes the other way
+//! ([`Staging::Custom`], `custom`): with the tree frozen and the restore threads let
+//! run, the checkpoint maps it into the helper, which copies each GPU's region into
+//! `gpu/` through the transfer engine, and only then completes the operation (which
+//! drops the GPU memory), before CRIU dumps the task. A copy that fails gives the
+//! memory, still mapped, back through the helper's own memory; a tree that lives on
+//! after the completion (`--leave-running`, a later failure) gets it back from `gpu/`.
+//! On restore the driver recreates the memory empty, mapped into the helper, which
+//! fills it from `gpu/` before completing and unlocking. The process's own memory
+//! never holds the GPU's.
 //!
 //! Per task: before the freeze the process is locked (unless it already was, or was
 //! already checkpointed: what it was is remembered and respected); once frozen it is
@@ -180,39 +183,25 @@ impl CudaBackend {
     }
 
     /// Choose how the dump moves device memory: `requested` (`--cuda-staging`), else
-    /// custom storage where the driver offers it and the tree does not live on after
-    /// the dump (`leave_running`: its memory would have to come back from `gpu/`,
-    /// which this gpucr does not do), else host staging. Custom storage asked for where
-    /// it cannot be used is an error.
-    pub fn set_staging(
-        &mut self,
-        requested: Option<Staging>,
-        leave_running: bool,
-    ) -> Result<Staging, GpuError> {
+    /// custom storage where the driver offers it, else host staging. Custom storage
+    /// asked for where the driver has none is an error.
+    pub fn set_staging(&mut self, requested: Option<Staging>) -> Result<Staging, GpuError> {
         let offered = self.driver.has_custom_storage();
-        let refuse = |detail: String| GpuError::Config {
-            variable: "--cuda-staging",
-            value: Staging::Custom.name().into(),
-            detail,
-        };
         self.staging = match requested {
             Some(Staging::Custom) if !offered => {
-                return Err(refuse(format!(
-                    "the CUDA driver ({}, version {}) has no custom storage (CUDA 13.4, \
-                     version 13040, needed)",
-                    self.driver.path().display(),
-                    self.driver.version()
-                )))
-            }
-            Some(Staging::Custom) if leave_running => {
-                return Err(refuse(
-                    "custom storage cannot be used with --leave-running: the driver \
-                     drops the GPU memory once it is copied"
-                        .into(),
-                ))
+                return Err(GpuError::Config {
+                    variable: "--cuda-staging",
+                    value: Staging::Custom.name().into(),
+                    detail: format!(
+                        "the CUDA driver ({}, version {}) has no custom storage (CUDA \
+                         13.4, version 13040, needed)",
+                        self.driver.path().display(),
+                        self.driver.version()
+                    ),
+                })
             }
             Some(staging) => staging,
-            None if offered && !leave_running => Staging::Custom,
+            None if offered => Staging::Custom,
             None => Staging::Host,
         };
         Ok(self.staging)
