@@ -785,10 +785,11 @@ fn cuda_custom_storage_leave_running_refills_from_the_image() {
 
 /// A 13.4 driver and custom storage, with the copy into `gpu/` failing (the checkpoint
 /// is never completed with the copy missing: the memory, still mapped in gpucr, goes
-/// back to each process through gpucr's memory), and with a failure after the copy
-/// (the checkpoint completed, the GPU memory dropped: gpucr writes it back from `gpu/`):
-/// each dump fails and the tree runs on, unlocked, with every byte. A fill that fails
-/// on restore leaves no process; a last restore brings every byte back.
+/// back to each process through gpucr's memory), with the completion failing once (the
+/// same), and with a failure after the copy (the checkpoint completed, the GPU memory
+/// dropped: gpucr writes it back from `gpu/`): each dump fails and the tree runs on,
+/// unlocked, with every byte. A fill, a copy into the device or a completion that
+/// fails on restore leaves no process; a last restore brings every byte back.
 #[test]
 fn cuda_custom_storage_failed_copy_leaves_the_tree_running() {
     let _lock = criu_lock();
@@ -805,48 +806,66 @@ fn cuda_custom_storage_failed_copy_leaves_the_tree_running() {
         &env,
         vec!["parent", "child"],
     );
+    let failing = |why: Injected| {
+        let mut failing = env.clone();
+        failing.push(("GPUCR_FAKE_CUDA_TIMEOUT", "2"));
+        match why {
+            Injected::Fault(step) => failing.push(("GPUCR_FAULT", step)),
+            Injected::Driver(function) => failing.push(("GPUCR_FAKE_CUDA_FAIL", function)),
+        }
+        failing
+    };
     let pid = tree.pid.to_string();
     let mut verified = 0;
-    for (n, step) in ["copy", "checkpoint"].into_iter().enumerate() {
+    for (n, why) in [
+        Injected::Fault("copy"),
+        Injected::Fault("checkpoint"),
+        Injected::Driver("cuMemcpyDtoH@1"),
+        Injected::Driver("cuCheckpointOperationComplete@1"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let failed = tmp.path().join(format!("failed-{n}"));
         let steps_before = tree.steps();
-        let mut failing = env.clone();
-        failing.push(("GPUCR_FAULT", step));
-        let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &failing);
-        assert_failed_because(&out, &failed, "dump.log", Injected::Fault(step));
+        let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &failing(why));
+        assert_failed_because(&out, &failed, "dump.log", why);
         assert!(
             !failed.join("gpucr.json").exists(),
-            "{step}: a complete image"
+            "{why:?}: a complete image"
         );
-        assert!(alive(tree.pid), "{step}: the tree died");
+        assert!(alive(tree.pid), "{why:?}: the tree died");
         assert_eq!(
             fake.device_memory_files().len(),
             4,
-            "{step}: the device memory is back"
+            "{why:?}: the device memory is back"
         );
         tree.wait_ticks(2);
         verified += 1;
-        assert!(tree.verify(verified), "{step}: device memory damaged");
+        assert!(tree.verify(verified), "{why:?}: device memory damaged");
         assert!(
             tree.steps() > steps_before,
-            "{step}: the processes stayed locked"
+            "{why:?}: the processes stayed locked"
         );
     }
     let image = tmp.path().join("image");
     assert_success(&gpucr_env(&["dump", &pid, image.to_str().unwrap()], &env));
     kill_and_wait(tree.pid);
-    fake.wipe_device_memory();
-    // A fill that fails leaves no process.
-    let mut failing = env.clone();
-    failing.push(("GPUCR_FAULT", "fill"));
-    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &failing);
-    assert_failed_because(&out, &image, "restore.log", Injected::Fault("fill"));
     let state_text = state.to_str().unwrap();
-    wait_for(
-        std::time::Duration::from_secs(10),
-        "no restored process to be left",
-        || processes_mentioning(state_text).is_empty().then_some(()),
-    );
+    for why in [
+        Injected::Fault("fill"),
+        Injected::Driver("cuMemcpyHtoD"),
+        Injected::Driver("cuCheckpointOperationComplete"),
+    ] {
+        fake.wipe_device_memory();
+        let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &failing(why));
+        assert_failed_because(&out, &image, "restore.log", why);
+        wait_for(
+            std::time::Duration::from_secs(10),
+            &format!("{why:?}: no restored process to be left"),
+            || processes_mentioning(state_text).is_empty().then_some(()),
+        );
+    }
     fake.wipe_device_memory();
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
     assert_success(&out);

@@ -292,7 +292,7 @@ impl CudaBackend {
             return Ok(false);
         };
         self.driver
-            .operation_complete(storage.handle)
+            .operation_complete(&storage.handle)
             .map_err(driver_error(pid))?;
         Ok(true)
     }
@@ -318,7 +318,7 @@ impl CudaBackend {
             saved.push(bytes);
         }
         self.driver
-            .operation_complete(storage.handle)
+            .operation_complete(&storage.handle)
             .map_err(driver_error(pid))?;
         let back = self
             .driver
@@ -347,7 +347,7 @@ impl CudaBackend {
             })?;
         }
         self.driver
-            .operation_complete(back.handle)
+            .operation_complete(&back.handle)
             .map_err(driver_error(pid))
     }
 
@@ -562,9 +562,18 @@ impl Backend for CudaBackend {
         };
         if copied {
             let sizes = storage.devices.iter().map(|r| r.size as u64).collect();
-            self.driver
-                .operation_complete(storage.handle)
-                .map_err(driver_error(pid))?;
+            if let Err(e) = self.driver.operation_complete(&storage.handle) {
+                // Still open, the memory still mapped: it goes back to the process,
+                // and the dump fails.
+                let failed = driver_error(pid)(e);
+                return Err(match self.give_back_held(pid, storage) {
+                    Ok(()) => failed,
+                    Err(also) => GpuError::Task {
+                        pid,
+                        detail: format!("{failed}; giving the memory back: {also}"),
+                    },
+                });
+            }
             self.copied().insert(pid, sizes);
         } else {
             self.give_back_held(pid, storage)?;
