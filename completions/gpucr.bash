@@ -109,7 +109,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__dump)
-            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --compress --jobs --device-timeout --criu --verbose --json --help --version"
+            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --compress --cuda-staging --jobs --device-timeout --criu --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -125,6 +125,10 @@ _gpucr() {
                     ;;
                 --compress)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cuda-staging)
+                    COMPREPLY=($(compgen -W "host custom" -- "${cur}"))
                     return 0
                     ;;
                 --jobs)

@@ -37,6 +37,8 @@ nftables\t'an nftables table (needs CRIU built with libnftables)'
 skip\t'no lock: only safe when nothing can reach the connections meanwhile'"
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l timeout -d 'Give up when the tree cannot be frozen within SECS seconds (CRIU\'s --timeout)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l compress -d 'How GPU memory is stored: none, zstd (level 1) or zstd:LEVEL. Chunks that do not compress are stored raw either way, and all-zero chunks are not stored' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l cuda-staging -d 'How a CUDA process\'s GPU memory is moved: host (the driver stages it in the process\'s memory, which CRIU dumps) or custom (the driver maps it into gpucr, which copies it into DIR/gpu like any GPU memory; CUDA 13.4 drivers) [default: custom where the driver offers it, else host]' -r -f -a "host\t'the driver stages GPU memory in the process\'s own memory, which CRIU dumps'
+custom\t'the driver maps GPU memory into gpucr, which copies it into DIR/gpu'"
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l jobs -d 'Threads moving GPU memory (default: the number of CPU cores)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l device-timeout -d 'Give up a device step (a driver lock, checkpoint or restore, a task\'s device taken over or recreated) that takes longer than SECS seconds: the dump fails with the tree running on, the restore with nothing left behind' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l criu -d 'The criu binary to run (default: `criu` on PATH, then /usr/local/sbin, /usr/sbin)' -r -F

@@ -39,6 +39,8 @@ pub struct DumpOptions {
     pub transfer: TransferConfig,
     /// How long one device step may take (`--device-timeout`).
     pub device_timeout: std::time::Duration,
+    /// How CUDA device memory is moved (`--cuda-staging`; None: chosen by the driver).
+    pub cuda_staging: Option<crate::gpu::cuda::Staging>,
 }
 
 /// A finished dump.
@@ -119,6 +121,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         freeze_timeout: opts
             .timeout
             .map(|s| std::time::Duration::from_secs(s.into())),
+        cuda_staging: opts.cuda_staging,
     };
     let backend = gpu::detect(opts.pid, &setup)?;
     let session = match &backend {
@@ -206,6 +209,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
                         return Err(text);
                     }
                     progress.event("gpu-done", "GPU memory written");
+                    gpu.keep();
                     gpu_manifest = Some(m);
                 }
                 Err(e) => {

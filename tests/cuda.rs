@@ -556,3 +556,320 @@ fn cuda_fault_at_every_step_loses_nothing() {
         "every byte is back after the failed restores"
     );
 }
+
+/// The environment of a CUDA 13.4 fake driver, which offers custom storage.
+fn custom_env(fake: &FakeCuda) -> Vec<(&str, &str)> {
+    let mut env = fake.env();
+    env.push(("GPUCR_FAKE_CUDA_VERSION", "13040"));
+    env
+}
+
+/// The names of a manifest task's operations.
+fn operation_names(task: &serde_json::Value) -> Vec<&str> {
+    task["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect()
+}
+
+/// A 13.4 driver: three CUDA processes dumped with custom storage (chosen by itself):
+/// each GPU's memory is mapped into gpucr and copied into `gpu/` (one buffer per GPU),
+/// the checkpoint completed only then, so the processes' own memory never holds it
+/// (CRIU's pages are a fraction of the device memory). Killed, device memory wiped,
+/// restored: the driver recreates the memory empty, gpucr fills it from `gpu/`, and
+/// every byte verifies.
+#[test]
+fn cuda_custom_storage_tree_survives_dump_wipe_and_restore() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let env = custom_env(&fake);
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
+    let tree = SimTree::start_program(
+        &bin,
+        &tmp.path().join("state"),
+        fake.dir.path(),
+        &["--procs", "3", "--mib", "24"],
+        &env,
+        vec!["parent", "child", "child2"],
+    );
+    assert!(tree.verify(1));
+    let image = tmp.path().join("image");
+    let log = tmp.path().join("calls.log");
+    let mut dump_env = env.clone();
+    dump_env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--json",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+        &dump_env,
+    );
+    assert_success(&out);
+    let result: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let device_bytes = (3 * 24) << 20;
+    assert!(
+        result["pages_bytes"].as_u64().unwrap() < device_bytes / 2,
+        "CRIU dumped no device memory: {result}"
+    );
+    let calls = read_calls(&log);
+    let checkpoints = calls_of(&calls, "cuCheckpointProcessCheckpoint");
+    assert_eq!(checkpoints.len(), 3, "{checkpoints:#?}");
+    assert!(checkpoints.iter().all(|c| c.args.contains("custom=true")));
+    let completes = calls_of(&calls, "cuCheckpointOperationComplete");
+    assert_eq!(completes.len(), 3, "{calls:#?}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let tasks = manifest["gpu"]["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 3);
+    let mut copied = 0;
+    for task in tasks {
+        let buffers = task["buffers"].as_array().unwrap();
+        assert_eq!(buffers.len(), 2, "one buffer per GPU: {task}");
+        copied += buffers
+            .iter()
+            .map(|b| b["size"].as_u64().unwrap())
+            .sum::<u64>();
+        assert_eq!(
+            operation_names(task),
+            ["pause", "checkpoint", "copy", "complete"],
+            "{task}"
+        );
+    }
+    assert_eq!(
+        copied, device_bytes,
+        "every byte of device memory is in gpu/"
+    );
+    let out = gpucr(&["inspect", "--gpu", image.to_str().unwrap()]);
+    assert_success(&out);
+    assert_eq!(
+        stdout(&out).matches("CUDA memory staging: custom").count(),
+        3,
+        "{}",
+        stdout(&out)
+    );
+    kill_and_wait(tree.pid);
+    let steps_at_dump = tree.steps();
+    assert_eq!(
+        fake.wipe_device_memory(),
+        0,
+        "the driver dropped the memory once gpucr had it"
+    );
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(2), "every byte is back on the device");
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps_at_dump, "the kernels go on");
+}
+
+/// A 13.4 driver, but `--cuda-staging host`: the driver stages the memory in the
+/// processes (CRIU dumps it, `gpu/` holds none), and the image restores.
+#[test]
+fn cuda_staging_host_overrides_custom_storage() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let env = custom_env(&fake);
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
+    let tree = SimTree::start_program(
+        &bin,
+        &tmp.path().join("state"),
+        fake.dir.path(),
+        &["--procs", "2", "--mib", "24"],
+        &env,
+        vec!["parent", "child"],
+    );
+    let image = tmp.path().join("image");
+    let log = tmp.path().join("calls.log");
+    let mut dump_env = env.clone();
+    dump_env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--json",
+            "--cuda-staging",
+            "host",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+        &dump_env,
+    );
+    assert_success(&out);
+    let result: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(
+        result["pages_bytes"].as_u64().unwrap() >= (2 * 24) << 20,
+        "CRIU dumped the staged device memory: {result}"
+    );
+    let calls = read_calls(&log);
+    let checkpoints = calls_of(&calls, "cuCheckpointProcessCheckpoint");
+    assert_eq!(checkpoints.len(), 2);
+    assert!(
+        checkpoints.iter().all(|c| c.args.contains("custom=false")),
+        "{checkpoints:#?}"
+    );
+    assert!(calls_of(&calls, "cuCheckpointOperationComplete").is_empty());
+    let out = gpucr(&["inspect", "--gpu", image.to_str().unwrap()]);
+    assert_eq!(
+        stdout(&out).matches("CUDA memory staging: host").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+    kill_and_wait(tree.pid);
+    assert_eq!(fake.wipe_device_memory(), 0);
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(1), "every byte is back on the device");
+}
+
+/// A 13.4 driver and --leave-running: custom storage still (the image gets the
+/// memory), and after the dump gpucr writes each process's memory back from `gpu/`
+/// into the regions the driver recreates, completes and unlocks: the job runs on with
+/// every byte.
+#[test]
+fn cuda_custom_storage_leave_running_refills_from_the_image() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let env = custom_env(&fake);
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
+    let tree = SimTree::start_program(
+        &bin,
+        &tmp.path().join("state"),
+        fake.dir.path(),
+        &["--procs", "2", "--mib", "24"],
+        &env,
+        vec!["parent", "child"],
+    );
+    let pid = tree.pid.to_string();
+    let image = tmp.path().join("image");
+    let log = tmp.path().join("calls.log");
+    let mut dump_env = env.clone();
+    dump_env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
+    let steps_before = tree.steps();
+    let out = gpucr_env(
+        &["dump", "--leave-running", &pid, image.to_str().unwrap()],
+        &dump_env,
+    );
+    assert_success(&out);
+    let calls = read_calls(&log);
+    let restores = calls_of(&calls, "cuCheckpointProcessRestore");
+    assert_eq!(restores.len(), 2, "{calls:#?}");
+    assert!(restores.iter().all(|c| c.args.contains("custom=true")));
+    assert_eq!(
+        calls_of(&calls, "cuCheckpointOperationComplete").len(),
+        4,
+        "each checkpoint and each restore completed: {calls:#?}"
+    );
+    let out = gpucr(&["inspect", "--gpu", image.to_str().unwrap()]);
+    assert_eq!(
+        stdout(&out).matches("CUDA memory staging: custom").count(),
+        2,
+        "{}",
+        stdout(&out)
+    );
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(tree.verify(1), "the memory is back on the device");
+    assert!(
+        tree.steps() > steps_before,
+        "and the processes were unlocked"
+    );
+}
+
+/// A 13.4 driver and custom storage, with the copy into `gpu/` failing (the checkpoint
+/// is never completed with the copy missing: the memory, still mapped in gpucr, goes
+/// back to each process through gpucr's memory), with the completion failing once (the
+/// same), and with a failure after the copy (the checkpoint completed, the GPU memory
+/// dropped: gpucr writes it back from `gpu/`): each dump fails and the tree runs on,
+/// unlocked, with every byte. A fill, a copy into the device or a completion that
+/// fails on restore leaves no process; a last restore brings every byte back.
+#[test]
+fn cuda_custom_storage_failed_copy_leaves_the_tree_running() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let env = custom_env(&fake);
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
+    let state = tmp.path().join("state");
+    let tree = SimTree::start_program(
+        &bin,
+        &state,
+        fake.dir.path(),
+        &["--procs", "2", "--mib", "24"],
+        &env,
+        vec!["parent", "child"],
+    );
+    let failing = |why: Injected| {
+        let mut failing = env.clone();
+        failing.push(("GPUCR_FAKE_CUDA_TIMEOUT", "2"));
+        match why {
+            Injected::Fault(step) => failing.push(("GPUCR_FAULT", step)),
+            Injected::Driver(function) => failing.push(("GPUCR_FAKE_CUDA_FAIL", function)),
+        }
+        failing
+    };
+    let pid = tree.pid.to_string();
+    let mut verified = 0;
+    for (n, why) in [
+        Injected::Fault("copy"),
+        Injected::Fault("checkpoint"),
+        Injected::Driver("cuMemcpyDtoH@1"),
+        Injected::Driver("cuCheckpointOperationComplete@1"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let failed = tmp.path().join(format!("failed-{n}"));
+        let steps_before = tree.steps();
+        let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &failing(why));
+        assert_failed_because(&out, &failed, "dump.log", why);
+        assert!(
+            !failed.join("gpucr.json").exists(),
+            "{why:?}: a complete image"
+        );
+        assert!(alive(tree.pid), "{why:?}: the tree died");
+        assert_eq!(
+            fake.device_memory_files().len(),
+            4,
+            "{why:?}: the device memory is back"
+        );
+        tree.wait_ticks(2);
+        verified += 1;
+        assert!(tree.verify(verified), "{why:?}: device memory damaged");
+        assert!(
+            tree.steps() > steps_before,
+            "{why:?}: the processes stayed locked"
+        );
+    }
+    let image = tmp.path().join("image");
+    assert_success(&gpucr_env(&["dump", &pid, image.to_str().unwrap()], &env));
+    kill_and_wait(tree.pid);
+    let state_text = state.to_str().unwrap();
+    for why in [
+        Injected::Fault("fill"),
+        Injected::Driver("cuMemcpyHtoD"),
+        Injected::Driver("cuCheckpointOperationComplete"),
+    ] {
+        fake.wipe_device_memory();
+        let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &failing(why));
+        assert_failed_because(&out, &image, "restore.log", why);
+        wait_for(
+            std::time::Duration::from_secs(10),
+            &format!("{why:?}: no restored process to be left"),
+            || processes_mentioning(state_text).is_empty().then_some(()),
+        );
+    }
+    fake.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    verified += 1;
+    assert!(tree.verify(verified), "every byte is back on the device");
+}

@@ -64,7 +64,8 @@ impl ProcessState {
 }
 
 /// The handle of a custom-storage operation, for [`Driver::operation_complete`]. Not
-/// `Clone`: an operation is completed once.
+/// `Clone`: one owner completes the operation, and may keep the handle when that
+/// fails (the regions are then still mapped).
 #[derive(Debug, PartialEq, Eq)]
 pub struct OperationHandle(NonNull<c_void>);
 
@@ -208,13 +209,15 @@ impl Driver {
     }
 
     /// `cuCheckpointOperationComplete` (CUDA 13.4): ends a custom-storage checkpoint or
-    /// restore; its regions are unmapped.
-    pub fn operation_complete(&self, handle: OperationHandle) -> Result<(), Error> {
+    /// restore; its regions are unmapped. Borrowed: after a failure the operation is
+    /// still open, its regions mapped, and the caller may copy them again or retry; a
+    /// handle completed twice is the driver's error.
+    pub fn operation_complete(&self, handle: &OperationHandle) -> Result<(), Error> {
         let Some(complete) = self.api.operation_complete else {
             return Err(LayoutError::CustomStorageUnsupported(self.layout()).into());
         };
-        // SAFETY: `handle` came from the driver's custom-storage information and is
-        // completed once (it is consumed here).
+        // SAFETY: `handle` came from the driver's custom-storage information; a handle
+        // the driver no longer knows is answered with an error, not dereferenced.
         let code = unsafe { complete(handle.as_ptr()) };
         Ok(self.check(code, "cuCheckpointOperationComplete", None)?)
     }

@@ -41,7 +41,7 @@ fn custom_storage_round_trip() {
     }
     // Until the operation completes, the process is not checkpointed.
     assert_eq!(d.process_state(pid).unwrap(), ProcessState::Locked);
-    d.operation_complete(storage.handle).unwrap();
+    d.operation_complete(&storage.handle).unwrap();
     assert_eq!(d.process_state(pid).unwrap(), ProcessState::Checkpointed);
     assert!(app.memory_files(&w).is_empty());
     // A host restore of a custom-storage checkpoint has nothing to restore from.
@@ -64,7 +64,7 @@ fn custom_storage_round_trip() {
     // Out of bounds of a region.
     let last = storage.devices[0];
     assert!(d.memcpy_htod(last.dev_ptr.offset(last.size), &[0]).is_err());
-    d.operation_complete(storage.handle).unwrap();
+    d.operation_complete(&storage.handle).unwrap();
     assert_eq!(d.process_state(pid).unwrap(), ProcessState::Locked);
     d.unlock(pid).unwrap();
     assert_eq!(

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::common::{CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
 use crate::transfer::Compression;
@@ -67,6 +67,13 @@ pub struct DumpArgs {
     #[arg(long, value_name = "METHOD", default_value = "zstd")]
     pub compress: Compression,
 
+    /// How a CUDA process's GPU memory is moved: host (the driver stages it in the
+    /// process's memory, which CRIU dumps) or custom (the driver maps it into gpucr,
+    /// which copies it into DIR/gpu like any GPU memory; CUDA 13.4 drivers)
+    /// [default: custom where the driver offers it, else host].
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub cuda_staging: Option<CudaStagingArg>,
+
     #[command(flatten)]
     pub transfer: TransferArgs,
 
@@ -75,4 +82,23 @@ pub struct DumpArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// `--cuda-staging`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CudaStagingArg {
+    /// the driver stages GPU memory in the process's own memory, which CRIU dumps.
+    Host,
+    /// the driver maps GPU memory into gpucr, which copies it into DIR/gpu.
+    Custom,
+}
+
+impl CudaStagingArg {
+    /// The backend's setting.
+    pub fn staging(self) -> crate::gpu::cuda::Staging {
+        match self {
+            CudaStagingArg::Host => crate::gpu::cuda::Staging::Host,
+            CudaStagingArg::Custom => crate::gpu::cuda::Staging::Custom,
+        }
+    }
 }

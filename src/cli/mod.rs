@@ -16,7 +16,7 @@ pub use check_topology::CheckTopologyArgs;
 pub use check_topology::TopologyCheckArgs;
 pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
 pub use completions::CompletionsArgs;
-pub use dump::DumpArgs;
+pub use dump::{CudaStagingArg, DumpArgs};
 pub use inspect::InspectArgs;
 pub use restore::RestoreArgs;
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::cli::DumpArgs;
+use crate::cli::{CudaStagingArg, DumpArgs};
 use crate::cmd::common::{network_lock, print_timeline, size};
 use crate::dump::{dump, DumpOptions};
 use crate::exit_code;
@@ -35,6 +35,7 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
             ..TransferConfig::default()
         },
         device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
+        cuda_staging: args.cuda_staging.map(CudaStagingArg::staging),
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);

@@ -354,6 +354,47 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// The tree is frozen, `pid` checkpointed, its restore thread let run: copy
+    /// sources of device memory the driver holds mapped into gpucr until it is copied
+    /// (CUDA's custom storage), in buffer order. The helper copies them into the image
+    /// at once, then calls [`Backend::release_held`], all before CRIU dumps the task
+    /// (whose state must be the completed checkpoint's). [`Backend::adopt_task`] then
+    /// describes these buffers without sources. Default: none.
+    fn held_sources(&self, _pid: i32) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
+        Ok(Vec::new())
+    }
+
+    /// End what the backend holds of `pid`'s device memory
+    /// ([`Backend::held_sources`]): `copied`, every buffer is in the image, so the
+    /// driver may drop the memory; otherwise (the copy failed, the tree lives on) the
+    /// memory goes back to the task. Whether it held anything of `pid`. Default:
+    /// nothing.
+    fn release_held(&self, _pid: i32, _copied: bool) -> Result<bool, GpuError> {
+        Ok(false)
+    }
+
+    /// DumpFinished, the tree living on, the task's restore thread let run: for a task
+    /// whose device memory left the device into the image ([`Backend::release_held`]
+    /// with `copied`), sinks in buffer order to write it back from there; the helper
+    /// fills them, then [`Backend::after_dump`] finishes giving the task its device
+    /// back. Default: none.
+    fn refill_sinks(&self, _pid: i32) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+        Ok(Vec::new())
+    }
+
+    /// RESUME_DEVICES_LATE, restore, for a task without device files: sinks for its
+    /// buffers, which only exist now (the driver recreates the memory, as CUDA's
+    /// custom storage does), in buffer order; the helper fills them from the image
+    /// before [`Backend::resume_task`]. Default: none (the buffers came with the
+    /// task's device file, or it has none).
+    fn resume_sinks(
+        &self,
+        _pid: i32,
+        _task: &TaskDevice,
+    ) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+        Ok(Vec::new())
+    }
+
     /// RESUME_DEVICES_LATE, restore: bring `task` (now host pid `pid`) back on its
     /// device before it runs, after its buffers are filled (a driver restore and
     /// unlock); the plugin half lets the task's restore thread run meanwhile when the
@@ -476,6 +517,9 @@ pub struct DumpSetup {
     /// The dump's freeze timeout (`--timeout`; None: CRIU's default): how long a driver
     /// lock before the freeze may wait for the work in flight.
     pub freeze_timeout: Option<std::time::Duration>,
+    /// How CUDA device memory is moved (`--cuda-staging`; None: custom storage where
+    /// the driver offers it, else host staging).
+    pub cuda_staging: Option<cuda::Staging>,
 }
 
 /// The backend whose devices the tree rooted at `pid` holds, if any: the simulator when
@@ -505,6 +549,7 @@ pub fn detect(
     if let Some(timeout) = setup.freeze_timeout {
         cuda.set_lock_timeout(timeout);
     }
+    cuda.set_staging(setup.cuda_staging)?;
     Ok(tree
         .iter()
         .any(|&p| cuda.holds_device(p))

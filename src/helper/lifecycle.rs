@@ -177,6 +177,13 @@ impl DumpTasks {
         }
     }
 
+    /// One more operation done for `pid` before it is taken over.
+    pub fn log(&mut self, pid: i32, operation: Operation) {
+        if let Some(task) = self.tasks.get_mut(&pid) {
+            task.operations.push(operation);
+        }
+    }
+
     /// The tasks paused ahead whose PAUSE_DEVICES never came (they left the tree before
     /// CRIU reached them), each then `Released`: the backend must give them back
     /// whatever becomes of the dump.

@@ -35,13 +35,14 @@ impl GpuDump {
         device_timeout: Duration,
     ) -> Result<GpuDump, HelperError> {
         let (events, timeline) = timeline_events(progress);
-        let writer = DumpWriter::start(dir, config, events)?;
+        let writer = DumpWriter::start(dir, config.clone(), events)?;
         let canceller = writer.canceller();
         let name = backend.name();
         let helper = Helper::start_dump(
             session.take_helper_end()?,
             backend,
             writer,
+            (dir.to_path_buf(), config),
             timeline,
             leave_running,
             device_timeout,
@@ -63,6 +64,12 @@ impl GpuDump {
     /// wrote): a better explanation than CRIU's own failure that followed.
     pub fn take_failure(&self) -> Option<HelperError> {
         self.helper.take_failure()
+    }
+
+    /// The image is complete: the tree may lose its device memory (see
+    /// [`Helper::keep_dump`]).
+    pub fn keep(&self) {
+        self.helper.keep_dump();
     }
 
     /// Wait for every copy and close the image's GPU part (at CRIU's post-dump, before

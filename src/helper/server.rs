@@ -80,6 +80,13 @@ enum Mode {
         leave_running: bool,
         /// Whether the whole tree was paused at the first PAUSE_DEVICES.
         tree_paused: AtomicBool,
+        /// The image is complete (post-dump went through): CRIU kills the tree unless
+        /// it is left running. CRIU's DumpFinished comes after post-dump, and its
+        /// result does not tell a post-dump that failed.
+        kept: AtomicBool,
+        /// Where the writer writes and how: a tree that lives on after its device
+        /// memory left the GPUs gets it back from there.
+        image: (std::path::PathBuf, crate::transfer::TransferConfig),
     },
     Restore {
         restorer: RwLock<Option<Restorer>>,
@@ -123,7 +130,7 @@ impl Handler for Shared {
 
     fn time_limit(&self, req: &Request) -> Option<Duration> {
         match (&self.mode, &req.kind) {
-            // Waits for the copy engines: bounded by their own failures and the
+            // Wait for the copy engines: bounded by their own failures and the
             // operation's end, not by a device step's time.
             (_, Some(request::Kind::ResumeDevices(_))) => None,
             (Mode::Restore { parallel, .. }, Some(request::Kind::BuffersReady(_))) => {
@@ -175,6 +182,7 @@ impl Helper {
         connector: OwnedFd,
         backend: Arc<dyn Backend>,
         writer: DumpWriter,
+        image: (std::path::PathBuf, crate::transfer::TransferConfig),
         timeline: Arc<Mutex<Timeline>>,
         leave_running: bool,
         device_timeout: Duration,
@@ -185,6 +193,8 @@ impl Helper {
             tasks: Mutex::new(DumpTasks::default()),
             leave_running,
             tree_paused: AtomicBool::new(false),
+            kept: AtomicBool::new(false),
+            image,
         };
         Self::start(connector, backend, mode, timeline, device_timeout)
     }
@@ -200,11 +210,13 @@ impl Helper {
         timeline: Arc<Mutex<Timeline>>,
         device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
-        let tasks = RestoreTasks::new(
-            devices
-                .iter()
-                .map(|t| (t.ns_pid, t.buffers.len(), t.device_files.is_empty())),
-        );
+        // A task without device files gets its buffers at RESUME_DEVICES_LATE
+        // ([`Backend::resume_sinks`]), none through BuffersReady.
+        let tasks = RestoreTasks::new(devices.iter().map(|t| {
+            let fileless = t.device_files.is_empty();
+            let attached_early = if fileless { 0 } else { t.buffers.len() };
+            (t.ns_pid, attached_early, fileless)
+        }));
         let mode = Mode::Restore {
             restorer: RwLock::new(Some(restorer)),
             devices,
@@ -286,7 +298,12 @@ impl Helper {
             .values()
             .cloned()
             .map(|mut task| {
-                if let Some(t) = timings.iter().find(|t| t.ns_pid == task.ns_pid) {
+                let logged = task.operations.iter().any(|o| o.name == "copy");
+                if let Some(t) = timings
+                    .iter()
+                    .find(|t| t.ns_pid == task.ns_pid)
+                    .filter(|_| !logged)
+                {
                     let start_ms = t.start_ms.unwrap_or(0.0);
                     task.operations.push(Operation {
                         name: "copy".into(),
@@ -304,6 +321,15 @@ impl Helper {
         })
     }
 
+    /// Dump: the image is complete (post-dump went through, the device state is
+    /// written), so at DumpFinished, unless the tree is left running, what the backend
+    /// still holds of the device memory is let go instead of given back.
+    pub fn keep_dump(&self) {
+        if let Mode::Dump { kept, .. } = &self.shared.mode {
+            kept.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// Restore: wait until every buffer of every task is written. Called at CRIU's
     /// post-restore, before any restored task runs.
     pub fn wait_restored(&self) -> Result<(), HelperError> {
@@ -314,7 +340,13 @@ impl Helper {
         else {
             return Err(HelperError::Failed("wait_restored on a dump helper".into()));
         };
-        let keys: Vec<BufferKey> = devices.iter().flat_map(task_keys).collect();
+        // The buffers of tasks without device files only exist at RESUME_DEVICES_LATE,
+        // after post-restore: each is waited for there.
+        let keys: Vec<BufferKey> = devices
+            .iter()
+            .filter(|t| !t.device_files.is_empty())
+            .flat_map(task_keys)
+            .collect();
         let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
         let restorer = guard
             .as_ref()
@@ -417,7 +449,12 @@ fn adopt(shared: &Shared, pid: i32, task: Adopt) -> Result<(), HelperError> {
         Ok(None) => DumpStage::NoDevice,
         Err(_) => DumpStage::Failed,
     };
-    if let Some(device) = outcome? {
+    if let Some(mut device) = outcome? {
+        // A task the whole tree's checkpoint did not reach: memory the driver mapped
+        // here is copied now, with the task's restore thread let run.
+        for (_, operations) in copy_held(shared, &[pid])? {
+            device.operations.extend(operations);
+        }
         lock(devices).insert(pid, device);
     }
     lock(tasks).adopted(pid, stage);
@@ -445,8 +482,9 @@ fn adopt_device(
         // Else the checkpoint with the whole tree is in the log already.
         device.operations.push(checkpoint);
     }
-    let bytes = device.buffers.iter().map(|b| b.size).sum();
-    lock(&shared.timeline).begin(device.ns_pid, device.buffers.len(), bytes);
+    // Buffers copied with the whole tree already have no source here.
+    let bytes = found.sources.iter().map(|s| s.len()).sum();
+    lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
     let guard = writer.read().unwrap_or_else(|e| e.into_inner());
     let writer = guard
         .as_ref()
@@ -676,22 +714,46 @@ fn handle(
         }
         (
             Mode::Dump {
+                writer,
                 tasks,
                 leave_running,
+                kept,
+                image,
                 ..
             },
             request::Kind::DumpFinished(r),
         ) => {
+            // The image is complete and CRIU kills the tree (CRIU's result does not say
+            // whether post-dump went through: `kept` does).
+            let lives_on = *leave_running || r.ret != 0 || !kept.load(Ordering::SeqCst);
+            let dumped = lock(tasks).pids();
+            // Memory the driver still holds mapped (a copy that failed before the
+            // operation was completed) is let go once copied, else given back.
+            let held = in_parallel(&dumped, |pid| {
+                shared.backend.release_held(pid, !lives_on).map(|_| ())
+            });
+            let mut failures: Vec<HelperError> = held
+                .into_iter()
+                .filter_map(Result::err)
+                .map(Into::into)
+                .collect();
+            if lives_on {
+                // Memory that already left the GPUs comes back from the image.
+                if let Err(e) = refill_from_image(shared, writer, image, &dumped) {
+                    failures.push(e);
+                }
+            }
             // Tasks paused ahead that CRIU never reached are not part of the dump.
             let mut pids = lock(tasks).release_unconfirmed();
-            if *leave_running || r.ret != 0 {
+            if lives_on {
                 // The tree lives on: every task the backend touched gets its device
                 // back, even if one fails.
                 pids.extend(lock(tasks).release());
             }
             let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid));
-            match outcomes.into_iter().find_map(Result::err) {
-                Some(e) => Err(e.into()),
+            failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
+            match failures.into_iter().next() {
+                Some(e) => Err(e),
                 None => Ok(ok()),
             }
         }
@@ -768,23 +830,142 @@ fn checkpoint_tree(shared: &Shared, tasks: &Mutex<DumpTasks>) -> Result<(), Help
             shared.backend.checkpoint_ahead(pid)
         })
     });
-    let mut first_error = None;
-    let mut tasks = lock(tasks);
-    for (pid, outcome) in pids.into_iter().zip(outcomes) {
-        match outcome {
-            Ok((made, checkpoint)) => {
-                tasks.checkpointed_ahead(pid, Ok(made.then_some(checkpoint)));
+    let mut first_error: Option<HelperError> = None;
+    let mut checkpointed = Vec::new();
+    {
+        let mut tasks = lock(tasks);
+        for (pid, outcome) in pids.into_iter().zip(outcomes) {
+            match outcome {
+                Ok((made, checkpoint)) => {
+                    tasks.checkpointed_ahead(pid, Ok(made.then_some(checkpoint)));
+                    checkpointed.push(pid);
+                }
+                Err(e) => {
+                    tasks.checkpointed_ahead(pid, Err(()));
+                    first_error.get_or_insert(e.into());
+                }
             }
+        }
+    }
+    // With the restore threads still running: memory the driver mapped here (custom
+    // storage) is copied into the image and let go, before CRIU dumps the tasks.
+    match copy_held(shared, &checkpointed) {
+        Ok(logged) => {
+            let mut tasks = lock(tasks);
+            for (pid, operations) in logged {
+                for operation in operations {
+                    tasks.log(pid, operation);
+                }
+            }
+        }
+        Err(e) => {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Copy the device memory the backend holds mapped for `pids` ([`Backend::held_sources`])
+/// into the image, all at once, and wait for it; then let the driver go of it (each
+/// such task's "copy" and "complete" operations are returned), or, when the copy
+/// failed, give it back to the tasks and fail.
+fn copy_held(shared: &Shared, pids: &[i32]) -> Result<Vec<(i32, Vec<Operation>)>, HelperError> {
+    let Mode::Dump { writer, .. } = &shared.mode else {
+        return Err(HelperError::Failed("copy_held on a restore helper".into()));
+    };
+    let mut held = Vec::new();
+    let started = lock(&shared.timeline).ms();
+    let copied = (|| {
+        let guard = writer.read().unwrap_or_else(|e| e.into_inner());
+        let writer = guard
+            .as_ref()
+            .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
+        for &pid in pids {
+            let sources = shared.backend.held_sources(pid)?;
+            if sources.is_empty() {
+                continue;
+            }
+            held.push(pid);
+            let ns_pid = crate::gpu::ns_pid(pid)?;
+            let bytes = sources.iter().map(|s| s.len()).sum();
+            lock(&shared.timeline).begin(ns_pid, sources.len(), bytes);
+            for (i, source) in sources.into_iter().enumerate() {
+                writer.add(BufferKey::new(ns_pid, i as u32), fault::source(source))?;
+            }
+        }
+        if !held.is_empty() {
+            writer.wait_idle()?;
+        }
+        Ok::<(), HelperError>(())
+    })();
+    let copy = Operation {
+        name: "copy".into(),
+        start_ms: started,
+        duration_ms: lock(&shared.timeline).ms() - started,
+        result: "ok".into(),
+    };
+    let keep = copied.is_ok();
+    let released = in_parallel(&held, |pid| {
+        timed(shared, if keep { "complete" } else { "give back" }, || {
+            shared.backend.release_held(pid, keep)
+        })
+    });
+    let mut first_error = copied.err();
+    let mut logged = Vec::new();
+    for (&pid, outcome) in held.iter().zip(released) {
+        match outcome {
+            Ok((_, operation)) => logged.push((pid, vec![copy.clone(), operation])),
             Err(e) => {
-                tasks.checkpointed_ahead(pid, Err(()));
-                first_error.get_or_insert(e);
+                first_error.get_or_insert(e.into());
             }
         }
     }
     match first_error {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
+        Some(e) => Err(e),
+        None => Ok(logged),
     }
+}
+
+/// DumpFinished, the tree living on: the device memory that left the GPUs
+/// ([`Backend::refill_sinks`]) is written back from the image. The writer is finished
+/// first if it is not yet (an index written, though the image stays incomplete) and
+/// `gpu/` read back with a restorer.
+fn refill_from_image(
+    shared: &Shared,
+    writer: &RwLock<Option<DumpWriter>>,
+    image: &(std::path::PathBuf, crate::transfer::TransferConfig),
+    pids: &[i32],
+) -> Result<(), HelperError> {
+    let mut refills = Vec::new();
+    for &pid in pids {
+        let sinks = shared.backend.refill_sinks(pid)?;
+        if !sinks.is_empty() {
+            refills.push((pid, sinks));
+        }
+    }
+    if refills.is_empty() {
+        return Ok(());
+    }
+    if let Some(writer) = writer.write().unwrap_or_else(|e| e.into_inner()).take() {
+        writer.finish()?;
+    }
+    let (dir, config) = image;
+    let restorer = Restorer::open(dir, config.clone(), true, crate::transfer::no_events())?;
+    let mut keys = Vec::new();
+    for (pid, sinks) in refills {
+        let ns_pid = crate::gpu::ns_pid(pid)?;
+        for (i, sink) in sinks.into_iter().enumerate() {
+            let key = BufferKey::new(ns_pid, i as u32);
+            restorer.attach(key, sink)?;
+            keys.push(key);
+        }
+    }
+    restorer.wait(&keys)?;
+    restorer.finish()?;
+    Ok(())
 }
 
 /// Bring restored task `task` (host pid `pid`) back on its device once its buffers
@@ -796,11 +977,31 @@ fn resume(
     task: &TaskDevice,
 ) -> Result<(), HelperError> {
     let keys: Vec<BufferKey> = task_keys(task).collect();
+    let sinks = shared.backend.resume_sinks(pid, task)?;
     {
         let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(restorer) = guard.as_ref() {
-            restorer.wait(&keys)?;
+        let restorer = guard
+            .as_ref()
+            .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+        if !task.device_files.is_empty() && !sinks.is_empty()
+            || task.device_files.is_empty() && sinks.len() != keys.len()
+        {
+            return Err(HelperError::Failed(format!(
+                "task {}: the backend gave {} buffers to fill at RESUME_DEVICES_LATE, \
+                 the image has {} for it",
+                task.ns_pid,
+                sinks.len(),
+                keys.len()
+            )));
         }
+        if !sinks.is_empty() {
+            let bytes = sinks.iter().map(|s| s.len()).sum();
+            lock(&shared.timeline).begin(task.ns_pid, sinks.len(), bytes);
+        }
+        for (key, sink) in keys.iter().zip(sinks) {
+            restorer.attach(*key, fault::sink(sink))?;
+        }
+        restorer.wait(&keys)?;
     }
     shared.backend.resume_task(pid, task)?;
     fault::check(FaultStep::Resume)

@@ -17,6 +17,17 @@ pub fn has_gpu_state(dir: &Path, manifest: Option<&Manifest>) -> bool {
     manifest.is_some_and(|m| m.gpu.is_some()) || dir.join(GPU_DIR).is_dir()
 }
 
+/// How a CUDA task's memory was moved, from its state blob `file` (None for another
+/// backend's state, or a blob that cannot be read).
+fn cuda_staging(dir: &Path, format: &str, file: &str) -> Option<String> {
+    if format != crate::gpu::cuda::STATE_FORMAT {
+        return None;
+    }
+    let blob = std::fs::read(dir.join(file)).ok()?;
+    let state: crate::gpu::cuda::CudaState = serde_json::from_slice(&blob).ok()?;
+    Some(state.staging)
+}
+
 /// The GPU section; an index that cannot be read is returned as an error too.
 pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<ReportError>) {
     let backend = manifest.map(|m| m.backend.clone());
@@ -92,6 +103,7 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
                     file: task.state.file.clone(),
                     format: task.state.format.clone(),
                     size: task.state.size,
+                    staging: cuda_staging(dir, &task.state.format, &task.state.file),
                 },
                 operations: task
                     .operations

@@ -334,6 +334,10 @@ pub struct GpuTaskState {
     pub file: String,
     pub format: String,
     pub size: u64,
+    /// How a CUDA task's device memory was moved at dump: "host" (in the process's
+    /// memory) or "custom" (gpucr's copy in `gpu/`); absent for other backends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staging: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

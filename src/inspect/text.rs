@@ -405,6 +405,9 @@ fn gpu(root: &mut Node, r: &Report) {
             t.state.format,
             size(t.state.size)
         ));
+        if let Some(staging) = &t.state.staging {
+            task.leaf(format!("CUDA memory staging: {staging}"));
+        }
         for o in &t.operations {
             task.leaf(format!(
                 "{} at {:.1} ms, {:.1} ms: {}",

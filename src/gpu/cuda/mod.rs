@@ -9,6 +9,17 @@
 //! for the length of the call, asking this half which thread that is
 //! ([`Backend::restore_thread`]).
 //!
+//! Where the driver offers custom storage (CUDA 13.4), the memory takes the other way
+//! ([`Staging::Custom`], `custom`): with the tree frozen and the restore threads let
+//! run, the checkpoint maps it into the helper, which copies each GPU's region into
+//! `gpu/` through the transfer engine, and only then completes the operation (which
+//! drops the GPU memory), before CRIU dumps the task. A copy that fails gives the
+//! memory, still mapped, back through the helper's own memory; a tree that lives on
+//! after the completion (`--leave-running`, a later failure) gets it back from `gpu/`.
+//! On restore the driver recreates the memory empty, mapped into the helper, which
+//! fills it from `gpu/` before completing and unlocking. The process's own memory
+//! never holds the GPU's.
+//!
 //! Per task: before the freeze the process is locked (unless it already was, or was
 //! already checkpointed: what it was is remembered and respected); once frozen it is
 //! checkpointed; after a dump the tree lives on from (`--leave-running`, a failure) it
@@ -19,15 +30,20 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpucr_abi::proto::DeviceSpec;
-use gpucr_cuda_driver::{Driver, ProcessState, Uuid};
+use gpucr_cuda_driver::{Context, CustomStorage, Driver, ProcessState, Uuid};
 use serde::{Deserialize, Serialize};
 
-use super::{ns_pid, Backend, Checkpointed, GpuError, GpuRef, TaskDevice};
-use crate::transfer::BufferSink;
+use super::{ns_pid, Backend, BufferInfo, Checkpointed, GpuError, GpuRef, TaskDevice};
+use crate::transfer::{BufferSink, BufferSource};
+
+mod custom;
+
+pub use custom::Staging;
+use custom::{Copier, RegionSink, RegionSource};
 
 /// The backend's name, in manifests.
 pub const NAME: &str = "cuda";
@@ -54,6 +70,14 @@ pub struct CudaState {
     /// GPU moves chosen by the topology check at restore (old UUID, new UUID).
     #[serde(default)]
     pub remap: Vec<(String, String)>,
+    /// How the device memory was moved: "host" (in the process's memory, dumped by
+    /// CRIU) or "custom" (copied by gpucr into `gpu/`, one buffer per GPU region).
+    #[serde(default = "host_staging")]
+    pub staging: String,
+}
+
+fn host_staging() -> String {
+    Staging::Host.name().into()
 }
 
 impl CudaState {
@@ -81,6 +105,16 @@ impl CudaState {
             })
             .collect()
     }
+
+    fn staging(&self) -> Result<Staging, GpuError> {
+        Staging::parse(&self.staging).ok_or_else(|| GpuError::Malformed {
+            path: PathBuf::from("cuda task state"),
+            detail: format!(
+                "staging {:?}, this gpucr knows \"host\" and \"custom\"",
+                self.staging
+            ),
+        })
+    }
 }
 
 /// Whether `pid` has a `/dev/nvidia*` node open.
@@ -104,10 +138,21 @@ struct Touched {
 /// The cuda backend.
 #[derive(Debug)]
 pub struct CudaBackend {
-    driver: Driver,
+    driver: Arc<Driver>,
     lock_timeout: Duration,
+    /// How a dump moves device memory.
+    staging: Staging,
     /// The dump's CUDA processes, by host pid.
     touched: Mutex<HashMap<i32, Touched>>,
+    /// Custom-storage checkpoints begun and not yet completed, by host pid.
+    held: Mutex<HashMap<i32, CustomStorage>>,
+    /// Custom-storage checkpoints completed: the sizes of their GPU regions (the
+    /// image's buffers), by host pid.
+    copied: Mutex<HashMap<i32, Vec<u64>>>,
+    /// Custom-storage restores begun and not yet completed, by host pid.
+    restoring: Mutex<HashMap<i32, CustomStorage>>,
+    /// The helper's own context, current in every thread that copies a region.
+    context: Mutex<Option<Context>>,
 }
 
 fn driver_error(pid: i32) -> impl FnOnce(gpucr_cuda_driver::Error) -> GpuError {
@@ -126,10 +171,184 @@ impl CudaBackend {
             detail: e.to_string(),
         })?;
         Ok(CudaBackend {
-            driver,
+            driver: Arc::new(driver),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            staging: Staging::Host,
             touched: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
+            copied: Mutex::new(HashMap::new()),
+            restoring: Mutex::new(HashMap::new()),
+            context: Mutex::new(None),
         })
+    }
+
+    /// Choose how the dump moves device memory: `requested` (`--cuda-staging`), else
+    /// custom storage where the driver offers it, else host staging. Custom storage
+    /// asked for where the driver has none is an error.
+    pub fn set_staging(&mut self, requested: Option<Staging>) -> Result<Staging, GpuError> {
+        let offered = self.driver.has_custom_storage();
+        self.staging = match requested {
+            Some(Staging::Custom) if !offered => {
+                return Err(GpuError::Config {
+                    variable: "--cuda-staging",
+                    value: Staging::Custom.name().into(),
+                    detail: format!(
+                        "the CUDA driver ({}, version {}) has no custom storage (CUDA \
+                         13.4, version 13040, needed)",
+                        self.driver.path().display(),
+                        self.driver.version()
+                    ),
+                })
+            }
+            Some(staging) => staging,
+            None if offered => Staging::Custom,
+            None => Staging::Host,
+        };
+        Ok(self.staging)
+    }
+
+    /// How a dump moves device memory.
+    pub fn staging(&self) -> Staging {
+        self.staging
+    }
+
+    /// The helper's context (the primary context of the first GPU), retained once.
+    fn copier(&self, pid: i32) -> Result<Copier, GpuError> {
+        let mut context = self.context.lock().unwrap_or_else(|e| e.into_inner());
+        let context = match *context {
+            Some(c) => c,
+            None => {
+                let device = self.driver.device_get(0).map_err(driver_error(pid))?;
+                let c = self
+                    .driver
+                    .primary_ctx_retain(device)
+                    .map_err(driver_error(pid))?;
+                *context = Some(c);
+                c
+            }
+        };
+        Ok(Copier {
+            driver: self.driver.clone(),
+            context,
+        })
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<i32, CustomStorage>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn copied(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Vec<u64>>> {
+        self.copied.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn restoring(&self) -> std::sync::MutexGuard<'_, HashMap<i32, CustomStorage>> {
+        self.restoring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Begin a custom-storage restore of `pid` onto `pairs` whose regions must have
+    /// `sizes`, held until [`complete_restore`](Self::complete_restore); sinks for the
+    /// regions, in order.
+    fn begin_restore(
+        &self,
+        pid: i32,
+        pairs: &[(Uuid, Uuid)],
+        sizes: &[u64],
+    ) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+        let storage = self
+            .driver
+            .restore_custom(pid, pairs)
+            .map_err(driver_error(pid))?;
+        let regions = storage.devices.clone();
+        // Held first: a restore that fails from here on still has its operation.
+        self.restoring().insert(pid, storage);
+        let found: Vec<u64> = regions.iter().map(|r| r.size as u64).collect();
+        if found != sizes {
+            return Err(GpuError::Task {
+                pid,
+                detail: format!(
+                    "the driver recreated GPU regions of {found:?} bytes, the image has \
+                     {sizes:?}"
+                ),
+            });
+        }
+        let copier = self.copier(pid)?;
+        Ok(regions
+            .into_iter()
+            .enumerate()
+            .map(|(i, region)| {
+                Box::new(RegionSink {
+                    copier: copier.clone(),
+                    region,
+                    queue: i as u32,
+                }) as Box<dyn BufferSink>
+            })
+            .collect())
+    }
+
+    /// Complete the custom-storage restore of `pid` begun by
+    /// [`begin_restore`](Self::begin_restore), if there is one (LOCKED after).
+    fn complete_restore(&self, pid: i32) -> Result<bool, GpuError> {
+        let Some(storage) = self.restoring().remove(&pid) else {
+            return Ok(false);
+        };
+        self.driver
+            .operation_complete(&storage.handle)
+            .map_err(driver_error(pid))?;
+        Ok(true)
+    }
+
+    /// A custom-storage checkpoint of `pid` whose copy failed (or whose tree lives on):
+    /// its memory, still mapped here, goes back through the helper's own memory (never
+    /// the process's): read out, the checkpoint completed, a custom-storage restore
+    /// onto the same GPUs begun and filled, completed. The process is LOCKED after.
+    fn give_back_held(&self, pid: i32, storage: CustomStorage) -> Result<(), GpuError> {
+        let copier = self.copier(pid)?;
+        let mut saved = Vec::with_capacity(storage.devices.len());
+        for region in &storage.devices {
+            let mut bytes = vec![0u8; region.size];
+            copier
+                .read(region, 0, &mut bytes)
+                .map_err(|e| GpuError::Task {
+                    pid,
+                    detail: format!(
+                        "reading its GPU memory back failed ({e}): the custom-storage \
+                         checkpoint is left open and the process locked"
+                    ),
+                })?;
+            saved.push(bytes);
+        }
+        self.driver
+            .operation_complete(&storage.handle)
+            .map_err(driver_error(pid))?;
+        let back = self
+            .driver
+            .restore_custom(pid, &[])
+            .map_err(driver_error(pid))?;
+        let sizes_match = back.devices.len() == saved.len()
+            && back
+                .devices
+                .iter()
+                .zip(&saved)
+                .all(|(r, s)| r.size == s.len());
+        if !sizes_match {
+            return Err(GpuError::Task {
+                pid,
+                detail: format!(
+                    "the driver's restore has {} GPU regions, its checkpoint had {}",
+                    back.devices.len(),
+                    saved.len()
+                ),
+            });
+        }
+        for (region, bytes) in back.devices.iter().zip(&saved) {
+            copier.write(region, 0, bytes).map_err(|e| GpuError::Task {
+                pid,
+                detail: format!("writing its GPU memory back: {e}"),
+            })?;
+        }
+        self.driver
+            .operation_complete(&back.handle)
+            .map_err(driver_error(pid))
     }
 
     /// Whether the driver should be loaded for a dump of `tree`: a driver is named in
@@ -165,7 +384,16 @@ impl CudaBackend {
             Some(touched) if !touched.checkpointed => touched.checkpointed = true,
             _ => return Ok(false),
         }
-        self.driver.checkpoint(pid).map_err(driver_error(pid))?;
+        match self.staging {
+            Staging::Host => self.driver.checkpoint(pid).map_err(driver_error(pid))?,
+            Staging::Custom => {
+                let storage = self
+                    .driver
+                    .checkpoint_custom(pid)
+                    .map_err(driver_error(pid))?;
+                self.held().insert(pid, storage);
+            }
+        }
         Ok(true)
     }
 
@@ -265,12 +493,36 @@ impl Backend for CudaBackend {
         // Already done when the helper checkpointed the whole tree at once.
         self.checkpoint_once(pid)?;
         let gpus = self.gpu_uuids(pid)?;
+        // The regions of a custom-storage checkpoint gpucr made (none for a process
+        // already checkpointed before the dump, whose memory the driver keeps).
+        let regions: Vec<u64> = match self.held().get(&pid) {
+            Some(storage) => storage.devices.iter().map(|r| r.size as u64).collect(),
+            None => self.copied().get(&pid).cloned().unwrap_or_default(),
+        };
+        let staging = if regions.is_empty() && touched.initial == ProcessState::Checkpointed {
+            Staging::Host
+        } else {
+            self.staging
+        };
         let cuda_state = CudaState {
             initial: touched.initial.name().into(),
             driver_version: self.driver.version(),
             gpus: gpus.clone(),
             remap: Vec::new(),
+            staging: staging.name().into(),
         };
+        // The buffers are copied by the helper ([`Backend::held_sources`]).
+        let buffers = regions
+            .into_iter()
+            .enumerate()
+            .map(|(i, size)| BufferInfo {
+                path: String::new(),
+                size,
+                gpu_id: i as u32,
+                kind: "vram".into(),
+                mode: 0,
+            })
+            .collect();
         let device = TaskDevice {
             ns_pid: ns_pid(pid)?,
             host_pid: pid,
@@ -278,7 +530,7 @@ impl Backend for CudaBackend {
             device_files: Vec::new(),
             state_format: STATE_FORMAT.into(),
             state: serde_json::to_vec(&cuda_state).expect("the cuda state serialises"),
-            buffers: Vec::new(),
+            buffers,
             operations: Vec::new(),
         };
         Ok(Some(Checkpointed {
@@ -287,7 +539,58 @@ impl Backend for CudaBackend {
         }))
     }
 
+    fn held_sources(&self, pid: i32) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
+        let regions = match self.held().get(&pid) {
+            Some(storage) => storage.devices.clone(),
+            None => return Ok(Vec::new()),
+        };
+        let copier = self.copier(pid)?;
+        Ok(regions
+            .into_iter()
+            .map(|region| {
+                Box::new(RegionSource {
+                    copier: copier.clone(),
+                    region,
+                }) as Box<dyn BufferSource>
+            })
+            .collect())
+    }
+
+    fn release_held(&self, pid: i32, copied: bool) -> Result<bool, GpuError> {
+        let Some(storage) = self.held().remove(&pid) else {
+            return Ok(false);
+        };
+        if copied {
+            let sizes = storage.devices.iter().map(|r| r.size as u64).collect();
+            if let Err(e) = self.driver.operation_complete(&storage.handle) {
+                // Still open, the memory still mapped: it goes back to the process,
+                // and the dump fails.
+                let failed = driver_error(pid)(e);
+                return Err(match self.give_back_held(pid, storage) {
+                    Ok(()) => failed,
+                    Err(also) => GpuError::Task {
+                        pid,
+                        detail: format!("{failed}; giving the memory back: {also}"),
+                    },
+                });
+            }
+            self.copied().insert(pid, sizes);
+        } else {
+            self.give_back_held(pid, storage)?;
+        }
+        Ok(true)
+    }
+
+    fn refill_sinks(&self, pid: i32) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+        let Some(sizes) = self.copied().remove(&pid) else {
+            return Ok(Vec::new());
+        };
+        self.begin_restore(pid, &[], &sizes)
+    }
+
     fn after_dump(&self, pid: i32) -> Result<(), GpuError> {
+        // Memory written back from the image (refill_sinks) completes first.
+        self.complete_restore(pid)?;
         let Some(touched) = self.touched().remove(&pid) else {
             return Ok(());
         };
@@ -304,15 +607,30 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn resume_sinks(
+        &self,
+        pid: i32,
+        task: &TaskDevice,
+    ) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+        let state = CudaState::decode(task)?;
+        if state.initial == "checkpointed" || state.staging()? != Staging::Custom {
+            return Ok(Vec::new());
+        }
+        let sizes: Vec<u64> = task.buffers.iter().map(|b| b.size).collect();
+        self.begin_restore(pid, &state.pairs()?, &sizes)
+    }
+
     fn resume_task(&self, pid: i32, task: &TaskDevice) -> Result<(), GpuError> {
         let state = CudaState::decode(task)?;
         if state.initial == "checkpointed" {
             return Ok(());
         }
-        let pairs = state.pairs()?;
-        self.driver
-            .restore(pid, &pairs)
-            .map_err(driver_error(pid))?;
+        // Custom storage: the regions are filled; else the driver restores.
+        if !self.complete_restore(pid)? {
+            self.driver
+                .restore(pid, &state.pairs()?)
+                .map_err(driver_error(pid))?;
+        }
         if state.initial == "running" {
             self.driver.unlock(pid).map_err(driver_error(pid))?;
         }
@@ -398,6 +716,7 @@ mod tests {
             driver_version: 13000,
             gpus: vec![A.into(), B.into()],
             remap: Vec::new(),
+            staging: "host".into(),
         };
         let pairs = state.pairs().unwrap();
         assert_eq!(pairs.len(), 2);
@@ -415,6 +734,7 @@ mod tests {
             driver_version: 13000,
             gpus: vec![A.into()],
             remap: Vec::new(),
+            staging: "host".into(),
         };
         let mut t = task(&state);
         assert_eq!(CudaState::decode(&t).unwrap(), state);
