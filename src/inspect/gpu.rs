@@ -9,16 +9,35 @@ use super::model::{
     BufferTotals, GpuBuffer, GpuDevice, GpuDeviceFile, GpuInfo, GpuKind, GpuOperation, GpuTask,
     GpuTaskState, Problem, ReportError,
 };
+use super::source::ImageSource;
 use crate::image::Manifest;
-use crate::transfer::{read_index, verify_image, BufferKey, GpuIndex, TransferError, GPU_DIR};
+use crate::transfer::{
+    read_index, verify_image, BufferKey, GpuIndex, TransferError, GPU_DIR, INDEX_FILE,
+};
 
 /// Whether the image carries GPU state: the manifest says so, or there is a `gpu/`.
 pub fn has_gpu_state(dir: &Path, manifest: Option<&Manifest>) -> bool {
     manifest.is_some_and(|m| m.gpu.is_some()) || dir.join(GPU_DIR).is_dir()
 }
 
+/// The GPU index of `source`.
+pub fn source_index(source: &ImageSource) -> Result<GpuIndex, TransferError> {
+    let path = source.root().join(GPU_DIR).join(INDEX_FILE);
+    match source.read(&format!("{GPU_DIR}/{INDEX_FILE}")) {
+        Ok(bytes) => GpuIndex::from_bytes(&bytes, &path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(TransferError::IndexMissing { path })
+        }
+        Err(e) => Err(TransferError::io("read", path, e)),
+    }
+}
+
 /// The GPU section; an index that cannot be read is returned as an error too.
-pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<ReportError>) {
+pub fn gpu_info(
+    source: &ImageSource,
+    manifest: Option<&Manifest>,
+) -> (GpuInfo, Option<ReportError>) {
+    let dir = source.root();
     let backend = manifest.map(|m| m.backend.clone());
     let mut info = GpuInfo {
         backend: backend.clone(),
@@ -41,7 +60,7 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
         info.topology = serde_json::to_value(topology).ok();
         info.topology_gpus = topology.gpus().iter().map(ToString::to_string).collect();
     }
-    if !has_gpu_state(dir, manifest) {
+    if !(manifest.is_some_and(|m| m.gpu.is_some()) || source.has_dir(GPU_DIR)) {
         info.note = match backend.as_deref() {
             Some("none") => "no GPU state is recorded: the tree used no GPU".into(),
             Some(b) => format!("no GPU state is recorded (backend {b})"),
@@ -51,7 +70,7 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
     }
     info.recorded = true;
     let gpu = manifest.and_then(|m| m.gpu.as_ref());
-    let (index, error) = match read_index(dir) {
+    let (index, error) = match source_index(source) {
         Ok(index) => (Some(index), None),
         Err(e) => (None, Some(index_error(dir, &e))),
     };
@@ -219,7 +238,7 @@ pub fn verify_gpu(dir: &Path, manifest: Option<&Manifest>, threads: usize) -> (V
 }
 
 /// A transfer error as "gpu/FILE: at offset N: what".
-fn index_error(dir: &Path, e: &TransferError) -> ReportError {
+pub fn index_error(dir: &Path, e: &TransferError) -> ReportError {
     let rel = |p: &Path| {
         p.strip_prefix(dir)
             .map(|r| r.to_string_lossy().into_owned())
