@@ -154,6 +154,9 @@ pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, Insp
         (None, None) if source.has_file(INCOMPLETE_FILE) => {
             Some("the dump failed (see gpucr-incomplete.json)".into())
         }
+        // A container checkpointed by its engine without gpucr (no GPU): CRIU's images
+        // are the whole checkpoint.
+        (None, None) if source.is_archive() && !source.has_dir(crate::transfer::GPU_DIR) => None,
         (None, None) => Some(
             "no manifest (gpucr.json): the dump did not finish, or this is not a gpucr image"
                 .into(),

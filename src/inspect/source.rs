@@ -50,6 +50,11 @@ impl ImageSource {
         &self.root
     }
 
+    /// Whether the image was read from an archive.
+    pub fn is_archive(&self) -> bool {
+        self.archive.is_some()
+    }
+
     /// Whether there is an image to read at all.
     pub fn exists(&self) -> bool {
         self.archive.is_some() || self.root.is_dir()
