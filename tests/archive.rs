@@ -333,6 +333,39 @@ fn verify_says_intact_and_names_a_flipped_byte() {
     }
 }
 
+/// A byte flipped in the archive file itself, inside a member's data: `--verify` names
+/// that member.
+#[test]
+fn verify_names_the_member_of_a_byte_flipped_in_the_archive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("ckpt.tar");
+    make_archive(image(), &archive, Packing::Plain, false);
+    for member in [
+        "checkpoint/gpu/data-0001",
+        "checkpoint/pages-2.img",
+        "checkpoint/mm-1.img",
+    ] {
+        let mut bytes = fs::read(&archive).unwrap();
+        let mut tar = tar::Archive::new(bytes.as_slice());
+        let (start, size) = tar
+            .entries()
+            .unwrap()
+            .map(Result::unwrap)
+            .find(|e| e.path().unwrap().to_str() == Some(member))
+            .map(|e| (e.raw_file_position(), e.size()))
+            .unwrap_or_else(|| panic!("{member} not in the archive"));
+        bytes[(start + size / 2) as usize] ^= 0x01;
+        let damaged = tmp.path().join("damaged.tar");
+        fs::write(&damaged, &bytes).unwrap();
+        let v = verify(&damaged, 7);
+        let problems = v["problems"].as_array().unwrap();
+        assert!(
+            problems.iter().any(|p| p["file"] == member),
+            "{member}: {v}"
+        );
+    }
+}
+
 fn copy_tree(from: &Path, to: &Path) {
     for f in files_below(from) {
         let dest = to.join(&f);
