@@ -5,7 +5,7 @@
 #   scripts/bench-archive.sh [--mib N] [--runs N] [--keep]
 #
 # Dumps the simulator's workload holding N MiB of GPU memory (default 1024) with
-# `gpucr dump`, packs the image into an archive in podman's layout (checkpoint/ with the
+# `gpucr dump --compress none`, packs the image into an archive in podman's layout (checkpoint/ with the
 # image, config.dump, spec.dump; zstd, as `podman container checkpoint --export` writes
 # it by default), then times with hyperfine (median of --runs runs, default 5, after one
 # warm-up run, page cache warm):
@@ -61,7 +61,9 @@ root_pid=$(tr -d ' \n' <"/proc/$unshare_pid/task/$unshare_pid/children")
 
 mkdir -p "$work/pack"
 log "dumping pid $root_pid"
-"$gpucr" dump "$root_pid" "$work/pack/checkpoint" >&2
+# Stored uncompressed, as GPU memory that does not compress would be: the archive then
+# carries every byte (zstd compresses the simulator's patterns as podman's export would).
+"$gpucr" dump --compress none "$root_pid" "$work/pack/checkpoint" >&2
 wait "$unshare_pid" 2>/dev/null || true
 unshare_pid=
 printf '{"id":"0123456789ab","name":"bench","rootfsImageName":"localhost/bench:latest","runtime":"runc"}' \
@@ -114,7 +116,8 @@ results = json.load(open(times))["results"]
 mi = lambda b: f"{int(b) / 2**20:.1f} MiB"
 print("## gpucr inspect ARCHIVE vs unpacking the archive\n")
 print(f"{datetime.date.today()}, commit `{commit}`: {cpu}, {cores} cores, CRIU {criu}. "
-      f"The simulator's workload with {mib} MiB of GPU memory dumped by `gpucr dump`, packed "
+      f"The simulator's workload with {mib} MiB of GPU memory dumped by `gpucr dump "
+      f"--compress none`, packed "
       f"in podman's layout: archive {mi(archive_size)} (zstd), image {mi(image_size)}. "
       f"Median of {runs} runs after one warm-up, page cache warm; load average "
       f"{load_before} before, {load_after} after. Command: `scripts/bench-archive.sh "
