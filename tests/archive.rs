@@ -445,6 +445,23 @@ fn broken_archives_are_refused_with_their_name() {
     assert_ne!(out.status.code(), Some(0));
     let err = common::stderr(&out);
     assert!(err.contains(archive.to_str().unwrap()), "{err}");
+    // A tar that is not a checkpoint archive, and a file that is not a tar.
+    let other = tmp.path().join("other.tar");
+    let mut tar = tar::Builder::new(fs::File::create(&other).unwrap());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(5);
+    h.set_mode(0o600);
+    tar.append_data(&mut h, "notes.txt", &b"hello"[..]).unwrap();
+    tar.into_inner().unwrap();
+    let out = gpucr(&["inspect", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = common::stderr(&out);
+    assert!(err.contains("not a container checkpoint archive"), "{err}");
+    let text = tmp.path().join("text");
+    fs::write(&text, vec![b'x'; 2000]).unwrap();
+    let out = gpucr(&["inspect", text.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::stderr(&out).contains(text.to_str().unwrap()));
 }
 
 /// The peak resident memory of `gpucr ARGS`, in bytes, and its exit code. Linux counts

@@ -91,6 +91,13 @@ fn inspect_archive(
             page_size: inspect::host_page_size(),
         },
     )?;
+    if scan.sizes.is_empty() {
+        anyhow::bail!(
+            "{}: not a container checkpoint archive: it has no files under {}/",
+            path.display(),
+            archive::CHECKPOINT_DIR
+        );
+    }
     let source = ImageSource::archive(
         path.join(archive::CHECKPOINT_DIR),
         Arc::new(scan.files.clone()),
