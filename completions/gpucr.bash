@@ -31,6 +31,9 @@ _gpucr() {
             gpucr,inspect)
                 cmd="gpucr__subcmd__inspect"
                 ;;
+            gpucr,install-plugin)
+                cmd="gpucr__subcmd__install__subcmd__plugin"
+                ;;
             gpucr,restore)
                 cmd="gpucr__subcmd__restore"
                 ;;
@@ -49,6 +52,9 @@ _gpucr() {
             gpucr__subcmd__help,inspect)
                 cmd="gpucr__subcmd__help__subcmd__inspect"
                 ;;
+            gpucr__subcmd__help,install-plugin)
+                cmd="gpucr__subcmd__help__subcmd__install__subcmd__plugin"
+                ;;
             gpucr__subcmd__help,restore)
                 cmd="gpucr__subcmd__help__subcmd__restore"
                 ;;
@@ -59,7 +65,7 @@ _gpucr() {
 
     case "${cmd}" in
         gpucr)
-            opts="-h -V --help --version dump restore inspect check-topology completions help"
+            opts="-h -V --help --version dump restore inspect check-topology install-plugin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -151,7 +157,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__help)
-            opts="dump restore inspect check-topology completions help"
+            opts="dump restore inspect check-topology install-plugin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -234,6 +240,20 @@ _gpucr() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        gpucr__subcmd__help__subcmd__install__subcmd__plugin)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         gpucr__subcmd__help__subcmd__restore)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -260,6 +280,24 @@ _gpucr() {
                     return 0
                     ;;
                 -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpucr__subcmd__install__subcmd__plugin)
+            opts="-h -V --criu-libdir --uninstall --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --criu-libdir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

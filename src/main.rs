@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Command::Restore(args) => cmd::restore::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::CheckTopology(args) => cmd::check_topology::run(args),
+        Command::InstallPlugin(args) => cmd::install_plugin::run(args),
         Command::Completions(args) => cmd::completions::run(args),
     };
     match result {

@@ -173,6 +173,7 @@ fn dump(
         helper_end,
         backend,
         writer,
+        (dir.to_path_buf(), TransferConfig::default()),
         timeline,
         false,
         Duration::from_secs(20),

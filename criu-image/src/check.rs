@@ -18,7 +18,6 @@ use crate::error::{ImageError, Result};
 use crate::explore::ps::TaskState;
 use crate::framing::ImageFile;
 use crate::magic;
-use crate::pagemap::Pagemap;
 use crate::proto::{
     BpfmapDataEntry, CoreEntry, FdinfoEntry, FileEntry, FsEntry, GhostChunkEntry, GhostFileEntry,
     InventoryEntry, IpcMsg, IpcMsgEntry, IpcSemEntry, IpcShmEntry, MemfdInodeEntry, MmEntry,
@@ -35,7 +34,11 @@ pub struct Framing {
 
 /// Walk every entry of one image, decoding it and skipping its extra payload.
 pub fn check_framing(path: &std::path::Path) -> Result<Framing> {
-    let mut image = ImageFile::open(path)?;
+    check_image_framing(ImageFile::open(path)?)
+}
+
+/// [`check_framing`] of an open image.
+pub fn check_image_framing(mut image: ImageFile) -> Result<Framing> {
     let magic = image.magic();
     let entries = match magic {
         magic::PAGEMAP => {
@@ -90,7 +93,7 @@ pub fn check_dir(dir: &ImageDir) -> Vec<ImageError> {
         Err(e) => return vec![e],
     };
     for name in names.iter().filter(|n| magic::is_framed_image(n)) {
-        if let Err(e) = check_framing(&dir.file(name)) {
+        if let Err(e) = dir.open_image(name).and_then(check_image_framing) {
             problems.push(e);
         }
     }
@@ -110,7 +113,7 @@ fn check_pages_sizes(dir: &ImageDir, names: &[String], problems: &mut Vec<ImageE
         .filter(|n| n.starts_with("pagemap-") && n.ends_with(".img"))
     {
         // A pagemap that does not parse is already reported by the framing check.
-        let Ok(pm) = Pagemap::read(&dir.file(name), dir.page_size()) else {
+        let Ok(pm) = dir.pagemap_named(name) else {
             continue;
         };
         let slot = needed.entry(pm.pages_id()).or_default();
@@ -120,8 +123,8 @@ fn check_pages_sizes(dir: &ImageDir, names: &[String], problems: &mut Vec<ImageE
     for (pages_id, (bytes, pagemaps)) in needed {
         let pages_name = format!("pages-{pages_id}.img");
         let path = dir.file(&pages_name);
-        let actual = match path.metadata() {
-            Ok(m) => m.len(),
+        let actual = match dir.file_size(&pages_name) {
+            Ok(size) => size,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && bytes == 0 => continue,
             Err(e) => {
                 problems.push(ImageError::io(&path, 0, e));

@@ -1,12 +1,15 @@
 //! Typed access to the images of one CRIU dump directory.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use prost::{Message, Name};
 
 use crate::error::{ImageError, Result};
-use crate::framing::{read_all, read_one, ImageFile};
+use crate::framing::{read_all_of, read_one_of, ImageFile};
 use crate::magic;
 use crate::pagemap::Pagemap;
 use crate::pages::PageReader;
@@ -17,12 +20,15 @@ use crate::proto::{
     SkPacketEntry, StatsEntry, TaskKobjIdsEntry, TcpStreamEntry, TimerfdEntry, TtyFileEntry,
     TtyInfoEntry, UnixSkEntry,
 };
+use crate::store::{MemoryFiles, Source};
 
 /// One CRIU image directory. Nothing is read until asked for.
 #[derive(Debug, Clone)]
 pub struct ImageDir {
     root: PathBuf,
     page_size: u64,
+    /// Files read from memory instead of `root` (an archive read as a stream).
+    memory: Option<Arc<MemoryFiles>>,
 }
 
 /// Every file object of the dump (files.img), by id.
@@ -64,7 +70,54 @@ impl ImageDir {
         ImageDir {
             root: root.into(),
             page_size,
+            memory: None,
         }
+    }
+
+    /// The images held in `files`, named in errors as if they were in `root`.
+    pub fn in_memory(root: impl Into<PathBuf>, page_size: u64, files: Arc<MemoryFiles>) -> Self {
+        ImageDir {
+            memory: Some(files),
+            ..ImageDir::new(root, page_size)
+        }
+    }
+
+    /// Open the file `name` (from memory when the images are held there).
+    pub fn open(&self, name: &str) -> Result<Source> {
+        let path = self.file(name);
+        match &self.memory {
+            Some(files) => match files.get(name) {
+                Some(f) => Ok(Source::Memory(f.clone())),
+                None => Err(ImageError::missing(&path)),
+            },
+            None => File::open(&path)
+                .map(Source::File)
+                .map_err(|e| ImageError::io(&path, 0, e)),
+        }
+    }
+
+    /// Open the image `name`, positioned after its magic(s).
+    pub fn open_image(&self, name: &str) -> Result<ImageFile> {
+        ImageFile::from_source(&self.file(name), self.open(name)?)
+    }
+
+    /// The size of the file `name`.
+    pub fn file_size(&self, name: &str) -> io::Result<u64> {
+        match &self.memory {
+            Some(files) => files
+                .get(name)
+                .map(|f| f.size())
+                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
+            None => Ok(self.file(name).metadata()?.len()),
+        }
+    }
+
+    fn read_all<M: Message + Name + Default>(&self, name: &str, magic: u32) -> Result<Vec<M>> {
+        read_all_of(self.open_image(name)?.expect_magic(magic)?)
+    }
+
+    fn read_one<M: Message + Name + Default>(&self, name: &str, magic: u32) -> Result<M> {
+        read_one_of(self.open_image(name)?.expect_magic(magic)?)
     }
 
     pub fn root(&self) -> &Path {
@@ -81,28 +134,32 @@ impl ImageDir {
     }
 
     pub fn exists(&self, name: &str) -> bool {
-        self.file(name).is_file()
+        match &self.memory {
+            Some(files) => files.contains(name),
+            None => self.file(name).is_file(),
+        }
     }
 
     pub fn inventory(&self) -> Result<InventoryEntry> {
-        read_one(&self.file("inventory.img"), magic::INVENTORY)
+        self.read_one("inventory.img", magic::INVENTORY)
     }
 
     /// The processes, in the order of pstree.img (parents before children).
     pub fn pstree(&self) -> Result<Vec<PstreeEntry>> {
-        read_all(&self.file("pstree.img"), magic::PSTREE)
+        self.read_all("pstree.img", magic::PSTREE)
     }
 
     /// The core image of thread `tid`.
     pub fn core(&self, tid: u32) -> Result<CoreEntry> {
-        read_one(&self.file(&format!("core-{tid}.img")), magic::CORE)
+        self.read_one(&format!("core-{tid}.img"), magic::CORE)
     }
 
     /// The kernel object ids of process `pid`: ids-<pid>.img, or the copy in its core
     /// image (older CRIU).
     pub fn ids(&self, pid: u32) -> Result<TaskKobjIdsEntry> {
-        let path = self.file(&format!("ids-{pid}.img"));
-        match read_one(&path, magic::IDS) {
+        let name = format!("ids-{pid}.img");
+        let path = self.file(&name);
+        match self.read_one(&name, magic::IDS) {
             Err(e) if e.is_missing() => self
                 .core(pid)?
                 .ids
@@ -112,39 +169,44 @@ impl ImageDir {
     }
 
     pub fn mm(&self, pid: u32) -> Result<MmEntry> {
-        read_one(&self.file(&format!("mm-{pid}.img")), magic::MM)
+        self.read_one(&format!("mm-{pid}.img"), magic::MM)
     }
 
     /// The pagemap of process `pid`.
     pub fn pagemap(&self, pid: u32) -> Result<Pagemap> {
-        Pagemap::read(&self.file(&format!("pagemap-{pid}.img")), self.page_size)
+        self.pagemap_named(&format!("pagemap-{pid}.img"))
     }
 
     /// A pagemap image by file name (`pagemap-shmem-<id>.img` too).
     pub fn pagemap_named(&self, name: &str) -> Result<Pagemap> {
-        Pagemap::read(&self.file(name), self.page_size)
+        Pagemap::from_image(self.open_image(name)?, self.page_size)
     }
 
     /// The dumped memory of process `pid`.
     pub fn memory(&self, pid: u32) -> Result<PageReader> {
-        PageReader::open(&self.root, self.pagemap(pid)?)
+        self.page_reader(self.pagemap(pid)?)
+    }
+
+    /// The dumped memory that `pagemap` describes.
+    pub fn page_reader(&self, pagemap: Pagemap) -> Result<PageReader> {
+        let name = pagemap.pages_file_name();
+        PageReader::from_source(self.file(&name), self.open(&name)?, pagemap)
     }
 
     /// The open descriptors of the fd table `files_id` (from ids).
     pub fn fdinfo(&self, files_id: u32) -> Result<Vec<FdinfoEntry>> {
-        read_all(&self.file(&format!("fdinfo-{files_id}.img")), magic::FDINFO)
+        self.read_all(&format!("fdinfo-{files_id}.img"), magic::FDINFO)
     }
 
     pub fn fs(&self, pid: u32) -> Result<FsEntry> {
-        read_one(&self.file(&format!("fs-{pid}.img")), magic::FS)
+        self.read_one(&format!("fs-{pid}.img"), magic::FS)
     }
 
     /// Every file object: files.img, or the per-type images of older CRIU versions.
     pub fn files(&self) -> Result<FileTable> {
         let mut table = FileTable::default();
-        let files = self.file("files.img");
-        if files.is_file() {
-            for entry in read_all::<FileEntry>(&files, magic::FILES)? {
+        if self.exists("files.img") {
+            for entry in self.read_all::<FileEntry>("files.img", magic::FILES)? {
                 table.insert(entry);
             }
             return Ok(table);
@@ -215,8 +277,7 @@ impl ImageDir {
     /// The TCP stream state of the socket with inode `ino`, if it was dumped
     /// (established connections only).
     pub fn tcp_stream(&self, ino: u32) -> Result<Option<TcpStreamEntry>> {
-        let path = self.file(&format!("tcp-stream-{ino:x}.img"));
-        match read_one(&path, magic::TCP_STREAM) {
+        match self.read_one(&format!("tcp-stream-{ino:x}.img"), magic::TCP_STREAM) {
             Ok(e) => Ok(Some(e)),
             Err(e) if e.is_missing() => Ok(None),
             Err(e) => Err(e),
@@ -225,9 +286,11 @@ impl ImageDir {
 
     /// Bytes queued on each socket (sk-queues.img), by socket id.
     pub fn socket_queues(&self) -> Result<HashMap<u32, u64>> {
-        let path = self.file("sk-queues.img");
         let mut out = HashMap::new();
-        let mut image = match ImageFile::open_as(&path, magic::SK_QUEUES) {
+        let opened = self
+            .open_image("sk-queues.img")
+            .and_then(|image| image.expect_magic(magic::SK_QUEUES));
+        let mut image = match opened {
             Ok(image) => image,
             Err(e) if e.is_missing() => return Ok(out),
             Err(e) => return Err(e),
@@ -241,8 +304,7 @@ impl ImageDir {
 
     /// CRIU's statistics: `stats-dump` or `stats-restore`; None when absent.
     pub fn stats(&self, which: &str) -> Result<Option<StatsEntry>> {
-        let path = self.file(&format!("stats-{which}"));
-        match read_one(&path, magic::STATS) {
+        match self.read_one(&format!("stats-{which}"), magic::STATS) {
             Ok(e) => Ok(Some(e)),
             Err(e) if e.is_missing() => Ok(None),
             Err(e) => Err(e),
@@ -252,8 +314,7 @@ impl ImageDir {
     /// The mounts of mount namespace `ns_id` (mountpoints-<id>.img); None when the
     /// image has none (the tree shared the host's mount namespace).
     pub fn mounts(&self, ns_id: u32) -> Result<Option<Vec<MntEntry>>> {
-        let path = self.file(&format!("mountpoints-{ns_id}.img"));
-        match read_all(&path, magic::MNTS) {
+        match self.read_all(&format!("mountpoints-{ns_id}.img"), magic::MNTS) {
             Ok(e) => Ok(Some(e)),
             Err(e) if e.is_missing() => Ok(None),
             Err(e) => Err(e),
@@ -262,6 +323,14 @@ impl ImageDir {
 
     /// The names of the files in the directory, sorted.
     pub fn file_names(&self) -> Result<Vec<String>> {
+        if let Some(files) = &self.memory {
+            // The images themselves, not what is below them (gpu/...).
+            return Ok(files
+                .names()
+                .filter(|n| !n.contains('/'))
+                .map(str::to_string)
+                .collect());
+        }
         let err = |e| ImageError::io(&self.root, 0, e);
         let mut names = Vec::new();
         for entry in std::fs::read_dir(&self.root).map_err(err)? {
@@ -275,7 +344,7 @@ impl ImageDir {
     }
 
     fn optional_all<M: Message + Name + Default>(&self, name: &str, magic: u32) -> Result<Vec<M>> {
-        match read_all(&self.file(name), magic) {
+        match self.read_all(name, magic) {
             Err(e) if e.is_missing() => Ok(Vec::new()),
             other => other,
         }

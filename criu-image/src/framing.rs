@@ -13,6 +13,7 @@ use prost::{Message, Name};
 
 use crate::error::{ErrorKind, ImageError, Result};
 use crate::magic;
+use crate::store::{Source, SourceReader};
 
 /// What precedes the image magic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +30,7 @@ pub enum Head {
 #[derive(Debug)]
 pub struct ImageFile {
     path: PathBuf,
-    reader: BufReader<File>,
+    reader: BufReader<SourceReader>,
     size: u64,
     pos: u64,
     head: Head,
@@ -52,14 +53,17 @@ impl ImageFile {
     /// inventory.img's magic is valid.
     pub fn open(path: &Path) -> Result<ImageFile> {
         let file = File::open(path).map_err(|e| ImageError::io(path, 0, e))?;
-        let size = file
-            .metadata()
-            .map_err(|e| ImageError::io(path, 0, e))?
-            .len();
+        ImageFile::from_source(path, Source::File(file))
+    }
+
+    /// Read the magic(s) of an image opened elsewhere (held in memory); `path` names
+    /// it in errors.
+    pub fn from_source(path: &Path, source: Source) -> Result<ImageFile> {
+        let size = source.size().map_err(|e| ImageError::io(path, 0, e))?;
         let capacity = size.clamp(64, 64 * 1024) as usize;
         let mut image = ImageFile {
             path: path.to_path_buf(),
-            reader: BufReader::with_capacity(capacity, file),
+            reader: BufReader::with_capacity(capacity, source.into_reader()),
             size,
             pos: 0,
             head: Head::Bare,
@@ -84,7 +88,14 @@ impl ImageFile {
 
     /// Open `path`, which must hold images of type `expected` (a [`magic`] constant).
     pub fn open_as(path: &Path, expected: u32) -> Result<ImageFile> {
-        let image = ImageFile::open(path)?;
+        ImageFile::open(path)?.expect_magic(expected)
+    }
+
+    /// This image, if it holds images of type `expected`.
+    pub fn expect_magic(self, expected: u32) -> Result<ImageFile> {
+        let image = self;
+        let path = image.path.clone();
+        let path = path.as_path();
         if image.magic != expected {
             let offset = if image.head == Head::Bare { 0 } else { 4 };
             return Err(ImageError::new(
@@ -280,7 +291,11 @@ impl ImageFile {
 
 /// Every entry of `path` (of type `expected`) decoded as `M`.
 pub fn read_all<M: Message + Name + Default>(path: &Path, expected: u32) -> Result<Vec<M>> {
-    let mut image = ImageFile::open_as(path, expected)?;
+    read_all_of(ImageFile::open_as(path, expected)?)
+}
+
+/// Every entry of an open image decoded as `M`.
+pub fn read_all_of<M: Message + Name + Default>(mut image: ImageFile) -> Result<Vec<M>> {
     let mut out = Vec::new();
     while let Some(m) = image.read_entry()? {
         out.push(m);
@@ -291,8 +306,13 @@ pub fn read_all<M: Message + Name + Default>(path: &Path, expected: u32) -> Resu
 /// The first entry of `path` (of type `expected`) decoded as `M`; an image with no
 /// entry is an error.
 pub fn read_one<M: Message + Name + Default>(path: &Path, expected: u32) -> Result<M> {
-    let mut image = ImageFile::open_as(path, expected)?;
+    read_one_of(ImageFile::open_as(path, expected)?)
+}
+
+/// The first entry of an open image decoded as `M`; no entry is an error.
+pub fn read_one_of<M: Message + Name + Default>(mut image: ImageFile) -> Result<M> {
     let end = image.offset();
+    let path = image.path.clone();
     image
         .read_entry()?
         .ok_or_else(|| ImageError::new(path, end, ErrorKind::Empty { message: M::NAME }))

@@ -8,6 +8,7 @@
 //! * [`explore`]: what `crit x` shows (process tree, fds, memory) plus sockets,
 //!   argv/environment read from the dumped memory, mounts and CRIU's statistics.
 //! * [`check`]: structural verification of every image file.
+//! * [`store`]: files read from disk or held in memory (an archive read as a stream).
 //!
 //! Every error is an [`ImageError`] naming the file and the byte offset. No input makes
 //! the reader panic or allocate more than the file it reads holds.
@@ -25,6 +26,7 @@ pub mod magic;
 pub mod pagemap;
 pub mod pages;
 pub mod proto;
+pub mod store;
 
 pub use dir::{FileTable, ImageDir};
 pub use error::{ErrorKind, ImageError, Result};

@@ -67,7 +67,14 @@ impl Pagemap {
     /// Read and index `path`. Every size is checked for overflow, and runs that
     /// overlap are an error.
     pub fn read(path: &Path, page_size: u64) -> Result<Pagemap> {
-        let mut image = ImageFile::open_as(path, magic::PAGEMAP)?;
+        Pagemap::from_image(ImageFile::open(path)?, page_size)
+    }
+
+    /// Read and index an open pagemap image.
+    pub fn from_image(image: ImageFile, page_size: u64) -> Result<Pagemap> {
+        let mut image = image.expect_magic(magic::PAGEMAP)?;
+        let path = image.path().to_path_buf();
+        let path = path.as_path();
         let head_offset = image.offset();
         let head: PagemapHead = image
             .read_entry()?

@@ -3,18 +3,18 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{ErrorKind, ImageError, Result};
 use crate::pagemap::{Location, Pagemap};
+use crate::store::Source;
 
 /// The dumped memory of one address space.
 #[derive(Debug)]
 pub struct PageReader {
     pagemap: Pagemap,
     path: PathBuf,
-    file: File,
+    file: Source,
     size: u64,
 }
 
@@ -23,10 +23,13 @@ impl PageReader {
     pub fn open(dir: &Path, pagemap: Pagemap) -> Result<PageReader> {
         let path = dir.join(pagemap.pages_file_name());
         let file = File::open(&path).map_err(|e| ImageError::io(&path, 0, e))?;
-        let size = file
-            .metadata()
-            .map_err(|e| ImageError::io(&path, 0, e))?
-            .len();
+        PageReader::from_source(path, Source::File(file), pagemap)
+    }
+
+    /// The pages file of `pagemap`, opened elsewhere (held in memory); `path` names it
+    /// in errors.
+    pub fn from_source(path: PathBuf, file: Source, pagemap: Pagemap) -> Result<PageReader> {
+        let size = file.size().map_err(|e| ImageError::io(&path, 0, e))?;
         Ok(PageReader {
             pagemap,
             path,
@@ -80,16 +83,13 @@ impl PageReader {
     }
 
     fn read_exact_at(&self, buf: &mut [u8], at: u64) -> Result<()> {
-        let mut done = 0;
-        while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], at + done as u64) {
-                Ok(0) => return Err(self.truncated(at + done as u64, (buf.len() - done) as u64)),
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(ImageError::io(&self.path, at + done as u64, e)),
+        match self.file.read_exact_at(buf, at) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(self.truncated(at, buf.len() as u64))
             }
+            Err(e) => Err(ImageError::io(&self.path, at, e)),
         }
-        Ok(())
     }
 
     fn truncated(&self, at: u64, needed: u64) -> ImageError {

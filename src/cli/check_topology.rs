@@ -1,4 +1,4 @@
-//! `gpucr check-topology [DIR]`, and the topology flags `gpucr restore` shares.
+//! `gpucr check-topology [DIR|ARCHIVE]`, and the topology flags `gpucr restore` shares.
 
 use std::path::PathBuf;
 
@@ -25,8 +25,9 @@ use super::common::OutputArgs;
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct CheckTopologyArgs {
-    /// An image directory to check against this machine.
-    #[arg(value_name = "DIR")]
+    /// An image directory, or a container checkpoint archive (podman, CRI-O,
+    /// containerd; zstd, gzip or plain tar), to check against this machine.
+    #[arg(value_name = "DIR|ARCHIVE")]
     pub dir: Option<PathBuf>,
 
     #[command(flatten)]

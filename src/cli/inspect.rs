@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::common::OutputArgs;
 
-/// Show what is in an image directory, or verify it.
+/// Show what is in an image directory or a container checkpoint archive, or verify it.
 ///
 /// Without flags: a summary (gpucr and CRIU versions, host, kernel, time, backend,
 /// target, whether the image is complete, its size, CPU and GPU memory sizes), then the
@@ -17,11 +17,18 @@ use super::common::OutputArgs;
 /// With --verify: check every file against the manifest's sizes and checksums and every
 /// CRIU image's structure (framing, pagemaps against pages files), print each problem
 /// with its file and offset, and exit 0 (intact), 7 (damaged) or 8 (incomplete).
+///
+/// ARCHIVE: a checkpoint archive of podman (`podman container checkpoint --export`),
+/// CRI-O or containerd (Kubernetes' checkpoint API), zstd, gzip or plain tar. It is read
+/// as a stream, never unpacked to disk, in bounded memory; the container (name, id,
+/// image, runtime, engine, from config.dump and spec.dump) is shown first, and the image
+/// under checkpoint/ as for a directory. The JSON adds `container` (checkpointctl's field
+/// names) and `archive`.
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct InspectArgs {
-    /// The image directory.
-    #[arg(value_name = "DIR")]
+    /// The image directory, or a container checkpoint archive.
+    #[arg(value_name = "DIR|ARCHIVE")]
     pub dir: PathBuf,
 
     /// Show the process tree (always shown; kept for checkpointctl users).

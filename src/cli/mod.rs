@@ -8,6 +8,7 @@ mod common;
 mod completions;
 mod dump;
 mod inspect;
+mod install_plugin;
 mod restore;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,7 @@ pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs}
 pub use completions::CompletionsArgs;
 pub use dump::{CudaStagingArg, DumpArgs};
 pub use inspect::InspectArgs;
+pub use install_plugin::InstallPluginArgs;
 pub use restore::RestoreArgs;
 
 const EXIT_STATUS_HELP: &str = "\
@@ -58,6 +60,7 @@ pub enum Command {
     Restore(RestoreArgs),
     Inspect(InspectArgs),
     CheckTopology(CheckTopologyArgs),
+    InstallPlugin(InstallPluginArgs),
     Completions(CompletionsArgs),
 }
 

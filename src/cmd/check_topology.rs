@@ -1,4 +1,4 @@
-//! `gpucr check-topology [DIR]`: glue between the CLI and `gpucr-topology`.
+//! `gpucr check-topology [DIR|ARCHIVE]`: glue between the CLI and `gpucr-topology`.
 //!
 //! Exit codes: [`exit_code::SUCCESS`] when the image can be restored here (or without
 //! DIR, once the table is printed), [`exit_code::TOPOLOGY_INCOMPATIBLE`] when it cannot;
@@ -69,10 +69,15 @@ struct ManifestTopology {
     topology: Option<Topology>,
 }
 
-/// The GPU topology stored in the image at `dir`; `None` when the image has no GPU state.
+/// The GPU topology stored in the image at `dir` (a directory, or a container
+/// checkpoint archive holding the image under `checkpoint/`); `None` when the image has
+/// no GPU state.
 pub fn read_image_topology(dir: &Path) -> Result<Option<Topology>, CheckTopologyError> {
+    if dir.is_file() {
+        return read_archive_topology(dir);
+    }
     let path = dir.join(MANIFEST);
-    let text = fs::read_to_string(&path).map_err(|source| {
+    let text = fs::read(&path).map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound {
             CheckTopologyError::ManifestMissing { path: path.clone() }
         } else {
@@ -82,7 +87,30 @@ pub fn read_image_topology(dir: &Path) -> Result<Option<Topology>, CheckTopology
             }
         }
     })?;
-    let manifest: ManifestTopology = serde_json::from_str(&text)
+    parse_topology(&text, path)
+}
+
+/// The topology in the manifest `checkpoint/gpucr.json` of the archive at `archive`,
+/// read as a stream up to the manifest. An archive without one (a container
+/// checkpointed without gpucr) holds no GPU state gpucr knows of.
+fn read_archive_topology(archive: &Path) -> Result<Option<Topology>, CheckTopologyError> {
+    let name = format!("{}/{MANIFEST}", crate::archive::CHECKPOINT_DIR);
+    let path = archive.join(&name);
+    match crate::archive::read_member(archive, &name, MAX_MANIFEST) {
+        Ok(Some(text)) => parse_topology(&text, path),
+        Ok(None) => Ok(None),
+        Err(e) => Err(CheckTopologyError::ManifestRead {
+            path,
+            source: io::Error::other(e.to_string()),
+        }),
+    }
+}
+
+/// The largest manifest read from an archive.
+const MAX_MANIFEST: u64 = 256 << 20;
+
+fn parse_topology(text: &[u8], path: PathBuf) -> Result<Option<Topology>, CheckTopologyError> {
+    let manifest: ManifestTopology = serde_json::from_slice(text)
         .map_err(|source| CheckTopologyError::ManifestMalformed { path, source })?;
     Ok(manifest.topology.filter(Topology::has_gpus))
 }

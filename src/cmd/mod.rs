@@ -8,6 +8,7 @@ pub mod common;
 pub mod completions;
 pub mod dump;
 pub mod inspect;
+pub mod install_plugin;
 pub mod restore;
 
 use crate::criu::CriuError;

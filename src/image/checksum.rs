@@ -240,6 +240,54 @@ fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
     Ok(XxHash3_64::oneshot(&map))
 }
 
+/// The digest of bytes that arrive in pieces (a file read from a stream), block by
+/// block, the same as [`digest_files`] gives for the file on disk.
+#[derive(Default)]
+pub struct StreamDigest {
+    size: u64,
+    blocks: Vec<u64>,
+    /// Bytes of the current block so far.
+    in_block: u64,
+    hasher: XxHash3_64,
+}
+
+impl StreamDigest {
+    pub fn new() -> StreamDigest {
+        StreamDigest::default()
+    }
+
+    /// Add the next bytes.
+    pub fn update(&mut self, mut bytes: &[u8]) {
+        use std::hash::Hasher;
+        while !bytes.is_empty() {
+            let room = (BLOCK_SIZE - self.in_block) as usize;
+            let n = room.min(bytes.len());
+            self.hasher.write(&bytes[..n]);
+            self.in_block += n as u64;
+            self.size += n as u64;
+            bytes = &bytes[n..];
+            if self.in_block == BLOCK_SIZE {
+                self.blocks.push(self.hasher.finish());
+                self.hasher = XxHash3_64::new();
+                self.in_block = 0;
+            }
+        }
+    }
+
+    /// The digest of everything added.
+    pub fn finish(mut self) -> FileDigest {
+        use std::hash::Hasher;
+        // A last partial block, or the one empty block of an empty file.
+        if self.in_block > 0 || self.blocks.is_empty() {
+            self.blocks.push(self.hasher.finish());
+        }
+        FileDigest {
+            size: self.size,
+            blocks: self.blocks,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -328,5 +376,20 @@ mod tests {
         let r = digest_files(&[Path::new("/nonexistent/gpucr-test"), f.path()], 2);
         assert!(r[0].is_err());
         assert_eq!(r[1].as_ref().unwrap().size, 3);
+    }
+
+    #[test]
+    fn stream_digest_matches_the_file_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        for size in [0usize, 1, BLOCK_SIZE as usize, BLOCK_SIZE as usize + 7] {
+            let bytes: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+            let path = dir.path().join(format!("f{size}"));
+            std::fs::write(&path, &bytes).unwrap();
+            let mut stream = StreamDigest::new();
+            for piece in bytes.chunks(100_003) {
+                stream.update(piece);
+            }
+            assert_eq!(stream.finish(), digest_file(&path).unwrap(), "size {size}");
+        }
     }
 }

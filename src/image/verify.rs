@@ -1,6 +1,7 @@
 //! Verify an image directory against its manifest: every listed file present, with the
 //! recorded size and checksum.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -167,6 +168,58 @@ pub fn verify_files_scoped(
                 kind: first_bad_block(record, &digest),
             }),
             Ok(_) => {}
+        }
+    }
+    problems.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(problems)
+}
+
+/// Check the files the manifest lists against files read elsewhere (an archive
+/// stream): `sizes` has every file's size, `digests` its digest.
+pub fn verify_digests(
+    manifest_path: &Path,
+    manifest: &Manifest,
+    sizes: &BTreeMap<String, u64>,
+    digests: &BTreeMap<String, FileDigest>,
+) -> Result<Vec<Problem>, VerifyError> {
+    if manifest.checksum_algorithm != checksum::ALGORITHM {
+        return Err(VerifyError::UnknownAlgorithm {
+            path: manifest_path.to_path_buf(),
+            found: manifest.checksum_algorithm.clone(),
+        });
+    }
+    let mut problems = Vec::new();
+    for record in &manifest.files {
+        if !is_safe_relative(&record.path) {
+            return Err(VerifyError::UnsafeName {
+                path: manifest_path.to_path_buf(),
+                name: record.path.clone(),
+            });
+        }
+        let problem = |kind| Problem {
+            file: record.path.clone(),
+            kind,
+        };
+        let Some(&size) = sizes.get(&record.path) else {
+            problems.push(problem(ProblemKind::Missing));
+            continue;
+        };
+        if size != record.size {
+            problems.push(problem(ProblemKind::Size {
+                expected: record.size,
+                actual: size,
+            }));
+            continue;
+        }
+        if record.checksum == checksum::CHUNK_VERIFIED {
+            continue;
+        }
+        match digests.get(&record.path) {
+            None => problems.push(problem(ProblemKind::Unreadable("not hashed".into()))),
+            Some(digest) if digest.checksum() != record.checksum => {
+                problems.push(problem(first_bad_block(record, digest)))
+            }
+            Some(_) => {}
         }
     }
     problems.sort_by(|a, b| a.file.cmp(&b.file));

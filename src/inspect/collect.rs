@@ -2,7 +2,7 @@
 //! sizes of the files. Parts that cannot be read become [`ReportError`]s; the rest is
 //! still shown.
 
-use std::fs;
+use std::io;
 use std::path::Path;
 
 use gpucr_criu_image::explore::fds::{process_files, FileContext};
@@ -12,12 +12,12 @@ use gpucr_criu_image::explore::{
     explore_mounts, read_cmdline, read_environ, FileDesc, Process, ProcessMemory, ProcessTree,
 };
 use gpucr_criu_image::pagemap::{PE_LAZY, PE_PARENT, PE_PRESENT};
-use gpucr_criu_image::pages::PageReader;
 use gpucr_criu_image::{ImageDir, ImageError};
 
 use super::model::*;
+use super::source::ImageSource;
 use super::InspectError;
-use crate::image::{dir as image_dir, Manifest, ManifestError, INCOMPLETE_FILE, MANIFEST_FILE};
+use crate::image::{Manifest, ManifestError, INCOMPLETE_FILE, MANIFEST_FILE};
 use crate::progress::spans;
 
 /// What to collect.
@@ -29,15 +29,31 @@ pub struct Options {
     pub page_size: u64,
 }
 
-/// Read everything `gpucr inspect` shows about `dir`.
+/// Read everything `gpucr inspect` shows about the image directory `dir`.
 pub fn collect(dir: &Path, opts: &Options) -> Result<Report, InspectError> {
-    if !dir.is_dir() {
+    collect_from(&ImageSource::dir(dir), opts)
+}
+
+/// The manifest of `source`.
+pub fn read_manifest(source: &ImageSource) -> Result<Manifest, ManifestError> {
+    let path = Manifest::path_in(source.root());
+    match source.read(MANIFEST_FILE) {
+        Ok(text) => Manifest::parse(&text, &path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ManifestError::Missing { path }),
+        Err(source) => Err(ManifestError::Read { path, source }),
+    }
+}
+
+/// Read everything `gpucr inspect` shows about the image in `source`.
+pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, InspectError> {
+    let dir = source.root();
+    if !source.exists() {
         return Err(InspectError::NotADirectory {
             path: dir.to_path_buf(),
         });
     }
     let mut errors = Vec::new();
-    let manifest = match Manifest::read(dir) {
+    let manifest = match read_manifest(source) {
         Ok(m) => Some(m),
         Err(ManifestError::Missing { .. }) => None,
         Err(e) => {
@@ -49,7 +65,7 @@ pub fn collect(dir: &Path, opts: &Options) -> Result<Report, InspectError> {
             None
         }
     };
-    let images = ImageDir::new(dir, opts.page_size);
+    let images = source.images(opts.page_size);
     let inventory = match images.inventory() {
         Ok(inv) => Some(inv),
         Err(e) => {
@@ -126,18 +142,21 @@ pub fn collect(dir: &Path, opts: &Options) -> Result<Report, InspectError> {
         }
     };
     let stats = stats(dir, &images, manifest.as_ref(), &mut errors);
-    let mut sizes = sizes(dir);
-    let (gpu, gpu_error) = super::gpu::gpu_info(dir, manifest.as_ref());
+    let mut sizes = sizes(source);
+    let (gpu, gpu_error) = super::gpu::gpu_info(source, manifest.as_ref());
     errors.extend(gpu_error);
     if gpu.recorded {
         sizes.gpu_raw = gpu.memory_raw;
         sizes.gpu_stored = gpu.memory_stored;
     }
-    let incomplete_reason = match (&manifest, image_dir::incomplete_reason(dir)) {
+    let incomplete_reason = match (&manifest, source.incomplete_reason()) {
         (_, Some(reason)) => Some(reason),
-        (None, None) if dir.join(INCOMPLETE_FILE).exists() => {
+        (None, None) if source.has_file(INCOMPLETE_FILE) => {
             Some("the dump failed (see gpucr-incomplete.json)".into())
         }
+        // A container checkpointed by its engine without gpucr (no GPU): CRIU's images
+        // are the whole checkpoint.
+        (None, None) if source.is_archive() && !source.has_dir(crate::transfer::GPU_DIR) => None,
         (None, None) => Some(
             "no manifest (gpucr.json): the dump did not finish, or this is not a gpucr image"
                 .into(),
@@ -180,6 +199,8 @@ pub fn collect(dir: &Path, opts: &Options) -> Result<Report, InspectError> {
     };
     Ok(Report {
         schema_version: SCHEMA_VERSION,
+        container: None,
+        archive: None,
         image,
         process_tree,
         processes,
@@ -249,7 +270,7 @@ fn process_info(
     }
     match process_memory(images, ctx_for_memory, p.pid) {
         Ok(mem) => {
-            match PageReader::open(images.root(), mem.pagemap.clone()) {
+            match images.page_reader(mem.pagemap.clone()) {
                 Ok(reader) => {
                     match read_cmdline(&mem.mm, &reader) {
                         Ok(argv) => info.cmdline = argv,
@@ -448,14 +469,8 @@ fn stats(
     }
 }
 
-/// Sizes of every file below `dir` (the manifest included).
-fn sizes(dir: &Path) -> Sizes {
-    let mut names = image_dir::image_files(dir).unwrap_or_default();
-    for extra in [MANIFEST_FILE, INCOMPLETE_FILE] {
-        if dir.join(extra).is_file() {
-            names.push(extra.to_string());
-        }
-    }
+/// Sizes of every file of the image (the manifest included).
+fn sizes(source: &ImageSource) -> Sizes {
     let mut sizes = Sizes {
         total: 0,
         files: 0,
@@ -463,14 +478,11 @@ fn sizes(dir: &Path) -> Sizes {
         gpu_raw: 0,
         gpu_stored: 0,
     };
-    for name in names {
-        let Ok(meta) = fs::metadata(dir.join(&name)) else {
-            continue;
-        };
-        sizes.total += meta.len();
+    for (name, size) in source.file_sizes() {
+        sizes.total += size;
         sizes.files += 1;
         if name.starts_with("pages-") && name.ends_with(".img") {
-            sizes.cpu_pages += meta.len();
+            sizes.cpu_pages += size;
         }
     }
     sizes

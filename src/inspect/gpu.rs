@@ -9,8 +9,11 @@ use super::model::{
     BufferTotals, GpuBuffer, GpuDevice, GpuDeviceFile, GpuInfo, GpuKind, GpuOperation, GpuTask,
     GpuTaskState, Problem, ReportError,
 };
+use super::source::ImageSource;
 use crate::image::Manifest;
-use crate::transfer::{read_index, verify_image, BufferKey, GpuIndex, TransferError, GPU_DIR};
+use crate::transfer::{
+    read_index, verify_image, BufferKey, GpuIndex, TransferError, GPU_DIR, INDEX_FILE,
+};
 
 /// Whether the image carries GPU state: the manifest says so, or there is a `gpu/`.
 pub fn has_gpu_state(dir: &Path, manifest: Option<&Manifest>) -> bool {
@@ -19,17 +22,33 @@ pub fn has_gpu_state(dir: &Path, manifest: Option<&Manifest>) -> bool {
 
 /// How a CUDA task's memory was moved, from its state blob `file` (None for another
 /// backend's state, or a blob that cannot be read).
-fn cuda_staging(dir: &Path, format: &str, file: &str) -> Option<String> {
+fn cuda_staging(source: &ImageSource, format: &str, file: &str) -> Option<String> {
     if format != crate::gpu::cuda::STATE_FORMAT {
         return None;
     }
-    let blob = std::fs::read(dir.join(file)).ok()?;
+    let blob = source.read(file).ok()?;
     let state: crate::gpu::cuda::CudaState = serde_json::from_slice(&blob).ok()?;
     Some(state.staging)
 }
 
+/// The GPU index of `source`.
+pub fn source_index(source: &ImageSource) -> Result<GpuIndex, TransferError> {
+    let path = source.root().join(GPU_DIR).join(INDEX_FILE);
+    match source.read(&format!("{GPU_DIR}/{INDEX_FILE}")) {
+        Ok(bytes) => GpuIndex::from_bytes(&bytes, &path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(TransferError::IndexMissing { path })
+        }
+        Err(e) => Err(TransferError::io("read", path, e)),
+    }
+}
+
 /// The GPU section; an index that cannot be read is returned as an error too.
-pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<ReportError>) {
+pub fn gpu_info(
+    source: &ImageSource,
+    manifest: Option<&Manifest>,
+) -> (GpuInfo, Option<ReportError>) {
+    let dir = source.root();
     let backend = manifest.map(|m| m.backend.clone());
     let mut info = GpuInfo {
         backend: backend.clone(),
@@ -52,7 +71,7 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
         info.topology = serde_json::to_value(topology).ok();
         info.topology_gpus = topology.gpus().iter().map(ToString::to_string).collect();
     }
-    if !has_gpu_state(dir, manifest) {
+    if !(manifest.is_some_and(|m| m.gpu.is_some()) || source.has_dir(GPU_DIR)) {
         info.note = match backend.as_deref() {
             Some("none") => "no GPU state is recorded: the tree used no GPU".into(),
             Some(b) => format!("no GPU state is recorded (backend {b})"),
@@ -62,7 +81,7 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
     }
     info.recorded = true;
     let gpu = manifest.and_then(|m| m.gpu.as_ref());
-    let (index, error) = match read_index(dir) {
+    let (index, error) = match source_index(source) {
         Ok(index) => (Some(index), None),
         Err(e) => (None, Some(index_error(dir, &e))),
     };
@@ -103,7 +122,7 @@ pub fn gpu_info(dir: &Path, manifest: Option<&Manifest>) -> (GpuInfo, Option<Rep
                     file: task.state.file.clone(),
                     format: task.state.format.clone(),
                     size: task.state.size,
-                    staging: cuda_staging(dir, &task.state.format, &task.state.file),
+                    staging: cuda_staging(source, &task.state.format, &task.state.file),
                 },
                 operations: task
                     .operations
@@ -231,7 +250,7 @@ pub fn verify_gpu(dir: &Path, manifest: Option<&Manifest>, threads: usize) -> (V
 }
 
 /// A transfer error as "gpu/FILE: at offset N: what".
-fn index_error(dir: &Path, e: &TransferError) -> ReportError {
+pub fn index_error(dir: &Path, e: &TransferError) -> ReportError {
     let rel = |p: &Path| {
         p.strip_prefix(dir)
             .map(|r| r.to_string_lossy().into_owned())

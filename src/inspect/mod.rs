@@ -9,14 +9,16 @@
 pub mod collect;
 pub mod gpu;
 pub mod model;
+pub mod source;
 pub mod text;
 pub mod tree;
 pub mod verify;
 
 use std::path::PathBuf;
 
-pub use collect::{collect, Options};
+pub use collect::{collect, collect_from, read_manifest, Options};
 pub use model::{Report, SCHEMA_VERSION};
+pub use source::ImageSource;
 pub use text::Views;
 pub use verify::Status;
 

@@ -16,6 +16,12 @@ pub const SCHEMA_VERSION: u32 = 1;
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub schema_version: u32,
+    /// The container, for a container checkpoint archive (absent for a directory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<crate::archive::ContainerInfo>,
+    /// The archive itself (absent for a directory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveInfo>,
     pub image: ImageSummary,
     /// The process tree (the subtree of `-p PID` when given): usually one root.
     pub process_tree: Vec<TreeNode>,
@@ -31,6 +37,20 @@ pub struct Report {
     /// Parts of the image that could not be read; the sections they feed are left
     /// out (null or empty). Empty for a sound image.
     pub errors: Vec<ReportError>,
+}
+
+/// A container checkpoint archive.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArchiveInfo {
+    /// The archive as given.
+    pub path: String,
+    /// "zstd", "gzip" or "none".
+    pub compression: String,
+    /// How many times the archive was read (2 when what a view needed came after the
+    /// files it was needed for).
+    pub reads: u32,
+    /// Every member, in archive order.
+    pub members: Vec<crate::archive::Member>,
 }
 
 /// The summary: what the image is and where it comes from.

@@ -40,6 +40,7 @@ impl Views {
 /// The summary, the process tree and the chosen sections.
 pub fn render(report: &Report, views: &Views) -> String {
     let mut root = Node::new(format!("Image {}", report.image.dir));
+    container(&mut root, report);
     summary(&mut root, report);
     process_tree(&mut root, report, views);
     if views.files {
@@ -71,6 +72,10 @@ pub fn render_verify(report: &Report, verify: &VerifyReport, status: Status) -> 
         out.push('\n');
     }
     let detail = match status {
+        Status::Intact if verify.files_checked == 0 && report.archive.is_some() => format!(
+            "no gpucr manifest (checkpointed without gpucr): {} CRIU images are well formed",
+            verify.images_checked
+        ),
         Status::Intact => {
             let mut text = format!(
                 "{} files ({}) match the manifest; {} CRIU images are well formed",
@@ -98,6 +103,59 @@ pub fn render_verify(report: &Report, verify: &VerifyReport, status: Status) -> 
         status.name()
     ));
     out
+}
+
+/// The container and the archive, for a container checkpoint archive.
+fn container(root: &mut Node, r: &Report) {
+    let (Some(c), Some(a)) = (&r.container, &r.archive) else {
+        return;
+    };
+    let node = root.push(Node::new(format!(
+        "Container: {} ({})",
+        if c.container_name.is_empty() {
+            "unnamed"
+        } else {
+            &c.container_name
+        },
+        c.engine
+    )));
+    let or_unknown = |v: &str| {
+        if v.is_empty() {
+            "unknown".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    node.leaf(format!("ID: {}", or_unknown(&c.id)));
+    node.leaf(format!("Image: {}", or_unknown(&c.image)));
+    node.leaf(format!("Runtime: {}", or_unknown(&c.runtime)));
+    node.leaf(format!("Created: {}", or_unknown(&c.created)));
+    if let Some(at) = &c.checkpointed {
+        node.leaf(format!("Checkpointed: {at}"));
+    }
+    if let (Some(pod), ns) = (&c.pod, &c.namespace) {
+        node.leaf(format!(
+            "Pod: {pod} (namespace {})",
+            ns.as_deref().unwrap_or("unknown")
+        ));
+    }
+    if let Some(ip) = &c.ip {
+        node.leaf(format!("IP: {ip}"));
+    }
+    let s = &c.checkpoint_size;
+    node.leaf(format!(
+        "Checkpoint: {} (memory pages {}, GPU memory {}), root filesystem changes {}",
+        size(s.total_size),
+        size(s.memory_pages_size),
+        size(s.gpu_memory_size),
+        size(s.root_fs_diff_size)
+    ));
+    node.leaf(format!(
+        "Archive: {} ({} compression, {} members)",
+        a.path,
+        a.compression,
+        a.members.len()
+    ));
 }
 
 fn summary(root: &mut Node, r: &Report) {

@@ -3,14 +3,19 @@
 //! against pages files, the images each process needs), then whatever the views could
 //! not read.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use gpucr_criu_image::check::check_dir;
 use gpucr_criu_image::{magic, ImageDir};
 
+use super::collect::read_manifest;
 use super::model::{Problem, ReportError, VerifyReport};
-use crate::image::verify::{verify_files, ProblemKind};
+use super::source::ImageSource;
+use crate::archive::{Scan, CHECKPOINT_DIR};
+use crate::image::verify::{verify_digests, verify_files, ProblemKind};
 use crate::image::{dir as image_dir, Manifest, ManifestError, MANIFEST_FILE};
+use crate::transfer::GPU_DIR;
 
 /// The outcome of a verification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,4 +154,127 @@ fn problem(file: &str, offset: Option<u64>, kind: &str, message: String) -> Prob
         kind: kind.to_string(),
         message,
     }
+}
+
+/// Verify an image read from a checkpoint archive: the manifest's checksums against the
+/// digests taken while the archive streamed, the GPU chunks checked then, and the
+/// structure of CRIU's images kept in memory. Files are named as in the archive
+/// (`checkpoint/pages-1.img`). An archive without gpucr's manifest (a container that
+/// held no GPU) has only its CRIU images checked.
+pub fn verify_archive(
+    scan: &Scan,
+    source: &ImageSource,
+    page_size: u64,
+    view_errors: &[ReportError],
+) -> (Status, VerifyReport) {
+    let archive = scan.path.as_path();
+    let in_archive = |file: &str| format!("{CHECKPOINT_DIR}/{file}");
+    let mut problems = Vec::new();
+    let mut incomplete = false;
+    let mut files_checked = 0;
+    let mut bytes_checked = 0;
+    match read_manifest(source) {
+        Ok(manifest) => {
+            files_checked = manifest.files.len() as u64;
+            bytes_checked = manifest.files.iter().map(|f| f.size).sum();
+            let sizes: BTreeMap<String, u64> = scan.sizes.iter().cloned().collect();
+            let path = Manifest::path_in(source.root());
+            match verify_digests(&path, &manifest, &sizes, &scan.digests) {
+                Ok(found) => problems.extend(found.into_iter().map(|mut p| {
+                    p.file = in_archive(&p.file);
+                    manifest_problem(&p)
+                })),
+                Err(e) => problems.push(problem(
+                    &in_archive(MANIFEST_FILE),
+                    None,
+                    "manifest",
+                    e.to_string(),
+                )),
+            }
+        }
+        // No manifest and no GPU memory: a container checkpointed without gpucr.
+        Err(ManifestError::Missing { .. }) if !source.has_dir(GPU_DIR) => {}
+        Err(ManifestError::Missing { .. }) => {
+            incomplete = true;
+            problems.push(problem(
+                &in_archive(MANIFEST_FILE),
+                None,
+                "incomplete",
+                format!(
+                    "{}: missing: the image is incomplete (the dump did not finish)",
+                    in_archive(MANIFEST_FILE)
+                ),
+            ));
+        }
+        Err(e) => problems.push(problem(
+            &in_archive(MANIFEST_FILE),
+            None,
+            "manifest",
+            e.to_string(),
+        )),
+    }
+    if let Some(reason) = source.incomplete_reason() {
+        incomplete = true;
+        let file = in_archive(crate::image::INCOMPLETE_FILE);
+        problems.push(problem(
+            &file,
+            None,
+            "incomplete",
+            format!("{file}: the dump failed: {reason}"),
+        ));
+    }
+    for p in &scan.gpu.problems {
+        let file = in_archive(&format!("{GPU_DIR}/{}", p.file));
+        problems.push(problem(
+            &file,
+            Some(p.file_offset),
+            "gpu",
+            format!("{CHECKPOINT_DIR}/{p}"),
+        ));
+    }
+    for e in &scan.gpu.errors {
+        let r = super::gpu::index_error(archive, e);
+        problems.push(problem(&r.file, r.offset, "gpu", r.message));
+    }
+    let images = source.images(page_size);
+    let images_checked = images
+        .file_names()
+        .map(|names| names.iter().filter(|n| magic::is_framed_image(n)).count() as u64)
+        .unwrap_or(0);
+    for e in check_dir(&images) {
+        let file = e.relative_path(archive);
+        let kind = if file.starts_with(&in_archive("pages-")) {
+            "pages"
+        } else if e.is_missing() {
+            "missing"
+        } else {
+            "framing"
+        };
+        let offset = (!e.is_missing()).then_some(e.offset);
+        problems.push(problem(&file, offset, kind, e.describe_in(archive)));
+    }
+    for e in view_errors {
+        if !problems
+            .iter()
+            .any(|p| p.file == e.file && (p.offset == e.offset || p.kind == "missing"))
+        {
+            problems.push(problem(&e.file, e.offset, "framing", e.message.clone()));
+        }
+    }
+    let status = if incomplete {
+        Status::Incomplete
+    } else if problems.is_empty() {
+        Status::Intact
+    } else {
+        Status::Damaged
+    };
+    let report = VerifyReport {
+        status: status.name().into(),
+        problems,
+        files_checked,
+        bytes_checked,
+        images_checked,
+        gpu_chunks_checked: scan.gpu.chunks_checked,
+    };
+    (status, report)
 }

@@ -35,12 +35,12 @@ mod tests;
 
 pub use config::{Compression, ParseCompressionError, TransferConfig};
 pub use error::{Canceller, ChunkProblem, ProblemKind, TransferError};
-pub use format::INDEX_FILE;
+pub use format::{data_file_name, INDEX_FILE};
 pub use index::{read_index, BufferEntry, ChunkEntry, DataFileEntry, Encoding, GpuIndex};
 pub use restorer::{Restorer, QUEUE_DEPTH};
 pub use source::{BufferKey, BufferSink, BufferSource, FileRange};
 pub use stats::GpuStats;
-pub use verify::verify_image;
+pub use verify::{verify_image, DataStreamVerifier};
 pub use writer::DumpWriter;
 
 use std::sync::Arc;

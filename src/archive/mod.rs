@@ -1,0 +1,91 @@
+//! Container checkpoint archives, as podman, CRI-O and containerd write them: a tar
+//! (zstd, gzip or plain) holding `checkpoint/` (CRIU's image directory, with gpucr's
+//! manifest and GPU memory when gpucr's plugin took part), the engine's `config.dump` and
+//! `spec.dump`, `stats-dump`, `rootfs-diff.tar` and a few more.
+//!
+//! * [`open`]: the decompressed stream, the compression told by its first bytes;
+//! * [`scan`]: one streaming read, bounded memory, nothing unpacked to disk;
+//! * [`pages`]: which pages of a pages file the views need;
+//! * [`container`]: the container from `config.dump` and `spec.dump`.
+
+pub mod container;
+pub mod open;
+pub mod pages;
+pub mod scan;
+
+use std::io;
+use std::path::PathBuf;
+
+pub use container::{container_info, CheckpointSize, ContainerInfo};
+pub use open::Compression;
+pub use scan::{scan, Member, Scan, ScanOptions};
+
+/// The directory of CRIU's images inside an archive.
+pub const CHECKPOINT_DIR: &str = "checkpoint";
+/// The engine's container configuration.
+pub const CONFIG_DUMP: &str = "config.dump";
+/// The container's OCI runtime spec.
+pub const SPEC_DUMP: &str = "spec.dump";
+/// CRIU's dump statistics (podman keeps them next to `checkpoint/`).
+pub const STATS_DUMP: &str = "stats-dump";
+/// The changes to the container's root filesystem.
+pub const ROOTFS_DIFF: &str = "rootfs-diff.tar";
+
+/// Why an archive cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("{}: cannot open", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: {}cannot read the archive", path.display(),
+        member.as_ref().map(|m| format!("{m}: ")).unwrap_or_default())]
+    Read {
+        path: PathBuf,
+        member: Option<String>,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: {member}: {size} bytes, more than the {limit} bytes gpucr keeps in memory \
+             while reading an archive; unpack it and inspect the directory", path.display())]
+    TooLarge {
+        path: PathBuf,
+        member: String,
+        size: u64,
+        limit: u64,
+    },
+}
+
+/// Read the member `name` (at most `limit` bytes) of the archive at `path`; None when
+/// the archive has no such member. Stops reading once it is found.
+pub fn read_member(
+    path: &std::path::Path,
+    name: &str,
+    limit: u64,
+) -> Result<Option<Vec<u8>>, ArchiveError> {
+    let mut found = None;
+    let result = scan::each_member(path, |member, size, kind, reader| {
+        if member != name || kind != "file" {
+            return Ok(scan::Flow::Next);
+        }
+        if size > limit {
+            return Err(ArchiveError::TooLarge {
+                path: path.to_path_buf(),
+                member: member.to_string(),
+                size,
+                limit,
+            });
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
+        io::Read::read_to_end(reader, &mut bytes).map_err(|source| ArchiveError::Read {
+            path: path.to_path_buf(),
+            member: Some(member.to_string()),
+            source,
+        })?;
+        found = Some(bytes);
+        Ok(scan::Flow::Stop)
+    });
+    result.map(|_| found)
+}

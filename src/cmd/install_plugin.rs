@@ -1,0 +1,49 @@
+//! `gpucr install-plugin`: copy the plugin into CRIU's plugin directory, or remove it.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::Context;
+use gpucr_abi::PLUGIN_FILE;
+
+use crate::cli::InstallPluginArgs;
+use crate::exit_code;
+use crate::helper::locate_plugin;
+
+pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
+    let dest = args.criu_libdir.join(PLUGIN_FILE);
+    if args.uninstall {
+        match fs::remove_file(&dest) {
+            Ok(()) => println!("removed {}", dest.display()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                println!("{} is not installed", dest.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dest.display())),
+        }
+        return Ok(exit_code::SUCCESS);
+    }
+    let plugin = locate_plugin()?;
+    install(&plugin, &args.criu_libdir)?;
+    println!("installed {} as {}", plugin.display(), dest.display());
+    Ok(exit_code::SUCCESS)
+}
+
+/// Copy `plugin` into `dir` as [`PLUGIN_FILE`]: written beside it, then renamed, so a
+/// CRIU starting meanwhile loads the old copy or the new one, never half of one.
+pub fn install(plugin: &Path, dir: &Path) -> anyhow::Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dest = dir.join(PLUGIN_FILE);
+    // Not ending in .so: CRIU never loads the partial copy.
+    let temp = dir.join(format!(".{PLUGIN_FILE}.partial"));
+    fs::copy(plugin, &temp)
+        .with_context(|| format!("cannot copy {} to {}", plugin.display(), temp.display()))?;
+    fs::set_permissions(&temp, fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("cannot set the mode of {}", temp.display()))?;
+    fs::rename(&temp, &dest).with_context(|| {
+        let _ = fs::remove_file(&temp);
+        format!("cannot move {} to {}", temp.display(), dest.display())
+    })?;
+    Ok(())
+}
