@@ -178,9 +178,17 @@ impl App {
             cond: Condvar::new(),
         };
         app.publish(ProcessState::Running);
+        // The thread names itself once it runs; `cuInit` returns only after that, so
+        // that a controller asking for the restore thread right away finds it (as with
+        // the real driver, whose thread exists when `cuInit` returns).
+        let (named, running) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name(RESTORE_THREAD.into())
-            .spawn(restore_thread)?;
+            .spawn(move || {
+                let _ = named.send(());
+                restore_thread()
+            })?;
+        let _ = running.recv();
         Ok(app)
     }
 

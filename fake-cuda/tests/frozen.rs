@@ -17,6 +17,7 @@ fn checkpoint_of_a_stopped_process_times_out() {
 
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    wait_stopped(pid);
     let started = Instant::now();
     let err = d.checkpoint(pid).unwrap_err();
     let waited = started.elapsed();
@@ -39,4 +40,26 @@ fn checkpoint_of_a_stopped_process_times_out() {
     d.restore(pid, &[]).unwrap();
     d.unlock(pid).unwrap();
     assert_eq!(app.ask("verify"), "ok");
+}
+
+/// Wait until every thread of `pid` is stopped: SIGSTOP takes effect after kill(2)
+/// returns, and a restore thread still running could answer the request meanwhile.
+fn wait_stopped(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all_stopped = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .all(|task| {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                // The state follows the command name's closing parenthesis.
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('T'))
+            });
+        if all_stopped {
+            return;
+        }
+        assert!(Instant::now() < deadline, "process {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
