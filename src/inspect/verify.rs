@@ -95,37 +95,8 @@ pub fn verify(
         super::gpu::verify_gpu(dir, manifest.as_ref().ok(), threads);
     problems.extend(gpu_problems);
     let images = ImageDir::new(dir, page_size);
-    let images_checked = images
-        .file_names()
-        .map(|names| names.iter().filter(|n| magic::is_framed_image(n)).count() as u64)
-        .unwrap_or(0);
-    for e in check_dir(&images) {
-        let file = e.relative_path(dir);
-        let kind = if file.starts_with("pages-") {
-            "pages"
-        } else if e.is_missing() {
-            "missing"
-        } else {
-            "framing"
-        };
-        let offset = (!e.is_missing()).then_some(e.offset);
-        problems.push(problem(&file, offset, kind, e.describe_in(dir)));
-    }
-    for e in view_errors {
-        if !problems
-            .iter()
-            .any(|p| p.file == e.file && (p.offset == e.offset || p.kind == "missing"))
-        {
-            problems.push(problem(&e.file, e.offset, "framing", e.message.clone()));
-        }
-    }
-    let status = if incomplete {
-        Status::Incomplete
-    } else if problems.is_empty() {
-        Status::Intact
-    } else {
-        Status::Damaged
-    };
+    let images_checked = check_images(&images, dir, "pages-", view_errors, &mut problems);
+    let status = verdict(incomplete, &problems);
     let report = VerifyReport {
         status: status.name().into(),
         problems,
@@ -135,6 +106,54 @@ pub fn verify(
         gpu_chunks_checked,
     };
     (status, report)
+}
+
+/// The structure of CRIU's images (named relative to `base`, where a pages file's name
+/// starts with `pages_prefix`), then the errors the views met that no problem names yet.
+/// Returns how many framed images there are.
+fn check_images(
+    images: &ImageDir,
+    base: &Path,
+    pages_prefix: &str,
+    view_errors: &[ReportError],
+    problems: &mut Vec<Problem>,
+) -> u64 {
+    let images_checked = images
+        .file_names()
+        .map(|names| names.iter().filter(|n| magic::is_framed_image(n)).count() as u64)
+        .unwrap_or(0);
+    for e in check_dir(images) {
+        let file = e.relative_path(base);
+        let kind = if file.starts_with(pages_prefix) {
+            "pages"
+        } else if e.is_missing() {
+            "missing"
+        } else {
+            "framing"
+        };
+        let offset = (!e.is_missing()).then_some(e.offset);
+        problems.push(problem(&file, offset, kind, e.describe_in(base)));
+    }
+    for e in view_errors {
+        if !problems
+            .iter()
+            .any(|p| p.file == e.file && (p.offset == e.offset || p.kind == "missing"))
+        {
+            problems.push(problem(&e.file, e.offset, "framing", e.message.clone()));
+        }
+    }
+    images_checked
+}
+
+/// Incomplete wins; otherwise intact when nothing is wrong.
+fn verdict(incomplete: bool, problems: &[Problem]) -> Status {
+    if incomplete {
+        Status::Incomplete
+    } else if problems.is_empty() {
+        Status::Intact
+    } else {
+        Status::Damaged
+    }
 }
 
 fn manifest_problem(p: &crate::image::Problem) -> Problem {
@@ -237,37 +256,14 @@ pub fn verify_archive(
         problems.push(problem(&r.file, r.offset, "gpu", r.message));
     }
     let images = source.images(page_size);
-    let images_checked = images
-        .file_names()
-        .map(|names| names.iter().filter(|n| magic::is_framed_image(n)).count() as u64)
-        .unwrap_or(0);
-    for e in check_dir(&images) {
-        let file = e.relative_path(archive);
-        let kind = if file.starts_with(&in_archive("pages-")) {
-            "pages"
-        } else if e.is_missing() {
-            "missing"
-        } else {
-            "framing"
-        };
-        let offset = (!e.is_missing()).then_some(e.offset);
-        problems.push(problem(&file, offset, kind, e.describe_in(archive)));
-    }
-    for e in view_errors {
-        if !problems
-            .iter()
-            .any(|p| p.file == e.file && (p.offset == e.offset || p.kind == "missing"))
-        {
-            problems.push(problem(&e.file, e.offset, "framing", e.message.clone()));
-        }
-    }
-    let status = if incomplete {
-        Status::Incomplete
-    } else if problems.is_empty() {
-        Status::Intact
-    } else {
-        Status::Damaged
-    };
+    let images_checked = check_images(
+        &images,
+        archive,
+        &in_archive("pages-"),
+        view_errors,
+        &mut problems,
+    );
+    let status = verdict(incomplete, &problems);
     let report = VerifyReport {
         status: status.name().into(),
         problems,
