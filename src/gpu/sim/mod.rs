@@ -13,7 +13,7 @@ mod root;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -326,22 +326,7 @@ impl Backend for SimBackend {
         if !is_chr || meta.st_rdev != self.device_rdev {
             return Ok(None);
         }
-        let me = std::process::id() as i32;
-        for &pid in tasks {
-            let dir = PathBuf::from(format!("/proc/{pid}/fd"));
-            let Ok(entries) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(theirs) = entry.file_name().to_string_lossy().parse::<i32>() else {
-                    continue;
-                };
-                if super::same_open_file(me, fd.as_raw_fd(), pid, theirs) {
-                    return Ok(Some(pid));
-                }
-            }
-        }
-        Ok(None)
+        Ok(super::owner_of(fd, tasks))
     }
 
     fn sysfs_root(&self) -> Option<PathBuf> {
