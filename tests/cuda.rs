@@ -61,6 +61,18 @@ impl FakeCuda {
     }
 }
 
+/// The tree lived through a dump: it runs, its memory is back on the device (first
+/// verification), and its processes were unlocked (their steps went on).
+fn assert_runs_on_unlocked(tree: &SimTree, steps_before: u64) {
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(tree.verify(1), "the memory is back on the device");
+    assert!(
+        tree.steps() > steps_before,
+        "and the processes were unlocked"
+    );
+}
+
 fn start(fake: &FakeCuda, state: &Path, procs: usize) -> SimTree {
     start_with(fake, state, procs, &[])
 }
@@ -286,13 +298,7 @@ fn cuda_leave_running_keeps_the_job_going() {
         &fake.env(),
     );
     assert_success(&out);
-    assert!(alive(tree.pid));
-    tree.wait_ticks(3);
-    assert!(tree.verify(1), "the memory is back on the device");
-    assert!(
-        tree.steps() > steps_before,
-        "and the processes were unlocked"
-    );
+    assert_runs_on_unlocked(&tree, steps_before);
 }
 
 /// A driver that fails the checkpoint: the dump fails, and the processes that were
@@ -774,13 +780,7 @@ fn cuda_custom_storage_leave_running_refills_from_the_image() {
         "{}",
         stdout(&out)
     );
-    assert!(alive(tree.pid));
-    tree.wait_ticks(3);
-    assert!(tree.verify(1), "the memory is back on the device");
-    assert!(
-        tree.steps() > steps_before,
-        "and the processes were unlocked"
-    );
+    assert_runs_on_unlocked(&tree, steps_before);
 }
 
 /// A 13.4 driver and custom storage, with the copy into `gpu/` failing (the checkpoint
