@@ -10,16 +10,12 @@
 # Both tools get the same options: --tcp-established, nftables network lock, log level 2,
 # images in the same directory on the same disk, page cache warm.
 set -euo pipefail
-# On a machine shared with other work (builds), the measured commands run in a session
-# of their own whose scheduler group gets nice $NICE (default -15; NICE=0 leaves it
-# alone): with autogroup scheduling, other sessions' work then takes the cycles these
-# commands leave instead of sharing the cores with them, whatever its own nice values.
-NICE=${NICE:--15}
-if [ -z "${1:-}" ] && [ "$NICE" != 0 ] && [ -z "${GPUCR_BENCH_SESSION:-}" ]; then
-    exec env GPUCR_BENCH_SESSION=1 setsid --wait "$0" "$@"
-fi
-if [ -z "${1:-}" ] && [ "$NICE" != 0 ]; then
-    echo "$NICE" >/proc/self/autogroup 2>/dev/null || echo "note: cannot set the session's nice" >&2
+# The measured commands run in a session of their own (scripts/bench-session.sh); the
+# steps hyperfine calls back (a first argument) stay where they are.
+source "$(dirname "$0")/bench-session.sh"
+if [ -z "${1:-}" ]; then
+    bench_session_start "$@"
+    bench_session_nice
 fi
 cd "$(dirname "$0")/.."
 root=$PWD

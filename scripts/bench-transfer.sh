@@ -16,10 +16,8 @@
 # scheduler group gets nice $NICE (default -15; NICE=0 leaves it alone), so that the
 # measured commands, gpucr and baselines alike, get the cores rather than share them.
 set -euo pipefail
-NICE=${NICE:--15}
-if [ "$NICE" != 0 ] && [ -z "${GPUCR_BENCH_SESSION:-}" ]; then
-    exec env GPUCR_BENCH_SESSION=1 setsid --wait "$0" "$@"
-fi
+source "$(dirname "$0")/bench-session.sh"
+bench_session_start "$@"
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-7}
 JOBS=${JOBS:-$(nproc)}
@@ -39,9 +37,7 @@ bench=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sy
 
 "$bench" generate --out "$INPUT" --compressible-mib "$COMPRESSIBLE_MIB" --random-mib "$RANDOM_MIB"
 mkdir -p "$OUT"
-if [ "$NICE" != 0 ]; then
-    echo "$NICE" >/proc/self/autogroup 2>/dev/null || echo "note: cannot set the session's nice" >&2
-fi
+bench_session_nice
 
 names=("gpucr zstd:1" "zstd -1 -T$JOBS" "gpucr none" "cat")
 cmds=(
