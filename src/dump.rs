@@ -275,8 +275,52 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         });
     }
     progress.event("criu-done", "checksumming the image");
+    let options = manifest::DumpOptions {
+        leave_running: opts.leave_running,
+        tcp_established: opts.tcp_established,
+        shell_job: opts.shell_job,
+        ext_unix_sk: opts.ext_unix_sk,
+        file_locks: opts.file_locks,
+        network_lock: network_lock.as_str().into(),
+        mount_namespace: own_mount_namespace,
+    };
+    let gpu = match (&gpu_backend, &gpu_manifest) {
+        (Some(backend), Some(g)) => Some((backend.as_ref(), g)),
+        _ => None,
+    };
+    let written = write_manifest(
+        &opts.dir,
+        &follower.finish(),
+        ImageFacts {
+            target,
+            criu_version: version.to_string(),
+            options,
+            gpu,
+        },
+        progress,
+    )?;
+    Ok(written)
+}
 
-    let files = checksum_image(&opts.dir, &follower.finish())?;
+/// What the manifest records besides the image's files.
+pub struct ImageFacts<'a> {
+    pub target: target::TargetInfo,
+    pub criu_version: String,
+    pub options: manifest::DumpOptions,
+    /// The backend and what its helper collected, for a dump with GPU state.
+    pub gpu: Option<(&'a dyn gpu::Backend, &'a gpu::GpuManifest)>,
+}
+
+/// CRIU has written the image: checksum every file (`known` holds the blocks already
+/// hashed while CRIU wrote) and write the manifest, last, which makes the image
+/// complete. Shared by `gpucr dump` and the engine mode's helper.
+pub fn write_manifest(
+    dir: &Path,
+    known: &Prefixes,
+    facts: ImageFacts<'_>,
+    progress: &mut Progress,
+) -> Result<DumpOutcome, DumpError> {
+    let files = checksum_image(dir, known)?;
     progress.event("checksums-done", "writing the manifest");
     let image_bytes = files.iter().map(|f| f.size).sum();
     let pages_bytes = files
@@ -284,24 +328,25 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         .filter(|f| is_pages_file(&f.path))
         .map(|f| f.size)
         .sum();
-    let topology = match (&gpu_backend, &gpu_manifest) {
-        (Some(backend), Some(g)) => Some(gpu::used_topology(backend.as_ref(), &g.tasks)?),
-        _ => None,
+    let topology = match facts.gpu {
+        Some((backend, g)) => Some(gpu::used_topology(backend, &g.tasks)?),
+        None => None,
     };
-    let gpu_section = gpu_manifest
-        .as_ref()
-        .map(image::gpu::GpuSection::from_runtime);
+    let gpu_section = facts
+        .gpu
+        .map(|(_, g)| image::gpu::GpuSection::from_runtime(g));
     let uts = uname().ok();
     let uts_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
         uts.as_ref()
             .map(|u| f(u).to_string_lossy().into_owned())
             .unwrap_or_default()
     };
+    let target = facts.target;
     let mut manifest = Manifest {
         format: manifest::FORMAT_NAME.into(),
         format_version: manifest::FORMAT_VERSION,
         gpucr_version: env!("CARGO_PKG_VERSION").into(),
-        criu_version: version.to_string(),
+        criu_version: facts.criu_version,
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         host: manifest::Host {
             hostname: uts_field(|u| u.nodename()),
@@ -309,23 +354,13 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             arch: uts_field(|u| u.machine()),
             page_size: crate::units::host_page_size(),
         },
-        backend: gpu_manifest
-            .as_ref()
-            .map_or("none".into(), |g| g.backend.clone()),
+        backend: facts.gpu.map_or("none".into(), |(_, g)| g.backend.clone()),
         target: manifest::Target {
             pid: target.pid,
             comm: target.comm,
             cmdline: target.cmdline,
         },
-        options: manifest::DumpOptions {
-            leave_running: opts.leave_running,
-            tcp_established: opts.tcp_established,
-            shell_job: opts.shell_job,
-            ext_unix_sk: opts.ext_unix_sk,
-            file_locks: opts.file_locks,
-            network_lock: network_lock.as_str().into(),
-            mount_namespace: own_mount_namespace,
-        },
+        options: facts.options,
         checksum_algorithm: checksum::ALGORITHM.into(),
         files,
         timings: Timings::default(),
@@ -337,7 +372,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         total_ms: progress.elapsed_ms(),
         events: progress.events().to_vec(),
     };
-    manifest.write(&opts.dir)?;
+    manifest.write(dir)?;
     Ok(DumpOutcome {
         manifest,
         image_bytes,

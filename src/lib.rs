@@ -12,6 +12,7 @@ pub mod cmd;
 pub mod criu;
 pub mod docs;
 pub mod dump;
+pub mod engine;
 pub mod exit_code;
 pub mod gpu;
 pub mod helper;

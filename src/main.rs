@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::CheckTopology(args) => cmd::check_topology::run(args),
         Command::InstallPlugin(args) => cmd::install_plugin::run(args),
         Command::Completions(args) => cmd::completions::run(args),
+        Command::EngineHelper(args) => gpucr::engine::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

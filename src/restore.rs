@@ -225,24 +225,8 @@ pub fn restore(
                 field: "options.network_lock",
                 value: dumped.network_lock.clone(),
             })?;
-    let gpu_setup = match &manifest.gpu {
-        Some(section) => {
-            let gpu = section
-                .load(&opts.dir)
-                .map_err(|e| RestoreError::GpuSection {
-                    manifest: Manifest::path_in(&opts.dir),
-                    source: e,
-                })?;
-            let backend = crate::gpu::backend_named(&gpu.backend)?;
-            let gpu = map_onto_local_gpus(opts, &manifest, &gpu, backend.as_ref())?;
-            for (task, device) in gpu.tasks.iter().enumerate() {
-                let spec = backend.restore_spec(device)?;
-                crate::gpu::check_confined(&spec).map_err(|source| RestoreError::UnsafePath {
-                    manifest: Manifest::path_in(&opts.dir),
-                    task,
-                    source,
-                })?;
-            }
+    let gpu_setup = match prepare_gpu(opts, &manifest)? {
+        Some((gpu, backend)) => {
             progress.event("topology-checked", "GPU topology compatible");
             let session =
                 Session::create(&gpu.backend).map_err(|e| RestoreError::Helper(Box::new(e)))?;
@@ -277,6 +261,7 @@ pub fn restore(
                     transfer: opts.transfer.clone(),
                     parallel: !opts.no_parallel_restore,
                     device_timeout: opts.device_timeout,
+                    fill_at_hand_over: false,
                 },
                 progress.gpu_events(),
             );
@@ -417,6 +402,35 @@ pub fn restore(
         None => None,
     };
     Ok(RestoreOutcome { pid, manifest, gpu })
+}
+
+/// The image's GPU state, checked before anything is restored: its backend, the mapping
+/// onto this machine's GPUs (the topology check), and every path it would create or
+/// open confined to the backend's root. None for an image without GPU state.
+pub fn prepare_gpu(
+    opts: &RestoreOptions,
+    manifest: &Manifest,
+) -> Result<Option<(GpuManifest, std::sync::Arc<dyn crate::gpu::Backend>)>, RestoreError> {
+    let Some(section) = &manifest.gpu else {
+        return Ok(None);
+    };
+    let gpu = section
+        .load(&opts.dir)
+        .map_err(|e| RestoreError::GpuSection {
+            manifest: Manifest::path_in(&opts.dir),
+            source: e,
+        })?;
+    let backend = crate::gpu::backend_named(&gpu.backend)?;
+    let gpu = map_onto_local_gpus(opts, manifest, &gpu, backend.as_ref())?;
+    for (task, device) in gpu.tasks.iter().enumerate() {
+        let spec = backend.restore_spec(device)?;
+        crate::gpu::check_confined(&spec).map_err(|source| RestoreError::UnsafePath {
+            manifest: Manifest::path_in(&opts.dir),
+            task,
+            source,
+        })?;
+    }
+    Ok(Some((gpu, backend)))
 }
 
 /// Send `signal` to every process of the restored tree rooted at `root`.

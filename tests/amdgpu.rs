@@ -233,7 +233,7 @@ fn restore(
         backend,
         restorer,
         tasks.clone(),
-        parallel,
+        (parallel, false),
         timeline,
         Duration::from_secs(20),
     )

@@ -91,6 +91,13 @@ fn setup() -> &'static Setup {
         for bin in ["/bin/sh", "/bin/sleep"] {
             copy_with_libraries(Path::new(bin), &root);
         }
+        // The simulator's GPU workload, for the GPU containers.
+        let sim_workload = common::gpucr_bin()
+            .parent()
+            .unwrap()
+            .join("examples/sim_workload");
+        copy_with_libraries(&sim_workload, &root);
+        fs::copy(&sim_workload, root.join("bin/sim_workload")).unwrap();
         let tar = dir.join("rootfs.tar");
         let out = Command::new("tar")
             .arg("-C")
@@ -194,6 +201,298 @@ impl Drop for Counter {
     fn drop(&mut self) {
         let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
     }
+}
+
+/// A plugin directory of a test's own, installed by the documented command with engine
+/// mode's settings, and the CRIU configuration file naming it (the container's
+/// `org.criu.config` annotation).
+struct PluginDir {
+    criu_conf: PathBuf,
+    engine_log: PathBuf,
+}
+
+impl PluginDir {
+    fn install(tag: &str, settings: &[&str]) -> PluginDir {
+        let dir = setup().dir.join(format!("plugin-{tag}"));
+        let _ = fs::remove_dir_all(&dir);
+        let libs = dir.join("criu-libs");
+        let engine_log = dir.join("engine.log");
+        let log_setting = format!("GPUCR_ENGINE_LOG={}", engine_log.display());
+        let mut args = vec!["install-plugin", "--criu-libdir", libs.to_str().unwrap()];
+        for s in settings.iter().copied().chain([log_setting.as_str()]) {
+            args.extend(["--setting", s]);
+        }
+        assert_success(&gpucr(&args));
+        let criu_conf = dir.join("criu.conf");
+        fs::write(&criu_conf, format!("libdir {}\n", libs.display())).unwrap();
+        PluginDir {
+            criu_conf,
+            engine_log,
+        }
+    }
+
+    fn engine_log(&self) -> String {
+        fs::read_to_string(&self.engine_log).unwrap_or_default()
+    }
+}
+
+/// A container running the simulator's GPU workload (a parent and a child process,
+/// each with device buffers on two simulated GPUs), its device passed with `--device`
+/// and its sim root mounted at the same path; removed when dropped.
+struct GpuContainer {
+    name: String,
+    sim: common::SimRoot,
+    state: PathBuf,
+    plugin: PluginDir,
+}
+
+impl GpuContainer {
+    fn start(tag: &str, extra_settings: &[&str]) -> GpuContainer {
+        let s = setup();
+        let sim = common::SimRoot::new(&format!("ctr-{tag}"));
+        fs::create_dir_all(&sim.0).unwrap();
+        let sim_path = sim.0.to_str().unwrap().to_owned();
+        let mut settings = vec![format!("GPUCR_SIM_ROOT={sim_path}")];
+        settings.extend(extra_settings.iter().map(|s| s.to_string()));
+        let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+        let plugin = PluginDir::install(tag, &settings);
+        let name = format!("gpucr-test-{}-{tag}", std::process::id());
+        let state = s.dir.join(format!("state-{tag}"));
+        let _ = fs::remove_dir_all(&state);
+        fs::create_dir_all(&state).unwrap();
+        let _ = podman(&["rm", "-f", "-t", "0", &name]);
+        let annotation = format!("org.criu.config={}", plugin.criu_conf.display());
+        let state_volume = format!("{}:/state", state.display());
+        let sim_volume = format!("{sim_path}:{sim_path}");
+        let sim_env = format!("GPUCR_SIM_ROOT={sim_path}");
+        let mut args = vec!["run", "-d", "--name", &name, "--annotation", &annotation];
+        args.extend(ULIMITS);
+        args.extend([
+            "--device",
+            "/dev/fuse",
+            "-v",
+            &state_volume,
+            "-v",
+            &sim_volume,
+            "-e",
+            &sim_env,
+            IMAGE,
+            "/bin/sim_workload",
+            "--state",
+            "/state",
+            "--gpus",
+            "2",
+            "--parent-mib",
+            "48",
+            "--child-mib",
+            "24",
+        ]);
+        podman_ok(&args);
+        let c = GpuContainer {
+            name,
+            sim,
+            state,
+            plugin,
+        };
+        wait_for(
+            Duration::from_secs(60),
+            "the GPU workload to be ready",
+            || {
+                ["parent", "child"]
+                    .iter()
+                    .all(|r| c.state.join(format!("ready-{r}")).exists())
+                    .then_some(())
+            },
+        );
+        c.wait_ticks(2);
+        c
+    }
+
+    fn steps(&self) -> u64 {
+        ["parent", "child"]
+            .iter()
+            .map(|r| {
+                common::read_journal(&self.state, r)
+                    .pop()
+                    .map_or(0, |l| l.num("steps"))
+            })
+            .sum()
+    }
+
+    fn wait_ticks(&self, n: usize) {
+        let start: Vec<usize> = ["parent", "child"]
+            .iter()
+            .map(|r| common::read_journal(&self.state, r).len())
+            .collect();
+        wait_for(Duration::from_secs(60), "the GPU workload to tick", || {
+            ["parent", "child"]
+                .iter()
+                .zip(&start)
+                .all(|(r, s)| common::read_journal(&self.state, r).len() >= s + n)
+                .then_some(())
+        });
+    }
+
+    /// Every byte of every buffer of both processes checked by the workload itself.
+    fn verify(&self, request: u64) -> bool {
+        fs::write(self.state.join("verify"), request.to_string()).unwrap();
+        wait_for(
+            Duration::from_secs(120),
+            "the buffers to be verified",
+            || {
+                let lines: Vec<common::JournalLine> = ["parent", "child"]
+                    .iter()
+                    .filter_map(|r| common::read_journal(&self.state, r).pop())
+                    .collect();
+                if lines.iter().any(|l| l.num("bad") != 0) {
+                    return Some(false);
+                }
+                (lines.len() == 2 && lines.iter().all(|l| l.num("verified") >= request))
+                    .then_some(true)
+            },
+        )
+    }
+
+    fn wipe_device_memory(&self) {
+        let _ = fs::remove_dir_all(self.sim.0.join("contexts"));
+    }
+
+    fn id(&self) -> String {
+        podman_ok(&["inspect", "--format", "{{.Id}}", &self.name])
+            .trim()
+            .to_string()
+    }
+
+    fn criu_log(&self, which: &str) -> String {
+        let path = format!(
+            "/var/lib/containers/storage/overlay-containers/{}/userdata/{which}.log",
+            self.id()
+        );
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// CRIU's errors and gpucr's lines in the log of the last checkpoint or restore.
+    fn log_lines(&self, which: &str) -> String {
+        let out = podman(&["inspect", "--format", "{{.Id}}", &self.name]);
+        let id = stdout(&out).trim().to_string();
+        let path =
+            format!("/var/lib/containers/storage/overlay-containers/{id}/userdata/{which}.log");
+        fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("gpucr") || l.contains("Error") || l.contains("rror"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn running(&self) -> bool {
+        podman(&["inspect", "--format", "{{.State.Running}}", &self.name])
+            .status
+            .success()
+            && podman_ok(&["inspect", "--format", "{{.State.Running}}", &self.name]).trim()
+                == "true"
+    }
+
+    fn checkpoint(&self, archive: &Path, extra: &[&str]) -> Output {
+        let _ = fs::remove_file(archive);
+        let mut args = vec!["container", "checkpoint", "--keep"];
+        args.extend_from_slice(extra);
+        args.extend(["--export", archive.to_str().unwrap(), &self.name]);
+        let _lock = common::criu_lock();
+        podman(&args)
+    }
+
+    fn restore(&self, archive: &Path) -> Output {
+        let _lock = common::criu_lock();
+        podman(&[
+            "container",
+            "restore",
+            "--keep",
+            "--import",
+            archive.to_str().unwrap(),
+        ])
+    }
+}
+
+impl Drop for GpuContainer {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
+    }
+}
+
+fn member_names(report: &Value) -> Vec<String> {
+    report["archive"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Engine mode end to end: a container running the simulator's GPU workload is
+/// checkpointed by podman with `--export` (runc's CRIU loads gpucr's plugin, which
+/// starts gpucr's helper itself), removed, its device memory wiped, and restored with
+/// `--import`; every byte of every buffer is verified by the workload and its kernels go
+/// on. The archive carries gpucr's manifest and GPU memory under `checkpoint/`, and
+/// `gpucr inspect --verify` says intact.
+#[test]
+fn gpu_container_round_trip_in_engine_mode() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start("gpu", &[]);
+    let archive = setup().dir.join("gpu.tar.zst");
+    let out = c.checkpoint(&archive, &[]);
+    assert!(
+        out.status.success(),
+        "checkpoint failed: {}\nengine log: {}",
+        stderr(&out),
+        c.plugin.engine_log()
+    );
+    let log = c.criu_log("dump");
+    assert!(
+        log.contains("gpucr: engine mode: helper ready (sim)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("gpucr: engine mode: GPU memory is in the image"),
+        "{log}"
+    );
+    let steps = c.steps();
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+    c.wipe_device_memory();
+
+    let report = inspect_json(&archive, &[]);
+    let members = member_names(&report);
+    assert!(
+        members.iter().any(|m| m == "checkpoint/gpucr.json"),
+        "{members:?}"
+    );
+    assert!(
+        members.iter().any(|m| m == "checkpoint/gpu/index"),
+        "{members:?}"
+    );
+    assert_eq!(report["gpu"]["recorded"], true, "{}", report["gpu"]);
+    let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(stdout(&out).contains("intact"), "{}", stdout(&out));
+
+    let out = c.restore(&archive);
+    assert!(
+        out.status.success(),
+        "restore failed: {}\nengine log: {}\nCRIU: {}",
+        stderr(&out),
+        c.plugin.engine_log(),
+        c.log_lines("restore")
+    );
+    let log = c.criu_log("restore");
+    assert!(
+        log.contains("gpucr: engine mode: helper ready (sim)"),
+        "{log}"
+    );
+    assert!(c.verify(1), "a buffer differs after the restore");
+    c.wait_ticks(2);
+    assert!(c.steps() > steps, "the kernels did not go on");
 }
 
 fn inspect_json(archive: &Path, args: &[&str]) -> Value {

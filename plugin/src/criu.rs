@@ -109,3 +109,40 @@ pub fn info(text: &str) {
 pub fn error(text: &str) {
     log(log_level::ERROR, text);
 }
+
+/// CRIU's `criu_get_image_dir()`: the image directory's fd in CRIU's table; None outside
+/// CRIU.
+pub fn image_dir_fd() -> Option<i32> {
+    let ptr = lookup(c"criu_get_image_dir")?;
+    type GetImageDir = unsafe extern "C" fn() -> c_int;
+    // SAFETY: the symbol is CRIU's `int criu_get_image_dir(void)`.
+    let f: GetImageDir = unsafe { std::mem::transmute(ptr) };
+    // SAFETY: see above; it takes nothing and returns a number.
+    let fd = unsafe { f() };
+    (fd >= 0).then_some(fd)
+}
+
+/// At restore, from the plugin's init hook: hand `fd` to CRIU as an `inherit_fd` under
+/// `key`, as `criu restore --inherit-fd` would (CRIU takes the fd over and moves it into
+/// its fdstore, reachable from every restored task). False outside CRIU.
+pub fn add_inherit_fd(fd: std::os::fd::OwnedFd, key: &str) -> bool {
+    use std::os::fd::IntoRawFd;
+    let Some(ptr) = lookup(c"inherit_fd_add") else {
+        return false;
+    };
+    let Ok(key) = CString::new(key) else {
+        return false;
+    };
+    type InheritFdAdd = unsafe extern "C" fn(fd: c_int, key: *mut c_char) -> c_int;
+    // SAFETY: the symbol is CRIU's `int inherit_fd_add(int fd, char *key)`, which
+    // copies the key and keeps the fd.
+    let f: InheritFdAdd = unsafe { std::mem::transmute(ptr) };
+    let raw = fd.into_raw_fd();
+    // SAFETY: see above; `key` outlives the call; CRIU owns `raw` from here on.
+    let ok = unsafe { f(raw, key.as_ptr().cast_mut()) } == 0;
+    if !ok {
+        // SAFETY: CRIU refused it, so `raw` is still ours (and only ours) to close.
+        unsafe { libc::close(raw) };
+    }
+    ok
+}

@@ -21,7 +21,7 @@ use gpucr_abi::PLUGIN_NAME;
 use crate::half::{self, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
 use crate::thread::RunGuard;
-use crate::{criu, device, NOT_OURS};
+use crate::{criu, device, engine, NOT_OURS};
 
 /// Whether this dump already named the plugin in CRIU's inventory.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
@@ -134,8 +134,16 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
             criu::info(&format!(
                 "plugin loaded ({stage_name}; image needs gpucr: {claimed})"
             ));
+            if claimed && !helper::configured() {
+                // A CRIU gpucr did not start (a container engine's): engine mode.
+                engine::load_settings();
+                engine::start_restore()?;
+            }
         } else {
             criu::info(&format!("plugin loaded ({stage_name})"));
+            if !helper::configured() {
+                engine::load_settings();
+            }
         }
         if let Some(half) = plugin_half()? {
             criu::info(&format!("backend {} (plugin half)", half.name()));
@@ -149,6 +157,7 @@ pub unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
         if let Ok(Some(half)) = plugin_half() {
             exit_with(half, stage, ret);
         }
+        engine::finish(stage, ret);
         criu::info(&format!("plugin finished (stage {stage}, result {ret})"));
         Ok(0)
     });
@@ -184,6 +193,11 @@ pub fn exit_with(half: &dyn PluginHalf, stage: c_int, ret: c_int) {
 pub unsafe extern "C" fn pause_devices(pid: c_int) -> c_int {
     guard("PAUSE_DEVICES", || match plugin_half()? {
         Some(half) => pause_devices_with(half, pid),
+        // A CRIU gpucr did not start: engine mode, when the tree holds a GPU.
+        None if engine::start_dump(pid)? => match plugin_half()? {
+            Some(half) => pause_devices_with(half, pid),
+            None => Ok(NOT_OURS),
+        },
         None => Ok(NOT_OURS),
     })
 }
@@ -279,6 +293,7 @@ pub fn dump_ext_file_with(fd: c_int, id: c_int) -> Result<c_int, HookFailure> {
         criu::info(&format!(
             "DUMP_EXT_FILE id {id:#x}: device carried by gpucr"
         ));
+        engine::finish_copy()?;
         Ok(0)
     }
 }

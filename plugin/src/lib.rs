@@ -24,6 +24,7 @@
 
 mod criu;
 mod device;
+mod engine;
 mod half;
 mod helper;
 mod hooks;

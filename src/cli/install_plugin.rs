@@ -12,16 +12,44 @@ use clap::Args;
 /// gpucr_plugin.so (replacing an older copy atomically). `gpucr dump` and `gpucr restore`
 /// do not need it: they hand CRIU a private plugin directory of their own.
 ///
-/// A CRIU that gpucr did not start finds no gpucr helper: the plugin then answers "not
-/// mine" to every hook, and the container is checkpointed and restored as without it.
-/// See docs/containers.md.
+/// A CRIU that gpucr did not start runs the plugin in engine mode: when the dumped tree
+/// holds a device gpucr handles, the plugin starts gpucr's helper itself (this gpucr
+/// binary, `engine-helper`), and GPU memory and gpucr's manifest go into CRIU's image
+/// directory, so they travel in the engine's checkpoint archive; any other tree is
+/// checkpointed as without the plugin, and no helper starts. The plugin's settings file,
+/// gpucr_plugin.conf beside it, names this binary (GPUCR_BIN) and holds the --setting
+/// values, for engines that do not pass their environment on to CRIU. See
+/// docs/containers.md.
 #[derive(Debug, Clone, Args)]
 pub struct InstallPluginArgs {
     /// CRIU's plugin directory.
     #[arg(long, value_name = "DIR", default_value = "/usr/lib/criu")]
     pub criu_libdir: PathBuf,
 
+    /// A setting for engine mode, NAME=VALUE, written to the settings file beside the
+    /// plugin: GPUCR_COMPRESS, GPUCR_JOBS, GPUCR_DEVICE_TIMEOUT, GPUCR_SIM_ROOT,
+    /// GPUCR_SIM_DEVICE, CUDA_VISIBLE_DEVICES, GPUCR_ENGINE=0 (keep out of every CRIU
+    /// gpucr did not start) and the other GPUCR_* variables. Repeatable.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = parse_setting)]
+    pub setting: Vec<(String, String)>,
+
     /// Remove the installed plugin instead.
     #[arg(long)]
     pub uninstall: bool,
+}
+
+/// `NAME=VALUE` with a `GPUCR_*` or `CUDA_VISIBLE_DEVICES` name and a one-line value.
+fn parse_setting(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=VALUE"))?;
+    if !(name.starts_with("GPUCR_") || name == "CUDA_VISIBLE_DEVICES") {
+        return Err(format!(
+            "{name:?}: only GPUCR_* variables and CUDA_VISIBLE_DEVICES are settings"
+        ));
+    }
+    if value.contains('\n') {
+        return Err(format!("{name}: the value must be one line"));
+    }
+    Ok((name.to_owned(), value.to_owned()))
 }

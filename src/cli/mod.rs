@@ -7,6 +7,7 @@ mod check_topology;
 mod common;
 mod completions;
 mod dump;
+mod engine_helper;
 mod inspect;
 mod install_plugin;
 mod restore;
@@ -18,6 +19,7 @@ pub use check_topology::TopologyCheckArgs;
 pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
 pub use completions::CompletionsArgs;
 pub use dump::{CudaStagingArg, DumpArgs};
+pub use engine_helper::{EngineHelperArgs, EngineStage};
 pub use inspect::InspectArgs;
 pub use install_plugin::InstallPluginArgs;
 pub use restore::RestoreArgs;
@@ -62,6 +64,8 @@ pub enum Command {
     CheckTopology(CheckTopologyArgs),
     InstallPlugin(InstallPluginArgs),
     Completions(CompletionsArgs),
+    #[command(hide = true)]
+    EngineHelper(EngineHelperArgs),
 }
 
 /// The long help text listing the exit codes, shared with the man pages.

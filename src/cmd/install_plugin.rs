@@ -6,6 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
+use gpucr_abi::engine::{ENV_BIN, SETTINGS_FILE};
 use gpucr_abi::PLUGIN_FILE;
 
 use crate::cli::InstallPluginArgs;
@@ -15,6 +16,7 @@ use crate::helper::locate_plugin;
 pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
     let dest = args.criu_libdir.join(PLUGIN_FILE);
     if args.uninstall {
+        let _ = fs::remove_file(args.criu_libdir.join(SETTINGS_FILE));
         match fs::remove_file(&dest) {
             Ok(()) => println!("removed {}", dest.display()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -25,8 +27,11 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
         return Ok(exit_code::SUCCESS);
     }
     let plugin = locate_plugin()?;
+    let settings = args.criu_libdir.join(SETTINGS_FILE);
+    write_settings(&settings, &args.setting)?;
     install(&plugin, &args.criu_libdir)?;
     println!("installed {} as {}", plugin.display(), dest.display());
+    println!("settings for engine mode in {}", settings.display());
     Ok(exit_code::SUCCESS)
 }
 
@@ -45,5 +50,31 @@ pub fn install(plugin: &Path, dir: &Path) -> anyhow::Result<()> {
         let _ = fs::remove_file(&temp);
         format!("cannot move {} to {}", temp.display(), dest.display())
     })?;
+    Ok(())
+}
+
+/// The plugin's settings file: this gpucr binary, then `settings`, one `NAME=VALUE`
+/// per line (written beside it and renamed, like the plugin).
+fn write_settings(path: &Path, settings: &[(String, String)]) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()
+        .and_then(fs::canonicalize)
+        .context("cannot find this gpucr binary")?;
+    let mut text = String::from(
+        "# gpucr's plugin settings for engine mode (written by gpucr install-plugin).\n\
+         # NAME=VALUE lines; CRIU's own environment wins where it sets the same name.\n",
+    );
+    text.push_str(&format!("{ENV_BIN}={}\n", exe.display()));
+    for (name, value) in settings.iter().filter(|(n, _)| n != ENV_BIN) {
+        text.push_str(&format!("{name}={value}\n"));
+    }
+    for (name, value) in settings.iter().filter(|(n, _)| n == ENV_BIN) {
+        text.push_str(&format!("{name}={value}\n"));
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let temp = dir.join(format!(".{SETTINGS_FILE}.partial"));
+    fs::write(&temp, text).with_context(|| format!("cannot write {}", temp.display()))?;
+    fs::rename(&temp, path)
+        .with_context(|| format!("cannot move {} to {}", temp.display(), path.display()))?;
     Ok(())
 }

@@ -21,7 +21,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use operation::{GpuDump, GpuRestore, RestoreSettings};
-pub use server::{timeline_events, DumpOutcome, Helper, Timeline};
+pub use server::{timeline_events, DumpOutcome, EngineCall, Helper, Timeline};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
 
 use crate::gpu::GpuError;

@@ -66,6 +66,23 @@ impl GpuDump {
         self.helper.take_failure()
     }
 
+    /// Engine mode: the engine steps the plugin asks for.
+    pub fn engine_steps(&self) -> std::sync::mpsc::Receiver<super::EngineCall> {
+        self.helper.engine_steps()
+    }
+
+    /// `manifest` (from [`GpuDump::finish`]) with every device file CRIU has dumped
+    /// since.
+    pub fn with_late_files(&self, mut manifest: GpuManifest) -> GpuManifest {
+        let files = self.helper.device_files();
+        for task in &mut manifest.tasks {
+            if let Some(f) = files.get(&task.ns_pid) {
+                task.device_files = f.clone();
+            }
+        }
+        manifest
+    }
+
     /// The image is complete: the tree may lose its device memory (see
     /// [`Helper::keep_dump`]).
     pub fn keep(&self) {
@@ -102,6 +119,8 @@ pub struct RestoreSettings {
     pub parallel: bool,
     /// How long one device step may take.
     pub device_timeout: Duration,
+    /// Engine mode: each task's buffers are filled before its RESTORE_EXT_FILE returns.
+    pub fill_at_hand_over: bool,
 }
 
 impl GpuRestore {
@@ -118,6 +137,7 @@ impl GpuRestore {
             transfer: config,
             parallel,
             device_timeout,
+            fill_at_hand_over,
         } = settings;
         let (events, timeline) = timeline_events(progress);
         let restorer = Restorer::open(dir, config, parallel, events)?;
@@ -128,7 +148,7 @@ impl GpuRestore {
             backend,
             restorer,
             manifest.tasks.clone(),
-            parallel,
+            (parallel, fill_at_hand_over),
             timeline,
             device_timeout,
         )?;
@@ -148,6 +168,11 @@ impl GpuRestore {
     /// handed over its buffers makes RESTORE_EXT_FILE, and so CRIU, fail).
     pub fn take_failure(&self) -> Option<HelperError> {
         self.helper.take_failure()
+    }
+
+    /// Engine mode: the engine steps the plugin asks for.
+    pub fn engine_steps(&self) -> std::sync::mpsc::Receiver<super::EngineCall> {
+        self.helper.engine_steps()
     }
 
     /// Every task's device is back (at CRIU's pre-resume, tasks still stopped).

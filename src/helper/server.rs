@@ -94,10 +94,25 @@ enum Mode {
         /// Where each task is.
         tasks: Mutex<RestoreTasks>,
         parallel: bool,
+        /// Engine mode: a task's buffers are filled before its RESTORE_EXT_FILE returns
+        /// (the last hook whose failure CRIU honours), though streamed from the start.
+        fill_at_hand_over: bool,
     },
 }
 
+/// An engine step (engine mode only) for the engine helper's main thread, which answers
+/// it on `reply`: Ok, or the error the plugin fails its hook with.
+#[derive(Debug)]
+pub struct EngineCall {
+    pub step: gpucr_abi::proto::engine_step::Step,
+    /// CRIU's result (DUMP_DONE).
+    pub ret: i32,
+    pub reply: std::sync::mpsc::Sender<Result<(), String>>,
+}
+
 struct Shared {
+    /// Engine mode: where engine steps go (see [`Helper::engine_steps`]).
+    engine: Mutex<Option<std::sync::mpsc::Sender<EngineCall>>>,
     backend: Arc<dyn Backend>,
     mode: Mode,
     timeline: Arc<Mutex<Timeline>>,
@@ -133,9 +148,16 @@ impl Handler for Shared {
             // Wait for the copy engines: bounded by their own failures and the
             // operation's end, not by a device step's time.
             (_, Some(request::Kind::ResumeDevices(_))) => None,
-            (Mode::Restore { parallel, .. }, Some(request::Kind::BuffersReady(_))) => {
-                parallel.then_some(self.device_timeout)
-            }
+            // Waits for every copy (FINISH_COPY) or checksums the image (DUMP_DONE).
+            (_, Some(request::Kind::EngineStep(_))) => None,
+            (
+                Mode::Restore {
+                    parallel,
+                    fill_at_hand_over,
+                    ..
+                },
+                Some(request::Kind::BuffersReady(_)),
+            ) => (*parallel && !*fill_at_hand_over).then_some(self.device_timeout),
             _ => Some(self.device_timeout),
         }
     }
@@ -206,7 +228,7 @@ impl Helper {
         backend: Arc<dyn Backend>,
         restorer: Restorer,
         devices: Vec<TaskDevice>,
-        parallel: bool,
+        (parallel, fill_at_hand_over): (bool, bool),
         timeline: Arc<Mutex<Timeline>>,
         device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
@@ -222,6 +244,7 @@ impl Helper {
             devices,
             tasks: Mutex::new(tasks),
             parallel,
+            fill_at_hand_over,
         };
         Self::start(connector, backend, mode, timeline, device_timeout)
     }
@@ -240,6 +263,7 @@ impl Helper {
             source,
         };
         let shared = Arc::new(Shared {
+            engine: Mutex::new(None),
             backend,
             mode,
             timeline,
@@ -321,6 +345,19 @@ impl Helper {
         })
     }
 
+    /// Dump: the device files recorded so far, by task (namespace pid). DUMP_EXT_FILE
+    /// goes on after [`Helper::finish_dump`] when that runs before CRIU has dumped
+    /// every task's files (engine mode).
+    pub fn device_files(&self) -> BTreeMap<u32, Vec<DeviceFile>> {
+        let Mode::Dump { devices, .. } = &self.shared.mode else {
+            return BTreeMap::new();
+        };
+        lock(devices)
+            .values()
+            .map(|t| (t.ns_pid, t.device_files.clone()))
+            .collect()
+    }
+
     /// Dump: the image is complete (post-dump went through, the device state is
     /// written), so at DumpFinished, unless the tree is left running, what the backend
     /// still holds of the device memory is let go instead of given back.
@@ -385,6 +422,14 @@ impl Helper {
             .take()
             .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
         Ok(restorer.finish()?)
+    }
+
+    /// Engine mode: the engine steps the plugin asks for, in order (before this is
+    /// called, the helper refuses them).
+    pub fn engine_steps(&self) -> std::sync::mpsc::Receiver<EngineCall> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        *lock(&self.shared.engine) = Some(tx);
+        rx
     }
 
     /// When each task's device memory moved.
@@ -498,6 +543,29 @@ fn adopt_device(
     Ok(Some(device))
 }
 
+/// Hand an engine step to the engine helper's main thread and wait for its answer.
+fn engine_step(shared: &Shared, step: gpucr_abi::proto::EngineStep) -> Result<Reply, HelperError> {
+    let Some(engine) = lock(&shared.engine).clone() else {
+        return Ok(refuse("engine step outside engine mode"));
+    };
+    let (reply, answer) = std::sync::mpsc::channel();
+    let call = EngineCall {
+        step: step.step(),
+        ret: step.ret,
+        reply,
+    };
+    engine
+        .send(call)
+        .map_err(|_| HelperError::Failed("the engine helper has stopped".into()))?;
+    match answer.recv() {
+        Ok(Ok(())) => Ok(ok()),
+        Ok(Err(text)) => Err(HelperError::Failed(text)),
+        Err(_) => Err(HelperError::Failed(
+            "the engine helper stopped before it answered".into(),
+        )),
+    }
+}
+
 fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
     (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
 }
@@ -534,6 +602,9 @@ fn handle(
     let Some(kind) = req.kind else {
         return Ok(refuse("empty request"));
     };
+    if let request::Kind::EngineStep(step) = kind {
+        return engine_step(shared, step);
+    }
     match (&shared.mode, kind) {
         (
             Mode::Dump {
@@ -655,6 +726,7 @@ fn handle(
                 devices,
                 tasks,
                 parallel,
+                fill_at_hand_over,
             },
             request::Kind::BuffersReady(r),
         ) => {
@@ -682,7 +754,7 @@ fn handle(
                 restorer.attach(key, fault::sink(sink))?;
                 keys.push(key);
             }
-            if !parallel {
+            if !parallel || *fill_at_hand_over {
                 restorer.wait(&keys)?;
             }
             Ok(ok())

@@ -28,7 +28,8 @@ pub const ENV_TEST_HELPER_FD: &str = "GPUCR_TEST_HELPER_FD";
 /// The private directory and connector of one operation.
 #[derive(Debug)]
 pub struct Session {
-    dir: tempfile::TempDir,
+    /// None in engine mode (the engine's CRIU loads the installed plugin).
+    dir: Option<tempfile::TempDir>,
     plugin: PathBuf,
     /// The backend whose plugin half serves CRIU.
     backend: String,
@@ -73,13 +74,26 @@ impl Session {
             source: e,
         })?;
         Ok(Session {
-            dir,
+            dir: Some(dir),
             plugin,
             backend: backend.to_owned(),
             helper_end: Some(helper_end),
             criu_fd: criu_end.as_raw_fd(),
             criu_end: Some(criu_end),
         })
+    }
+
+    /// Engine mode: the helper's end of the connector the plugin made itself (CRIU was
+    /// started by a container engine, and its plugin started this helper).
+    pub fn engine(connector: OwnedFd, backend: &str) -> Session {
+        Session {
+            dir: None,
+            plugin: PathBuf::new(),
+            backend: backend.to_owned(),
+            criu_fd: -1,
+            helper_end: Some(connector),
+            criu_end: None,
+        }
     }
 
     /// The plugin that CRIU will load.
@@ -89,10 +103,13 @@ impl Session {
 
     /// The environment of the `criu swrk` child.
     pub fn criu_env(&self) -> Vec<(OsString, OsString)> {
+        let Some(dir) = &self.dir else {
+            return Vec::new();
+        };
         vec![
             (
                 "CRIU_LIBS_DIR".into(),
-                self.dir.path().join("plugin").into_os_string(),
+                dir.path().join("plugin").into_os_string(),
             ),
             (ENV_BACKEND.into(), self.backend.clone().into()),
             (

@@ -1,0 +1,434 @@
+//! Engine mode: the plugin inside a CRIU that a container engine started (podman,
+//! CRI-O, containerd through runc), where no gpucr process is there to serve it.
+//!
+//! * At init the plugin completes its environment from the settings file beside it
+//!   ([`SETTINGS_FILE`]: the engines pass CRIU no environment of their caller's).
+//! * At a dump's PAUSE_DEVICES it looks, cheaply, whether the tree holds a device gpucr
+//!   handles. Only then does it start gpucr's helper (`GPUCR_BIN engine-helper dump`)
+//!   over a socketpair it makes; a tree without one is dumped as without the plugin.
+//! * At a restore's init, for an image that names gpucr in CRIU's inventory, it starts
+//!   `engine-helper restore`, which verifies the image and checks the topology before
+//!   CRIU restores anything, and hands the connector to CRIU as an inherit_fd, so that
+//!   restored tasks reach the helper too.
+//!
+//! From there every hook runs as under `gpucr dump`/`gpucr restore` (the helper's fd
+//! and backend are put where those commands put them), plus the engine steps that
+//! replace CRIU's notifications to gpucr ([`finish_copy`], [`finish`]).
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use gpucr_abi::engine::{
+    Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG, SETTINGS_FILE, STATUS_FD,
+};
+use gpucr_abi::proto::engine_step::Step;
+use gpucr_abi::proto::{request, EngineStep};
+use gpucr_abi::sim::{CONTEXTS_DIR, ENV_ROOT as ENV_SIM_ROOT};
+use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD, HELPER_INHERIT_KEY};
+use nix::fcntl::OFlag;
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+use crate::helper;
+use crate::hooks::HookFailure;
+use crate::{criu, CR_PLUGIN_DESC};
+
+/// The helper was started by this plugin (engine mode is on for this CRIU run).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The dump's first PAUSE_DEVICES looked at the tree (once per dump).
+static PROBED: AtomicBool = AtomicBool::new(false);
+/// FINISH_COPY went through.
+static COPY_FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this CRIU run is in engine mode.
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::SeqCst)
+}
+
+/// Whether engine mode may start at all (`GPUCR_ENGINE=0` keeps the plugin out).
+fn enabled() -> bool {
+    std::env::var(ENV_ENGINE).map_or(true, |v| v.trim() != "0")
+}
+
+/// Complete the environment from the settings file beside the plugin: every
+/// `NAME=VALUE` line whose name CRIU's environment does not have (the last line of a
+/// name wins). Called from init, while CRIU has one thread.
+pub fn load_settings() {
+    let Some(path) = own_directory().map(|d| d.join(SETTINGS_FILE)) else {
+        return;
+    };
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let settings = parse_settings(&text);
+    for (name, value) in &settings {
+        if std::env::var_os(name).is_none() {
+            // Only GPUCR_* and CUDA_VISIBLE_DEVICES (parse_settings filters), at init,
+            // before CRIU or this plugin start threads.
+            std::env::set_var(name, value);
+        }
+    }
+    if !settings.is_empty() {
+        criu::info(&format!("settings from {}", path.display()));
+    }
+}
+
+/// The settings in a settings file's text, last line of a name winning.
+fn parse_settings(text: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
+        let name = name.trim();
+        if !(name.starts_with("GPUCR_") || name == "CUDA_VISIBLE_DEVICES") {
+            continue;
+        }
+        out.retain(|(n, _)| n != name);
+        out.push((name.to_owned(), value.trim().to_owned()));
+    }
+    out
+}
+
+/// The directory the plugin was loaded from.
+fn own_directory() -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let addr = std::ptr::addr_of!(CR_PLUGIN_DESC).cast::<libc::c_void>();
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let found = unsafe { libc::dladdr(addr, info.as_mut_ptr()) };
+    if found == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `info` is filled.
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the dynamic loader.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    let path = Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    path.parent().map(Path::to_path_buf)
+}
+
+/// The dump's first PAUSE_DEVICES, in a CRIU gpucr did not start: when the tree holds a
+/// device gpucr handles, start the helper. True when the plugin now serves the dump.
+pub fn start_dump(root: i32) -> Result<bool, HookFailure> {
+    if PROBED.swap(true, Ordering::SeqCst) || !enabled() {
+        return Ok(false);
+    }
+    let Some(backend) = probe(root) else {
+        return Ok(false);
+    };
+    criu::info(&format!(
+        "engine mode: pid {root}'s tree holds a {backend} device; starting gpucr's helper"
+    ));
+    start("dump", Some(root))
+}
+
+/// A restore's init, for an image that needs gpucr, in a CRIU gpucr did not start.
+pub fn start_restore() -> Result<bool, HookFailure> {
+    if !enabled() {
+        return Err(failure(
+            libc::ENOTSUP,
+            format!("the image needs gpucr's helper, and {ENV_ENGINE}=0 keeps it out"),
+        ));
+    }
+    criu::info("engine mode: the image holds GPU state; starting gpucr's helper");
+    start("restore", None)
+}
+
+/// FINISH_COPY at the first device file CRIU dumps: every task's device memory in the
+/// image before CRIU goes on (a failure fails the dump; the tree runs on).
+pub fn finish_copy() -> Result<(), HookFailure> {
+    if !active() || COPY_FINISHED.swap(true, Ordering::SeqCst) {
+        return Ok(());
+    }
+    step(Step::FinishCopy, 0)?;
+    criu::info("engine mode: GPU memory is in the image");
+    Ok(())
+}
+
+/// The exit hook: write the manifest (dump) or close the image (restore). CRIU ignores
+/// the exit hook's result: a failure is logged, and a dump's image is then marked
+/// incomplete by the helper.
+pub fn finish(stage: i32, ret: i32) {
+    if !active() {
+        return;
+    }
+    let which = if stage == gpucr_abi::plugin_abi::stage::RESTORE {
+        Step::RestoreDone
+    } else {
+        Step::DumpDone
+    };
+    match step(which, ret) {
+        Ok(()) => criu::info(&format!("engine mode: {which:?} done")),
+        Err(e) => criu::error(&format!("engine mode: {which:?}: {}", e.message)),
+    }
+}
+
+fn step(step: Step, ret: i32) -> Result<(), HookFailure> {
+    let kind = request::Kind::EngineStep(EngineStep {
+        step: step as i32,
+        ret,
+    });
+    helper::call(kind, &[])?;
+    Ok(())
+}
+
+fn failure(errno: i32, message: String) -> HookFailure {
+    HookFailure { errno, message }
+}
+
+/// Which backend's device the tree rooted at `root` holds, looked up cheaply (its
+/// processes' open files and mappings), without loading any driver.
+fn probe(root: i32) -> Option<&'static str> {
+    let tree = tree_pids(root);
+    let sim_contexts = std::env::var_os(ENV_SIM_ROOT)
+        .filter(|r| !r.is_empty())
+        .map(|r| Path::new(&r).join(CONTEXTS_DIR));
+    if let Some(contexts) = &sim_contexts {
+        if tree.iter().any(|&p| maps_under(p, contexts)) {
+            return Some("sim");
+        }
+    }
+    if tree
+        .iter()
+        .any(|&p| holds_fd(p, |t| t == Path::new("/dev/kfd")))
+    {
+        return Some("amdgpu");
+    }
+    let nvidia = |t: &Path| {
+        t.to_str()
+            .is_some_and(|s| s.starts_with("/dev/nvidia") && !s.starts_with("/dev/nvidia-caps"))
+    };
+    if tree.iter().any(|&p| holds_fd(p, nvidia)) {
+        return Some("cuda");
+    }
+    None
+}
+
+/// Whether `pid` maps a file below `dir`.
+fn maps_under(pid: i32, dir: &Path) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
+        maps.lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .any(|file| Path::new(file).starts_with(dir))
+    })
+}
+
+/// Whether `pid` has a file open whose path `matches`.
+fn holds_fd(pid: i32, matches: impl Fn(&Path) -> bool) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| matches(&t)))
+    })
+}
+
+/// `root` and every descendant process.
+fn tree_pids(root: i32) -> Vec<i32> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let pid = out[i];
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for t in tasks.flatten() {
+                let children =
+                    std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+                out.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<i32>().ok()),
+                );
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The gpucr binary to run as the helper: `GPUCR_BIN`, else the usual places.
+fn gpucr_bin() -> Result<PathBuf, HookFailure> {
+    if let Some(bin) = std::env::var_os(ENV_BIN).filter(|b| !b.is_empty()) {
+        return Ok(PathBuf::from(bin));
+    }
+    ["/usr/local/bin/gpucr", "/usr/bin/gpucr"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            failure(
+                libc::ENOENT,
+                format!(
+                    "gpucr's helper is needed but no gpucr binary was found: set {ENV_BIN} in \
+                     {SETTINGS_FILE} beside the plugin (gpucr install-plugin writes it)"
+                ),
+            )
+        })
+}
+
+/// Start `gpucr engine-helper STAGE` and wait for its status line. On `ready` the
+/// plugin is configured as under gpucr (connector fd and backend in its environment,
+/// and at restore the connector in CRIU's inherit_fds); on `none` nothing changes.
+fn start(stage: &str, root: Option<i32>) -> Result<bool, HookFailure> {
+    let bin = gpucr_bin()?;
+    let image_fd = criu::image_dir_fd()
+        .ok_or_else(|| failure(libc::ENOTSUP, "CRIU has no image directory".into()))?;
+    let images_dir = std::fs::read_link(format!("/proc/self/fd/{image_fd}"))
+        .map_err(|e| failure(libc::EBADF, format!("CRIU's image directory: {e}")))?;
+    let (mine, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| failure(e as i32, format!("cannot make the helper's connector: {e}")))?;
+    let (status_read, status_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+        .map_err(|e| failure(e as i32, format!("cannot make the status pipe: {e}")))?;
+    let mut command = Command::new(&bin);
+    command
+        .arg("engine-helper")
+        .arg(stage)
+        .arg("--images-dir")
+        .arg(&images_dir)
+        .arg("--criu-pid")
+        .arg(std::process::id().to_string());
+    if let Some(root) = root {
+        command.arg("--pid").arg(root.to_string());
+    }
+    let stderr = match std::env::var_os(ENV_ENGINE_LOG).filter(|p| !p.is_empty()) {
+        Some(log) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null()),
+        None => Stdio::null(),
+    };
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    let (connector, status) = (theirs.as_raw_fd(), status_write.as_raw_fd());
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (fcntl, dup2, close_range).
+    unsafe {
+        command.pre_exec(move || place_fds(connector, status));
+    }
+    let mut child = command.spawn().map_err(|e| {
+        failure(
+            e.raw_os_error().unwrap_or(libc::EIO),
+            format!("cannot start {}: {e}", bin.display()),
+        )
+    })?;
+    drop(theirs);
+    drop(status_write);
+    // The helper detaches at once: this reaps the process CRIU would otherwise see.
+    let _ = child.wait();
+    let mut said = String::new();
+    let _ = File::from(status_read).read_to_string(&mut said);
+    match Status::parse(&said) {
+        Status::Ready(backend) => {
+            configure(mine, &backend, stage == "restore")?;
+            criu::info(&format!("engine mode: helper ready ({backend})"));
+            Ok(true)
+        }
+        Status::None => {
+            criu::info("engine mode: the helper found no device of gpucr's; staying out");
+            Ok(false)
+        }
+        Status::Error(message) => Err(failure(libc::EIO, format!("gpucr's helper: {message}"))),
+    }
+}
+
+/// In the child, before exec: the connector at fd 3, the status pipe at fd 4, every
+/// other fd of CRIU's closed on exec.
+fn place_fds(connector: i32, status: i32) -> std::io::Result<()> {
+    let check = |r: libc::c_int| {
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    };
+    // Above both targets first, so that neither dup2 overwrites the other's source.
+    // SAFETY: plain fd syscalls on fds this process owns.
+    let c = check(unsafe { libc::fcntl(connector, libc::F_DUPFD_CLOEXEC, 10) })?;
+    // SAFETY: as above.
+    let s = check(unsafe { libc::fcntl(status, libc::F_DUPFD_CLOEXEC, 10) })?;
+    // SAFETY: as above; dup2 leaves the new fd without FD_CLOEXEC.
+    check(unsafe { libc::dup2(c, CONNECTOR_FD) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::dup2(s, STATUS_FD) })?;
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: marks fds 5.. close-on-exec; std's own exec-error pipe stays usable.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            (STATUS_FD + 1) as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        ) as libc::c_int
+    })?;
+    Ok(())
+}
+
+/// Put the connector where the hooks look for it, as gpucr does for its own CRIU.
+fn configure(connector: OwnedFd, backend: &str, restore: bool) -> Result<(), HookFailure> {
+    if restore {
+        let copy = connector
+            .try_clone()
+            .map_err(|e| failure(libc::EMFILE, format!("cannot copy the connector: {e}")))?;
+        if !criu::add_inherit_fd(copy, HELPER_INHERIT_KEY) {
+            return Err(failure(
+                libc::ENOTSUP,
+                "this CRIU does not let plugins add an inherit_fd".into(),
+            ));
+        }
+    }
+    // Kept open for the rest of this CRIU run (close-on-exec).
+    let fd = connector.into_raw_fd();
+    // At init or the first PAUSE_DEVICES, before CRIU or the plugin run threads.
+    std::env::set_var(ENV_HELPER_FD, fd.to_string());
+    std::env::set_var(ENV_BACKEND, backend);
+    ACTIVE.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_lines_last_wins_and_only_gpucr_names() {
+        let text = "# comment\nGPUCR_BIN=/a\n\nPATH=/evil\nGPUCR_SIM_ROOT = /sim \nGPUCR_BIN=/b\nCUDA_VISIBLE_DEVICES=1\nnot a line\n";
+        assert_eq!(
+            parse_settings(text),
+            vec![
+                ("GPUCR_SIM_ROOT".to_string(), "/sim".to_string()),
+                ("GPUCR_BIN".to_string(), "/b".to_string()),
+                ("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_tree_without_devices_is_not_probed_as_a_gpu_tree() {
+        let me = std::process::id() as i32;
+        assert!(tree_pids(me).contains(&me));
+        assert_eq!(probe(me), None);
+    }
+
+    #[test]
+    fn the_plugin_knows_its_directory() {
+        // In tests the "plugin" is the test binary, loaded from target/.
+        assert!(own_directory().is_some_and(|d| d.is_dir()));
+    }
+}

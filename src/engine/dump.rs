@@ -1,0 +1,153 @@
+//! Engine mode's dump: the helper `gpucr dump` runs, driven by the plugin's engine
+//! steps instead of CRIU's notifications (which go to the engine, not to gpucr).
+//!
+//! * CHECKPOINT_DEVICES (every task, tree frozen): the copy of each task's device memory
+//!   starts, as under `gpucr dump`.
+//! * FINISH_COPY, at the first device file CRIU dumps: every copy is waited for and the
+//!   device state written. A failure fails that hook, so CRIU's dump fails and the tree
+//!   runs on. (CRIU ignores what its plugins' exit hook returns: the copy cannot be
+//!   left to the end.)
+//! * DUMP_DONE, from the plugin's exit hook: the image's files are checksummed and the
+//!   manifest written, which completes the image; after a failed dump the image is
+//!   marked incomplete instead.
+//!
+//! The tree always gets its devices back after the dump (CRIU does not tell its plugins
+//! whether it will kill the tree or leave it running).
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
+
+use gpucr_abi::proto::engine_step::Step;
+
+use super::{criu_alive, criu_version, EngineError, EngineSettings, StatusPipe};
+use crate::cli::EngineHelperArgs;
+use crate::dump::{is_pages_file, write_manifest, ImageFacts};
+use crate::gpu::{self, GpuManifest};
+use crate::helper::{EngineCall, GpuDump, HelperError, Session};
+use crate::image::{self, dir, follow::Follower, manifest};
+use crate::progress::Progress;
+
+/// Serve the dump of the tree rooted at `args.pid` into `args.images_dir`.
+pub fn serve(
+    args: &EngineHelperArgs,
+    connector: OwnedFd,
+    status: &mut StatusPipe,
+) -> Result<(), EngineError> {
+    let settings = EngineSettings::from_env()?;
+    let pid = args.pid.unwrap_or(0);
+    let dir = args.images_dir.as_path();
+    let setup = gpu::DumpSetup {
+        freeze_timeout: None,
+        cuda_staging: None,
+    };
+    let Some(backend) = gpu::detect(pid, &setup)? else {
+        status.none();
+        return Ok(());
+    };
+    let target = crate::target::validate(pid).map_err(crate::dump::DumpError::from)?;
+    let mut progress = Progress::new(true, false);
+    let gpu = GpuDump::start(
+        Session::engine(connector, backend.name()),
+        dir,
+        backend.clone(),
+        settings.transfer.clone(),
+        progress.gpu_events(),
+        true,
+        settings.device_timeout,
+    )?;
+    let steps = gpu.engine_steps();
+    let mut follower = Some(Follower::start(dir.to_path_buf(), is_pages_file));
+    let criu_version = criu_version(args.criu_pid);
+    status.ready(backend.name());
+
+    let mut finished: Option<GpuManifest> = None;
+    loop {
+        let call = match steps.recv_timeout(Duration::from_millis(500)) {
+            Ok(call) => call,
+            Err(RecvTimeoutError::Timeout) if criu_alive(args.criu_pid) => continue,
+            Err(_) => {
+                // CRIU went away without the plugin's last step.
+                let _ = dir::mark_incomplete(dir, "CRIU stopped before the dump finished");
+                return Ok(());
+            }
+        };
+        let EngineCall { step, ret, reply } = call;
+        match step {
+            Step::FinishCopy => {
+                let answer = finish_copy(&gpu, dir, &mut finished);
+                if let Err(e) = &answer {
+                    let _ = dir::mark_incomplete(dir, e);
+                }
+                let _ = reply.send(answer);
+            }
+            Step::DumpDone => {
+                let answer = if ret != 0 {
+                    let _ = dir::mark_incomplete(dir, &format!("CRIU's dump failed ({ret})"));
+                    Ok(())
+                } else {
+                    finish_copy(&gpu, dir, &mut finished).and_then(|()| {
+                        // Every task's device files: CRIU dumped the later tasks' files
+                        // after FINISH_COPY.
+                        finished = finished.take().map(|m| gpu.with_late_files(m));
+                        let facts = ImageFacts {
+                            target: target.clone(),
+                            criu_version: criu_version.clone(),
+                            options: engine_options(),
+                            gpu: finished.as_ref().map(|m| (backend.as_ref(), m)),
+                        };
+                        let known = follower.take().map(Follower::finish).unwrap_or_default();
+                        write_manifest(dir, &known, facts, &mut progress)
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    })
+                };
+                if let Err(e) = &answer {
+                    let _ = dir::mark_incomplete(dir, e);
+                }
+                let _ = reply.send(answer);
+                return Ok(());
+            }
+            Step::RestoreDone => {
+                let _ = reply.send(Err("RESTORE_DONE during a dump".into()));
+            }
+        }
+    }
+}
+
+/// Wait for every copy and write the tasks' device state (once).
+fn finish_copy(
+    gpu: &GpuDump,
+    dir: &Path,
+    finished: &mut Option<GpuManifest>,
+) -> Result<(), String> {
+    if finished.is_some() {
+        return Ok(());
+    }
+    let m = gpu.finish().map_err(|e| e.to_string())?;
+    image::gpu::write_states(dir, &m).map_err(|source| {
+        HelperError::Io {
+            path: dir.join(image::gpu::STATE_DIR),
+            source,
+        }
+        .to_string()
+    })?;
+    gpu.keep();
+    *finished = Some(m);
+    Ok(())
+}
+
+/// The dump options the manifest records: the engine's CRIU was configured by the
+/// engine, and restores with its own options; these are CRIU's defaults.
+fn engine_options() -> manifest::DumpOptions {
+    manifest::DumpOptions {
+        leave_running: false,
+        tcp_established: false,
+        shell_job: false,
+        ext_unix_sk: false,
+        file_locks: false,
+        network_lock: "iptables".into(),
+        mount_namespace: true,
+    }
+}

@@ -1,0 +1,118 @@
+//! Engine mode: the helper process that gpucr's plugin starts itself when CRIU was
+//! started by a container engine (podman, CRI-O, containerd through runc), not by gpucr.
+//!
+//! The plugin runs `gpucr engine-helper dump|restore` with the helper's end of a
+//! socketpair it made (fd 3, the connector) and the write end of a status pipe (fd 4).
+//! The helper detaches at once (CRIU must never see it as a child), sets up the same
+//! helper `gpucr dump` and `gpucr restore` use, says `ready BACKEND` (or `none`, or
+//! `error MESSAGE`) on the status pipe, and then serves the plugin until the plugin's
+//! last engine step ([`gpucr_abi::proto::EngineStep`]). GPU memory, the device state and
+//! the manifest go into CRIU's own image directory, so they travel inside the engine's
+//! checkpoint archive.
+//!
+//! Settings come from the environment the plugin gives it: CRIU's own, completed by the
+//! settings file beside the installed plugin (`gpucr_plugin.conf`, see
+//! docs/containers.md).
+
+mod dump;
+mod restore;
+mod settings;
+mod status;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+
+pub use settings::{EngineSettings, SettingsError};
+pub use status::StatusPipe;
+
+use crate::cli::{EngineHelperArgs, EngineStage};
+use crate::exit_code;
+
+use gpucr_abi::engine::{CONNECTOR_FD, STATUS_FD};
+
+/// Why engine mode could not serve a dump or a restore (said on the status pipe, so
+/// that the plugin fails CRIU's hook with it, and so CRIU's log and the engine's error
+/// show it).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Dump(#[from] crate::dump::DumpError),
+    #[error(transparent)]
+    Restore(#[from] crate::restore::RestoreError),
+    #[error(transparent)]
+    Helper(#[from] crate::helper::HelperError),
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot detach from CRIU: {0}")]
+    Detach(nix::Error),
+}
+
+/// `gpucr engine-helper`: detach, then serve one dump or one restore.
+pub fn run(args: &EngineHelperArgs) -> anyhow::Result<u8> {
+    // SAFETY: fds 3 and 4 are the connector and the status pipe the plugin put there
+    // (checked below before use); nothing else in this process owns them.
+    let (connector, status) = unsafe {
+        (
+            OwnedFd::from_raw_fd(CONNECTOR_FD),
+            OwnedFd::from_raw_fd(STATUS_FD),
+        )
+    };
+    let mut status = StatusPipe::new(status);
+    if let Err(e) = detach() {
+        status.error(&e.to_string());
+        return Ok(exit_code::FAILURE);
+    }
+    let result = match args.stage {
+        EngineStage::Dump => dump::serve(args, connector, &mut status),
+        EngineStage::Restore => restore::serve(args, connector, &mut status),
+    };
+    match result {
+        Ok(()) => Ok(exit_code::SUCCESS),
+        Err(e) => {
+            status.error(&e.to_string());
+            Ok(exit_code::FAILURE)
+        }
+    }
+}
+
+/// Leave CRIU's process tree: fork, the parent (CRIU's child) exits at once, the child
+/// goes on in a session of its own. CRIU reaps the exiting parent; a restore's CRIU
+/// would take any child of its own that exits later for a restored task that died.
+fn detach() -> Result<(), EngineError> {
+    // SAFETY: called first thing in `engine-helper`, while this process has one thread,
+    // so the child may do anything.
+    match unsafe { nix::unistd::fork() }.map_err(EngineError::Detach)? {
+        nix::unistd::ForkResult::Parent { .. } => std::process::exit(0),
+        nix::unistd::ForkResult::Child => {
+            nix::unistd::setsid().map_err(EngineError::Detach)?;
+            Ok(())
+        }
+    }
+}
+
+/// Whether the CRIU that started the helper still runs.
+fn criu_alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+/// CRIU's version, from its binary (`/proc/PID/exe --version`).
+fn criu_version(criu_pid: i32) -> String {
+    std::process::Command::new(format!("/proc/{criu_pid}/exe"))
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("Version:").map(|v| v.trim().to_owned()))
+        })
+        .unwrap_or_else(|| "unknown".into())
+}

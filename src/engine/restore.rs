@@ -1,0 +1,85 @@
+//! Engine mode's restore: the helper `gpucr restore` runs, set up before CRIU touches
+//! anything (the plugin's init hook waits for it) and driven by the plugin's hooks.
+//!
+//! * Set-up: the whole image is verified, the topology checked and the device state
+//!   mapped onto this machine's GPUs; a failure fails CRIU's restore before it starts.
+//! * The GPU image streams from the start, while CRIU restores memory; each task's
+//!   buffers are filled before its RESTORE_EXT_FILE returns, the last hook whose
+//!   failure CRIU honours (it then kills what it restored).
+//! * RESTORE_DONE, from the plugin's exit hook: the image is closed and the helper ends.
+
+use std::os::fd::OwnedFd;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
+
+use gpucr_abi::proto::engine_step::Step;
+
+use super::{criu_alive, EngineError, EngineSettings, StatusPipe};
+use crate::cli::EngineHelperArgs;
+use crate::helper::{EngineCall, GpuRestore, RestoreSettings, Session};
+use crate::progress::Progress;
+use crate::restore::{load_verified, prepare_gpu, RestoreOptions};
+
+/// Serve the restore of the image in `args.images_dir`.
+pub fn serve(
+    args: &EngineHelperArgs,
+    connector: OwnedFd,
+    status: &mut StatusPipe,
+) -> Result<(), EngineError> {
+    let settings = EngineSettings::from_env()?;
+    let dir = args.images_dir.clone();
+    let manifest = load_verified(&dir)?;
+    let opts = RestoreOptions {
+        dir: dir.clone(),
+        device_timeout: settings.device_timeout,
+        transfer: settings.transfer.clone(),
+        cuda_visible_devices: settings.cuda_visible_devices.clone(),
+        ..RestoreOptions::default()
+    };
+    let Some((gpu, backend)) = prepare_gpu(&opts, &manifest)? else {
+        status.none();
+        return Ok(());
+    };
+    let progress = Progress::new(true, false);
+    let name = backend.name();
+    let restore = GpuRestore::start(
+        Session::engine(connector, name),
+        &dir,
+        &gpu,
+        backend,
+        RestoreSettings {
+            transfer: settings.transfer,
+            parallel: true,
+            device_timeout: settings.device_timeout,
+            fill_at_hand_over: true,
+        },
+        progress.gpu_events(),
+    )?;
+    let steps = restore.engine_steps();
+    status.ready(name);
+    loop {
+        let call = match steps.recv_timeout(Duration::from_millis(500)) {
+            Ok(call) => call,
+            Err(RecvTimeoutError::Timeout) if criu_alive(args.criu_pid) => continue,
+            Err(_) => return Ok(()),
+        };
+        let EngineCall { step, ret, reply } = call;
+        match step {
+            Step::RestoreDone => {
+                let answer = if ret == 0 {
+                    restore
+                        .check_resumed()
+                        .and_then(|()| restore.finish().map(|_| ()))
+                        .map_err(|e| e.to_string())
+                } else {
+                    Ok(())
+                };
+                let _ = reply.send(answer);
+                return Ok(());
+            }
+            Step::FinishCopy | Step::DumpDone => {
+                let _ = reply.send(Err(format!("{step:?} during a restore")));
+            }
+        }
+    }
+}
