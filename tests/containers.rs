@@ -374,17 +374,8 @@ impl GpuContainer {
     /// CRIU's errors and gpucr's lines in the log of the last checkpoint or restore.
     fn log_lines(&self, which: &str) -> String {
         let out = podman(&["inspect", "--format", "{{.Id}}", &self.name]);
-        let id = stdout(&out).trim().to_string();
-        let path =
-            format!("/var/lib/containers/storage/overlay-containers/{id}/userdata/{which}.log");
-        fs::read_to_string(&path)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("gpucr") || l.contains("Error") || l.contains("rror"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        log_lines_of(stdout(&out).trim(), which)
     }
-
     fn running(&self) -> bool {
         podman(&["inspect", "--format", "{{.State.Running}}", &self.name])
             .status
@@ -418,6 +409,18 @@ impl Drop for GpuContainer {
     fn drop(&mut self) {
         let _ = podman(&["rm", "-f", "-t", "0", &self.name]);
     }
+}
+
+/// CRIU's errors and gpucr's lines in the log of container `id`'s last checkpoint or
+/// restore (kept by podman's `--keep`).
+fn log_lines_of(id: &str, which: &str) -> String {
+    let path = format!("/var/lib/containers/storage/overlay-containers/{id}/userdata/{which}.log");
+    fs::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("gpucr") || l.contains("rror"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn member_names(report: &Value) -> Vec<String> {
@@ -628,4 +631,236 @@ fn leave_running_keeps_the_container_going() {
     assert_eq!(report["container"]["container_name"], c.name.as_str());
     let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
     assert_success(&out);
+}
+
+/// Whether the container's processes are gone (no half-restored container): podman
+/// knows no running process of it.
+fn assert_nothing_running(name: &str) {
+    let out = podman(&[
+        "inspect",
+        "--format",
+        "{{.State.Running}} {{.State.Pid}}",
+        name,
+    ]);
+    if out.status.success() {
+        let state = stdout(&out);
+        assert!(
+            state.trim() == "false 0",
+            "{name} is left with processes: {state}"
+        );
+    }
+}
+
+/// `--leave-running` in engine mode: the GPU container goes on while its checkpoint is
+/// written, its buffers intact, and the archive is whole.
+#[test]
+fn gpu_container_leave_running() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start("gpu-leave", &[]);
+    let archive = setup().dir.join("gpu-leave.tar.zst");
+    let out = c.checkpoint(&archive, &["--leave-running"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(c.running());
+    c.wait_ticks(2);
+    assert!(c.verify(1), "a buffer differs after the checkpoint");
+    let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
+    assert_success(&out);
+}
+
+/// The helper killed while it copies GPU memory: the checkpoint fails, the reason is in
+/// CRIU's log, and the container runs on with its buffers intact.
+#[test]
+fn gpu_container_checkpoint_survives_a_killed_helper() {
+    if !have_podman() {
+        return;
+    }
+    // A slow simulated copy engine, so that the helper is caught mid-copy.
+    let c = GpuContainer::start("gpu-kill", &["GPUCR_SIM_COPY_BW=20MiB"]);
+    let archive = setup().dir.join("gpu-kill.tar.zst");
+    let id = c.id();
+    let killer = std::thread::spawn(move || {
+        let pattern = format!("engine-helper dump --images-dir .*{id}");
+        wait_for(Duration::from_secs(20), "the engine helper", || {
+            let out = Command::new("pgrep")
+                .args(["-f", &pattern])
+                .output()
+                .unwrap();
+            let pid = stdout(&out).split_whitespace().next()?.to_owned();
+            Some(pid)
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &pattern])
+            .status();
+    });
+    let out = c.checkpoint(&archive, &[]);
+    killer.join().unwrap();
+    assert!(!out.status.success(), "the checkpoint succeeded");
+    let log = c.log_lines("dump");
+    assert!(log.contains("gpucr"), "{log}");
+    assert!(c.running(), "the container stopped");
+    let steps = c.steps();
+    c.wait_ticks(2);
+    assert!(c.steps() > steps);
+    assert!(c.verify(1), "a buffer differs after the failed checkpoint");
+}
+
+/// A restore onto GPUs that cannot hold the image is refused before CRIU restores
+/// anything (the helper's topology check in the plugin's init): the reason is in CRIU's
+/// log and no process of the container is left. With the GPUs back, the same archive
+/// restores.
+#[test]
+fn gpu_container_restore_refused_on_incompatible_gpus() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start("gpu-topo", &[]);
+    let archive = setup().dir.join("gpu-topo.tar.zst");
+    let out = c.checkpoint(&archive, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.wipe_device_memory();
+    let topology = c.sim.0.join("sys");
+    let aside = c.sim.0.with_extension("sys-aside");
+    fs::rename(&topology, &aside).unwrap();
+    let id = c.id();
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+    let out = c.restore(&archive);
+    assert!(!out.status.success(), "restored onto no GPUs");
+    let log = log_lines_of(&id, "restore");
+    assert!(
+        log.contains("the GPUs of this machine cannot hold the image"),
+        "{log}\npodman: {}",
+        stderr(&out)
+    );
+    assert_nothing_running(&c.name);
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+    fs::rename(&aside, &topology).unwrap();
+    let out = c.restore(&archive);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(c.verify(1));
+}
+
+/// Where `member`'s data starts in a plain tar, and its size.
+fn tar_member(tar: &[u8], wanted: impl Fn(&str) -> bool) -> Option<(String, usize, usize)> {
+    let mut at = 0;
+    while at + 512 <= tar.len() {
+        let header = &tar[at..at + 512];
+        if header.iter().all(|&b| b == 0) {
+            return None;
+        }
+        let name_end = header[..100].iter().position(|&b| b == 0).unwrap_or(100);
+        let name = String::from_utf8_lossy(&header[..name_end]).into_owned();
+        let size_text = String::from_utf8_lossy(&header[124..136]);
+        let size =
+            usize::from_str_radix(size_text.trim_matches(|c: char| c == '\0' || c == ' '), 8)
+                .unwrap_or(0);
+        if wanted(&name) && size > 0 {
+            return Some((name, at + 512, size));
+        }
+        at += 512 + size.div_ceil(512) * 512;
+    }
+    None
+}
+
+/// One flipped byte in the GPU memory inside the archive: the restore fails at the
+/// task's device file (CRIU then kills what it restored), the damaged file is named in
+/// CRIU's log, and no process of the container is left.
+#[test]
+fn gpu_container_restore_fails_cleanly_on_a_bad_chunk() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start("gpu-chunk", &["GPUCR_COMPRESS=none"]);
+    let archive = setup().dir.join("gpu-chunk.tar");
+    let out = c.checkpoint(&archive, &["--compress", "none"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+    c.wipe_device_memory();
+    let mut tar = fs::read(&archive).unwrap();
+    let (member, start, size) = tar_member(&tar, |n| {
+        n.starts_with("checkpoint/gpu/") && n != "checkpoint/gpu/index" && !n.contains("state")
+    })
+    .expect("a GPU data file in the archive");
+    tar[start + size / 2] ^= 0x40;
+    fs::write(&archive, &tar).unwrap();
+    let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stdout(&out).contains(&member) || stderr(&out).contains(&member));
+    let out = c.restore(&archive);
+    assert!(!out.status.success(), "restored a damaged image");
+    let log = c.log_lines("restore");
+    assert!(log.contains("gpucr"), "{log}");
+    assert_nothing_running(&c.name);
+}
+
+/// Two GPU containers checkpointed at the same time and restored at the same time
+/// (a node checkpointing several pods): each CRIU starts its own helper, each archive
+/// holds its own container's GPU memory, and both come back verified.
+#[test]
+fn two_gpu_containers_at_once() {
+    if !have_podman() {
+        return;
+    }
+    let a = GpuContainer::start("gpu-two-a", &[]);
+    let b = GpuContainer::start("gpu-two-b", &[]);
+    let archives = [
+        setup().dir.join("gpu-two-a.tar.zst"),
+        setup().dir.join("gpu-two-b.tar.zst"),
+    ];
+    let run_both = |args: [Vec<String>; 2]| {
+        let _lock = common::criu_lock();
+        let handles: Vec<_> = args
+            .into_iter()
+            .map(|a| std::thread::spawn(move || Command::new("podman").args(a).output().unwrap()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<Output>>()
+    };
+    let checkpoint = |c: &GpuContainer, archive: &Path| {
+        let _ = fs::remove_file(archive);
+        ["container", "checkpoint", "--keep", "--export"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([archive.display().to_string(), c.name.clone()])
+            .collect::<Vec<String>>()
+    };
+    for out in run_both([checkpoint(&a, &archives[0]), checkpoint(&b, &archives[1])]) {
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    for (c, archive) in [(&a, &archives[0]), (&b, &archives[1])] {
+        let report = inspect_json(archive, &[]);
+        assert_eq!(report["container"]["container_name"], c.name.as_str());
+        let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
+        assert_success(&out);
+        podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+        c.wipe_device_memory();
+    }
+    let restore = |archive: &Path| {
+        ["container", "restore", "--keep", "--import"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([archive.display().to_string()])
+            .collect::<Vec<String>>()
+    };
+    for out in run_both([restore(&archives[0]), restore(&archives[1])]) {
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    for c in [&a, &b] {
+        assert!(c.verify(1), "{}: a buffer differs", c.name);
+        c.wait_ticks(1);
+    }
+    // No helper outlives its CRIU.
+    let out = Command::new("pgrep")
+        .args(["-f", "engine-helper"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).trim().is_empty(),
+        "helpers left: {}",
+        stdout(&out)
+    );
 }
