@@ -18,7 +18,7 @@ pub fn render_all() -> io::Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
     let root = Cli::command();
     out.push(("man/gpucr.1".to_owned(), man_page(root.clone())?));
-    for sub in root.get_subcommands() {
+    for sub in root.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("gpucr-{}", sub.get_name());
         let page = sub
             .clone()

@@ -404,13 +404,16 @@ pub fn restore(
     Ok(RestoreOutcome { pid, manifest, gpu })
 }
 
+/// An image's GPU state mapped onto this machine, and the backend that restores it.
+pub type PreparedGpu = (GpuManifest, std::sync::Arc<dyn crate::gpu::Backend>);
+
 /// The image's GPU state, checked before anything is restored: its backend, the mapping
 /// onto this machine's GPUs (the topology check), and every path it would create or
 /// open confined to the backend's root. None for an image without GPU state.
 pub fn prepare_gpu(
     opts: &RestoreOptions,
     manifest: &Manifest,
-) -> Result<Option<(GpuManifest, std::sync::Arc<dyn crate::gpu::Backend>)>, RestoreError> {
+) -> Result<Option<PreparedGpu>, RestoreError> {
     let Some(section) = &manifest.gpu else {
         return Ok(None);
     };

@@ -53,7 +53,8 @@ mod tests {
         let mut status = StatusPipe::new(w);
         status.ready("sim");
         status.error("too late");
-        let text = std::fs::read_to_string(std::fs::File::from(r)).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut text).unwrap();
         assert_eq!(Status::parse(&text), Status::Ready("sim".into()));
     }
 }
