@@ -268,6 +268,10 @@ impl GpuContainer {
         let mut args = vec!["run", "-d", "--name", &name, "--annotation", &annotation];
         args.extend(ULIMITS);
         args.extend([
+            // No network: nothing to restore there, and no address for a container
+            // started meanwhile by another test to take.
+            "--network",
+            "none",
             "--device",
             "/dev/fuse",
             "-v",
@@ -540,10 +544,12 @@ fn plain_container_round_trip_with_the_plugin_installed() {
     podman_ok(&["rm", "-f", "-t", "0", &c.name]);
     {
         let _lock = common::criu_lock();
+        // A new address: a container another test started meanwhile may hold the old.
         podman_ok(&[
             "container",
             "restore",
             "--keep",
+            "--ignore-static-ip",
             "--import",
             archive.to_str().unwrap(),
         ]);

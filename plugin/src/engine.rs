@@ -68,7 +68,7 @@ pub fn load_settings() {
     let settings = parse_settings(&text);
     for (name, value) in &settings {
         if std::env::var_os(name).is_none() {
-            // Only GPUCR_* and CUDA_VISIBLE_DEVICES (parse_settings filters), at init,
+            // Only the names `is_setting` allows (parse_settings filters), at init,
             // before CRIU or this plugin start threads.
             std::env::set_var(name, value);
         }
@@ -89,13 +89,19 @@ fn parse_settings(text: &str) -> Vec<(String, String)> {
             continue;
         };
         let name = name.trim();
-        if !(name.starts_with("GPUCR_") || name == "CUDA_VISIBLE_DEVICES") {
+        if !is_setting(name) {
             continue;
         }
         out.retain(|(n, _)| n != name);
         out.push((name.to_owned(), value.trim().to_owned()));
     }
     out
+}
+
+/// The names a settings file may set: gpucr's variables, CUDA's device list, and the
+/// topology checks' `KFD_*` switches.
+fn is_setting(name: &str) -> bool {
+    name.starts_with("GPUCR_") || name.starts_with("KFD_") || name == "CUDA_VISIBLE_DEVICES"
 }
 
 /// The directory the plugin was loaded from.
@@ -408,10 +414,11 @@ mod tests {
 
     #[test]
     fn settings_lines_last_wins_and_only_gpucr_names() {
-        let text = "# comment\nGPUCR_BIN=/a\n\nPATH=/evil\nGPUCR_SIM_ROOT = /sim \nGPUCR_BIN=/b\nCUDA_VISIBLE_DEVICES=1\nnot a line\n";
+        let text = "# comment\nGPUCR_BIN=/a\n\nPATH=/evil\nKFD_NUMA_CHECK=0\nGPUCR_SIM_ROOT = /sim \nGPUCR_BIN=/b\nCUDA_VISIBLE_DEVICES=1\nnot a line\n";
         assert_eq!(
             parse_settings(text),
             vec![
+                ("KFD_NUMA_CHECK".to_string(), "0".to_string()),
                 ("GPUCR_SIM_ROOT".to_string(), "/sim".to_string()),
                 ("GPUCR_BIN".to_string(), "/b".to_string()),
                 ("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string()),

@@ -28,8 +28,9 @@ pub struct InstallPluginArgs {
 
     /// A setting for engine mode, NAME=VALUE, written to the settings file beside the
     /// plugin: GPUCR_COMPRESS, GPUCR_JOBS, GPUCR_DEVICE_TIMEOUT, GPUCR_SIM_ROOT,
-    /// GPUCR_SIM_DEVICE, CUDA_VISIBLE_DEVICES, GPUCR_ENGINE=0 (keep out of every CRIU
-    /// gpucr did not start) and the other GPUCR_* variables. Repeatable.
+    /// GPUCR_SIM_DEVICE, CUDA_VISIBLE_DEVICES, the KFD_*_CHECK topology switches,
+    /// GPUCR_ENGINE=0 (keep out of every CRIU gpucr did not start) and the other GPUCR_*
+    /// variables. Repeatable.
     #[arg(long, value_name = "NAME=VALUE", value_parser = parse_setting)]
     pub setting: Vec<(String, String)>,
 
@@ -43,9 +44,9 @@ fn parse_setting(text: &str) -> Result<(String, String), String> {
     let (name, value) = text
         .split_once('=')
         .ok_or_else(|| format!("{text:?} is not NAME=VALUE"))?;
-    if !(name.starts_with("GPUCR_") || name == "CUDA_VISIBLE_DEVICES") {
+    if !(name.starts_with("GPUCR_") || name.starts_with("KFD_") || name == "CUDA_VISIBLE_DEVICES") {
         return Err(format!(
-            "{name:?}: only GPUCR_* variables and CUDA_VISIBLE_DEVICES are settings"
+            "{name:?}: only GPUCR_* and KFD_* variables and CUDA_VISIBLE_DEVICES are settings"
         ));
     }
     if value.contains('\n') {

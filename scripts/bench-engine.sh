@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Benchmark engine mode: a container holding N MiB of simulated GPU memory checkpointed
+# by podman (runc's CRIU with gpucr's plugin, which starts gpucr's helper itself) against
+# the same workload outside a container checkpointed by `gpucr dump`, side by side in one
+# run, interleaved.
+#
+#   scripts/bench-engine.sh [--mib N] [--runs N] [--keep]
+#
+# Each run, in turn (both trees live on, so the same workloads serve every run):
+#   engine  podman container checkpoint --leave-running CTR        (image kept by podman)
+#   gpucr   gpucr dump --leave-running --force PID DIR
+#   podman  podman container checkpoint --leave-running PLAIN      (a container without
+#           GPU: what podman, conmon and runc cost by themselves, for reference)
+# GPU memory is compressed with zstd (level 1) in both modes. Prints a Markdown section
+# for docs/benchmarks.md on stdout (medians, and engine/gpucr); progress on stderr.
+# Needs root, CRIU, podman and runc (scripts/setup.sh).
+set -euo pipefail
+# The measured commands run in a session of their own (scripts/bench-session.sh).
+source "$(dirname "$0")/bench-session.sh"
+bench_session_start "$@"
+bench_session_nice
+cd "$(dirname "$0")/.."
+
+mib=1024
+runs=9
+keep=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --mib) mib=$2; shift 2 ;;
+        --runs) runs=$2; shift 2 ;;
+        --keep) keep=1; shift ;;
+        *) echo "usage: $0 [--mib N] [--runs N] [--keep]" >&2; exit 2 ;;
+    esac
+done
+
+log() { printf 'bench-engine: %s\n' "$*" >&2; }
+for tool in criu podman python3; do
+    command -v "$tool" >/dev/null || { log "error: $tool is not installed"; exit 1; }
+done
+
+work=$(mktemp -d /var/tmp/gpucr-bench-engine.XXXXXX)
+sim_ctr=/dev/shm/gpucr-bench-engine-ctr-$$
+sim_host=/dev/shm/gpucr-bench-engine-host-$$
+ctr=gpucr-bench-engine-$$
+plain=gpucr-bench-plain-$$
+image=localhost/gpucr-bench-engine:latest
+unshare_pid=
+cleanup() {
+    podman rm -f -t 0 "$ctr" "$plain" >/dev/null 2>&1 || true
+    [ -n "$unshare_pid" ] && kill -9 "$unshare_pid" 2>/dev/null || true
+    rm -rf "$sim_ctr" "$sim_host"
+    if [ "$keep" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+log "building gpucr (release) and the simulator's workload"
+cargo build --release -q --workspace --bins --examples --lib
+target=${CARGO_TARGET_DIR:-$PWD/target}/release
+gpucr=$target/gpucr
+
+log "making the container image (the workload, /bin/sh, sleep and their libraries)"
+root=$work/root
+mkdir -p "$root"/{bin,tmp,proc,sys,dev,etc,state}
+for bin in /bin/sh /bin/sleep "$target/examples/sim_workload"; do
+    for f in "$bin" $(ldd "$bin" | grep -o '/[^ ]*'); do
+        mkdir -p "$root/$(dirname "$f")"
+        cp -L "$f" "$root/$f"
+    done
+done
+cp "$target/examples/sim_workload" "$root/bin/sim_workload"
+tar -C "$root" -cf "$work/rootfs.tar" .
+podman import -q "$work/rootfs.tar" "$image" >/dev/null
+
+log "installing the plugin for engine mode into $work/criu-libs"
+"$gpucr" install-plugin --criu-libdir "$work/criu-libs" --setting "GPUCR_SIM_ROOT=$sim_ctr" >/dev/null
+printf 'libdir %s\n' "$work/criu-libs" >"$work/criu.conf"
+
+ulimits=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+mkdir -p "$sim_ctr" "$sim_host" "$work/state-ctr" "$work/state-host" "$work/state-plain"
+log "starting the container with $mib MiB of GPU memory"
+podman run -d --name "$ctr" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
+    --device /dev/fuse -v "$work/state-ctr:/state" -v "$sim_ctr:$sim_ctr" -e "GPUCR_SIM_ROOT=$sim_ctr" \
+    "$image" /bin/sim_workload --state /state --gpus 1 --parent-mib "$mib" --child-mib 0 >/dev/null
+podman run -d --name "$plain" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
+    -v "$work/state-plain:/state" "$image" /bin/sh -c 'while :; do sleep 1; done' >/dev/null
+log "starting the same workload outside a container"
+GPUCR_SIM_ROOT=$sim_host unshare --pid --fork setsid "$target/examples/sim_workload" \
+    --state "$work/state-host" --gpus 1 --parent-mib "$mib" --child-mib 0 </dev/null >"$work/workload.log" 2>&1 &
+unshare_pid=$!
+for state in state-ctr state-host; do
+    for _ in $(seq 1200); do [ -e "$work/$state/ready-parent" ] && break; sleep 0.1; done
+    [ -e "$work/$state/ready-parent" ] || { log "error: the workload in $state did not start"; exit 1; }
+done
+host_pid=$(tr -d ' \n' <"/proc/$unshare_pid/task/$unshare_pid/children")
+
+time_one() { # label command...
+    local start end
+    start=$(date +%s.%N)
+    "${@:2}" >/dev/null 2>"$work/last.err" || { log "error: $1 failed"; cat "$work/last.err" >&2; exit 1; }
+    end=$(date +%s.%N)
+    echo "$1 $(python3 -c "print(f'{$end - $start:.4f}')")" >>"$work/times"
+}
+
+: >"$work/times"
+load_before=$(cut -d' ' -f1 /proc/loadavg)
+log "$runs runs after one warm-up, interleaved"
+for run in $(seq 0 "$runs"); do
+    time_one engine podman container checkpoint --leave-running "$ctr"
+    time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running --force "$host_pid" "$work/img"
+    time_one podman podman container checkpoint --leave-running "$plain"
+    [ "$run" = 0 ] && : >"$work/times"   # the warm-up run is not counted
+    log "run $run done"
+done
+load_after=$(cut -d' ' -f1 /proc/loadavg)
+grep -q 'gpucr: engine mode: GPU memory is in the image' \
+    /var/lib/containers/storage/overlay-containers/"$(podman inspect --format '{{.Id}}' "$ctr")"/userdata/dump.log \
+    || { log "error: the container was not checkpointed in engine mode"; exit 1; }
+
+python3 - "$work/times" "$mib" "$runs" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" <<'EOF'
+import statistics, sys, platform, subprocess
+path, mib, runs, before, after, commit = sys.argv[1:]
+times = {}
+for line in open(path):
+    label, value = line.split()
+    times.setdefault(label, []).append(float(value))
+med = {k: statistics.median(v) for k, v in times.items()}
+cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), '?')
+print(f"### Engine mode vs `gpucr dump` ({mib} MiB of simulated GPU memory)\n")
+print(f"Command: `scripts/bench-engine.sh --mib {mib} --runs {runs}` (commit `{commit}`), "
+      f"{subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores ({cpu}), "
+      f"kernel {platform.release()}, podman + runc (Debian 12), CRIU 4.2.1, release build; "
+      f"{runs} interleaved runs after one warm-up; load average {before} before, {after} after.\n")
+print("| checkpoint | median s | min s | max s |")
+print("|---|---|---|---|")
+for label, what in [("engine", "podman checkpoint, GPU container (engine mode)"),
+                    ("gpucr", "`gpucr dump`, same workload, no container"),
+                    ("podman", "podman checkpoint, container without GPU")]:
+    v = times[label]
+    print(f"| {what} | {med[label]:.3f} | {min(v):.3f} | {max(v):.3f} |")
+print()
+print(f"engine / gpucr: **{med['engine'] / med['gpucr']:.3f}**; "
+      f"(engine - podman's own cost) / gpucr: **{(med['engine'] - med['podman']) / med['gpucr']:.3f}**")
+EOF
