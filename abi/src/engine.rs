@@ -38,7 +38,7 @@ impl Status {
         match self {
             Status::Ready(backend) => format!("ready {backend}\n"),
             Status::None => "none\n".into(),
-            Status::Error(message) => format!("error {}\n", message.replace('\n', "\n  ")),
+            Status::Error(message) => format!("error {message}\n"),
         }
     }
 

@@ -44,6 +44,14 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static PROBED: AtomicBool = AtomicBool::new(false);
 /// FINISH_COPY went through.
 static COPY_FINISHED: AtomicBool = AtomicBool::new(false);
+/// CRIU's init said this run is a dump (not a pre-dump, whose images hold memory only
+/// and which never calls CHECKPOINT_DEVICES).
+static DUMPING: AtomicBool = AtomicBool::new(false);
+
+/// The init hook's stage, for [`start_dump`].
+pub fn set_stage(stage: i32) {
+    DUMPING.store(stage == gpucr_abi::plugin_abi::stage::DUMP, Ordering::SeqCst);
+}
 
 /// Whether this CRIU run is in engine mode.
 pub fn active() -> bool {
@@ -127,7 +135,7 @@ fn own_directory() -> Option<PathBuf> {
 /// The dump's first PAUSE_DEVICES, in a CRIU gpucr did not start: when the tree holds a
 /// device gpucr handles, start the helper. True when the plugin now serves the dump.
 pub fn start_dump(root: i32) -> Result<bool, HookFailure> {
-    if PROBED.swap(true, Ordering::SeqCst) || !enabled() {
+    if !DUMPING.load(Ordering::SeqCst) || PROBED.swap(true, Ordering::SeqCst) || !enabled() {
         return Ok(false);
     }
     let Some(backend) = probe(root) else {

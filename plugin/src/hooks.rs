@@ -142,6 +142,7 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
         } else {
             criu::info(&format!("plugin loaded ({stage_name})"));
             if !helper::configured() {
+                engine::set_stage(stage);
                 engine::load_settings();
             }
         }
