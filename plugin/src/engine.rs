@@ -50,7 +50,10 @@ static DUMPING: AtomicBool = AtomicBool::new(false);
 
 /// The init hook's stage, for [`start_dump`].
 pub fn set_stage(stage: i32) {
-    DUMPING.store(stage == gpucr_abi::plugin_abi::stage::DUMP, Ordering::SeqCst);
+    DUMPING.store(
+        stage == gpucr_abi::plugin_abi::stage::DUMP,
+        Ordering::SeqCst,
+    );
 }
 
 /// Whether this CRIU run is in engine mode.
