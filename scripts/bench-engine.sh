@@ -4,14 +4,15 @@
 # the same workload outside a container checkpointed by `gpucr dump`, side by side in one
 # run, interleaved.
 #
-#   scripts/bench-engine.sh [--mib N] [--runs N] [--keep]
+#   scripts/bench-engine.sh [--mib N] [--runs N] [--fill mixed|random] [--keep]
 #
 # Each run, in turn (both trees live on, so the same workloads serve every run):
-#   engine  podman container checkpoint --leave-running CTR        (image kept by podman)
+#   engine  podman container checkpoint --keep --leave-running CTR (image, log kept)
 #   gpucr   gpucr dump --leave-running --force PID DIR
-#   podman  podman container checkpoint --leave-running PLAIN      (a container without
+#   podman  podman container checkpoint --keep --leave-running PLAIN (a container without
 #           GPU: what podman, conmon and runc cost by themselves, for reference)
-# GPU memory is compressed with zstd (level 1) in both modes. Prints a Markdown section
+# GPU memory is compressed with zstd (level 1) in both modes; --fill is the workload's
+# (mixed, the default: random, compressible and zeroed buffers; random: all random). Prints a Markdown section
 # for docs/benchmarks.md on stdout (medians, and engine/gpucr); progress on stderr.
 # Needs root, CRIU, podman and runc (scripts/setup.sh).
 set -euo pipefail
@@ -23,13 +24,15 @@ cd "$(dirname "$0")/.."
 
 mib=1024
 runs=9
+fill=mixed
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --mib) mib=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
+        --fill) fill=$2; shift 2 ;;
         --keep) keep=1; shift ;;
-        *) echo "usage: $0 [--mib N] [--runs N] [--keep]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--mib N] [--runs N] [--fill mixed|random] [--keep]" >&2; exit 2 ;;
     esac
 done
 
@@ -80,12 +83,12 @@ mkdir -p "$sim_ctr" "$sim_host" "$work/state-ctr" "$work/state-host" "$work/stat
 log "starting the container with $mib MiB of GPU memory"
 podman run -d --name "$ctr" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
     --device /dev/fuse -v "$work/state-ctr:/state" -v "$sim_ctr:$sim_ctr" -e "GPUCR_SIM_ROOT=$sim_ctr" \
-    "$image" /bin/sim_workload --state /state --gpus 1 --parent-mib "$mib" --child-mib 0 >/dev/null
+    "$image" /bin/sim_workload --state /state --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" >/dev/null
 podman run -d --name "$plain" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
     -v "$work/state-plain:/state" "$image" /bin/sh -c 'while :; do sleep 1; done' >/dev/null
 log "starting the same workload outside a container"
 GPUCR_SIM_ROOT=$sim_host unshare --pid --fork setsid "$target/examples/sim_workload" \
-    --state "$work/state-host" --gpus 1 --parent-mib "$mib" --child-mib 0 </dev/null >"$work/workload.log" 2>&1 &
+    --state "$work/state-host" --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" </dev/null >"$work/workload.log" 2>&1 &
 unshare_pid=$!
 for state in state-ctr state-host; do
     for _ in $(seq 1200); do [ -e "$work/$state/ready-parent" ] && break; sleep 0.1; done
@@ -105,9 +108,9 @@ time_one() { # label command...
 load_before=$(cut -d' ' -f1 /proc/loadavg)
 log "$runs runs after one warm-up, interleaved"
 for run in $(seq 0 "$runs"); do
-    time_one engine podman container checkpoint --leave-running "$ctr"
+    time_one engine podman container checkpoint --keep --leave-running "$ctr"
     time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running --force "$host_pid" "$work/img"
-    time_one podman podman container checkpoint --leave-running "$plain"
+    time_one podman podman container checkpoint --keep --leave-running "$plain"
     [ "$run" = 0 ] && : >"$work/times"   # the warm-up run is not counted
     log "run $run done"
 done
@@ -116,17 +119,17 @@ grep -q 'gpucr: engine mode: GPU memory is in the image' \
     /var/lib/containers/storage/overlay-containers/"$(podman inspect --format '{{.Id}}' "$ctr")"/userdata/dump.log \
     || { log "error: the container was not checkpointed in engine mode"; exit 1; }
 
-python3 - "$work/times" "$mib" "$runs" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" <<'EOF'
+python3 - "$work/times" "$mib" "$runs" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" "$fill" <<'EOF'
 import statistics, sys, platform, subprocess
-path, mib, runs, before, after, commit = sys.argv[1:]
+path, mib, runs, before, after, commit, fill = sys.argv[1:]
 times = {}
 for line in open(path):
     label, value = line.split()
     times.setdefault(label, []).append(float(value))
 med = {k: statistics.median(v) for k, v in times.items()}
 cpu = next((l.split(':', 1)[1].strip() for l in open('/proc/cpuinfo') if l.startswith('model name')), '?')
-print(f"### Engine mode vs `gpucr dump` ({mib} MiB of simulated GPU memory)\n")
-print(f"Command: `scripts/bench-engine.sh --mib {mib} --runs {runs}` (commit `{commit}`), "
+print(f"### Engine mode vs `gpucr dump` ({mib} MiB of simulated GPU memory, fill {fill})\n")
+print(f"Command: `scripts/bench-engine.sh --mib {mib} --runs {runs} --fill {fill}` (commit `{commit}`), "
       f"{subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores ({cpu}), "
       f"kernel {platform.release()}, podman + runc (Debian 12), CRIU 4.2.1, release build; "
       f"{runs} interleaved runs after one warm-up; load average {before} before, {after} after.\n")
