@@ -431,8 +431,9 @@ fn checksum_image(dir: &Path, known: &Prefixes) -> Result<Vec<FileRecord>, DumpE
         .iter()
         .map(|n| known.get(n).cloned().unwrap_or_default())
         .collect();
+    // CRIU has finished writing: the files can be mapped.
     let digests =
-        checksum::digest_files_resuming(&refs, &prefixes, image::verify::default_threads());
+        checksum::digest_image_files_resuming(&refs, &prefixes, image::verify::default_threads());
     names
         .into_iter()
         .zip(paths)

@@ -85,6 +85,16 @@ pub fn digest_image_files(paths: &[&Path], threads: usize) -> Vec<io::Result<Fil
     digest_files_with(paths, &known, threads, BlockRead::Mapped)
 }
 
+/// [`digest_image_files`] for files whose leading full blocks were already hashed (see
+/// [`digest_files_resuming`]): a dump's last pass, once CRIU has written the image.
+pub fn digest_image_files_resuming(
+    paths: &[&Path],
+    known: &[Vec<u64>],
+    threads: usize,
+) -> Vec<io::Result<FileDigest>> {
+    digest_files_with(paths, known, threads, BlockRead::Mapped)
+}
+
 /// How a block's bytes reach the hasher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BlockRead {
@@ -219,7 +229,7 @@ pub(crate) fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -
 
 /// The xxh3-64 of block `block` of `file` (of `size` bytes), read through a read-only
 /// mapping of the block (see [`digest_image_files`]).
-fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
+pub(crate) fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
     let start = block as u64 * BLOCK_SIZE;
     let len = (size - start.min(size)).min(BLOCK_SIZE) as usize;
     if len == 0 {
