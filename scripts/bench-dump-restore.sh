@@ -27,7 +27,20 @@ workload=$root/target/release/examples/workload
 criu=$(command -v criu)
 
 # --- helpers called by hyperfine's --prepare -------------------------------------------
+# A dump that kills its tree leaves CRIU's nftables lock table (inet CRIU-<id>) behind
+# for the restore to remove; with no restore they pile up, and every later network lock
+# and unlock (CRIU's and gpucr's alike) slows down with their number (120 ms instead of 3
+# with about a hundred). Each measured command starts with none.
+drop_lock_tables() {
+    command -v nft >/dev/null || return 0
+    local t
+    for t in $(nft list tables 2>/dev/null | awk '$2 == "inet" && $3 ~ /^CRIU-/ {print $3}'); do
+        nft delete table inet "$t" 2>/dev/null || true
+    done
+}
+
 kill_all() {
+    drop_lock_tables
     for f in "$WORK"/pid "$WORK"/restored; do
         [ -f "$f" ] || continue
         local pid; pid=$(cat "$f")

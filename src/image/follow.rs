@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::checksum::{hash_block_mapped, BLOCK_SIZE};
+use super::checksum::{hash_block, BLOCK_SIZE, READ_PIECE};
 
 /// How long the follower sleeps when no new block has landed.
 const POLL: Duration = Duration::from_millis(10);
@@ -85,6 +85,7 @@ fn follow(
     hashed: &AtomicUsize,
 ) -> Prefixes {
     let mut files: HashMap<String, Followed> = HashMap::new();
+    let mut buf = vec![0u8; READ_PIECE];
     while !stop.load(Ordering::SeqCst) {
         let mut progressed = false;
         if let Ok(entries) = fs::read_dir(dir) {
@@ -112,11 +113,7 @@ fn follow(
             if (next as u64 + 1) * BLOCK_SIZE > size || stop.load(Ordering::SeqCst) {
                 continue;
             }
-            // Mapped, not read: a read copies every byte once more, which on a machine
-            // with few cores slows CRIU, whose dump runs beside it. The block lies below
-            // the file's size, CRIU only ever appends to a pages file, and the image
-            // directory is 0700: nothing truncates the file under the mapping.
-            match hash_block_mapped(&followed.file, size, next) {
+            match hash_block(&followed.file, size, next, &mut buf) {
                 Ok(digest) => {
                     followed.blocks.push(digest);
                     hashed.fetch_add(1, Ordering::SeqCst);
