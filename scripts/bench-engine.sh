@@ -11,6 +11,9 @@
 #   gpucr   gpucr dump --leave-running --force PID DIR
 #   podman  podman container checkpoint --keep --leave-running PLAIN (a container without
 #           GPU: what podman, conmon and runc cost by themselves, for reference)
+#   bare    the same checkpoint of a second such container whose CRIU loads no plugin
+#           (no org.criu.config annotation): what having gpucr's plugin installed
+#           costs a container that holds no GPU
 # GPU memory is compressed with zstd (level 1) in both modes; --fill is the workload's
 # (mixed, the default: random, compressible and zeroed buffers; random: all random). Prints a Markdown section
 # for docs/benchmarks.md on stdout (medians, and engine/gpucr); progress on stderr.
@@ -46,10 +49,11 @@ sim_ctr=/dev/shm/gpucr-bench-engine-ctr-$$
 sim_host=/dev/shm/gpucr-bench-engine-host-$$
 ctr=gpucr-bench-engine-$$
 plain=gpucr-bench-plain-$$
+bare=gpucr-bench-bare-$$
 image=localhost/gpucr-bench-engine:latest
 unshare_pid=
 cleanup() {
-    podman rm -f -t 0 "$ctr" "$plain" >/dev/null 2>&1 || true
+    podman rm -f -t 0 "$ctr" "$plain" "$bare" >/dev/null 2>&1 || true
     [ -n "$unshare_pid" ] && kill -9 "$unshare_pid" 2>/dev/null || true
     rm -rf "$sim_ctr" "$sim_host"
     if [ "$keep" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
@@ -86,6 +90,8 @@ podman run -d --name "$ctr" --annotation "org.criu.config=$work/criu.conf" "${ul
     "$image" /bin/sim_workload --state /state --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" >/dev/null
 podman run -d --name "$plain" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
     -v "$work/state-plain:/state" "$image" /bin/sh -c 'while :; do sleep 1; done' >/dev/null
+podman run -d --name "$bare" "${ulimits[@]}" \
+    -v "$work/state-plain:/state" "$image" /bin/sh -c 'while :; do sleep 1; done' >/dev/null
 log "starting the same workload outside a container"
 GPUCR_SIM_ROOT=$sim_host unshare --pid --fork setsid "$target/examples/sim_workload" \
     --state "$work/state-host" --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" </dev/null >"$work/workload.log" 2>&1 &
@@ -111,6 +117,7 @@ for run in $(seq 0 "$runs"); do
     time_one engine podman container checkpoint --keep --leave-running "$ctr"
     time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running --force "$host_pid" "$work/img"
     time_one podman podman container checkpoint --keep --leave-running "$plain"
+    time_one bare podman container checkpoint --keep --leave-running "$bare"
     [ "$run" = 0 ] && : >"$work/times"   # the warm-up run is not counted
     log "run $run done"
 done
@@ -137,10 +144,12 @@ print("| checkpoint | median s | min s | max s |")
 print("|---|---|---|---|")
 for label, what in [("engine", "podman checkpoint, GPU container (engine mode)"),
                     ("gpucr", "`gpucr dump`, same workload, no container"),
-                    ("podman", "podman checkpoint, container without GPU")]:
+                    ("podman", "podman checkpoint, container without GPU"),
+                    ("bare", "the same, its CRIU loading no plugin")]:
     v = times[label]
     print(f"| {what} | {med[label]:.3f} | {min(v):.3f} | {max(v):.3f} |")
 print()
 print(f"engine / gpucr: **{med['engine'] / med['gpucr']:.3f}**; "
-      f"(engine - podman's own cost) / gpucr: **{(med['engine'] - med['podman']) / med['gpucr']:.3f}**")
+      f"(engine - podman's own cost) / gpucr: **{(med['engine'] - med['podman']) / med['gpucr']:.3f}**; "
+      f"container without GPU, plugin installed / no plugin: **{med['podman'] / med['bare']:.3f}**")
 EOF
