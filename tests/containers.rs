@@ -176,25 +176,38 @@ impl Counter {
         })
     }
 
-    fn id(&self) -> String {
-        podman_ok(&["inspect", "--format", "{{.Id}}", &self.name])
-            .trim()
-            .to_string()
-    }
-
-    /// CRIU's log of the last checkpoint (`dump`) or restore (`restore`), kept by
-    /// podman's `--keep`.
     fn criu_log(&self, which: &str) -> String {
-        let path = format!(
-            "/var/lib/containers/storage/overlay-containers/{}/userdata/{which}.log",
-            self.id()
-        );
-        fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        criu_log(&self.name, which)
     }
 
     fn running(&self) -> bool {
-        podman_ok(&["inspect", "--format", "{{.State.Running}}", &self.name]).trim() == "true"
+        is_running(&self.name)
     }
+}
+
+/// Container `name`'s id.
+fn container_id(name: &str) -> String {
+    podman_ok(&["inspect", "--format", "{{.Id}}", name])
+        .trim()
+        .to_string()
+}
+
+/// CRIU's log of container `name`'s last checkpoint (`dump`) or restore (`restore`),
+/// kept by podman's `--keep`.
+fn criu_log(name: &str, which: &str) -> String {
+    let path = format!(
+        "/var/lib/containers/storage/overlay-containers/{}/userdata/{which}.log",
+        container_id(name)
+    );
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Whether container `name` exists and runs.
+fn is_running(name: &str) -> bool {
+    podman(&["inspect", "--format", "{{.State.Running}}", name])
+        .status
+        .success()
+        && podman_ok(&["inspect", "--format", "{{.State.Running}}", name]).trim() == "true"
 }
 
 impl Drop for Counter {
@@ -362,17 +375,11 @@ impl GpuContainer {
     }
 
     fn id(&self) -> String {
-        podman_ok(&["inspect", "--format", "{{.Id}}", &self.name])
-            .trim()
-            .to_string()
+        container_id(&self.name)
     }
 
     fn criu_log(&self, which: &str) -> String {
-        let path = format!(
-            "/var/lib/containers/storage/overlay-containers/{}/userdata/{which}.log",
-            self.id()
-        );
-        fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        criu_log(&self.name, which)
     }
 
     /// CRIU's errors and gpucr's lines in the log of the last checkpoint or restore.
@@ -380,12 +387,9 @@ impl GpuContainer {
         let out = podman(&["inspect", "--format", "{{.Id}}", &self.name]);
         log_lines_of(stdout(&out).trim(), which)
     }
+
     fn running(&self) -> bool {
-        podman(&["inspect", "--format", "{{.State.Running}}", &self.name])
-            .status
-            .success()
-            && podman_ok(&["inspect", "--format", "{{.State.Running}}", &self.name]).trim()
-                == "true"
+        is_running(&self.name)
     }
 
     fn checkpoint(&self, archive: &Path, extra: &[&str]) -> Output {

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod fault;
 pub mod kfd;
 pub mod plugin_abi;
+pub mod procfs;
 pub mod sim;
 pub mod uapi;
 pub mod wire;

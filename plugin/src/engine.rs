@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use gpucr_abi::engine::{
     Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG, SETTINGS_FILE, STATUS_FD,
 };
+use gpucr_abi::procfs::tree_pids;
 use gpucr_abi::proto::engine_step::Step;
 use gpucr_abi::proto::{request, EngineStep};
 use gpucr_abi::sim::{CONTEXTS_DIR, ENV_ROOT as ENV_SIM_ROOT};
@@ -247,28 +248,6 @@ fn holds_fd(pid: i32, matches: impl Fn(&Path) -> bool) -> bool {
         fds.flatten()
             .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| matches(&t)))
     })
-}
-
-/// `root` and every descendant process.
-fn tree_pids(root: i32) -> Vec<i32> {
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let pid = out[i];
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-            for t in tasks.flatten() {
-                let children =
-                    std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-                out.extend(
-                    children
-                        .split_whitespace()
-                        .filter_map(|c| c.parse::<i32>().ok()),
-                );
-            }
-        }
-        i += 1;
-    }
-    out
 }
 
 /// The gpucr binary to run as the helper: `GPUCR_BIN`, else the usual places.

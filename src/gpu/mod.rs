@@ -577,30 +577,7 @@ pub fn backend_named(name: &str) -> Result<std::sync::Arc<dyn Backend>, GpuError
     }
 }
 
-/// `pid` and all its descendants (through /proc/PID/task/TID/children).
-pub fn tree_pids(pid: i32) -> Vec<i32> {
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
-            for t in tasks.flatten() {
-                let children =
-                    std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-                for c in children
-                    .split_whitespace()
-                    .filter_map(|c| c.parse::<i32>().ok())
-                {
-                    if !out.contains(&c) {
-                        out.push(c);
-                    }
-                }
-            }
-        }
-        i += 1;
-    }
-    out
-}
+pub use gpucr_abi::procfs::tree_pids;
 
 /// The task's pid in its innermost PID namespace (the last NSpid field).
 pub fn ns_pid(pid: i32) -> Result<u32, GpuError> {
