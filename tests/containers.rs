@@ -469,6 +469,9 @@ fn gpu_container_round_trip_in_engine_mode() {
         log.contains("gpucr: engine mode: GPU memory is in the image"),
         "{log}"
     );
+    // The exit hook's step was answered (the helper did not end before its answer
+    // reached the plugin).
+    assert!(log.contains("gpucr: engine mode: DumpDone done"), "{log}");
     let steps = c.steps();
     podman_ok(&["rm", "-f", "-t", "0", &c.name]);
     c.wipe_device_memory();
@@ -501,6 +504,7 @@ fn gpu_container_round_trip_in_engine_mode() {
         log.contains("gpucr: engine mode: helper ready (sim)"),
         "{log}"
     );
+    assert!(log.contains("gpucr: engine mode: RestoreDone done"), "{log}");
     assert!(c.verify(1), "a buffer differs after the restore");
     c.wait_ticks(2);
     assert!(c.steps() > steps, "the kernels did not go on");

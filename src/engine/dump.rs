@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use gpucr_abi::proto::engine_step::Step;
 
-use super::{criu_alive, criu_version, EngineError, EngineSettings, StatusPipe};
+use super::{criu_alive, criu_version, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
 use crate::cli::EngineHelperArgs;
 use crate::dump::{is_pages_file, write_manifest, ImageFacts};
 use crate::gpu::{self, GpuManifest};
@@ -107,6 +107,7 @@ pub fn serve(
                     let _ = dir::mark_incomplete(dir, e);
                 }
                 let _ = reply.send(answer);
+                gpu.drain_replies(LAST_REPLY_LIMIT);
                 return Ok(());
             }
             Step::RestoreDone => {

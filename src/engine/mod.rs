@@ -98,6 +98,10 @@ fn detach() -> Result<(), EngineError> {
     }
 }
 
+/// How long the helper waits, after answering the plugin's last step, for that answer
+/// to be sent before it ends (the send itself takes microseconds).
+const LAST_REPLY_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether the CRIU that started the helper still runs.
 fn criu_alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()

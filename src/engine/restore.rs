@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use gpucr_abi::proto::engine_step::Step;
 
-use super::{criu_alive, EngineError, EngineSettings, StatusPipe};
+use super::{criu_alive, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
 use crate::cli::EngineHelperArgs;
 use crate::helper::{EngineCall, GpuRestore, RestoreSettings, Session};
 use crate::progress::Progress;
@@ -75,6 +75,7 @@ pub fn serve(
                     Ok(())
                 };
                 let _ = reply.send(answer);
+                restore.drain_replies(LAST_REPLY_LIMIT);
                 return Ok(());
             }
             Step::FinishCopy | Step::DumpDone => {

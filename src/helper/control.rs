@@ -13,8 +13,8 @@
 //! a refusal, or nothing when it is gone.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use gpucr_abi::proto::{request, Reply, Request};
 use gpucr_abi::wire::{self, WireError};
@@ -85,6 +85,39 @@ pub fn request_name(req: &Request) -> &'static str {
 pub struct ControlPlane {
     runtime: Option<tokio::runtime::Runtime>,
     stop: watch::Sender<bool>,
+    in_flight: Arc<InFlight>,
+}
+
+/// How many requests are being answered (received, their reply not yet sent).
+#[derive(Debug, Default)]
+struct InFlight {
+    count: Mutex<usize>,
+    idle: Condvar,
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Count one request until the returned guard is dropped.
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        *self.lock() += 1;
+        InFlightGuard(self.clone())
+    }
+}
+
+/// One request being answered (see [`InFlight`]).
+struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let mut count = self.0.lock();
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.0.idle.notify_all();
+        }
+    }
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -107,11 +140,40 @@ impl ControlPlane {
             let _entered = runtime.enter();
             register(connector, Interest::READABLE)?
         };
-        runtime.spawn(accept_connections(connector, handler, stopped));
+        let in_flight = Arc::new(InFlight::default());
+        runtime.spawn(accept_connections(
+            connector,
+            handler,
+            stopped,
+            in_flight.clone(),
+        ));
         Ok(ControlPlane {
             runtime: Some(runtime),
             stop,
+            in_flight,
         })
+    }
+
+    /// Wait (at most `limit`) until every request received so far has been answered
+    /// and its reply sent. Before the control plane is dropped, so that the answer to a
+    /// plugin's last request (engine mode's exit hook) reaches it rather than a closed
+    /// connection. Returns whether it got there.
+    pub fn drain(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut count = self.in_flight.lock();
+        while *count > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            count = self
+                .in_flight
+                .idle
+                .wait_timeout(count, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
     }
 }
 
@@ -154,6 +216,7 @@ async fn accept_connections(
     connector: AsyncFd<OwnedFd>,
     handler: Arc<dyn Handler>,
     mut stopped: watch::Receiver<bool>,
+    in_flight: Arc<InFlight>,
 ) {
     loop {
         let mut ready = tokio::select! {
@@ -185,7 +248,12 @@ async fn accept_connections(
         let Ok(conn) = register(conn, Interest::READABLE | Interest::WRITABLE) else {
             continue;
         };
-        tokio::spawn(serve(conn, handler.clone(), stopped.clone()));
+        tokio::spawn(serve(
+            conn,
+            handler.clone(),
+            stopped.clone(),
+            in_flight.clone(),
+        ));
     }
 }
 
@@ -194,6 +262,7 @@ async fn serve(
     conn: AsyncFd<OwnedFd>,
     handler: Arc<dyn Handler>,
     mut stopped: watch::Receiver<bool>,
+    in_flight: Arc<InFlight>,
 ) {
     let peer = getsockopt(conn.get_ref(), sockopt::PeerCredentials)
         .map(|c| c.pid())
@@ -220,6 +289,8 @@ async fn serve(
             }
         };
         drop(ready);
+        // Counted until its reply is sent, or the request given up.
+        let _answering = in_flight.enter();
         let what = request_name(&req);
         let limit = handler.time_limit(&req);
         let work = handler.clone();
@@ -323,7 +394,8 @@ mod tests {
         }
     }
 
-    /// Echoes log lines; "stuck" never finishes; "slow" has a 200 ms limit.
+    /// Echoes log lines; "stuck" never finishes; "slow" has a 200 ms limit; "late" is
+    /// answered after 150 ms.
     #[derive(Default)]
     struct Echo {
         abandoned: std::sync::Mutex<Vec<(&'static str, Abandoned)>>,
@@ -335,6 +407,14 @@ mod tests {
                 Some(request::Kind::Log(l)) if l.text == "stuck" || l.text == "slow" => {
                     std::thread::sleep(Duration::from_secs(3600));
                     Reply::default()
+                }
+                Some(request::Kind::Log(l)) if l.text == "late" => {
+                    std::thread::sleep(Duration::from_millis(150));
+                    Reply {
+                        ok: true,
+                        error: l.text,
+                        ..Default::default()
+                    }
                 }
                 Some(request::Kind::Log(l)) => Reply {
                     ok: true,
@@ -440,6 +520,34 @@ mod tests {
         drop(plane);
         let err = wire::recv_msg::<Reply>(mine.as_fd()).unwrap_err();
         assert!(matches!(err, WireError::Closed), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn drain_lets_the_last_answer_reach_the_plugin_before_the_plane_stops() {
+        let (helper_end, plugin_end) = pair();
+        let plane = ControlPlane::start(helper_end, Arc::new(Echo::default())).unwrap();
+        let conn = connect(&plugin_end);
+        wire::send(conn.as_fd(), &log("late"), &[]).unwrap();
+        wait_until("the request to be taken", || *plane.in_flight.lock() == 1);
+        assert!(plane.drain(Duration::from_secs(5)));
+        drop(plane);
+        let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(conn.as_fd()).unwrap();
+        assert!(reply.ok);
+        assert_eq!(reply.error, "late");
+    }
+
+    #[test]
+    fn drain_gives_up_on_a_stuck_request_at_its_limit() {
+        let (helper_end, plugin_end) = pair();
+        let plane = ControlPlane::start(helper_end, Arc::new(Echo::default())).unwrap();
+        assert!(plane.drain(Duration::from_millis(10)), "nothing in flight");
+        let conn = connect(&plugin_end);
+        wire::send(conn.as_fd(), &log("stuck"), &[]).unwrap();
+        wait_until("the request to be taken", || *plane.in_flight.lock() == 1);
+        let started = std::time::Instant::now();
+        assert!(!plane.drain(Duration::from_millis(200)));
+        assert!(started.elapsed() >= Duration::from_millis(200));
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -71,6 +71,12 @@ impl GpuDump {
         self.helper.engine_steps()
     }
 
+    /// Engine mode: wait (at most `limit`) until the answer to the plugin's last step
+    /// has been sent (see [`super::Helper::drain_replies`]).
+    pub fn drain_replies(&self, limit: std::time::Duration) -> bool {
+        self.helper.drain_replies(limit)
+    }
+
     /// `manifest` (from [`GpuDump::finish`]) with every device file CRIU has dumped
     /// since.
     pub fn with_late_files(&self, mut manifest: GpuManifest) -> GpuManifest {
@@ -173,6 +179,12 @@ impl GpuRestore {
     /// Engine mode: the engine steps the plugin asks for.
     pub fn engine_steps(&self) -> std::sync::mpsc::Receiver<super::EngineCall> {
         self.helper.engine_steps()
+    }
+
+    /// Engine mode: wait (at most `limit`) until the answer to the plugin's last step
+    /// has been sent (see [`super::Helper::drain_replies`]).
+    pub fn drain_replies(&self, limit: std::time::Duration) -> bool {
+        self.helper.drain_replies(limit)
     }
 
     /// Every task's device is back (at CRIU's pre-resume, tasks still stopped).

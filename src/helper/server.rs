@@ -173,7 +173,7 @@ impl Handler for Shared {
 pub struct Helper {
     shared: Arc<Shared>,
     /// Serves the plugins; stopped (every connection closed) when the helper is dropped.
-    _control: ControlPlane,
+    control: ControlPlane,
 }
 
 impl std::fmt::Debug for Helper {
@@ -271,10 +271,7 @@ impl Helper {
             failure: Mutex::new(None),
         });
         let control = ControlPlane::start(connector, shared.clone()).map_err(io_err)?;
-        Ok(Helper {
-            shared,
-            _control: control,
-        })
+        Ok(Helper { shared, control })
     }
 
     /// Dump: wait until every buffer handed over is in the image, then finish the
@@ -430,6 +427,13 @@ impl Helper {
         let (tx, rx) = std::sync::mpsc::channel();
         *lock(&self.shared.engine) = Some(tx);
         rx
+    }
+
+    /// Wait (at most `limit`) until every request received so far has been answered
+    /// and the answer sent: engine mode's last step is answered after the engine
+    /// helper decided to end, which must not cut that answer off.
+    pub fn drain_replies(&self, limit: Duration) -> bool {
+        self.control.drain(limit)
     }
 
     /// When each task's device memory moved.
