@@ -52,7 +52,7 @@ target=${CARGO_TARGET_DIR:-$PWD/target}/release
 gpucr=$target/gpucr
 
 log "starting the workload with $mib MiB of GPU memory"
-unshare --pid --fork setsid "$target/examples/sim_workload" --state "$work/state" \
+unshare --pid --fork --kill-child setsid "$target/examples/sim_workload" --state "$work/state" \
     --gpus 1 --parent-mib "$mib" --child-mib 0 </dev/null >"$work/workload.log" 2>&1 &
 unshare_pid=$!
 for _ in $(seq 1200); do [ -e "$work/state/ready-parent" ] && break; sleep 0.1; done

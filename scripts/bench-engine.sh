@@ -6,11 +6,15 @@
 #
 #   scripts/bench-engine.sh [--mib N] [--runs N] [--fill mixed|random] [--keep]
 #
-# Each run, in turn (both trees live on, so the same workloads serve every run):
+# Each run, in turn (both trees live on, so the same workloads serve every run; the
+# first two alternate their order; each starts with an empty image directory and no
+# dirty pages, both prepared outside the measured time):
 #   engine  podman container checkpoint --keep --leave-running CTR (image, log kept)
-#   gpucr   gpucr dump --leave-running --force PID DIR
+#   gpucr   gpucr dump --leave-running PID DIR
 #   podman  podman container checkpoint --keep --leave-running PLAIN (a container without
-#           GPU: what podman, conmon and runc cost by themselves, for reference)
+#           GPU, one sleeping process: what podman, conmon, runc and CRIU's handling of a
+#           container cost by themselves, for reference; a shell loop forking `sleep`
+#           would make CRIU's cgroup-v1 freeze retry after 100 ms in some runs)
 #   bare    the same checkpoint of a second such container whose CRIU loads no plugin
 #           (no org.criu.config annotation): what having gpucr's plugin installed
 #           costs a container that holds no GPU
@@ -52,8 +56,11 @@ plain=gpucr-bench-plain-$$
 bare=gpucr-bench-bare-$$
 image=localhost/gpucr-bench-engine:latest
 unshare_pid=
+host_pid=
 cleanup() {
     podman rm -f -t 0 "$ctr" "$plain" "$bare" >/dev/null 2>&1 || true
+    # The workload first: it is its PID namespace's init, which outlives `unshare`.
+    [ -n "$host_pid" ] && kill -9 "$host_pid" 2>/dev/null || true
     [ -n "$unshare_pid" ] && kill -9 "$unshare_pid" 2>/dev/null || true
     rm -rf "$sim_ctr" "$sim_host"
     if [ "$keep" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
@@ -89,11 +96,11 @@ podman run -d --name "$ctr" --annotation "org.criu.config=$work/criu.conf" "${ul
     --device /dev/fuse -v "$work/state-ctr:/state" -v "$sim_ctr:$sim_ctr" -e "GPUCR_SIM_ROOT=$sim_ctr" \
     "$image" /bin/sim_workload --state /state --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" >/dev/null
 podman run -d --name "$plain" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
-    -v "$work/state-plain:/state" "$image" /bin/sh -c 'while :; do sleep 1; done' >/dev/null
+    -v "$work/state-plain:/state" "$image" /bin/sleep 1000000 >/dev/null
 podman run -d --name "$bare" "${ulimits[@]}" \
-    -v "$work/state-plain:/state" "$image" /bin/sh -c 'while :; do sleep 1; done' >/dev/null
+    -v "$work/state-plain:/state" "$image" /bin/sleep 1000000 >/dev/null
 log "starting the same workload outside a container"
-GPUCR_SIM_ROOT=$sim_host unshare --pid --fork setsid "$target/examples/sim_workload" \
+GPUCR_SIM_ROOT=$sim_host unshare --pid --fork --kill-child setsid "$target/examples/sim_workload" \
     --state "$work/state-host" --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" </dev/null >"$work/workload.log" 2>&1 &
 unshare_pid=$!
 for state in state-ctr state-host; do
@@ -101,9 +108,19 @@ for state in state-ctr state-host; do
     [ -e "$work/$state/ready-parent" ] || { log "error: the workload in $state did not start"; exit 1; }
 done
 host_pid=$(tr -d ' \n' <"/proc/$unshare_pid/task/$unshare_pid/children")
+userdata() { echo "/var/lib/containers/storage/overlay-containers/$(podman inspect --format '{{.Id}}' "$1")/userdata"; }
+ctr_images=$(userdata "$ctr")/checkpoint
+plain_images=$(userdata "$plain")/checkpoint
+bare_images=$(userdata "$bare")/checkpoint
 
 time_one() { # label command...
     local start end
+    # Each checkpoint starts alike: every earlier image removed (removing gigabytes of
+    # files is not the checkpoint's cost; with an earlier image still in the page cache,
+    # whichever checkpoint came second in a run took up to 0.9 s longer at 3 GiB) and
+    # no dirty pages left whose writeback would slow this one.
+    rm -rf "$ctr_images" "$work/img" "$plain_images" "$bare_images"
+    sync
     start=$(date +%s.%N)
     "${@:2}" >/dev/null 2>"$work/last.err" || { log "error: $1 failed"; cat "$work/last.err" >&2; exit 1; }
     end=$(date +%s.%N)
@@ -114,21 +131,27 @@ time_one() { # label command...
 load_before=$(cut -d' ' -f1 /proc/loadavg)
 log "$runs runs after one warm-up, interleaved"
 for run in $(seq 0 "$runs"); do
-    time_one engine podman container checkpoint --keep --leave-running "$ctr"
-    time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running --force "$host_pid" "$work/img"
+    # The order of the two GPU checkpoints alternates from run to run.
+    if [ $((run % 2)) = 0 ]; then
+        time_one engine podman container checkpoint --keep --leave-running "$ctr"
+        time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running "$host_pid" "$work/img"
+    else
+        time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running "$host_pid" "$work/img"
+        time_one engine podman container checkpoint --keep --leave-running "$ctr"
+    fi
     time_one podman podman container checkpoint --keep --leave-running "$plain"
     time_one bare podman container checkpoint --keep --leave-running "$bare"
     [ "$run" = 0 ] && : >"$work/times"   # the warm-up run is not counted
     log "run $run done"
 done
 load_after=$(cut -d' ' -f1 /proc/loadavg)
-grep -q 'gpucr: engine mode: GPU memory is in the image' \
-    /var/lib/containers/storage/overlay-containers/"$(podman inspect --format '{{.Id}}' "$ctr")"/userdata/dump.log \
+grep -q 'gpucr: engine mode: GPU memory is in the image' "$(userdata "$ctr")/dump.log" \
     || { log "error: the container was not checkpointed in engine mode"; exit 1; }
+cp "$(userdata "$ctr")/dump.log" "$work/engine-dump.log"   # CRIU's log of the last engine-mode run
 
-python3 - "$work/times" "$mib" "$runs" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" "$fill" <<'EOF'
-import statistics, sys, platform, subprocess
-path, mib, runs, before, after, commit, fill = sys.argv[1:]
+python3 - "$work/times" "$mib" "$runs" "$load_before" "$load_after" "$(git rev-parse --short HEAD)" "$fill" "$work/engine-dump.log" <<'EOF'
+import re, statistics, sys, platform, subprocess
+path, mib, runs, before, after, commit, fill, criu_log = sys.argv[1:]
 times = {}
 for line in open(path):
     label, value = line.split()
@@ -152,4 +175,25 @@ print()
 print(f"engine / gpucr: **{med['engine'] / med['gpucr']:.3f}**; "
       f"(engine - podman's own cost) / gpucr: **{(med['engine'] - med['podman']) / med['gpucr']:.3f}**; "
       f"container without GPU, plugin installed / no plugin: **{med['podman'] / med['bare']:.3f}**")
+
+# Where the last engine-mode checkpoint's time went, from CRIU's own log (seconds since
+# CRIU started): the first line matching each mark.
+marks = [("helper started", "gpucr: engine mode: helper ready"),
+         ("tree frozen, copy started", "gpucr: CHECKPOINT_DEVICES pid"),
+         ("first device file: waiting for the copy", "device carried by gpucr"),
+         ("copy finished", "gpucr: engine mode: GPU memory is in the image"),
+         ("post-dump: exit hook (devices back, checksums, manifest)", "Running network-unlock scripts"),
+         ("exit hook done", "gpucr: engine mode: DumpDone done"),
+         ("CRIU finished", "Dumping finished successfully")]
+at = {}
+for line in open(criu_log, errors="replace"):
+    m = re.match(r"\((\d+\.\d+)\) (.*)", line)
+    if not m:
+        continue
+    for name, needle in marks:
+        if name not in at and needle in m.group(2):
+            at[name] = float(m.group(1))
+print()
+print("The last engine-mode checkpoint in CRIU's log (s since CRIU started): " +
+      "; ".join(f"{name} {at[name]:.3f}" for name, _ in marks if name in at))
 EOF

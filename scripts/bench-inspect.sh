@@ -53,7 +53,7 @@ cc -O2 -pthread -o "$work/workload" tests/inspect_support/workload.c
 port=$((20000 + RANDOM % 20000))
 log "starting the workload with a $mib MiB region"
 env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin GPUCR_INSPECT_MARK=root GPUCR_INSPECT_MIB="$mib" \
-    unshare --pid --fork setsid "$work/workload" root "$port" "$work/held" "$work/ready" \
+    unshare --pid --fork --kill-child setsid "$work/workload" root "$port" "$work/held" "$work/ready" \
     </dev/null >"$work/workload.log" 2>&1 &
 unshare_pid=$!
 for _ in $(seq 600); do [ -e "$work/ready" ] && break; sleep 0.1; done

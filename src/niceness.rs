@@ -1,4 +1,4 @@
-//! CPU priority of gpucr's own threads during a restore.
+//! CPU priority of gpucr's own threads during a restore, and of engine mode's helper.
 //!
 //! While CRIU restores a tree, each of its phases is on the critical path. Work gpucr
 //! does beside it that has slack until the buffers exist (checking and staging GPU
@@ -57,6 +57,39 @@ pub fn current_nice() -> io::Result<i32> {
     }
 }
 
+/// Give this process's scheduling autogroup the nice value of `pid`'s.
+///
+/// With autogroup scheduling (Linux's default on desktops and many servers), a process
+/// that starts a session of its own (`setsid`) also gets a CPU-share group of its own,
+/// at nice 0, whatever the group it came from had. Engine mode's helper detaches from
+/// the CRIU that started it that way; this keeps it at its CRIU's weight, so that an
+/// engine run at a raised or lowered priority moves GPU memory at that priority too.
+/// Fails where the kernel has no autogroups (no `/proc/PID/autogroup`); raising a
+/// priority needs CAP_SYS_NICE.
+pub fn follow_autogroup_of(pid: i32) -> io::Result<()> {
+    let theirs = std::fs::read_to_string(format!("/proc/{pid}/autogroup"))?;
+    let nice = autogroup_nice(&theirs).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/autogroup: unexpected {:?}", theirs.trim()),
+        )
+    })?;
+    let ours = std::fs::read_to_string("/proc/self/autogroup")?;
+    if autogroup_nice(&ours) == Some(nice) {
+        return Ok(());
+    }
+    std::fs::write("/proc/self/autogroup", nice.to_string())
+}
+
+/// The nice value in a `/proc/PID/autogroup` line (`/autogroup-123 nice -15`).
+fn autogroup_nice(line: &str) -> Option<i32> {
+    line.split_whitespace()
+        .skip_while(|w| *w != "nice")
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The calling thread's id, as the priority calls take it.
 fn this_thread() -> io::Result<libc::id_t> {
     libc::id_t::try_from(nix::unistd::gettid().as_raw())
@@ -78,5 +111,58 @@ mod tests {
         .unwrap();
         assert_eq!(inside, BACKGROUND_NICE.max(before));
         assert_eq!(current_nice().unwrap(), before);
+    }
+
+    #[test]
+    fn reads_the_nice_value_of_an_autogroup() {
+        assert_eq!(autogroup_nice("/autogroup-123 nice -15\n"), Some(-15));
+        assert_eq!(autogroup_nice("/autogroup-7 nice 0"), Some(0));
+        assert_eq!(autogroup_nice("/autogroup-7"), None);
+        assert_eq!(autogroup_nice("/autogroup-7 nice x"), None);
+    }
+
+    #[test]
+    fn a_new_session_takes_the_autogroup_nice_of_another_process() {
+        if !std::path::Path::new("/proc/self/autogroup").exists() {
+            return; // a kernel without autogroups
+        }
+        // A child in a session (so an autogroup) of its own, at nice 0, follows a
+        // process whose group is at nice 5 (lowering needs no privilege).
+        let mut donor = std::process::Command::new("setsid")
+            .args(["-w", "sh", "-c", "echo 5 > /proc/self/autogroup; exec sleep 30"])
+            .spawn()
+            .unwrap();
+        let donor_pid = donor.id() as i32;
+        let read_nice = |pid: &str| {
+            autogroup_nice(&std::fs::read_to_string(format!("/proc/{pid}/autogroup")).unwrap())
+        };
+        let started = std::time::Instant::now();
+        while read_nice(&donor_pid.to_string()) != Some(5) {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let out = std::process::Command::new("setsid")
+            .args(["-w", "sh", "-c", "cat /proc/self/autogroup"])
+            .output()
+            .unwrap();
+        assert_eq!(autogroup_nice(&String::from_utf8_lossy(&out.stdout)), Some(0));
+        // The function runs in a forked child, in a new session of its own.
+        // SAFETY: the child only calls async-signal-safe-enough code (setsid, file
+        // reads and writes) and then _exit; the test process is not changed.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                let ok = nix::unistd::setsid().is_ok()
+                    && follow_autogroup_of(donor_pid).is_ok()
+                    && read_nice("self") == Some(5);
+                // SAFETY: _exit ends the child without running the parent's destructors.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                let status = nix::sys::wait::waitpid(child, None).unwrap();
+                let _ = donor.kill();
+                let _ = donor.wait();
+                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
+            }
+        }
     }
 }

@@ -66,7 +66,7 @@ pub fn run(args: &EngineHelperArgs) -> anyhow::Result<u8> {
         )
     };
     let mut status = StatusPipe::new(status);
-    if let Err(e) = detach() {
+    if let Err(e) = detach(args.criu_pid) {
         status.error(&e.to_string());
         return Ok(exit_code::FAILURE);
     }
@@ -86,13 +86,17 @@ pub fn run(args: &EngineHelperArgs) -> anyhow::Result<u8> {
 /// Leave CRIU's process tree: fork, the parent (CRIU's child) exits at once, the child
 /// goes on in a session of its own. CRIU reaps the exiting parent; a restore's CRIU
 /// would take any child of its own that exits later for a restored task that died.
-fn detach() -> Result<(), EngineError> {
+/// The new session keeps the CPU weight of CRIU's (its autogroup's nice value), so the
+/// copy runs at the priority the engine runs CRIU at.
+fn detach(criu_pid: i32) -> Result<(), EngineError> {
     // SAFETY: called first thing in `engine-helper`, while this process has one thread,
     // so the child may do anything.
     match unsafe { nix::unistd::fork() }.map_err(EngineError::Detach)? {
         nix::unistd::ForkResult::Parent { .. } => std::process::exit(0),
         nix::unistd::ForkResult::Child => {
             nix::unistd::setsid().map_err(EngineError::Detach)?;
+            // Best effort: a kernel without autogroups has nothing to follow.
+            let _ = crate::niceness::follow_autogroup_of(criu_pid);
             Ok(())
         }
     }
