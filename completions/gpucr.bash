@@ -25,9 +25,6 @@ _gpucr() {
             gpucr,dump)
                 cmd="gpucr__subcmd__dump"
                 ;;
-            gpucr,engine-helper)
-                cmd="gpucr__subcmd__engine__subcmd__helper"
-                ;;
             gpucr,help)
                 cmd="gpucr__subcmd__help"
                 ;;
@@ -49,9 +46,6 @@ _gpucr() {
             gpucr__subcmd__help,dump)
                 cmd="gpucr__subcmd__help__subcmd__dump"
                 ;;
-            gpucr__subcmd__help,engine-helper)
-                cmd="gpucr__subcmd__help__subcmd__engine__subcmd__helper"
-                ;;
             gpucr__subcmd__help,help)
                 cmd="gpucr__subcmd__help__subcmd__help"
                 ;;
@@ -71,7 +65,7 @@ _gpucr() {
 
     case "${cmd}" in
         gpucr)
-            opts="-h -V --help --version dump restore inspect check-topology install-plugin completions engine-helper help"
+            opts="-h -V --help --version dump restore inspect check-topology install-plugin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -162,34 +156,8 @@ _gpucr() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        gpucr__subcmd__engine__subcmd__helper)
-            opts="-h -V --images-dir --criu-pid --pid --help --version dump restore"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --images-dir)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --criu-pid)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --pid)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         gpucr__subcmd__help)
-            opts="dump restore inspect check-topology install-plugin completions engine-helper help"
+            opts="dump restore inspect check-topology install-plugin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -231,20 +199,6 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__help__subcmd__dump)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        gpucr__subcmd__help__subcmd__engine__subcmd__helper)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

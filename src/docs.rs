@@ -33,10 +33,29 @@ pub fn render_all() -> io::Result<Vec<(String, Vec<u8>)>> {
         (Shell::Fish, "gpucr.fish"),
     ] {
         let mut buf = Vec::new();
-        clap_complete::generate(shell, &mut Cli::command(), "gpucr", &mut buf);
+        clap_complete::generate(shell, &mut completion_command(), "gpucr", &mut buf);
         out.push((format!("completions/{file}"), buf));
     }
     Ok(out)
+}
+
+/// gpucr's command tree as its completions offer it: without its hidden subcommands
+/// (`engine-helper`, which only gpucr's plugin runs), which clap_complete would list.
+pub fn completion_command() -> clap::Command {
+    let full = Cli::command();
+    let mut root = clap::Command::new(full.get_name().to_owned())
+        .version(env!("CARGO_PKG_VERSION"))
+        .propagate_version(true)
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .after_long_help(crate::cli::exit_status_help());
+    if let Some(about) = full.get_about() {
+        root = root.about(about.clone());
+    }
+    full.get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .fold(root, |cmd, sub| cmd.subcommand(sub))
 }
 
 /// One man page with gpucr's EXIT STATUS section.
@@ -70,4 +89,31 @@ fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
     roff.to_writer(&mut buf)?;
     man.render_version_section(&mut buf)?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_offer_every_visible_subcommand_and_no_hidden_one() {
+        let visible: Vec<String> = Cli::command()
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name().to_owned())
+            .collect();
+        assert!(visible.iter().any(|n| n == "check-topology"), "{visible:?}");
+        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut completion_command(), "gpucr", &mut buf);
+            let script = String::from_utf8(buf).unwrap();
+            for name in &visible {
+                assert!(script.contains(name.as_str()), "{shell}: no {name}");
+            }
+            assert!(
+                !script.contains("engine-helper"),
+                "{shell} offers engine-helper"
+            );
+        }
+    }
 }

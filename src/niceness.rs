@@ -129,7 +129,12 @@ mod tests {
         // A child in a session (so an autogroup) of its own, at nice 0, follows a
         // process whose group is at nice 5 (lowering needs no privilege).
         let mut donor = std::process::Command::new("setsid")
-            .args(["-w", "sh", "-c", "echo 5 > /proc/self/autogroup; exec sleep 30"])
+            .args([
+                "-w",
+                "sh",
+                "-c",
+                "echo 5 > /proc/self/autogroup; exec sleep 30",
+            ])
             .spawn()
             .unwrap();
         let donor_pid = donor.id() as i32;
@@ -145,7 +150,10 @@ mod tests {
             .args(["-w", "sh", "-c", "cat /proc/self/autogroup"])
             .output()
             .unwrap();
-        assert_eq!(autogroup_nice(&String::from_utf8_lossy(&out.stdout)), Some(0));
+        assert_eq!(
+            autogroup_nice(&String::from_utf8_lossy(&out.stdout)),
+            Some(0)
+        );
         // The function runs in a forked child, in a new session of its own.
         // SAFETY: the child only calls async-signal-safe-enough code (setsid, file
         // reads and writes) and then _exit; the test process is not changed.

@@ -504,7 +504,10 @@ fn gpu_container_round_trip_in_engine_mode() {
         log.contains("gpucr: engine mode: helper ready (sim)"),
         "{log}"
     );
-    assert!(log.contains("gpucr: engine mode: RestoreDone done"), "{log}");
+    assert!(
+        log.contains("gpucr: engine mode: RestoreDone done"),
+        "{log}"
+    );
     assert!(c.verify(1), "a buffer differs after the restore");
     c.wait_ticks(2);
     assert!(c.steps() > steps, "the kernels did not go on");
