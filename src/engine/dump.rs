@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use gpucr_abi::proto::engine_step::Step;
 
-use super::{criu_alive, criu_version, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
+use super::{
+    criu_alive, criu_version, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT,
+};
 use crate::cli::EngineHelperArgs;
 use crate::dump::{is_pages_file, write_manifest, ImageFacts};
 use crate::gpu::{self, GpuManifest};
@@ -75,21 +77,13 @@ pub fn serve(
         };
         let EngineCall { step, ret, reply } = call;
         let started = std::time::Instant::now();
-        // The helper's stderr goes to GPUCR_ENGINE_LOG where that is set.
-        let log_step = |answer: &Result<(), String>| {
-            eprintln!(
-                "gpucr engine-helper: {step:?} answered in {:.1} ms: {}",
-                started.elapsed().as_secs_f64() * 1e3,
-                answer.as_ref().map_or_else(|e| e.as_str(), |()| "ok")
-            );
-        };
         match step {
             Step::FinishCopy => {
                 let answer = finish_copy(&gpu, dir, &mut finished);
                 if let Err(e) = &answer {
                     let _ = dir::mark_incomplete(dir, e);
                 }
-                log_step(&answer);
+                log_step(step, started, &answer);
                 let _ = reply.send(answer);
             }
             Step::DumpDone => {
@@ -116,7 +110,7 @@ pub fn serve(
                 if let Err(e) = &answer {
                     let _ = dir::mark_incomplete(dir, e);
                 }
-                log_step(&answer);
+                log_step(step, started, &answer);
                 let _ = reply.send(answer);
                 gpu.drain_replies(LAST_REPLY_LIMIT);
                 return Ok(());

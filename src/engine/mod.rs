@@ -106,6 +106,20 @@ fn detach(criu_pid: i32) -> Result<(), EngineError> {
 /// to be sent before it ends (the send itself takes microseconds).
 const LAST_REPLY_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Say on stderr (which goes to `GPUCR_ENGINE_LOG` where that is set) how long the
+/// answer to `step` took and what it was.
+fn log_step(
+    step: gpucr_abi::proto::engine_step::Step,
+    started: std::time::Instant,
+    answer: &Result<(), String>,
+) {
+    eprintln!(
+        "gpucr engine-helper: {step:?} answered in {:.1} ms: {}",
+        started.elapsed().as_secs_f64() * 1e3,
+        answer.as_ref().map_or_else(|e| e.as_str(), |()| "ok")
+    );
+}
+
 /// Whether the CRIU that started the helper still runs.
 fn criu_alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()

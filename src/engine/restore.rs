@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use gpucr_abi::proto::engine_step::Step;
 
-use super::{criu_alive, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
+use super::{criu_alive, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
 use crate::cli::EngineHelperArgs;
 use crate::helper::{EngineCall, GpuRestore, RestoreSettings, Session};
 use crate::progress::Progress;
@@ -64,6 +64,7 @@ pub fn serve(
             Err(_) => return Ok(()),
         };
         let EngineCall { step, ret, reply } = call;
+        let started = std::time::Instant::now();
         match step {
             Step::RestoreDone => {
                 let answer = if ret == 0 {
@@ -74,6 +75,7 @@ pub fn serve(
                 } else {
                     Ok(())
                 };
+                log_step(step, started, &answer);
                 let _ = reply.send(answer);
                 restore.drain_replies(LAST_REPLY_LIMIT);
                 return Ok(());
