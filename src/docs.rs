@@ -18,7 +18,7 @@ pub fn render_all() -> io::Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
     let root = Cli::command();
     out.push(("man/gpucr.1".to_owned(), man_page(root.clone())?));
-    for sub in root.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in visible_subcommands(&root) {
         let name = format!("gpucr-{}", sub.get_name());
         let page = sub
             .clone()
@@ -52,10 +52,14 @@ pub fn completion_command() -> clap::Command {
     if let Some(about) = full.get_about() {
         root = root.about(about.clone());
     }
-    full.get_subcommands()
-        .filter(|s| !s.is_hide_set())
+    visible_subcommands(&full)
         .cloned()
         .fold(root, |cmd, sub| cmd.subcommand(sub))
+}
+
+/// The subcommands users see (man pages, completions): not the hidden ones.
+fn visible_subcommands(cmd: &clap::Command) -> impl Iterator<Item = &clap::Command> {
+    cmd.get_subcommands().filter(|s| !s.is_hide_set())
 }
 
 /// One man page with gpucr's EXIT STATUS section.
@@ -97,9 +101,7 @@ mod tests {
 
     #[test]
     fn completions_offer_every_visible_subcommand_and_no_hidden_one() {
-        let visible: Vec<String> = Cli::command()
-            .get_subcommands()
-            .filter(|s| !s.is_hide_set())
+        let visible: Vec<String> = visible_subcommands(&Cli::command())
             .map(|s| s.get_name().to_owned())
             .collect();
         assert!(visible.iter().any(|n| n == "check-topology"), "{visible:?}");

@@ -67,18 +67,23 @@ pub fn current_nice() -> io::Result<i32> {
 /// Fails where the kernel has no autogroups (no `/proc/PID/autogroup`); raising a
 /// priority needs CAP_SYS_NICE.
 pub fn follow_autogroup_of(pid: i32) -> io::Result<()> {
-    let theirs = std::fs::read_to_string(format!("/proc/{pid}/autogroup"))?;
+    copy_autogroup_nice(pid, "self")
+}
+
+/// Give the autogroup of `/proc/TO` (a pid, or `self`) the nice value of `from`'s.
+fn copy_autogroup_nice(from: i32, to: &str) -> io::Result<()> {
+    let theirs = std::fs::read_to_string(format!("/proc/{from}/autogroup"))?;
     let nice = autogroup_nice(&theirs).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("/proc/{pid}/autogroup: unexpected {:?}", theirs.trim()),
+            format!("/proc/{from}/autogroup: unexpected {:?}", theirs.trim()),
         )
     })?;
-    let ours = std::fs::read_to_string("/proc/self/autogroup")?;
-    if autogroup_nice(&ours) == Some(nice) {
+    let target = format!("/proc/{to}/autogroup");
+    if autogroup_nice(&std::fs::read_to_string(&target)?) == Some(nice) {
         return Ok(());
     }
-    std::fs::write("/proc/self/autogroup", nice.to_string())
+    std::fs::write(target, nice.to_string())
 }
 
 /// The nice value in a `/proc/PID/autogroup` line (`/autogroup-123 nice -15`).
@@ -126,9 +131,9 @@ mod tests {
         if !std::path::Path::new("/proc/self/autogroup").exists() {
             return; // a kernel without autogroups
         }
-        // A child in a session (so an autogroup) of its own, at nice 0, follows a
-        // process whose group is at nice 5 (lowering needs no privilege).
-        let mut donor = std::process::Command::new("setsid")
+        // A process in a session (so an autogroup) of its own, at nice 5 (lowering
+        // needs no privilege).
+        let donor = std::process::Command::new("setsid")
             .args([
                 "-w",
                 "sh",
@@ -146,31 +151,26 @@ mod tests {
             assert!(started.elapsed() < std::time::Duration::from_secs(10));
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let out = std::process::Command::new("setsid")
-            .args(["-w", "sh", "-c", "cat /proc/self/autogroup"])
-            .output()
+        // A process in a new session gets an autogroup of its own, at nice 0.
+        let follower = std::process::Command::new("setsid")
+            .args(["-w", "sleep", "30"])
+            .spawn()
             .unwrap();
-        assert_eq!(
-            autogroup_nice(&String::from_utf8_lossy(&out.stdout)),
-            Some(0)
-        );
-        // The function runs in a forked child, in a new session of its own.
-        // SAFETY: the child only calls async-signal-safe-enough code (setsid, file
-        // reads and writes) and then _exit; the test process is not changed.
-        match unsafe { nix::unistd::fork() }.unwrap() {
-            nix::unistd::ForkResult::Child => {
-                let ok = nix::unistd::setsid().is_ok()
-                    && follow_autogroup_of(donor_pid).is_ok()
-                    && read_nice("self") == Some(5);
-                // SAFETY: _exit ends the child without running the parent's destructors.
-                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-            }
-            nix::unistd::ForkResult::Parent { child } => {
-                let status = nix::sys::wait::waitpid(child, None).unwrap();
-                let _ = donor.kill();
-                let _ = donor.wait();
-                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
-            }
+        let follower_pid = follower.id().to_string();
+        // Once it runs `sleep`, setsid has given it its session (and autogroup).
+        let comm = || std::fs::read_to_string(format!("/proc/{follower_pid}/comm")).unwrap();
+        while comm().trim() != "sleep" {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        assert_eq!(read_nice(&follower_pid), Some(0));
+        let copied = copy_autogroup_nice(donor_pid, &follower_pid);
+        let nice = read_nice(&follower_pid);
+        for mut child in [donor, follower] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        copied.unwrap();
+        assert_eq!(nice, Some(5));
     }
 }
