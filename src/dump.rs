@@ -88,6 +88,12 @@ pub enum DumpError {
     },
     #[error(transparent)]
     HelperSetup(Box<HelperError>),
+    #[error("{error}\n  the image in {dir} is complete, but a task of the tree that lives on may not have its device back; {running}")]
+    GiveBack {
+        error: Box<HelperError>,
+        dir: PathBuf,
+        running: String,
+    },
     #[error("interrupted by {signal}: the dump was rolled back; the image in {dir} is incomplete; {running}")]
     Interrupted {
         signal: &'static str,
@@ -108,6 +114,7 @@ impl ExitCode for DumpError {
             | DumpError::Topology(_)
             | DumpError::Helper { .. }
             | DumpError::HelperSetup(_) => exit_code::FAILURE,
+            DumpError::GiveBack { .. } => exit_code::GIVE_BACK_FAILED,
             DumpError::Interrupted { .. } => exit_code::INTERRUPTED,
         }
     }
@@ -284,7 +291,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         network_lock: network_lock.as_str().into(),
         mount_namespace: own_mount_namespace,
     };
-    let gpu = match (&gpu_backend, &gpu_manifest) {
+    let gpu_facts = match (&gpu_backend, &gpu_manifest) {
         (Some(backend), Some(g)) => Some((backend.as_ref(), g)),
         _ => None,
     };
@@ -295,10 +302,22 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             target,
             criu_version: version.to_string(),
             options,
-            gpu,
+            gpu: gpu_facts,
         },
         progress,
     )?;
+    // The end of the dump ran in CRIU's exit hook, after the image was complete: the
+    // gpucr half gave a tree that lives on its devices back, or let go of what it held.
+    if let Some(error) = gpu.as_ref().and_then(GpuDump::take_failure) {
+        if opts.leave_running {
+            return Err(DumpError::GiveBack {
+                error: Box::new(error),
+                dir: opts.dir.clone(),
+                running: running(),
+            });
+        }
+        progress.warn(&format!("after the dump, the tree killed: {error}"));
+    }
     Ok(written)
 }
 

@@ -33,6 +33,9 @@ pub const IMAGE_DAMAGED: u8 = 7;
 pub const IMAGE_INCOMPLETE: u8 = 8;
 /// The GPU topology of this machine cannot hold the image.
 pub const TOPOLOGY_INCOMPATIBLE: u8 = 9;
+/// `dump --leave-running`: the image is complete, but a task of the tree that lives on
+/// may not have its device back (a driver's restore or unlock failed after the dump).
+pub const GIVE_BACK_FAILED: u8 = 10;
 /// SIGINT or SIGTERM stopped a dump (the tree keeps running, the image is marked
 /// incomplete) or a restore (no restored process is left): 128 + SIGINT, as a shell
 /// reports a command Ctrl-C stopped.
@@ -69,6 +72,10 @@ pub const ALL: &[(u8, &str)] = &[
         "image incomplete (no manifest, or the dump failed)",
     ),
     (TOPOLOGY_INCOMPATIBLE, "GPU topology incompatible"),
+    (
+        GIVE_BACK_FAILED,
+        "dump --leave-running: image complete, but a task may not have its GPU back",
+    ),
     (
         INTERRUPTED,
         "interrupted (SIGINT/SIGTERM): a dump leaves the tree running, a restore leaves no process",

@@ -201,9 +201,14 @@ fn dump(
             .map_err(|e| e.to_string())
     };
     let result = steps();
-    // exit(DUMP) runs on success and failure alike.
+    // exit(DUMP) runs on success and failure alike; what fails there (the image already
+    // complete) reaches the helper, as `gpucr dump` asks for it after CRIU.
     exit_with(&half, stage::DUMP, if result.is_ok() { 0 } else { -1 });
-    result
+    let devices = result?;
+    match helper.take_failure() {
+        Some(e) => Err(format!("after the dump: {e}")),
+        None => Ok(devices),
+    }
 }
 
 /// A restored task: its kfd fd (from RESTORE_EXT_FILE) and its plugin half.
@@ -563,6 +568,21 @@ fn a_failure_at_each_dump_step_leaves_the_queues_running() {
     let err = dump(&m, m.backend(SHORT), &[&t], dir.path()).unwrap_err();
     assert!(err.contains("did not signal within 300ms"), "{err}");
     assert_eq!(m.kernel.queues(t.fake.kfd.as_fd()), Some(Queues::Running));
+}
+
+/// UNPAUSE failing at `exit(DUMP)`: the plugin half tells the helper, so the failure
+/// reaches the user (`gpucr dump --leave-running` exits 10 with it) instead of staying
+/// in CRIU's log.
+#[test]
+fn an_unpause_failure_after_the_dump_is_reported() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (m, t) = small_machine();
+    m.kernel.fail_next(FakeOp::Unpause, libc::EIO);
+    let dir = tempfile::tempdir().unwrap();
+    let err = dump(&m, m.backend(SHORT), &[&t], dir.path()).unwrap_err();
+    assert!(err.starts_with("after the dump: "), "{err}");
+    assert!(err.contains("cannot unpause its GPU queues"), "{err}");
+    assert!(err.contains("fake Unpause"), "{err}");
 }
 
 #[test]

@@ -301,6 +301,44 @@ fn cuda_leave_running_keeps_the_job_going() {
     assert_runs_on_unlocked(&tree, steps_before);
 }
 
+/// --leave-running with a driver whose unlock fails after the dump: the image is
+/// complete, but gpucr exits with its own code and names the call, and the processes
+/// are left restored but locked (not running without a word). Unlocked by hand, every
+/// byte verifies.
+#[test]
+fn cuda_unlock_failure_after_leave_running_is_reported() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 2);
+    let image = tmp.path().join("image");
+    let mut env = fake.env();
+    env.push(("GPUCR_FAKE_CUDA_FAIL", "cuCheckpointProcessUnlock"));
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--leave-running",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+        &env,
+    );
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(10), "{text}");
+    assert!(text.contains("cuCheckpointProcessUnlock"), "{text}");
+    assert!(text.contains("is complete"), "{text}");
+    assert!(image.join("gpucr.json").exists());
+    assert!(alive(tree.pid));
+    let steps_before = tree.steps();
+    let mut pids = vec![tree.pid];
+    pids.extend(children(tree.pid));
+    for pid in pids {
+        assert_eq!(cuda_ctl(&fake, "state", pid), "locked", "pid {pid}");
+        assert_eq!(cuda_ctl(&fake, "unlock", pid), "running");
+    }
+    assert_runs_on_unlocked(&tree, steps_before);
+}
+
 /// A driver that fails the checkpoint: the dump fails, and the processes that were
 /// locked get unlocked, so the tree runs on with every byte.
 #[test]

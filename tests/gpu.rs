@@ -14,6 +14,7 @@ use common::*;
 const CRIU_FAILED: i32 = 5;
 const IMAGE_DAMAGED: i32 = 7;
 const IMAGE_INCOMPLETE: i32 = 8;
+const GIVE_BACK_FAILED: i32 = 10;
 
 fn dump(sim: &SimRoot, args: &[&str]) -> std::process::Output {
     let mut all = vec!["dump"];
@@ -1001,11 +1002,13 @@ impl Injected {
     }
 }
 
-/// The dump steps of each simulator mode (the NVIDIA model has no buffer to copy).
+/// The dump steps of each simulator mode (the NVIDIA model has no buffer to copy), in a
+/// dump that kills the tree (which never gives devices back: see
+/// `give_back_failure_after_a_leave_running_dump_is_reported`).
 fn dump_steps(driver: &str) -> Vec<Injected> {
     let mut steps: Vec<Injected> = gpucr_abi::fault::FaultStep::ALL
         .iter()
-        .filter(|s| s.is_dump())
+        .filter(|s| s.is_dump() && **s != gpucr_abi::fault::FaultStep::GiveBack)
         .map(|s| Injected::Fault(s.name()))
         .filter(|s| driver == "kfd" || !matches!(s, Injected::Fault("copy")))
         .collect();
@@ -1124,6 +1127,62 @@ fn nvidia_model_fault_at_every_step_loses_nothing() {
     faults_at_every_step("nvidia");
 }
 
+/// `--leave-running` whose end fails: the image is complete and gpucr says so, but
+/// exits with its own code naming what failed, since a task may be left without its
+/// device. First a fault after every task got its device back (the tree runs on,
+/// verified; the image verifies), then the driver's resume itself failing.
+#[test]
+fn give_back_failure_after_a_leave_running_dump_is_reported() {
+    let _lock = criu_lock();
+    let Started {
+        tmp,
+        sim,
+        image: _image,
+        tree,
+    } = started(
+        "giveback",
+        &[
+            "--driver",
+            "nvidia",
+            "--parent-mib",
+            "8",
+            "--child-mib",
+            "4",
+        ],
+    );
+    let pid = tree.pid.to_string();
+    for (n, why) in [Injected::Fault("give-back"), Injected::Driver("resume")]
+        .into_iter()
+        .enumerate()
+    {
+        let dir = tmp.path().join(format!("image-{n}"));
+        let steps_before = tree.steps();
+        let env = why.arm(&sim);
+        let out = gpucr_env(
+            &["dump", "--leave-running", &pid, dir.to_str().unwrap()],
+            &env,
+        );
+        Injected::disarm(&sim);
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(GIVE_BACK_FAILED), "{why:?}: {text}");
+        assert!(text.contains(&why.needle()), "{why:?}: {text}");
+        assert!(text.contains("is complete"), "{why:?}: {text}");
+        assert!(
+            text.contains(&format!("pid {pid} is still running")),
+            "{text}"
+        );
+        assert!(dir.join("gpucr.json").exists(), "{why:?}: no manifest");
+        assert!(!dir.join("gpucr-incomplete.json").exists());
+        assert_success(&gpucr(&["inspect", "--verify", dir.to_str().unwrap()]));
+        assert!(alive(tree.pid), "{why:?}: the tree died");
+        if n == 0 {
+            tree.wait_ticks(2);
+            assert!(tree.verify(1), "the memory is back on the device");
+            assert!(tree.steps() > steps_before, "and the kernels run again");
+        }
+    }
+}
+
 /// A device step that hangs (the driver's thread is never let run, and the driver
 /// itself would wait 10 minutes) is given up after `--device-timeout`: the dump fails
 /// within seconds and the tree runs on.
@@ -1166,7 +1225,8 @@ fn device_timeout_gives_up_a_stuck_step() {
     assert!(!out.status.success());
     let log = fs::read_to_string(failed.join("dump.log")).unwrap_or_default();
     assert!(
-        format!("{}{log}", stderr(&out)).contains("not done within 2.0 s (--device-timeout)"),
+        format!("{}{log}", stderr(&out))
+            .contains("not done within 2.0 s, nothing copied meanwhile (--device-timeout)"),
         "{}\n{log}",
         stderr(&out)
     );

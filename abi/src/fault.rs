@@ -24,6 +24,10 @@ pub enum FaultStep {
     Copy,
     /// Helper, DUMP_EXT_FILE: recording the device file.
     DumpFile,
+    /// Helper, at the end of a dump the tree outlives (`--leave-running`), after the
+    /// backend gave every task its device back (a driver restore and unlock). The
+    /// image is complete; only a tree that lives on reaches it.
+    GiveBack,
     /// Helper, RESTORE_EXT_FILE: after building the task's restore spec.
     RestoreFile,
     /// Plugin, RESTORE_EXT_FILE inside the restored task, after recreating the device.
@@ -38,13 +42,14 @@ pub enum FaultStep {
 
 impl FaultStep {
     /// Every step, in the order a dump then a restore reaches them.
-    pub const ALL: [FaultStep; 11] = [
+    pub const ALL: [FaultStep; 12] = [
         FaultStep::PluginPause,
         FaultStep::Pause,
         FaultStep::PluginCheckpoint,
         FaultStep::Checkpoint,
         FaultStep::Copy,
         FaultStep::DumpFile,
+        FaultStep::GiveBack,
         FaultStep::RestoreFile,
         FaultStep::PluginRecreate,
         FaultStep::Fill,
@@ -61,6 +66,7 @@ impl FaultStep {
             FaultStep::Checkpoint => "checkpoint",
             FaultStep::Copy => "copy",
             FaultStep::DumpFile => "dump-file",
+            FaultStep::GiveBack => "give-back",
             FaultStep::RestoreFile => "restore-file",
             FaultStep::PluginRecreate => "plugin-recreate",
             FaultStep::Fill => "fill",
@@ -79,6 +85,7 @@ impl FaultStep {
                 | FaultStep::Checkpoint
                 | FaultStep::Copy
                 | FaultStep::DumpFile
+                | FaultStep::GiveBack
         )
     }
 
@@ -104,7 +111,7 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), FaultStep::ALL.len());
         let dump = FaultStep::ALL.iter().filter(|s| s.is_dump()).count();
-        assert_eq!(dump, 6);
+        assert_eq!(dump, 7);
         assert!(FaultStep::Copy.message().contains("step copy"));
     }
 }

@@ -166,29 +166,28 @@ pub unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
 
 /// The plugin half's and the helper's part of the `exit` hook.
 pub fn exit_with(half: &dyn PluginHalf, stage: c_int, ret: c_int) {
-    {
-        {
-            if stage == stage::DUMP {
-                // The tree is still stopped (CRIU lets it go after this hook): where it
-                // lives on, the gpucr half gives every task its device back, with each
-                // task's restore thread (if its backend has one) let run meanwhile.
-                let pids = DUMPED.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let mut running = Vec::new();
-                for tid in pids.iter().filter_map(|&pid| half.restore_thread(pid)) {
-                    match RunGuard::start(tid) {
-                        Ok(guard) => running.extend(guard),
-                        Err(e) => criu::error(&format!("after the dump: {e}")),
-                    }
-                }
-                let kind = request::Kind::DumpFinished(gpucr_abi::proto::DumpFinished { ret });
-                if let Err(e) = helper::call(kind, &[]) {
-                    criu::error(&format!("after the dump: {e}"));
-                }
-                drop(running);
-            }
-            half.finish(stage, ret);
+    // The plugin half first (AMD's queues run again), then the gpucr half; what the
+    // plugin half could not undo goes to the helper, which reports it.
+    let plugin_errors = half.finish(stage, ret);
+    if stage != stage::DUMP {
+        return;
+    }
+    // The tree is still stopped (CRIU lets it go after this hook): where it lives on,
+    // the gpucr half gives every task its device back, with each task's restore thread
+    // (if its backend has one) let run meanwhile.
+    let pids = DUMPED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut running = Vec::new();
+    for tid in pids.iter().filter_map(|&pid| half.restore_thread(pid)) {
+        match RunGuard::start(tid) {
+            Ok(guard) => running.extend(guard),
+            Err(e) => criu::error(&format!("after the dump: {e}")),
         }
     }
+    let kind = request::Kind::DumpFinished(gpucr_abi::proto::DumpFinished { ret, plugin_errors });
+    if let Err(e) = helper::call(kind, &[]) {
+        criu::error(&format!("after the dump: {e}"));
+    }
+    drop(running);
 }
 
 pub unsafe extern "C" fn pause_devices(pid: c_int) -> c_int {

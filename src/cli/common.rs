@@ -44,7 +44,8 @@ pub struct TransferArgs {
 
     /// Give up a device step (a driver lock, checkpoint or restore, a task's device
     /// taken over or recreated) that takes longer than SECS seconds: the dump fails
-    /// with the tree running on, the restore with nothing left behind.
+    /// with the tree running on, the restore with nothing left behind. A step that
+    /// copies device memory gets SECS again each time its copy moves bytes.
     #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=86400))]
     pub device_timeout: u32,
 }

@@ -25,7 +25,9 @@ pub struct DumpArgs {
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 
-    /// Keep the tree running after the dump instead of killing it.
+    /// Keep the tree running after the dump instead of killing it. GPU tasks get their
+    /// devices back after the image is complete; if that fails, the image is kept and
+    /// gpucr exits 10 naming the task and the failure.
     #[arg(long)]
     pub leave_running: bool,
 

@@ -36,6 +36,7 @@ Exit status:
     7  image damaged (checksum, size or format mismatch)
     8  image incomplete (no manifest, or the dump failed)
     9  GPU topology incompatible
+   10  dump --leave-running: image complete, but a task may not have its GPU back
   130  interrupted (SIGINT/SIGTERM): a dump leaves the tree running, a restore leaves no process
 `gpucr restore` without --detach exits with the restored tree's own status.";
 

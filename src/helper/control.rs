@@ -8,7 +8,8 @@
 //! also waits for three things, as futures: the helper being stopped (the operation
 //! ended, CRIU failed, gpucr was interrupted: one watch channel ends every task at
 //! once), the plugin going away (its connection reads EOF: the task it served died),
-//! and the request's time limit ([`Handler::time_limit`]). The last two are reported
+//! and the request's time limit ([`Handler::time_limit`]), which starts again as long
+//! as the operation's copies move bytes ([`Handler::progress`]). The last two are reported
 //! to the handler ([`Handler::abandoned`]), which fails the operation; the plugin gets
 //! a refusal, or nothing when it is gone.
 
@@ -29,9 +30,17 @@ pub trait Handler: Send + Sync + 'static {
     /// on a blocking thread.
     fn answer(&self, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Reply;
 
-    /// How long answering `req` may take; None when only the operation's end bounds it
-    /// (a wait for the copy engines, which fail on their own).
+    /// How long answering `req` may take without progress; None when only the
+    /// operation's end bounds it (a wait for the copy engines, which fail on their own).
     fn time_limit(&self, req: &Request) -> Option<Duration>;
+
+    /// A count that grows while the operation moves data (bytes copied): a request
+    /// whose count moved within its time limit gets the limit again, so a long copy
+    /// inside one request (CUDA's custom storage) is bounded by a stall, not by its
+    /// size. Default: no progress is ever made.
+    fn progress(&self) -> u64 {
+        0
+    }
 
     /// The request `what` from `peer` was given up before it was answered.
     fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned);
@@ -52,7 +61,7 @@ impl std::fmt::Display for Abandoned {
             Abandoned::PeerGone => write!(f, "the plugin went away before it was answered"),
             Abandoned::TimedOut(limit) => write!(
                 f,
-                "not done within {:.1} s (--device-timeout)",
+                "not done within {:.1} s, nothing copied meanwhile (--device-timeout)",
                 limit.as_secs_f64()
             ),
         }
@@ -295,10 +304,19 @@ async fn serve(
         let limit = handler.time_limit(&req);
         let work = handler.clone();
         let answer = tokio::task::spawn_blocking(move || work.answer(req, fds, peer));
-        let deadline = async {
-            match limit {
-                Some(limit) => tokio::time::sleep(limit).await,
-                None => std::future::pending().await,
+        let watched = handler.clone();
+        let deadline = async move {
+            let Some(limit) = limit else {
+                return std::future::pending().await;
+            };
+            let mut seen = watched.progress();
+            loop {
+                tokio::time::sleep(limit).await;
+                let now = watched.progress();
+                if now == seen {
+                    return;
+                }
+                seen = now;
             }
         };
         let reply = tokio::select! {
@@ -395,10 +413,12 @@ mod tests {
     }
 
     /// Echoes log lines; "stuck" never finishes; "slow" has a 200 ms limit; "late" is
-    /// answered after 150 ms.
+    /// answered after 150 ms; "copying" has a 400 ms limit and takes 1 s, making
+    /// progress every 20 ms.
     #[derive(Default)]
     struct Echo {
         abandoned: std::sync::Mutex<Vec<(&'static str, Abandoned)>>,
+        copied: std::sync::atomic::AtomicU64,
     }
 
     impl Handler for Echo {
@@ -407,6 +427,18 @@ mod tests {
                 Some(request::Kind::Log(l)) if l.text == "stuck" || l.text == "slow" => {
                     std::thread::sleep(Duration::from_secs(3600));
                     Reply::default()
+                }
+                Some(request::Kind::Log(l)) if l.text == "copying" => {
+                    for _ in 0..50 {
+                        std::thread::sleep(Duration::from_millis(20));
+                        self.copied
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Reply {
+                        ok: true,
+                        error: l.text,
+                        ..Default::default()
+                    }
                 }
                 Some(request::Kind::Log(l)) if l.text == "late" => {
                     std::thread::sleep(Duration::from_millis(150));
@@ -428,8 +460,15 @@ mod tests {
         fn time_limit(&self, req: &Request) -> Option<Duration> {
             match &req.kind {
                 Some(request::Kind::Log(l)) if l.text == "slow" => Some(Duration::from_millis(200)),
+                Some(request::Kind::Log(l)) if l.text == "copying" => {
+                    Some(Duration::from_millis(400))
+                }
                 _ => None,
             }
+        }
+
+        fn progress(&self) -> u64 {
+            self.copied.load(std::sync::atomic::Ordering::SeqCst)
         }
 
         fn abandoned(&self, _peer: i32, what: &'static str, why: Abandoned) {
@@ -479,6 +518,19 @@ mod tests {
                 Abandoned::TimedOut(Duration::from_millis(200))
             )]
         );
+    }
+
+    #[test]
+    fn a_request_that_keeps_copying_outlives_its_time_limit() {
+        let (helper_end, plugin_end) = pair();
+        let echo = Arc::new(Echo::default());
+        let _plane = ControlPlane::start(helper_end, echo.clone()).unwrap();
+        let conn = connect(&plugin_end);
+        wire::send(conn.as_fd(), &log("copying"), &[]).unwrap();
+        let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(conn.as_fd()).unwrap();
+        assert!(reply.ok, "{}", reply.error);
+        assert_eq!(reply.error, "copying");
+        assert!(echo.abandoned.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use super::fault::{self, FaultStep};
 use super::lifecycle::{Adopt, DumpStage, DumpTasks, RestoreTasks};
 use super::HelperError;
 use crate::gpu::{Backend, DeviceFile, DeviceRole, Operation, TaskDevice, TaskTiming};
-use crate::transfer::{BufferKey, DumpWriter, Event, EventSink, GpuStats, Restorer};
+use crate::transfer::{no_events, BufferKey, DumpWriter, Event, EventSink, GpuStats, Restorer};
 
 /// What a dump's helper collected.
 #[derive(Debug)]
@@ -30,6 +30,9 @@ pub struct DumpOutcome {
 pub struct Timeline {
     started: Option<Instant>,
     tasks: BTreeMap<u32, (TaskTiming, usize)>,
+    /// Grows with every byte the transfer engines move (the writer's, the restorer's,
+    /// a refill's): what keeps a copying request within `--device-timeout`.
+    moved: Arc<AtomicU64>,
 }
 
 impl Timeline {
@@ -143,6 +146,10 @@ impl Handler for Shared {
         }
     }
 
+    fn progress(&self) -> u64 {
+        lock(&self.timeline).moved.load(Ordering::Relaxed)
+    }
+
     fn time_limit(&self, req: &Request) -> Option<Duration> {
         match (&self.mode, &req.kind) {
             // Wait for the copy engines: bounded by their own failures and the
@@ -189,13 +196,27 @@ pub fn timeline_events(extra: EventSink) -> (EventSink, Arc<Mutex<Timeline>>) {
         ..Default::default()
     }));
     let t = timeline.clone();
+    let moved = counting(lock(&timeline).moved.clone(), no_events());
     let sink: EventSink = Arc::new(move |event| {
-        if let Event::BufferDone(key) = event {
-            t.lock().unwrap_or_else(|e| e.into_inner()).buffer_done(key);
+        match event {
+            Event::BufferDone(key) => t.lock().unwrap_or_else(|e| e.into_inner()).buffer_done(key),
+            Event::Bytes { .. } => moved(event),
         }
         extra(event);
     });
     (sink, timeline)
+}
+
+/// `then`, after counting the bytes each [`Event::Bytes`] says moved into `moved`.
+fn counting(moved: Arc<AtomicU64>, then: EventSink) -> EventSink {
+    let last = AtomicU64::new(0);
+    Arc::new(move |event| {
+        if let Event::Bytes { done, .. } = event {
+            let before = last.swap(done, Ordering::Relaxed);
+            moved.fetch_add(done.saturating_sub(before).max(1), Ordering::Relaxed);
+        }
+        then(event);
+    })
 }
 
 impl Helper {
@@ -828,6 +849,17 @@ fn handle(
             }
             let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid));
             failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
+            if lives_on && !pids.is_empty() {
+                if let Err(e) = fault::check(FaultStep::GiveBack) {
+                    failures.push(e);
+                }
+            }
+            // The plugin half undid its own steps first (AMD's UNPAUSE).
+            failures.extend(r.plugin_errors.iter().map(|e| {
+                HelperError::Failed(format!(
+                    "the plugin could not give a task its device back: {e}"
+                ))
+            }));
             match failures.into_iter().next() {
                 Some(e) => Err(e),
                 None => Ok(ok()),
@@ -1029,7 +1061,8 @@ fn refill_from_image(
         writer.finish()?;
     }
     let (dir, config) = image;
-    let restorer = Restorer::open(dir, config.clone(), true, crate::transfer::no_events())?;
+    let moved = lock(&shared.timeline).moved.clone();
+    let restorer = Restorer::open(dir, config.clone(), true, counting(moved, no_events()))?;
     let mut keys = Vec::new();
     for (pid, sinks) in refills {
         let ns_pid = crate::gpu::ns_pid(pid)?;

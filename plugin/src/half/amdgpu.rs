@@ -116,10 +116,12 @@ impl AmdgpuHalf {
 
     /// UNPAUSE `pid`'s queues (after a failure: the error is only logged, the first
     /// failure is what CRIU gets).
-    fn unpause_logged(&self, pid: i32, kfd: BorrowedFd<'_>) {
-        if let Err(e) = self.kfd.unpause(kfd) {
-            criu::error(&format!("pid {pid}: cannot unpause its GPU queues: {e}"));
-        }
+    /// UNPAUSE `pid`'s queues; what failed, also logged.
+    fn unpause_logged(&self, pid: i32, kfd: BorrowedFd<'_>) -> Option<String> {
+        let e = self.kfd.unpause(kfd).err()?;
+        let text = format!("pid {pid}: cannot unpause its GPU queues: {e}");
+        criu::error(&text);
+        Some(text)
     }
 
     /// PROCESS_INFO and CHECKPOINT on `kfd`: the state, and the dmabufs of the buffers
@@ -414,15 +416,16 @@ impl PluginHalf for AmdgpuHalf {
         }
     }
 
-    fn finish(&self, stage: i32, _ret: i32) {
+    fn finish(&self, stage: i32, _ret: i32) -> Vec<String> {
         if stage != stage::DUMP {
-            return;
+            return Vec::new();
         }
         // The dump is over (post-dump waited for every copy) or failed: every paused
         // task's queues run again, whether the tree lives on or is killed next.
         let paused = std::mem::take(&mut *self.paused.lock().unwrap_or_else(|e| e.into_inner()));
-        for (pid, kfd) in paused {
-            self.unpause_logged(pid, kfd.as_fd());
-        }
+        paused
+            .into_iter()
+            .filter_map(|(pid, kfd)| self.unpause_logged(pid, kfd.as_fd()))
+            .collect()
     }
 }

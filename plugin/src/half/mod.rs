@@ -124,8 +124,12 @@ pub trait PluginHalf: Send + Sync {
         Ok(())
     }
 
-    /// The plugin's `exit` hook (a dump's happens after post-dump).
-    fn finish(&self, _stage: i32, _ret: i32) {}
+    /// The plugin's `exit` hook (a dump's happens after post-dump, before the gpucr
+    /// half's end of the dump): undo what the plugin half still holds of every task.
+    /// What it could not undo, one message each (already in CRIU's log).
+    fn finish(&self, _stage: i32, _ret: i32) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The plugin half gpucr named in `GPUCR_BACKEND`, if any.
