@@ -146,7 +146,8 @@ fn all_overlap(calls: &[&Call]) -> bool {
 /// A 4-process tree, each driver step taking 300 ms in the target: gpucr locks all four
 /// at once before the freeze and checkpoints all four at once when the tree is frozen
 /// (the call log shows the four locks, and the four checkpoints, in flight together),
-/// and the image restores with every byte.
+/// and the image restores with every byte, the four restores and the four unlocks in
+/// flight together too.
 #[test]
 fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
     let _lock = criu_lock();
@@ -222,10 +223,25 @@ fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
     }
     kill_and_wait(tree.pid);
     assert_eq!(fake.wipe_device_memory(), 0);
-    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    fs::remove_file(&log).unwrap();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
     assert_success(&out);
     let _restored = Restored(stdout(&out).trim().parse().unwrap());
     assert!(tree.verify(2), "every byte is back on the device");
+    let calls = read_calls(&log);
+    for function in ["cuCheckpointProcessRestore", "cuCheckpointProcessUnlock"] {
+        let made = calls_of(&calls, function);
+        assert_eq!(made.len(), 4, "{function} once per process: {made:#?}");
+        assert!(
+            all_overlap(&made),
+            "the four {function} calls overlap: {made:#?}"
+        );
+    }
+    let log = fs::read_to_string(image.join("restore.log")).unwrap();
+    assert!(
+        log.contains("4 CUDA processes brought back at once"),
+        "{log}"
+    );
 }
 
 /// Three CUDA processes: dumped (the driver checkpoints each through its restore

@@ -27,6 +27,10 @@ use crate::{criu, device, engine, NOT_OURS};
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 /// Whether this dump's first CHECKPOINT_DEVICES did the whole tree's step.
 static TREE_CHECKPOINTED: AtomicBool = AtomicBool::new(false);
+/// Whether this restore's first RESUME_DEVICES_LATE did the whole tree's step.
+static TREE_RESUMED: AtomicBool = AtomicBool::new(false);
+/// The tasks that step brought back: their own RESUME_DEVICES_LATE skip the helper.
+static RESUMED_AHEAD: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 /// Every task of this dump (PAUSE_DEVICES), for the step after it.
 static DUMPED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 
@@ -204,14 +208,12 @@ pub unsafe extern "C" fn pause_devices(pid: c_int) -> c_int {
 
 /// PAUSE_DEVICES with `half`.
 pub fn pause_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
-    {
-        DUMPED.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
-        half.pause(pid)?;
-        fault(FaultStep::PluginPause)?;
-        helper::call(request::Kind::PauseDevices(PauseDevices { pid }), &[])?;
-        criu::info(&format!("PAUSE_DEVICES pid {pid}"));
-        Ok(0)
-    }
+    DUMPED.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+    half.pause(pid)?;
+    fault(FaultStep::PluginPause)?;
+    helper::call(request::Kind::PauseDevices(PauseDevices { pid }), &[])?;
+    criu::info(&format!("PAUSE_DEVICES pid {pid}"));
+    Ok(0)
 }
 
 pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
@@ -223,45 +225,43 @@ pub unsafe extern "C" fn checkpoint_devices(pid: c_int) -> c_int {
 
 /// CHECKPOINT_DEVICES with `half`.
 pub fn checkpoint_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
-    {
-        criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
-        if !TREE_CHECKPOINTED.swap(true, Ordering::SeqCst) {
-            half.checkpoint_tree()?;
-        }
-        let collected = half.checkpoint(pid)?;
-        let (format, state, buffers, run_thread) = match collected {
-            Some(c) => (c.format, c.state, c.buffers, c.run_thread),
-            None => (String::new(), Vec::new(), Vec::new(), None),
-        };
-        fault(FaultStep::PluginCheckpoint)?;
-        // Held until the gpucr half has taken the task over.
-        let _running = run_thread.map(RunGuard::start).transpose()?.flatten();
-        let fds = device::raw_fds_of(&buffers);
-        let mut batches = fds.chunks(MAX_FDS);
-        let kind = request::Kind::CheckpointDevices(CheckpointDevices {
-            pid,
-            format,
-            state,
-            buffer_count: fds.len() as u32,
-        });
-        helper::call(kind, batches.next().unwrap_or(&[]))?;
-        for (n, batch) in batches.enumerate() {
-            let kind = request::Kind::DumpBuffers(DumpBuffers {
-                pid,
-                first_index: ((n + 1) * MAX_FDS) as u32,
-            });
-            helper::call(kind, batch)?;
-        }
-        if !fds.is_empty() {
-            criu::info(&format!(
-                "CHECKPOINT_DEVICES pid {pid}: {} buffers handed to the helper",
-                fds.len()
-            ));
-        }
-        // The helper holds its own references; ours close here.
-        drop(buffers);
-        Ok(0)
+    criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
+    if !TREE_CHECKPOINTED.swap(true, Ordering::SeqCst) {
+        half.checkpoint_tree()?;
     }
+    let collected = half.checkpoint(pid)?;
+    let (format, state, buffers, run_thread) = match collected {
+        Some(c) => (c.format, c.state, c.buffers, c.run_thread),
+        None => (String::new(), Vec::new(), Vec::new(), None),
+    };
+    fault(FaultStep::PluginCheckpoint)?;
+    // Held until the gpucr half has taken the task over.
+    let _running = run_thread.map(RunGuard::start).transpose()?.flatten();
+    let fds = device::raw_fds_of(&buffers);
+    let mut batches = fds.chunks(MAX_FDS);
+    let kind = request::Kind::CheckpointDevices(CheckpointDevices {
+        pid,
+        format,
+        state,
+        buffer_count: fds.len() as u32,
+    });
+    helper::call(kind, batches.next().unwrap_or(&[]))?;
+    for (n, batch) in batches.enumerate() {
+        let kind = request::Kind::DumpBuffers(DumpBuffers {
+            pid,
+            first_index: ((n + 1) * MAX_FDS) as u32,
+        });
+        helper::call(kind, batch)?;
+    }
+    if !fds.is_empty() {
+        criu::info(&format!(
+            "CHECKPOINT_DEVICES pid {pid}: {} buffers handed to the helper",
+            fds.len()
+        ));
+    }
+    // The helper holds its own references; ours close here.
+    drop(buffers);
+    Ok(0)
 }
 
 pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
@@ -275,27 +275,25 @@ pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
 
 /// DUMP_EXT_FILE: ask the helper whether the file behind `fd` is a device it carries.
 pub fn dump_ext_file_with(fd: c_int, id: c_int) -> Result<c_int, HookFailure> {
-    {
-        let kind = request::Kind::DumpFile(DumpFile { id: id as u32 });
-        let reply = helper::call(kind, &[fd])?;
-        if !reply.owned {
-            return Ok(NOT_OURS);
-        }
-        let name = if reply.plugin_name.is_empty() {
-            PLUGIN_NAME
-        } else {
-            &reply.plugin_name
-        };
-        // CRIU keeps every name it is given: register once per dump, not once per file.
-        if !REGISTERED.swap(true, Ordering::SeqCst) {
-            criu::add_inventory_plugin(name);
-        }
-        criu::info(&format!(
-            "DUMP_EXT_FILE id {id:#x}: device carried by gpucr"
-        ));
-        engine::finish_copy()?;
-        Ok(0)
+    let kind = request::Kind::DumpFile(DumpFile { id: id as u32 });
+    let reply = helper::call(kind, &[fd])?;
+    if !reply.owned {
+        return Ok(NOT_OURS);
     }
+    let name = if reply.plugin_name.is_empty() {
+        PLUGIN_NAME
+    } else {
+        &reply.plugin_name
+    };
+    // CRIU keeps every name it is given: register once per dump, not once per file.
+    if !REGISTERED.swap(true, Ordering::SeqCst) {
+        criu::add_inventory_plugin(name);
+    }
+    criu::info(&format!(
+        "DUMP_EXT_FILE id {id:#x}: device carried by gpucr"
+    ));
+    engine::finish_copy()?;
+    Ok(0)
 }
 
 /// HANDLE_DEVICE_VMA(fd, stat): 0 when the mapping is one of the backend's device
@@ -353,38 +351,36 @@ pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
 
 /// RESTORE_EXT_FILE with `half`: the device fd for CRIU.
 pub fn restore_ext_file_with(half: &dyn PluginHalf, id: c_int) -> Result<c_int, HookFailure> {
-    {
-        let id = id as u32;
-        let reply = match helper::call(
-            request::Kind::RestoreFile(gpucr_abi::proto::RestoreFile { id }),
-            &[],
-        ) {
-            Ok(reply) => reply,
-            Err(HelperError::Refused(e)) if e.is_empty() => return Ok(NOT_OURS),
-            Err(e) => return Err(e.into()),
-        };
-        let Some(spec) = reply.device else {
-            return Ok(NOT_OURS);
-        };
-        let recreated = half.recreate(&spec)?;
-        fault(FaultStep::PluginRecreate)?;
-        let fds = device::raw_fds(&recreated.buffers);
-        for (batch, chunk) in fds.chunks(MAX_FDS).enumerate() {
-            let kind = request::Kind::BuffersReady(BuffersReady {
-                id,
-                first_index: (batch * MAX_FDS) as u32,
-            });
-            helper::call(kind, chunk)?;
-        }
-        // The helper holds its own references; ours close here.
-        drop(recreated.buffers);
-        criu::info(&format!(
-            "RESTORE_EXT_FILE id {id:#x}: {} buffers handed to the helper, device fd {}",
-            fds.len(),
-            recreated.device_fd
-        ));
-        Ok(recreated.device_fd)
+    let id = id as u32;
+    let reply = match helper::call(
+        request::Kind::RestoreFile(gpucr_abi::proto::RestoreFile { id }),
+        &[],
+    ) {
+        Ok(reply) => reply,
+        Err(HelperError::Refused(e)) if e.is_empty() => return Ok(NOT_OURS),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(spec) = reply.device else {
+        return Ok(NOT_OURS);
+    };
+    let recreated = half.recreate(&spec)?;
+    fault(FaultStep::PluginRecreate)?;
+    let fds = device::raw_fds(&recreated.buffers);
+    for (batch, chunk) in fds.chunks(MAX_FDS).enumerate() {
+        let kind = request::Kind::BuffersReady(BuffersReady {
+            id,
+            first_index: (batch * MAX_FDS) as u32,
+        });
+        helper::call(kind, chunk)?;
     }
+    // The helper holds its own references; ours close here.
+    drop(recreated.buffers);
+    criu::info(&format!(
+        "RESTORE_EXT_FILE id {id:#x}: {} buffers handed to the helper, device fd {}",
+        fds.len(),
+        recreated.device_fd
+    ));
+    Ok(recreated.device_fd)
 }
 
 pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
@@ -396,41 +392,52 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
 
 /// RESUME_DEVICES_LATE with `half`.
 pub fn resume_devices_late_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
-    {
-        let kind = request::Kind::ResumeDevices(ResumeDevices { pid });
-        {
-            // The task's restore thread (if its backend has one) runs while the gpucr
-            // half brings the device back.
-            let _running = half
-                .restore_thread(pid)
-                .map(RunGuard::start)
-                .transpose()?
-                .flatten();
-            helper::call(kind, &[])?;
-        }
-        let resumed = half
-            .resume(pid)
-            .map_err(HookFailure::from)
-            .and_then(|()| fault(FaultStep::PluginResume));
-        if let Err(e) = resumed {
-            // CRIU goes on after this hook fails: the helper must know, so that the
-            // task never runs without its device.
-            let kind = request::Kind::ResumeFailed(ResumeFailed {
-                pid,
-                error: e.message.clone(),
-            });
-            if let Err(told) = helper::call(kind, &[]) {
-                criu::error(&format!(
-                    "RESUME_DEVICES_LATE pid {pid}: cannot tell the helper this failed: {told}"
-                ));
-            }
-            return Err(e);
-        }
-        criu::info(&format!(
-            "RESUME_DEVICES_LATE pid {pid}: device memory restored"
-        ));
-        Ok(0)
+    if !TREE_RESUMED.swap(true, Ordering::SeqCst) {
+        // CRIU calls this hook once every task is restored and stopped: a backend
+        // that brings the whole tree back at once does it now.
+        let done = half.resume_tree(pid)?;
+        RESUMED_AHEAD
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(done);
     }
+    let ahead = RESUMED_AHEAD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&pid);
+    if !ahead {
+        let kind = request::Kind::ResumeDevices(ResumeDevices { pid });
+        // The task's restore thread (if its backend has one) runs while the gpucr
+        // half brings the device back.
+        let _running = half
+            .restore_thread(pid)
+            .map(RunGuard::start)
+            .transpose()?
+            .flatten();
+        helper::call(kind, &[])?;
+    }
+    let resumed = half
+        .resume(pid)
+        .map_err(HookFailure::from)
+        .and_then(|()| fault(FaultStep::PluginResume));
+    if let Err(e) = resumed {
+        // CRIU goes on after this hook fails: the helper must know, so that the
+        // task never runs without its device.
+        let kind = request::Kind::ResumeFailed(ResumeFailed {
+            pid,
+            error: e.message.clone(),
+        });
+        if let Err(told) = helper::call(kind, &[]) {
+            criu::error(&format!(
+                "RESUME_DEVICES_LATE pid {pid}: cannot tell the helper this failed: {told}"
+            ));
+        }
+        return Err(e);
+    }
+    criu::info(&format!(
+        "RESUME_DEVICES_LATE pid {pid}: device memory restored"
+    ));
+    Ok(0)
 }
 
 #[cfg(test)]

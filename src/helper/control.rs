@@ -83,6 +83,10 @@ pub fn request_name(req: &Request) -> &'static str {
         Some(request::Kind::RestoreThread(_)) => "a restore thread lookup",
         Some(request::Kind::TreeThreads(_)) => "CHECKPOINT_DEVICES (the tree's restore threads)",
         Some(request::Kind::CheckpointTree(_)) => "CHECKPOINT_DEVICES (the whole tree)",
+        Some(request::Kind::ResumeTreeThreads(_)) => {
+            "RESUME_DEVICES_LATE (the tree's restore threads)"
+        }
+        Some(request::Kind::ResumeTree(_)) => "RESUME_DEVICES_LATE (the whole tree)",
         Some(request::Kind::EngineStep(_)) => "an engine step",
         Some(request::Kind::Log(_)) => "a log line",
         Some(request::Kind::Connect(_)) => "a connection",

@@ -440,6 +440,25 @@ impl RestoreTasks {
         }
     }
 
+    /// Whether host pid `pid` (`ns_pid` in its own PID namespace) is a task without
+    /// device files still waiting for its RESUME_DEVICES_LATE: one the tree's resume
+    /// may bring back ahead of it.
+    pub fn awaits_resume_without_files(&self, pid: i32, ns_pid: u32) -> bool {
+        if self.peers.contains_key(&pid) {
+            return false;
+        }
+        self.tasks
+            .iter()
+            .position(|t| t.0 == ns_pid)
+            .is_some_and(|i| {
+                self.fileless[i]
+                    && self.tasks[i].2
+                        == RestoreStage::Recreating {
+                            attached: self.tasks[i].1,
+                        }
+            })
+    }
+
     /// How bringing task `index` back went.
     pub fn resumed(&mut self, index: usize, ok: bool) {
         self.tasks[index].2 = if ok {
@@ -578,7 +597,14 @@ mod tests {
             None,
             "has files: by peer"
         );
+        assert!(tasks.awaits_resume_without_files(900, 1));
+        assert!(!tasks.awaits_resume_without_files(900, 2), "has files");
+        assert!(
+            !tasks.awaits_resume_without_files(900, 7),
+            "not in the image"
+        );
         assert_eq!(tasks.resuming(900, Some(1)).unwrap(), Some(0));
+        assert!(!tasks.awaits_resume_without_files(900, 1), "asked already");
         assert!(tasks.resuming(900, Some(1)).is_err(), "twice");
         tasks.resumed(0, true);
         assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));

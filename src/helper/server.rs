@@ -154,7 +154,7 @@ impl Handler for Shared {
         match (&self.mode, &req.kind) {
             // Wait for the copy engines: bounded by their own failures and the
             // operation's end, not by a device step's time.
-            (_, Some(request::Kind::ResumeDevices(_))) => None,
+            (_, Some(request::Kind::ResumeDevices(_) | request::Kind::ResumeTree(_))) => None,
             // Waits for every copy (FINISH_COPY) or checksums the image (DUMP_DONE).
             (_, Some(request::Kind::EngineStep(_))) => None,
             (
@@ -802,6 +802,35 @@ fn handle(
             resumed?;
             Ok(ok())
         }
+        (Mode::Restore { tasks, .. }, request::Kind::ResumeTreeThreads(r)) => {
+            let pids = resume_ahead(shared, tasks, r.root);
+            let mut run_threads = Vec::new();
+            for &pid in &pids {
+                run_threads.extend(shared.backend.restore_thread(pid)?);
+            }
+            Ok(Reply {
+                ok: true,
+                run_threads,
+                pids,
+                ..Default::default()
+            })
+        }
+        (
+            Mode::Restore {
+                restorer,
+                devices,
+                tasks,
+                ..
+            },
+            request::Kind::ResumeTree(r),
+        ) => {
+            let pids = resume_tree(shared, restorer, devices, tasks, r.root)?;
+            Ok(Reply {
+                ok: true,
+                pids,
+                ..Default::default()
+            })
+        }
         (Mode::Restore { tasks, .. }, request::Kind::ResumeFailed(r)) => {
             lock(tasks).resume_failed(r.pid);
             Err(HelperError::Failed(format!(
@@ -1075,6 +1104,53 @@ fn refill_from_image(
     restorer.wait(&keys)?;
     restorer.finish()?;
     Ok(())
+}
+
+/// The first RESUME_DEVICES_LATE of a restore of a [`Backend::whole_tree`] backend,
+/// every task restored and stopped: the tasks of the tree rooted at `root` (host pids)
+/// that the helper brings back at once, ahead of their own hooks (those without device
+/// files, still waiting). None for other backends.
+fn resume_ahead(shared: &Shared, tasks: &Mutex<RestoreTasks>, root: i32) -> Vec<i32> {
+    if !shared.backend.whole_tree() {
+        return Vec::new();
+    }
+    let tasks = lock(tasks);
+    crate::gpu::tree_pids(root)
+        .into_iter()
+        .filter(|&pid| {
+            crate::gpu::ns_pid(pid).is_ok_and(|ns| tasks.awaits_resume_without_files(pid, ns))
+        })
+        .collect()
+}
+
+/// [`resume_ahead`]'s tasks brought back on their devices in parallel (the plugin lets
+/// their restore threads run meanwhile); the pids done. A task that fails is marked so
+/// (the restore then fails before any task runs); the first failure is returned.
+fn resume_tree(
+    shared: &Shared,
+    restorer: &RwLock<Option<Restorer>>,
+    devices: &[TaskDevice],
+    tasks: &Mutex<RestoreTasks>,
+    root: i32,
+) -> Result<Vec<i32>, HelperError> {
+    let mut taken = BTreeMap::new();
+    for pid in resume_ahead(shared, tasks, root) {
+        let ns_pid = crate::gpu::ns_pid(pid).ok();
+        if let Some(index) = lock(tasks).resuming(pid, ns_pid)? {
+            taken.insert(pid, index);
+        }
+    }
+    let pids: Vec<i32> = taken.keys().copied().collect();
+    let outcomes = in_parallel(&pids, |pid| {
+        let index = taken[&pid];
+        let resumed = resume(shared, restorer, pid, &devices[index]);
+        lock(tasks).resumed(index, resumed.is_ok());
+        resumed
+    });
+    match outcomes.into_iter().find_map(Result::err) {
+        Some(e) => Err(e),
+        None => Ok(pids),
+    }
 }
 
 /// Bring restored task `task` (host pid `pid`) back on its device once its buffers

@@ -5,7 +5,9 @@
 //! process that loads the driver): this half asks the helper.
 
 use gpucr_abi::cuda::{Collected as CudaCollected, COLLECTED_FORMAT};
-use gpucr_abi::proto::{request, CheckpointTree, RestoreThread, TreeThreads};
+use gpucr_abi::proto::{
+    request, CheckpointTree, RestoreThread, ResumeTree, ResumeTreeThreads, TreeThreads,
+};
 
 use super::{Collected, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
@@ -50,6 +52,31 @@ impl PluginHalf for CudaHalf {
         ));
         drop(running);
         Ok(())
+    }
+
+    fn resume_tree(&self, root: i32) -> Result<Vec<i32>, HalfError> {
+        let reply = helper::call(
+            request::Kind::ResumeTreeThreads(ResumeTreeThreads { root }),
+            &[],
+        )
+        .map_err(half_error("the restored tree's restore threads"))?;
+        if reply.pids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every restore thread runs while the helper brings the tasks back in parallel;
+        // each is stopped again when its guard drops.
+        let mut running = Vec::with_capacity(reply.run_threads.len());
+        for tid in &reply.run_threads {
+            running.extend(RunGuard::start(*tid)?);
+        }
+        let done = helper::call(request::Kind::ResumeTree(ResumeTree { root }), &[])
+            .map_err(half_error("bringing the restored tree back"))?;
+        crate::criu::info(&format!(
+            "RESUME_DEVICES_LATE: {} CUDA processes brought back at once",
+            done.pids.len()
+        ));
+        drop(running);
+        Ok(done.pids)
     }
 
     fn checkpoint(&self, pid: i32) -> Result<Option<Collected>, HalfError> {

@@ -118,6 +118,15 @@ pub trait PluginHalf: Send + Sync {
         None
     }
 
+    /// The first RESUME_DEVICES_LATE of a restore, criu main, every task restored and
+    /// stopped: what the gpucr half does for every task of the tree rooted at `root` at
+    /// once (the CUDA driver's restores and unlocks, with every restore thread let run
+    /// meanwhile). The tasks done, whose own RESUME_DEVICES_LATE then skip the helper.
+    /// Default: none.
+    fn resume_tree(&self, _root: i32) -> Result<Vec<i32>, HalfError> {
+        Ok(Vec::new())
+    }
+
     /// RESUME_DEVICES_LATE, criu main, before `pid` runs, after the gpucr half has
     /// filled its memory.
     fn resume(&self, _pid: i32) -> Result<(), HalfError> {
