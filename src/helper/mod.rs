@@ -16,13 +16,16 @@ mod lifecycle;
 mod operation;
 mod server;
 mod session;
+mod timeline;
+mod tree;
 
 use std::io;
 use std::path::PathBuf;
 
 pub use operation::{GpuDump, GpuRestore, RestoreSettings};
-pub use server::{timeline_events, DumpOutcome, EngineCall, Helper, Timeline};
+pub use server::{DumpOutcome, EngineCall, Helper};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
+pub use timeline::{timeline_events, Timeline};
 
 use crate::gpu::GpuError;
 use crate::transfer::TransferError;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -14,9 +14,14 @@ use gpucr_abi::PLUGIN_NAME;
 use super::control::{Abandoned, ControlPlane, Handler};
 use super::fault::{self, FaultStep};
 use super::lifecycle::{Adopt, DumpStage, DumpTasks, RestoreTasks};
+use super::timeline::Timeline;
+use super::tree::{
+    checkpoint_tree, copy_held, in_parallel, pause_tree, refill_from_image, resume_ahead,
+    resume_tree,
+};
 use super::HelperError;
 use crate::gpu::{Backend, DeviceFile, DeviceRole, Operation, TaskDevice, TaskTiming};
-use crate::transfer::{no_events, BufferKey, DumpWriter, Event, EventSink, GpuStats, Restorer};
+use crate::transfer::{BufferKey, DumpWriter, GpuStats, Restorer};
 
 /// What a dump's helper collected.
 #[derive(Debug)]
@@ -25,54 +30,7 @@ pub struct DumpOutcome {
     pub stats: GpuStats,
 }
 
-/// Per-task progress, fed by the transfer engine's events.
-#[derive(Debug, Default)]
-pub struct Timeline {
-    started: Option<Instant>,
-    tasks: BTreeMap<u32, (TaskTiming, usize)>,
-    /// Grows with every byte the transfer engines move (the writer's, the restorer's,
-    /// a refill's): what keeps a copying request within `--device-timeout`.
-    moved: Arc<AtomicU64>,
-}
-
-impl Timeline {
-    fn ms(&self) -> f64 {
-        self.started
-            .map(|s| s.elapsed().as_secs_f64() * 1e3)
-            .unwrap_or(0.0)
-    }
-
-    fn begin(&mut self, ns_pid: u32, buffers: usize, bytes: u64) {
-        let at = self.ms();
-        let entry = self.tasks.entry(ns_pid).or_insert_with(|| {
-            (
-                TaskTiming {
-                    ns_pid,
-                    ..Default::default()
-                },
-                0,
-            )
-        });
-        entry.0.start_ms.get_or_insert(at);
-        entry.0.bytes += bytes;
-        entry.1 += buffers;
-        if entry.1 == 0 {
-            entry.0.end_ms.get_or_insert(at);
-        }
-    }
-
-    fn buffer_done(&mut self, key: BufferKey) {
-        let at = self.ms();
-        if let Some((timing, remaining)) = self.tasks.get_mut(&key.task) {
-            *remaining = remaining.saturating_sub(1);
-            if *remaining == 0 {
-                timing.end_ms = Some(at);
-            }
-        }
-    }
-}
-
-enum Mode {
+pub(super) enum Mode {
     Dump {
         writer: RwLock<Option<DumpWriter>>,
         /// The devices of the tasks the gpucr half took over, by host pid.
@@ -113,12 +71,12 @@ pub struct EngineCall {
     pub reply: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
-struct Shared {
+pub(super) struct Shared {
     /// Engine mode: where engine steps go (see [`Helper::engine_steps`]).
     engine: Mutex<Option<std::sync::mpsc::Sender<EngineCall>>>,
-    backend: Arc<dyn Backend>,
-    mode: Mode,
-    timeline: Arc<Mutex<Timeline>>,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) mode: Mode,
+    pub(super) timeline: Arc<Mutex<Timeline>>,
     /// How long one device step (a driver call, a task taken over) may take.
     device_timeout: Duration,
     /// The first failure, reported again when the command asks for the outcome.
@@ -187,36 +145,6 @@ impl std::fmt::Debug for Helper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Helper").finish_non_exhaustive()
     }
-}
-
-/// The event sink that keeps a timeline, plus an extra consumer (progress display).
-pub fn timeline_events(extra: EventSink) -> (EventSink, Arc<Mutex<Timeline>>) {
-    let timeline = Arc::new(Mutex::new(Timeline {
-        started: Some(Instant::now()),
-        ..Default::default()
-    }));
-    let t = timeline.clone();
-    let moved = counting(lock(&timeline).moved.clone(), no_events());
-    let sink: EventSink = Arc::new(move |event| {
-        match event {
-            Event::BufferDone(key) => t.lock().unwrap_or_else(|e| e.into_inner()).buffer_done(key),
-            Event::Bytes { .. } => moved(event),
-        }
-        extra(event);
-    });
-    (sink, timeline)
-}
-
-/// `then`, after counting the bytes each [`Event::Bytes`] says moved into `moved`.
-fn counting(moved: Arc<AtomicU64>, then: EventSink) -> EventSink {
-    let last = AtomicU64::new(0);
-    Arc::new(move |event| {
-        if let Event::Bytes { done, .. } = event {
-            let before = last.swap(done, Ordering::Relaxed);
-            moved.fetch_add(done.saturating_sub(before).max(1), Ordering::Relaxed);
-        }
-        then(event);
-    })
 }
 
 impl Helper {
@@ -476,13 +404,13 @@ impl Helper {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Run one backend operation, timed on the helper's clock; its log entry when it
 /// succeeded (a failed one fails the dump, which keeps no log).
-fn timed<T>(
+pub(super) fn timed<T>(
     shared: &Shared,
     name: &str,
     operation: impl FnOnce() -> Result<T, crate::gpu::GpuError>,
@@ -909,253 +837,9 @@ fn handle(
     }
 }
 
-/// `f` for every pid at once, one thread each; the outcomes in the order of `pids`.
-fn in_parallel<T: Send>(pids: &[i32], f: impl Fn(i32) -> T + Sync) -> Vec<T> {
-    if let [pid] = pids {
-        return vec![f(*pid)];
-    }
-    std::thread::scope(|scope| {
-        let f = &f;
-        let running: Vec<_> = pids
-            .iter()
-            .map(|&pid| scope.spawn(move || f(pid)))
-            .collect();
-        running
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
-}
-
-/// The first PAUSE_DEVICES of a dump of a [`Backend::whole_tree`] backend, with the
-/// tree still running: the backend's step before the freeze for every task of the tree
-/// rooted at `root`, in parallel (CRIU then freezes the tasks one by one, and each one's
-/// PAUSE_DEVICES finds it done). A task that fails is given back after the dump like
-/// the others; the first failure fails this PAUSE_DEVICES, so CRIU gives up at once.
-fn pause_tree(shared: &Shared, tasks: &Mutex<DumpTasks>, root: i32) -> Result<(), HelperError> {
-    let pids = crate::gpu::tree_pids(root);
-    let outcomes = in_parallel(&pids, |pid| {
-        timed(shared, "pause", || shared.backend.pre_freeze(pid))
-    });
-    let mut first_error = None;
-    let mut tasks = lock(tasks);
-    for (pid, outcome) in pids.into_iter().zip(outcomes) {
-        match outcome {
-            Ok(((), pause)) => tasks.paused_ahead(pid, pause)?,
-            Err(e) => {
-                tasks.pause_failed(pid);
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match first_error {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
-}
-
-/// The tree is frozen (the first CHECKPOINT_DEVICES, the threads the backend needs let
-/// run by the plugin): the backend's checkpoint of every paused task at once. The first
-/// failure fails the request, so CRIU gives up; every task is given back after the dump.
-fn checkpoint_tree(shared: &Shared, tasks: &Mutex<DumpTasks>) -> Result<(), HelperError> {
-    let pids = lock(tasks).to_checkpoint_ahead();
-    let outcomes = in_parallel(&pids, |pid| {
-        timed(shared, "checkpoint", || {
-            shared.backend.checkpoint_ahead(pid)
-        })
-    });
-    let mut first_error: Option<HelperError> = None;
-    let mut checkpointed = Vec::new();
-    {
-        let mut tasks = lock(tasks);
-        for (pid, outcome) in pids.into_iter().zip(outcomes) {
-            match outcome {
-                Ok((made, checkpoint)) => {
-                    tasks.checkpointed_ahead(pid, Ok(made.then_some(checkpoint)));
-                    checkpointed.push(pid);
-                }
-                Err(e) => {
-                    tasks.checkpointed_ahead(pid, Err(()));
-                    first_error.get_or_insert(e.into());
-                }
-            }
-        }
-    }
-    // With the restore threads still running: memory the driver mapped here (custom
-    // storage) is copied into the image and let go, before CRIU dumps the tasks.
-    match copy_held(shared, &checkpointed) {
-        Ok(logged) => {
-            let mut tasks = lock(tasks);
-            for (pid, operations) in logged {
-                for operation in operations {
-                    tasks.log(pid, operation);
-                }
-            }
-        }
-        Err(e) => {
-            first_error.get_or_insert(e);
-        }
-    }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
-/// Copy the device memory the backend holds mapped for `pids` ([`Backend::held_sources`])
-/// into the image, all at once, and wait for it; then let the driver go of it (each
-/// such task's "copy" and "complete" operations are returned), or, when the copy
-/// failed, give it back to the tasks and fail.
-fn copy_held(shared: &Shared, pids: &[i32]) -> Result<Vec<(i32, Vec<Operation>)>, HelperError> {
-    let Mode::Dump { writer, .. } = &shared.mode else {
-        return Err(HelperError::Failed("copy_held on a restore helper".into()));
-    };
-    let mut held = Vec::new();
-    let started = lock(&shared.timeline).ms();
-    let copied = (|| {
-        let guard = writer.read().unwrap_or_else(|e| e.into_inner());
-        let writer = guard
-            .as_ref()
-            .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
-        for &pid in pids {
-            let sources = shared.backend.held_sources(pid)?;
-            if sources.is_empty() {
-                continue;
-            }
-            held.push(pid);
-            let ns_pid = crate::gpu::ns_pid(pid)?;
-            let bytes = sources.iter().map(|s| s.len()).sum();
-            lock(&shared.timeline).begin(ns_pid, sources.len(), bytes);
-            for (i, source) in sources.into_iter().enumerate() {
-                writer.add(BufferKey::new(ns_pid, i as u32), fault::source(source))?;
-            }
-        }
-        if !held.is_empty() {
-            writer.wait_idle()?;
-        }
-        Ok::<(), HelperError>(())
-    })();
-    let copy = Operation {
-        name: "copy".into(),
-        start_ms: started,
-        duration_ms: lock(&shared.timeline).ms() - started,
-        result: "ok".into(),
-    };
-    let keep = copied.is_ok();
-    let released = in_parallel(&held, |pid| {
-        timed(shared, if keep { "complete" } else { "give back" }, || {
-            shared.backend.release_held(pid, keep)
-        })
-    });
-    let mut first_error = copied.err();
-    let mut logged = Vec::new();
-    for (&pid, outcome) in held.iter().zip(released) {
-        match outcome {
-            Ok((_, operation)) => logged.push((pid, vec![copy.clone(), operation])),
-            Err(e) => {
-                first_error.get_or_insert(e.into());
-            }
-        }
-    }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(logged),
-    }
-}
-
-/// DumpFinished, the tree living on: the device memory that left the GPUs
-/// ([`Backend::refill_sinks`]) is written back from the image. The writer is finished
-/// first if it is not yet (an index written, though the image stays incomplete) and
-/// `gpu/` read back with a restorer.
-fn refill_from_image(
-    shared: &Shared,
-    writer: &RwLock<Option<DumpWriter>>,
-    image: &(std::path::PathBuf, crate::transfer::TransferConfig),
-    pids: &[i32],
-) -> Result<(), HelperError> {
-    let mut refills = Vec::new();
-    for &pid in pids {
-        let sinks = shared.backend.refill_sinks(pid)?;
-        if !sinks.is_empty() {
-            refills.push((pid, sinks));
-        }
-    }
-    if refills.is_empty() {
-        return Ok(());
-    }
-    if let Some(writer) = writer.write().unwrap_or_else(|e| e.into_inner()).take() {
-        writer.finish()?;
-    }
-    let (dir, config) = image;
-    let moved = lock(&shared.timeline).moved.clone();
-    let restorer = Restorer::open(dir, config.clone(), true, counting(moved, no_events()))?;
-    let mut keys = Vec::new();
-    for (pid, sinks) in refills {
-        let ns_pid = crate::gpu::ns_pid(pid)?;
-        for (i, sink) in sinks.into_iter().enumerate() {
-            let key = BufferKey::new(ns_pid, i as u32);
-            restorer.attach(key, sink)?;
-            keys.push(key);
-        }
-    }
-    restorer.wait(&keys)?;
-    restorer.finish()?;
-    Ok(())
-}
-
-/// The first RESUME_DEVICES_LATE of a restore of a [`Backend::whole_tree`] backend,
-/// every task restored and stopped: the tasks of the tree rooted at `root` (host pids)
-/// that the helper brings back at once, ahead of their own hooks (those without device
-/// files, still waiting). None for other backends.
-fn resume_ahead(shared: &Shared, tasks: &Mutex<RestoreTasks>, root: i32) -> Vec<i32> {
-    if !shared.backend.whole_tree() {
-        return Vec::new();
-    }
-    let tasks = lock(tasks);
-    crate::gpu::tree_pids(root)
-        .into_iter()
-        .filter(|&pid| {
-            crate::gpu::ns_pid(pid).is_ok_and(|ns| tasks.awaits_resume_without_files(pid, ns))
-        })
-        .collect()
-}
-
-/// [`resume_ahead`]'s tasks brought back on their devices in parallel (the plugin lets
-/// their restore threads run meanwhile); the pids done. A task that fails is marked so
-/// (the restore then fails before any task runs); the first failure is returned.
-fn resume_tree(
-    shared: &Shared,
-    restorer: &RwLock<Option<Restorer>>,
-    devices: &[TaskDevice],
-    tasks: &Mutex<RestoreTasks>,
-    root: i32,
-) -> Result<Vec<i32>, HelperError> {
-    let mut taken = BTreeMap::new();
-    for pid in resume_ahead(shared, tasks, root) {
-        let ns_pid = crate::gpu::ns_pid(pid).ok();
-        if let Some(index) = lock(tasks).resuming(pid, ns_pid)? {
-            taken.insert(pid, index);
-        }
-    }
-    let pids: Vec<i32> = taken.keys().copied().collect();
-    let outcomes = in_parallel(&pids, |pid| {
-        let index = taken[&pid];
-        let resumed = resume(shared, restorer, pid, &devices[index]);
-        lock(tasks).resumed(index, resumed.is_ok());
-        resumed
-    });
-    match outcomes.into_iter().find_map(Result::err) {
-        Some(e) => Err(e),
-        None => Ok(pids),
-    }
-}
-
 /// Bring restored task `task` (host pid `pid`) back on its device once its buffers
 /// are written.
-fn resume(
+pub(super) fn resume(
     shared: &Shared,
     restorer: &RwLock<Option<Restorer>>,
     pid: i32,
