@@ -69,10 +69,14 @@ esac
 note "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 note "runtime: $runtime"
 note "cpus: $(nproc), memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
-note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+if command -v nvidia-smi >/dev/null; then
+    note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+else
+    note "gpu: none found (no nvidia-smi)"
+fi
 note "cuda (driver): $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1)"
 note "pytorch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
-note "gpucr: $(cat "$dev/VERSIONS" | tr '\n' ';')"
+note "carried: $(paste -sd ',' "$dev/VERSIONS" | sed 's/,/, /g')"
 
 # --- the workload ---------------------------------------------------------------------
 if [ "$WORKLOAD" = fake ]; then

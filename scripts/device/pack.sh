@@ -32,7 +32,7 @@ cp "$(command -v criu)" "$(command -v hyperfine)" "$out/bin/"
 ldd "$(command -v criu)" | awk '/=> \// {print $3}' |
     grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$out/lib/"; done
-criu --version | head -1 > "$out/VERSIONS"
+criu --version | head -1 | sed "s/^Version: /CRIU /" > "$out/VERSIONS"
 git rev-parse --short HEAD | sed 's/^/gpucr commit /' >> "$out/VERSIONS"
 size=$(du -sm "$out" | cut -f1)
 echo "packed $out: ${size} MiB ($(ls "$out"/bin "$out"/examples "$out"/lib | grep -c .) files)"
