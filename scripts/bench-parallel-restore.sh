@@ -3,7 +3,9 @@
 # verified and decompressed from the start, while CRIU restores CPU memory) against
 # --no-parallel-restore (buffers filled inside RESTORE_EXT_FILE, CRIU 4.1's way), on the
 # simulator with copy engines throttled to 1.6 GB/s per GPU, for one process and for a
-# 4-process tree, side by side in one hyperfine run each, median of RUNS runs. After
+# 4-process tree, side by side and interleaved: RUNS rounds per case, each one run of
+# both modes (hyperfine --runs 1), their order alternating from round to round, so the
+# machine's drift hits both alike; medians over the rounds. After
 # each case: the phase timeline of both modes, what CRIU spent restoring memory and
 # what filling the GPU buffers took inside RESTORE_EXT_FILE (the two costs the
 # benchmark balances), and how busy the machine's cores were.
@@ -111,9 +113,17 @@ run_case() {
     echo "## $name: $*"
     sed -n '1,2p' "$WORK/dump.txt"
     echo "image: $(du -sh "$WORK/image" | cut -f1) ($(du -sh "$WORK/image/gpu" | cut -f1) of it GPU memory)"
-    hyperfine --runs "$RUNS" --export-json "$WORK/../parallel-$name.json" \
-        --prepare "$self prepare" -n "sequential (--no-parallel-restore)" "$self restore --no-parallel-restore" \
-        --prepare "$self prepare" -n "parallel" "$self restore"
+    local round first second
+    local sequential=(-n "sequential (--no-parallel-restore)" "$self restore --no-parallel-restore")
+    local parallel=(-n "parallel" "$self restore")
+    rm -f "$WORK/../parallel-$name"-*.json
+    for round in $(seq "$RUNS"); do
+        if [ $((round % 2)) = 1 ]; then first=("${sequential[@]}") second=("${parallel[@]}")
+        else first=("${parallel[@]}") second=("${sequential[@]}"); fi
+        hyperfine --runs 1 --style none --export-json "$WORK/../parallel-$name-$round.json" \
+            --prepare "$self prepare" "${first[@]}" \
+            --prepare "$self prepare" "${second[@]}" >/dev/null
+    done
     echo "timeline, parallel:"
     "$self" timeline
     echo "timeline, sequential:"
@@ -130,11 +140,18 @@ run_case single --cpu-mib 1024 --parent-mib 1024 --child-mib 0 --gpus 1 --fill r
 run_case tree --cpu-mib 256 --parent-mib 192 --child-mib 192 --children 3 --gpus 1 --fill random --max-buffer-mib 128
 rm -rf "$GPUCR_SIM_ROOT"
 
-python3 - "$WORK/../parallel-single.json" "$WORK/../parallel-tree.json" <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    seq, par = json.load(open(path))["results"]
-    gain = 1 - par["median"] / seq["median"]
-    print(f"{path.split('parallel-')[-1][:-5]:>7}: sequential median {seq['median']*1000:7.1f} ms, "
-          f"parallel median {par['median']*1000:7.1f} ms: {gain*100:.0f}% faster")
+python3 - "$(dirname "$WORK")" "$RUNS" <<'PY'
+import json, statistics, sys
+results, runs = sys.argv[1], int(sys.argv[2])
+for name in ("single", "tree"):
+    times = {}
+    for r in range(1, runs + 1):
+        for res in json.load(open(f"{results}/parallel-{name}-{r}.json"))["results"]:
+            times.setdefault(res["command"], []).extend(res["times"])
+    seq = times["sequential (--no-parallel-restore)"]
+    par = times["parallel"]
+    s, p = statistics.median(seq), statistics.median(par)
+    print(f"{name:>7}: sequential median {s*1000:7.1f} ms (min {min(seq)*1000:.1f}, max "
+          f"{max(seq)*1000:.1f}), parallel median {p*1000:7.1f} ms (min {min(par)*1000:.1f}, "
+          f"max {max(par)*1000:.1f}), n={len(par)}: {(1 - p / s)*100:.0f}% faster")
 PY
