@@ -788,6 +788,53 @@ fn cuda_staging_host_overrides_custom_storage() {
     assert!(tree.verify(1), "every byte is back on the device");
 }
 
+/// Custom storage on a slow device (the fake's copies at 8 MiB/s): copying the
+/// processes' memory takes about 3 s inside the one request that checkpoints the tree,
+/// three times `--device-timeout 1`. The limit starts again whenever the copy moves
+/// bytes, so the dump goes through (a stuck driver call is still given up:
+/// tests/gpu.rs `device_timeout_gives_up_a_stuck_step`), and every byte restores.
+#[test]
+fn cuda_custom_storage_slow_copy_outlasts_the_device_timeout() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let env = custom_env(&fake);
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
+    let tree = SimTree::start_program(
+        &bin,
+        &tmp.path().join("state"),
+        fake.dir.path(),
+        &["--procs", "2", "--mib", "24"],
+        &env,
+        vec!["parent", "child"],
+    );
+    let image = tmp.path().join("image");
+    let mut slow = env.clone();
+    slow.push(("GPUCR_FAKE_CUDA_COPY_MIBPS", "8"));
+    let started = std::time::Instant::now();
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--device-timeout",
+            "1",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+        &slow,
+    );
+    assert_success(&out);
+    assert!(
+        started.elapsed() > std::time::Duration::from_secs(2),
+        "the copy was slower than --device-timeout"
+    );
+    kill_and_wait(tree.pid);
+    fake.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
+    assert_success(&out);
+    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    assert!(tree.verify(2), "every byte is back on the device");
+}
+
 /// A 13.4 driver and --leave-running: custom storage still (the image gets the
 /// memory), and after the dump gpucr writes each process's memory back from `gpu/`
 /// into the regions the driver recreates, completes and unlocks: the job runs on with

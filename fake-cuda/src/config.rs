@@ -25,6 +25,9 @@ pub const ENV_SYNC_MS: &str = "GPUCR_FAKE_CUDA_SYNC_MS";
 /// Milliseconds the target's own work takes in each lock, checkpoint, restore and unlock
 /// (default 0): the driver draining and moving device memory.
 pub const ENV_STEP_MS: &str = "GPUCR_FAKE_CUDA_STEP_MS";
+/// MiB per second each copy to or from a region mapped for custom storage moves at
+/// (default: unlimited): a slow device, for tests of copies that take long but move.
+pub const ENV_COPY_MIBPS: &str = "GPUCR_FAKE_CUDA_COPY_MIBPS";
 
 /// The default number of fake GPUs.
 pub const DEFAULT_GPUS: usize = 2;
@@ -62,6 +65,8 @@ pub struct Config {
     pub sync: Duration,
     /// [`ENV_STEP_MS`].
     pub step: Duration,
+    /// [`ENV_COPY_MIBPS`], in bytes per second; None: unlimited.
+    pub copy_rate: Option<u64>,
 }
 
 /// The UUID of fake GPU `index` when only a count is given: `GPU-fa6ec0da-0000-4000-8000-`
@@ -142,6 +147,20 @@ impl Config {
         };
         let sync = millis(ENV_SYNC_MS)?;
         let step = millis(ENV_STEP_MS)?;
+        let copy_rate = match var(ENV_COPY_MIBPS) {
+            Some(v) => Some(
+                v.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&mibps| mibps > 0)
+                    .map(|mibps| mibps << 20)
+                    .ok_or(ConfigError {
+                        var: ENV_COPY_MIBPS,
+                        message: format!("{v:?} is not a positive number of MiB per second"),
+                    })?,
+            ),
+            None => None,
+        };
         let fail = match var(ENV_FAIL) {
             Some(v) => fail::parse(&v).map_err(|message| ConfigError {
                 var: ENV_FAIL,
@@ -158,6 +177,7 @@ impl Config {
             log: var(ENV_LOG).map(PathBuf::from),
             sync,
             step,
+            copy_rate,
         })
     }
 }

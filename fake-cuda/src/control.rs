@@ -276,6 +276,14 @@ fn region(slot: u16, offset: u64, len: usize) -> Result<Arc<Mapping>, CUresult> 
     Ok(region)
 }
 
+/// A copy of `bytes` to or from a mapped region takes the time
+/// [`crate::config::ENV_COPY_MIBPS`] gives it.
+pub fn copy_time(config: &Config, bytes: usize) {
+    if let Some(rate) = config.copy_rate {
+        std::thread::sleep(Duration::from_secs_f64(bytes as f64 / rate as f64));
+    }
+}
+
 /// `cuMemcpyDtoH` from a mapped region.
 pub fn read_mapped(slot: u16, offset: u64, dst: &mut [u8]) -> Result<(), CUresult> {
     let region = region(slot, offset, dst.len())?;
@@ -315,6 +323,7 @@ mod tests {
             log: None,
             sync: Duration::ZERO,
             step: Duration::ZERO,
+            copy_rate: None,
         };
         assert_eq!(check_pairs(&config, &[(gpu_uuid(0), gpu_uuid(3))]), Ok(()));
         assert_eq!(

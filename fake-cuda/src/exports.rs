@@ -504,7 +504,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(
         "cuMemcpyHtoD",
         None,
         || format!("dst={dst:#x} bytes={bytes}"),
-        |_| {
+        |config| {
             app::get()?;
             current()?;
             if src.is_null() && bytes > 0 {
@@ -518,7 +518,11 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(
             };
             match DevPtr::decode(dst).ok_or(result::INVALID_VALUE)? {
                 DevPtr::App { .. } => app::get()?.write(dst, src),
-                DevPtr::Mapped { slot, offset } => control::write_mapped(slot, offset, src),
+                DevPtr::Mapped { slot, offset } => {
+                    control::write_mapped(slot, offset, src)?;
+                    control::copy_time(config, src.len());
+                    Ok(())
+                }
             }
         },
     )
@@ -538,7 +542,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(
         "cuMemcpyDtoH",
         None,
         || format!("src={src:#x} bytes={bytes}"),
-        |_| {
+        |config| {
             app::get()?;
             current()?;
             if dst.is_null() && bytes > 0 {
@@ -552,7 +556,11 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(
             };
             match DevPtr::decode(src).ok_or(result::INVALID_VALUE)? {
                 DevPtr::App { .. } => app::get()?.read(src, dst),
-                DevPtr::Mapped { slot, offset } => control::read_mapped(slot, offset, dst),
+                DevPtr::Mapped { slot, offset } => {
+                    control::read_mapped(slot, offset, dst)?;
+                    control::copy_time(config, dst.len());
+                    Ok(())
+                }
             }
         },
     )
@@ -772,6 +780,7 @@ mod tests {
             log: None,
             sync: Duration::ZERO,
             step: Duration::ZERO,
+            copy_rate: None,
         }
     }
 
