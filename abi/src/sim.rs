@@ -33,6 +33,11 @@ pub const RESTORE_THREAD: &str = "simgpu-rst";
 /// driver does only the newest request), answered in the state file "SEQ STATE" (STATE one
 /// of running, locked, checkpointed, or "error: ..."), each written whole by a rename.
 pub const DRIVER_REQUEST_FILE: &str = "driver-request";
+/// Every request is padded with spaces to this many bytes (its newline included). The
+/// driver's thread polls the request file, and a tree frozen while it reads has the file
+/// open: CRIU records the file's size and refuses to restore a file whose size changed,
+/// so every request has the same size.
+pub const DRIVER_REQUEST_SIZE: usize = 64;
 pub const DRIVER_STATE_FILE: &str = "driver-state";
 /// Operation names in this file at the sim root make every simulated driver answer
 /// those operations with an error, leaving its state as it was (driver failures, for

@@ -15,6 +15,11 @@ use gpucr_cuda_driver::Uuid;
 
 /// The request file in a context directory.
 pub const REQUEST_FILE: &str = "request";
+/// Every request is padded with spaces to this many bytes (its newline included): the
+/// target's restore thread polls the request file, and a target frozen while it reads
+/// has the file open; CRIU records the file's size and refuses to restore a file whose
+/// size changed, so every request has the same size. Room for 64 GPU pairs.
+pub const REQUEST_SIZE: usize = 8192;
 /// The answer file in a context directory.
 pub const ANSWER_FILE: &str = "answer";
 
@@ -84,7 +89,7 @@ pub struct Answer {
 }
 
 impl Request {
-    /// As a line.
+    /// As a line, padded to [`REQUEST_SIZE`].
     pub fn encode(&self) -> String {
         let mut s = format!("{} ", self.seq);
         let pairs = |s: &mut String, pairs: &[(Uuid, Uuid)]| {
@@ -109,8 +114,8 @@ impl Request {
             Op::RestoreComplete => s.push_str("restore-complete"),
             Op::Cancel => s.push_str("cancel"),
         }
-        s.push('\n');
-        s
+        debug_assert!(s.len() < REQUEST_SIZE, "a request of {} bytes", s.len());
+        format!("{s:<width$}\n", width = REQUEST_SIZE - 1)
     }
 
     /// From a line.
@@ -206,6 +211,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_request_for_64_gpus_fits_the_fixed_size() {
+        let u = |i| crate::config::gpu_uuid(i);
+        let pairs = (0..64).map(|i| (u(i), u(63 - i))).collect();
+        let r = Request {
+            seq: u64::MAX,
+            op: Op::RestoreBegin { pairs },
+        };
+        assert_eq!(r.encode().len(), REQUEST_SIZE);
+        assert_eq!(Request::decode(&r.encode()), Some(r));
+    }
+
+    #[test]
     fn requests_and_answers_round_trip() {
         let u = |i| crate::config::gpu_uuid(i);
         for op in [
@@ -222,6 +239,7 @@ mod tests {
             Op::Cancel,
         ] {
             let r = Request { seq: 17, op };
+            assert_eq!(r.encode().len(), REQUEST_SIZE);
             assert_eq!(Request::decode(&r.encode()), Some(r));
         }
         let a = Answer {

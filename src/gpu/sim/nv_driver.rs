@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gpucr_abi::sim::{DRIVER_REQUEST_FILE, DRIVER_STATE_FILE, RESTORE_THREAD};
+use gpucr_abi::sim::{DRIVER_REQUEST_FILE, DRIVER_REQUEST_SIZE, DRIVER_STATE_FILE, RESTORE_THREAD};
 
 use crate::gpu::GpuError;
 
@@ -78,7 +78,9 @@ pub fn call(dir: &Path, pid: i32, op: DriverOp, timeout: Duration) -> Result<(),
         .map_or(1, |d| d.as_nanos() as u64);
     let request = dir.join(DRIVER_REQUEST_FILE);
     let tmp = dir.join(format!("{DRIVER_REQUEST_FILE}.tmp"));
-    fs::write(&tmp, format!("{seq} {}\n", op.name())).map_err(GpuError::io(&tmp))?;
+    let line = format!("{seq} {}", op.name());
+    let padded = format!("{line:<width$}\n", width = DRIVER_REQUEST_SIZE - 1);
+    fs::write(&tmp, padded).map_err(GpuError::io(&tmp))?;
     fs::rename(&tmp, &request).map_err(GpuError::io(&request))?;
     let state_file = dir.join(DRIVER_STATE_FILE);
     let started = Instant::now();
@@ -142,6 +144,12 @@ mod tests {
         let t = answer_once(tmp.path().to_path_buf(), "locked");
         call(tmp.path(), 1, DriverOp::Lock, Duration::from_secs(5)).unwrap();
         t.join().unwrap();
+        // Every request has the same size, whatever its operation.
+        let size = |p: &Path| fs::metadata(p).unwrap().len() as usize;
+        assert_eq!(
+            size(&tmp.path().join(DRIVER_REQUEST_FILE)),
+            DRIVER_REQUEST_SIZE
+        );
         // Nobody answers the next one.
         let err = call(tmp.path(), 1, DriverOp::Unlock, Duration::from_millis(50)).unwrap_err();
         assert!(err.to_string().contains("did not answer unlock"), "{err}");
