@@ -618,9 +618,12 @@ fn cuda_fault_at_every_step_loses_nothing() {
 }
 
 /// The environment of a CUDA 13.4 fake driver, which offers custom storage.
+/// A 13.4 driver, which has custom storage.
+const CUSTOM_STORAGE: &[(&str, &str)] = &[("GPUCR_FAKE_CUDA_VERSION", "13040")];
+
 fn custom_env(fake: &FakeCuda) -> Vec<(&str, &str)> {
     let mut env = fake.env();
-    env.push(("GPUCR_FAKE_CUDA_VERSION", "13040"));
+    env.extend_from_slice(CUSTOM_STORAGE);
     env
 }
 
@@ -646,15 +649,7 @@ fn cuda_custom_storage_tree_survives_dump_wipe_and_restore() {
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
     let env = custom_env(&fake);
-    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
-    let tree = SimTree::start_program(
-        &bin,
-        &tmp.path().join("state"),
-        fake.dir.path(),
-        &["--procs", "3", "--mib", "24"],
-        &env,
-        vec!["parent", "child", "child2"],
-    );
+    let tree = start_with(&fake, &tmp.path().join("state"), 3, CUSTOM_STORAGE);
     assert!(tree.verify(1));
     let image = tmp.path().join("image");
     let log = tmp.path().join("calls.log");
@@ -735,15 +730,7 @@ fn cuda_staging_host_overrides_custom_storage() {
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
     let env = custom_env(&fake);
-    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
-    let tree = SimTree::start_program(
-        &bin,
-        &tmp.path().join("state"),
-        fake.dir.path(),
-        &["--procs", "2", "--mib", "24"],
-        &env,
-        vec!["parent", "child"],
-    );
+    let tree = start_with(&fake, &tmp.path().join("state"), 2, CUSTOM_STORAGE);
     let image = tmp.path().join("image");
     let log = tmp.path().join("calls.log");
     let mut dump_env = env.clone();
@@ -799,15 +786,7 @@ fn cuda_custom_storage_slow_copy_outlasts_the_device_timeout() {
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
     let env = custom_env(&fake);
-    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
-    let tree = SimTree::start_program(
-        &bin,
-        &tmp.path().join("state"),
-        fake.dir.path(),
-        &["--procs", "2", "--mib", "24"],
-        &env,
-        vec!["parent", "child"],
-    );
+    let tree = start_with(&fake, &tmp.path().join("state"), 2, CUSTOM_STORAGE);
     let image = tmp.path().join("image");
     let mut slow = env.clone();
     slow.push(("GPUCR_FAKE_CUDA_COPY_MIBPS", "8"));
@@ -845,15 +824,7 @@ fn cuda_custom_storage_leave_running_refills_from_the_image() {
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
     let env = custom_env(&fake);
-    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
-    let tree = SimTree::start_program(
-        &bin,
-        &tmp.path().join("state"),
-        fake.dir.path(),
-        &["--procs", "2", "--mib", "24"],
-        &env,
-        vec!["parent", "child"],
-    );
+    let tree = start_with(&fake, &tmp.path().join("state"), 2, CUSTOM_STORAGE);
     let pid = tree.pid.to_string();
     let image = tmp.path().join("image");
     let log = tmp.path().join("calls.log");
@@ -897,16 +868,8 @@ fn cuda_custom_storage_failed_copy_leaves_the_tree_running() {
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
     let env = custom_env(&fake);
-    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
     let state = tmp.path().join("state");
-    let tree = SimTree::start_program(
-        &bin,
-        &state,
-        fake.dir.path(),
-        &["--procs", "2", "--mib", "24"],
-        &env,
-        vec!["parent", "child"],
-    );
+    let tree = start_with(&fake, &state, 2, CUSTOM_STORAGE);
     let failing = |why: Injected| {
         let mut failing = env.clone();
         failing.push(("GPUCR_FAKE_CUDA_TIMEOUT", "2"));
