@@ -228,11 +228,13 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         }
         Ok(())
     });
+    // Where the tree lives on and the end of the dump could not give it every device
+    // back, the user must hear it whatever else failed.
     let running = || {
-        if target::exists(opts.pid) {
-            format!("pid {} is still running", opts.pid)
-        } else {
-            format!("pid {} is no longer running", opts.pid)
+        let alive = liveness(opts.pid);
+        match gpu.as_ref().and_then(GpuDump::give_back_failure) {
+            Some(e) => format!("{alive}, but a task may not have its device back: {e}"),
+            None => alive,
         }
     };
     if let (Some(signal), true) = (
@@ -313,12 +315,21 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             return Err(DumpError::GiveBack {
                 error: Box::new(error),
                 dir: opts.dir.clone(),
-                running: running(),
+                running: liveness(opts.pid),
             });
         }
         progress.warn(&format!("after the dump, the tree killed: {error}"));
     }
     Ok(written)
+}
+
+/// Whether `pid` still runs, for the messages of a dump.
+fn liveness(pid: i32) -> String {
+    if target::exists(pid) {
+        format!("pid {pid} is still running")
+    } else {
+        format!("pid {pid} is no longer running")
+    }
 }
 
 /// What the manifest records besides the image's files.

@@ -16,6 +16,16 @@ const IMAGE_DAMAGED: i32 = 7;
 const IMAGE_INCOMPLETE: i32 = 8;
 const GIVE_BACK_FAILED: i32 = 10;
 
+/// A small two-process tree of the NVIDIA model.
+const NVIDIA_SMALL: &[&str] = &[
+    "--driver",
+    "nvidia",
+    "--parent-mib",
+    "8",
+    "--child-mib",
+    "4",
+];
+
 fn dump(sim: &SimRoot, args: &[&str]) -> std::process::Output {
     let mut all = vec!["dump"];
     all.extend_from_slice(args);
@@ -1139,17 +1149,7 @@ fn give_back_failure_after_a_leave_running_dump_is_reported() {
         sim,
         image: _image,
         tree,
-    } = started(
-        "giveback",
-        &[
-            "--driver",
-            "nvidia",
-            "--parent-mib",
-            "8",
-            "--child-mib",
-            "4",
-        ],
-    );
+    } = started("giveback", NVIDIA_SMALL);
     let pid = tree.pid.to_string();
     for (n, why) in [Injected::Fault("give-back"), Injected::Driver("resume")]
         .into_iter()
@@ -1181,6 +1181,37 @@ fn give_back_failure_after_a_leave_running_dump_is_reported() {
             assert!(tree.steps() > steps_before, "and the kernels run again");
         }
     }
+}
+
+/// A dump that fails (the tree lives on) and whose give-back then fails too (the
+/// driver's resume): gpucr reports the dump's failure with its own exit code, and says
+/// that a task may not have its device back, and why.
+#[test]
+fn failed_dump_whose_give_back_fails_names_both() {
+    let _lock = criu_lock();
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started("giveback-failed", NVIDIA_SMALL);
+    let mut env = Injected::Driver("resume").arm(&sim);
+    env.push(("GPUCR_FAULT", "dump-file"));
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &env,
+    );
+    Injected::disarm(&sim);
+    let text = stderr(&out);
+    assert!(!out.status.success(), "{text}");
+    assert_ne!(out.status.code(), Some(GIVE_BACK_FAILED), "{text}");
+    assert!(text.contains("fault injected at step dump-file"), "{text}");
+    assert!(
+        text.contains("may not have its device back") && text.contains("resume failed (injected)"),
+        "{text}"
+    );
+    assert!(image.join("gpucr-incomplete.json").exists());
+    assert!(alive(tree.pid));
 }
 
 /// A device step that hangs (the driver's thread is never let run, and the driver

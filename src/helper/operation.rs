@@ -66,6 +66,12 @@ impl GpuDump {
         self.helper.take_failure()
     }
 
+    /// Why the tree, which lives on, may not have all its devices back (see
+    /// [`super::Helper::give_back_failure`]).
+    pub fn give_back_failure(&self) -> Option<String> {
+        self.helper.give_back_failure()
+    }
+
     /// Engine mode: the engine steps the plugin asks for.
     pub fn engine_steps(&self) -> std::sync::mpsc::Receiver<super::EngineCall> {
         self.helper.engine_steps()

@@ -81,6 +81,9 @@ pub(super) struct Shared {
     device_timeout: Duration,
     /// The first failure, reported again when the command asks for the outcome.
     failure: Mutex<Option<HelperError>>,
+    /// Dump: why a tree that lives on may not have all its devices back (the first
+    /// failure of the end of the dump), whatever failed before it.
+    give_back_failure: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -218,6 +221,7 @@ impl Helper {
             timeline,
             device_timeout,
             failure: Mutex::new(None),
+            give_back_failure: Mutex::new(None),
         });
         let control = ControlPlane::start(connector, shared.clone()).map_err(io_err)?;
         Ok(Helper { shared, control })
@@ -396,6 +400,13 @@ impl Helper {
             Some(f) => Err(f),
             None => Ok(()),
         }
+    }
+
+    /// Dump: why the tree, which lives on, may not have all its devices back, if the end
+    /// of the dump failed (a driver's restore or unlock, AMD's UNPAUSE). Kept apart from
+    /// [`Helper::take_failure`], which holds the dump's first failure.
+    pub fn give_back_failure(&self) -> Option<String> {
+        lock(&self.shared.give_back_failure).clone()
     }
 
     /// The first error the helper answered the plugin with, if any (taken: asked once).
@@ -818,7 +829,12 @@ fn handle(
                 ))
             }));
             match failures.into_iter().next() {
-                Some(e) => Err(e),
+                Some(e) => {
+                    if lives_on {
+                        *lock(&shared.give_back_failure) = Some(e.to_string());
+                    }
+                    Err(e)
+                }
                 None => Ok(ok()),
             }
         }
