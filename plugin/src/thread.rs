@@ -73,6 +73,15 @@ impl RunGuard {
         crate::criu::info(&format!("thread {tid} let run"));
         Ok(Some(guard))
     }
+
+    /// Let every thread of `tids` run; each is stopped again when its guard drops.
+    pub fn start_all(tids: &[i32]) -> Result<Vec<RunGuard>, HalfError> {
+        let mut running = Vec::with_capacity(tids.len());
+        for &tid in tids {
+            running.extend(RunGuard::start(tid)?);
+        }
+        Ok(running)
+    }
 }
 
 impl Drop for RunGuard {

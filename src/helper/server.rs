@@ -763,7 +763,7 @@ fn handle(
             },
             request::Kind::ResumeTree(r),
         ) => {
-            let pids = resume_tree(shared, restorer, devices, tasks, r.root)?;
+            let pids = resume_tree(shared, restorer, devices, tasks, &r.pids)?;
             Ok(Reply {
                 ok: true,
                 pids,

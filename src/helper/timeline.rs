@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::gpu::TaskTiming;
-use crate::transfer::{no_events, BufferKey, Event, EventSink};
+use crate::transfer::{BufferKey, Event, EventSink};
 
 /// Per-task progress, fed by the transfer engine's events.
 #[derive(Debug, Default)]
@@ -16,8 +16,8 @@ pub struct Timeline {
     started: Option<Instant>,
     /// Each task's timing and how many of its buffers are still moving.
     pub(super) tasks: BTreeMap<u32, (TaskTiming, usize)>,
-    /// Grows with every byte the transfer engines move (the writer's, the restorer's,
-    /// a refill's): what keeps a copying request within `--device-timeout`.
+    /// Grows with every progress report of the transfer engines (the writer's, the
+    /// restorer's, a refill's): what keeps a copying request within `--device-timeout`.
     pub(super) moved: Arc<AtomicU64>,
 }
 
@@ -62,36 +62,30 @@ impl Timeline {
 
 /// The event sink that keeps a timeline, plus an extra consumer (progress display).
 pub fn timeline_events(extra: EventSink) -> (EventSink, Arc<Mutex<Timeline>>) {
+    let moved = Arc::new(AtomicU64::new(0));
     let timeline = Arc::new(Mutex::new(Timeline {
         started: Some(Instant::now()),
+        moved: moved.clone(),
         ..Default::default()
     }));
     let t = timeline.clone();
-    let moved = counting(
-        timeline
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .moved
-            .clone(),
-        no_events(),
+    let sink = counting(
+        moved,
+        Arc::new(move |event| {
+            if let Event::BufferDone(key) = event {
+                t.lock().unwrap_or_else(|e| e.into_inner()).buffer_done(key);
+            }
+            extra(event);
+        }),
     );
-    let sink: EventSink = Arc::new(move |event| {
-        match event {
-            Event::BufferDone(key) => t.lock().unwrap_or_else(|e| e.into_inner()).buffer_done(key),
-            Event::Bytes { .. } => moved(event),
-        }
-        extra(event);
-    });
     (sink, timeline)
 }
 
-/// `then`, after counting the bytes each [`Event::Bytes`] says moved into `moved`.
+/// `then`, after counting each [`Event::Bytes`] (bytes moved) into `moved`.
 pub(super) fn counting(moved: Arc<AtomicU64>, then: EventSink) -> EventSink {
-    let last = AtomicU64::new(0);
     Arc::new(move |event| {
-        if let Event::Bytes { done, .. } = event {
-            let before = last.swap(done, Ordering::Relaxed);
-            moved.fetch_add(done.saturating_sub(before).max(1), Ordering::Relaxed);
+        if let Event::Bytes { .. } = event {
+            moved.fetch_add(1, Ordering::Relaxed);
         }
         then(event);
     })

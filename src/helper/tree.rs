@@ -238,18 +238,19 @@ pub(super) fn resume_ahead(shared: &Shared, tasks: &Mutex<RestoreTasks>, root: i
         .collect()
 }
 
-/// [`resume_ahead`]'s tasks brought back on their devices in parallel (the plugin lets
-/// their restore threads run meanwhile); the pids done. A task that fails is marked so
-/// (the restore then fails before any task runs); the first failure is returned.
+/// [`resume_ahead`]'s tasks, as the plugin names them back, brought back on their
+/// devices in parallel (the plugin lets their restore threads run meanwhile); the pids
+/// done. A task that fails is marked so (the restore then fails before any task runs);
+/// the first failure is returned.
 pub(super) fn resume_tree(
     shared: &Shared,
     restorer: &RwLock<Option<Restorer>>,
     devices: &[TaskDevice],
     tasks: &Mutex<RestoreTasks>,
-    root: i32,
+    pids: &[i32],
 ) -> Result<Vec<i32>, HelperError> {
     let mut taken = BTreeMap::new();
-    for pid in resume_ahead(shared, tasks, root) {
+    for &pid in pids {
         let ns_pid = crate::gpu::ns_pid(pid).ok();
         if let Some(index) = lock(tasks).resuming(pid, ns_pid)? {
             taken.insert(pid, index);

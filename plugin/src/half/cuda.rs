@@ -38,12 +38,8 @@ impl PluginHalf for CudaHalf {
         if reply.run_threads.is_empty() {
             return Ok(());
         }
-        // Every restore thread runs while the helper checkpoints the tasks in parallel;
-        // each is stopped again when its guard drops.
-        let mut running = Vec::with_capacity(reply.run_threads.len());
-        for tid in &reply.run_threads {
-            running.extend(RunGuard::start(*tid)?);
-        }
+        // Every restore thread runs while the helper checkpoints the tasks in parallel.
+        let running = RunGuard::start_all(&reply.run_threads)?;
         helper::call(request::Kind::CheckpointTree(CheckpointTree {}), &[])
             .map_err(half_error("checkpointing the tree"))?;
         crate::criu::info(&format!(
@@ -63,13 +59,10 @@ impl PluginHalf for CudaHalf {
         if reply.pids.is_empty() {
             return Ok(Vec::new());
         }
-        // Every restore thread runs while the helper brings the tasks back in parallel;
-        // each is stopped again when its guard drops.
-        let mut running = Vec::with_capacity(reply.run_threads.len());
-        for tid in &reply.run_threads {
-            running.extend(RunGuard::start(*tid)?);
-        }
-        let done = helper::call(request::Kind::ResumeTree(ResumeTree { root }), &[])
+        // Every restore thread runs while the helper brings the tasks back in parallel.
+        let running = RunGuard::start_all(&reply.run_threads)?;
+        let pids = reply.pids;
+        let done = helper::call(request::Kind::ResumeTree(ResumeTree { pids }), &[])
             .map_err(half_error("bringing the restored tree back"))?;
         crate::criu::info(&format!(
             "RESUME_DEVICES_LATE: {} CUDA processes brought back at once",
