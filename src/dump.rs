@@ -267,10 +267,20 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             .as_ref()
             .and_then(|g| g.take_failure().or_else(|| g.finish().err()));
         if let Some(helper_error) = helper_failure {
+            // CRIU gave up because the plugin passed the helper's refusal on: nothing
+            // more to say. Any other CRIU failure is shown too.
+            let relayed = error
+                .plugin_failure()
+                .is_some_and(|f| f.contains(&helper_error.to_string()));
+            let running = if relayed {
+                running()
+            } else {
+                format!("{}; CRIU then failed too:\n{error}", running())
+            };
             return Err(DumpError::Helper {
                 error: Box::new(helper_error),
                 dir: opts.dir.clone(),
-                running: format!("{}; CRIU then failed too:\n{error}", running()),
+                running,
             });
         }
         let running = match disk_full_hint(&opts.dir) {

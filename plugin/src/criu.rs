@@ -87,7 +87,8 @@ pub fn inventory_is_legacy() -> bool {
 
 /// Write a line to CRIU's log at `level`, prefixed "gpucr: "; stderr outside CRIU.
 pub fn log(level: u32, text: &str) {
-    let line = CString::new(format!("gpucr: {text}\n").replace('\0', " ")).expect("no NUL left");
+    let line = CString::new(format!("{}: {text}\n", gpucr_abi::PLUGIN_NAME).replace('\0', " "))
+        .expect("no NUL left");
     match lookup(c"print_on_level") {
         Some(ptr) => {
             // SAFETY: the symbol is CRIU's variadic
@@ -106,8 +107,13 @@ pub fn info(text: &str) {
     log(log_level::INFO, text);
 }
 
+/// A failure, at CRIU's ERROR level, marked so that gpucr finds it in the log:
+/// "gpucr: error: HOOK: what failed" (see `gpucr_abi::PLUGIN_ERROR_MARK`).
 pub fn error(text: &str) {
-    log(log_level::ERROR, text);
+    log(
+        log_level::ERROR,
+        &format!("{}{text}", gpucr_abi::PLUGIN_ERROR_MARK),
+    );
 }
 
 /// CRIU's `criu_get_image_dir()`: the image directory's fd in CRIU's table; None outside

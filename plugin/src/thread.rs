@@ -54,6 +54,13 @@ impl RunGuard {
             (&mut saved_mask as *mut KernelSigset).cast(),
         ) != 0
         {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                // Not a stopped tracee of CRIU's: CRIU never froze the tree (a dump
+                // that failed before the freeze) or already let it go, so the thread
+                // runs by itself (or is gone); there is nothing to let run.
+                crate::criu::info(&format!("thread {tid} is not held by CRIU: not let run"));
+                return Ok(None);
+            }
             return Err(failed("cannot read the signal mask of", tid));
         }
         let mut blocked: KernelSigset = !0;

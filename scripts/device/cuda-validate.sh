@@ -16,7 +16,20 @@
 #   4. end to end, where CRIU runs: that PyTorch process, then a 2-process tree, each
 #      dumped by gpucr, killed, restored, checksums compared, timings recorded; next to
 #      the same driver calls by hand followed by plain `criu dump` / `criu restore`;
-#   5. scripts/bench-parallel-restore.sh on this machine's cores (RUNS=0 skips it).
+#   5. a 4-process tree against one process (TREE_GIB each, default 2, ROUNDS rounds,
+#      default 3, alternating): lock+checkpoint wall time from the manifests' operation
+#      logs, whole dump and restore times, checksums after every restore;
+#   6. scripts/bench-parallel-restore.sh and scripts/bench-dump-restore.sh on this
+#      machine's cores (RUNS each, default 9; RUNS=0 skips them).
+#
+# LAUNCH (auto, pidns, plain) says how workloads start; see below. STEPS picks steps
+# (default "driver criu e2e byhand versus faults tree4 parallel cpu"; versus: gpucr against
+# the by-hand route, ROUNDS rounds interleaved). Each step has
+# a time limit (STEP_TIMEOUT seconds per command, default 300; BENCH_TIMEOUT per
+# benchmark, default 480). The log and the summary
+# are written as the steps go; every other output (gpucr's and CRIU's logs, manifests,
+# inspect output) is in $OUT/details.tgz, refreshed after each step, since the device
+# tool brings back at most 8 files.
 #
 # WORKLOAD=fake runs steps 2-4 with the fake driver and examples/cuda_workload instead
 # of PyTorch: the same flow on a machine without a GPU (to check this script).
@@ -29,10 +42,22 @@ mkdir -p "$out"
 exec > >(tee -a "$out/validation.log") 2>&1
 WORKLOAD=${WORKLOAD:-torch}
 TENSOR_GIB=${TENSOR_GIB:-8}
+TREE_GIB=${TREE_GIB:-2}
+ROUNDS=${ROUNDS:-3}
 RUNS=${RUNS:-9}
-work=$(mktemp -d /tmp/gpucr-validate.XXXXXX)
+STEPS=${STEPS:-driver criu e2e byhand versus faults tree4 parallel cpu}
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-480}
+# Images go to disk (/var/tmp), as a user's would; each is removed after its step.
+work=$(mktemp -d /var/tmp/gpucr-validate.XXXXXX)
+details=$work/details
+mkdir -p "$details"
 summary=$out/summary.txt
 : > "$summary"
+
+wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+save_details() { tar czf "$out/details.tgz" -C "$work" details 2>/dev/null || true; }
+limit() { timeout --kill-after=10 "$STEP_TIMEOUT" "$@"; }
 
 note() { echo "$*" | tee -a "$summary"; }
 section() { echo; echo "=== $*"; }
@@ -48,9 +73,23 @@ mkdir -p target/release/examples
 cp "$dev/bin/gpucr" target/release/
 cp "$dev"/examples/* target/release/examples/
 cp "$dev"/lib/libgpucr_plugin.so "$dev"/lib/libgpucr_fake_cuda.so target/release/
-export PATH=$dev/bin:$PATH
-export LD_LIBRARY_PATH=$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export GPUCR_CRIU=$dev/bin/criu
+# CRIU's own libraries (Debian 12's) are given to CRIU alone, through a wrapper, so
+# that Python and PyTorch keep the machine's.
+mkdir -p "$work/bin"
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/criu "$@"\n' \
+    "$dev" "$dev" > "$work/bin/criu"
+chmod +x "$work/bin/criu"
+export PATH=$work/bin:$dev/bin:$PATH
+export GPUCR_CRIU=$work/bin/criu
+# The driver library, where the dynamic loader does not find it by itself.
+if [ "${WORKLOAD}" != fake ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/local/cuda/compat; do
+        if [ -e "$d/libcuda.so.1" ]; then
+            export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+            break
+        fi
+    done
+fi
 gpucr=$root/target/release/gpucr
 cycle=$root/target/release/examples/checkpoint_cycle
 
@@ -85,20 +124,45 @@ if [ "$WORKLOAD" = fake ]; then
     mkdir -p "$GPUCR_FAKE_CUDA_DIR"
 fi
 
+# How workloads are started: in a PID namespace of their own (pidns: restored pids never
+# collide), or as plain processes (plain: the restore needs their pids free again).
+# auto: pidns where CUDA initialises inside a PID namespace, else plain; both tries
+# are logged.
+LAUNCH=${LAUNCH:-auto}
+if [ "$LAUNCH" = auto ]; then
+    if [ "$WORKLOAD" = fake ]; then
+        LAUNCH=pidns
+    else
+        section "CUDA inside a PID namespace"
+        probe='import torch; torch.zeros(1, device="cuda"); print("cuda initialised")'
+        for how in "unshare --pid --fork" "unshare --pid --fork --mount-proc" ""; do
+            echo "\$ $how python3 -c '$probe'"
+            $how python3 -c "$probe" 2>&1 | tail -2
+        done
+        if unshare --pid --fork python3 -c "$probe" >/dev/null 2>&1; then LAUNCH=pidns; else LAUNCH=plain; fi
+    fi
+fi
+note "workloads start as: $LAUNCH"
+
 # Start the workload with PROCS processes in its own PID namespace; prints the root's pid.
 start_workload() {
-    local state=$1 procs=$2 up pid=""
+    local state=$1 procs=$2 up pid="" ns=(unshare --pid --fork)
+    [ "$LAUNCH" = plain ] && ns=()
     rm -rf "$state"; mkdir -p "$state"
     if [ "$WORKLOAD" = fake ]; then
-        unshare --pid --fork setsid "$root/target/release/examples/cuda_workload" \
+        "${ns[@]}" setsid "$root/target/release/examples/cuda_workload" \
             --state "$state" --procs "$procs" --mib 64 </dev/null >/dev/null 2>&1 &
     else
-        unshare --pid --fork setsid python3 "$root/scripts/device/torch_tensors.py" \
+        "${ns[@]}" setsid python3 "$root/scripts/device/torch_tensors.py" \
             --state "$state" --gib "$TENSOR_GIB" --procs "$procs" </dev/null >/dev/null 2>&1 &
     fi
     up=$!
     for _ in $(seq 1800); do
-        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
+        if [ "$LAUNCH" = plain ]; then
+            pid=$up
+        else
+            pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
+        fi
         [ -n "$pid" ] && [ "$(ls "$state"/ready-* 2>/dev/null | wc -l)" -ge "$procs" ] && break
         [ -n "$(ls "$state"/error-* 2>/dev/null)" ] && break
         sleep 0.1
@@ -160,17 +224,32 @@ host_pid_of() {
     return 1
 }
 
-kill_tree() { [ -n "${1:-}" ] && kill -KILL "$1" 2>/dev/null; sleep 0.5; }
+# Kill the tree rooted at PID and wait (up to 30 s) until its pids are free again: a
+# plain restore needs the same pids.
+kill_tree() {
+    [ -n "${1:-}" ] || return 0
+    # The root leads its session and process group (setsid); plain trees have no PID
+    # namespace to take the children down with it.
+    kill -KILL -- "-$1" 2>/dev/null
+    kill -KILL "$1" 2>/dev/null
+    for _ in $(seq 300); do
+        [ -d "/proc/$1" ] || [ -n "$(pgrep -g "$1")" ] || break
+        sleep 0.1
+    done
+    sleep 0.2
+}
 
 # --- 2. the driver path alone ---------------------------------------------------------
+if wanted driver; then
 section "driver path alone (no CRIU): lock, checkpoint, restore, unlock from another process"
 state=$work/driver
 if pid=$(start_workload "$state" 1); then
+    note "driver path: 1 process, $TENSOR_GIB GiB of tensors"
     check_intact "$state" 1 || fail "checksums before the cycle"
-    if "$cycle" "$pid" --repeat 1000 --hold-ms 1000 | tee "$out/driver-cycle.jsonl"; then
+    if limit "$cycle" "$pid" --repeat 1000 --hold-ms 1000 | tee "$details/driver-cycle.jsonl"; then
         if check_intact "$state" 2; then
-            note "PASS driver path: $(grep -h summary "$out/driver-cycle.jsonl")"
-            grep -hE '"(lock|checkpoint|restore|unlock|load\+cuInit)"' "$out/driver-cycle.jsonl" | tee -a "$summary"
+            note "PASS driver path: $(grep -h summary "$details/driver-cycle.jsonl")"
+            grep -hE '"(lock|checkpoint|restore|unlock|load\+cuInit)"' "$details/driver-cycle.jsonl" | tee -a "$summary"
         else
             fail "driver path: tensors differ after restore+unlock"
         fi
@@ -179,81 +258,294 @@ if pid=$(start_workload "$state" 1); then
     fi
     # A fresh process for each call pays loading the driver and cuInit every time.
     fresh=$(date +%s%N)
-    for _ in 1 2 3 4 5; do "$cycle" "$pid" --repeat 1 >/dev/null 2>&1 || true; done
-    note "fresh process per cycle (load + cuInit + 8 calls), mean of 5: $(( $(ms_since "$fresh") / 5 )) ms"
+    for _ in 1 2 3 4 5; do limit "$cycle" "$pid" --repeat 1 >> "$details/fresh-cycles.jsonl" 2>&1 || true; done
+    note "fresh process per cycle (load + cuInit + the cycle's calls), mean of 5: $(( $(ms_since "$fresh") / 5 )) ms"
+    grep -h 'load+cuInit' "$details/fresh-cycles.jsonl" | tee -a "$summary"
+    check_intact "$state" 3 && note "PASS driver path: checksums match after 5 more cycles" || fail "driver path: checksums after the fresh cycles"
     kill_tree "$pid"
 else
     fail "the workload did not start"
 fi
+save_details
+fi
 
 # --- 3. criu check ----------------------------------------------------------------------
+if wanted criu; then
 section "criu check"
-criu --version | tee -a "$summary"
-criu check 2>&1 | tail -15 | tee "$out/criu-check.txt"
-note "criu check: $(tail -1 "$out/criu-check.txt")"
+criu --version 2>&1 | tee -a "$summary"
+limit criu check 2>&1 | tail -15 | tee "$details/criu-check.txt"
+note "criu check: $(tail -1 "$details/criu-check.txt")"
+save_details
+fi
 
 # --- 4. end to end ----------------------------------------------------------------------
+# Dump the tree of NAME (PROCS processes, GIB GiB each), kill it, restore it, compare the
+# checksums; the image is removed afterwards. Sets dump_ms, restore_ms and ok (1 when
+# every checksum matched); the manifest and the logs go to the details.
 end_to_end() {
-    local name=$1 procs=$2 state=$work/e2e-$1 img=$work/img-$1 pid t restored
-    section "end to end: $name ($procs process(es))"
-    pid=$(start_workload "$state" "$procs") || { fail "$name: the workload did not start"; return; }
+    local name=$1 procs=$2 gib=$3 state=$work/e2e-$1 img=$work/img-$1 pid t restored
+    dump_ms="" restore_ms="" ok=0
+    section "end to end: $name ($procs process(es), $gib GiB of tensors each)"
+    pid=$(TENSOR_GIB=$gib start_workload "$state" "$procs") || { fail "$name: the workload did not start"; return; }
     check_intact "$state" 1 || fail "$name: checksums before the dump"
     rm -rf "$img"
     t=$(date +%s%N)
-    if ! "$gpucr" dump "$pid" "$img" > "$out/dump-$name.txt" 2>&1; then
-        cat "$out/dump-$name.txt"; tail -30 "$img/dump.log" 2>/dev/null
-        fail "$name: gpucr dump failed"; kill_tree "$pid"; return
+    if ! limit "$gpucr" dump "$pid" "$img" > "$details/dump-$name.txt" 2>&1; then
+        cat "$details/dump-$name.txt"; tail -40 "$img/dump.log" 2>/dev/null
+        cp "$img/dump.log" "$details/dump-$name.log" 2>/dev/null
+        fail "$name: gpucr dump failed"; kill_tree "$pid"; rm -rf "$img"; return
     fi
-    note "$name: gpucr dump $(ms_since "$t") ms, image $(du -sh "$img" | cut -f1)"
+    dump_ms=$(ms_since "$t")
+    note "$name: gpucr dump $dump_ms ms, image $(du -sh "$img" | cut -f1)"
+    cp "$img/gpucr.json" "$details/manifest-$name.json" 2>/dev/null
+    "$gpucr" inspect "$img" > "$details/inspect-$name.txt" 2>&1
     kill_tree "$pid"
     t=$(date +%s%N)
-    if ! restored=$("$gpucr" restore --detach "$img" 2> "$out/restore-$name.txt"); then
-        cat "$out/restore-$name.txt"; tail -30 "$img/restore.log" 2>/dev/null
-        fail "$name: gpucr restore failed"; return
+    if ! restored=$(limit "$gpucr" restore --detach "$img" 2> "$details/restore-$name.txt"); then
+        cat "$details/restore-$name.txt"; tail -40 "$img/restore.log" 2>/dev/null
+        cp "$img/restore.log" "$details/restore-$name.log" 2>/dev/null
+        fail "$name: gpucr restore failed"; rm -rf "$img"; return
     fi
-    note "$name: gpucr restore $(ms_since "$t") ms (root pid $restored)"
-    if check_intact "$state" 2; then note "PASS $name: checksums match after restore"; else fail "$name: checksums after restore"; fi
-    "$gpucr" inspect "$img" > "$out/inspect-$name.txt" 2>&1
+    restore_ms=$(ms_since "$t")
+    note "$name: gpucr restore $restore_ms ms (root pid $restored)"
+    if check_intact "$state" 2; then
+        ok=1; note "PASS $name: checksums match after restore"
+    else
+        fail "$name: checksums after restore"
+    fi
     kill_tree "$restored"
+    rm -rf "$img"
 }
-end_to_end single 1
-end_to_end tree 2
+
+if wanted e2e; then
+    end_to_end single 1 "$TENSOR_GIB"; save_details
+    end_to_end tree 2 "$TENSOR_GIB"; save_details
+fi
 
 # The same by hand, as CRIU's own cuda route does it: the driver calls from another
 # process (checkpoint_cycle), then plain `criu dump` / `criu restore` with no plugin.
-section "by hand: lock+checkpoint, plain criu dump, kill, plain criu restore, restore+unlock"
-state=$work/byhand img=$work/img-byhand
-mkdir -p "$work/no-plugins"
-if pid=$(start_workload "$state" 1); then
-    check_intact "$state" 1 || fail "by hand: checksums before the dump"
-    rm -rf "$img"; mkdir -p "$img"
+# Sets dump_ms, restore_ms and ok as end_to_end does.
+by_hand() {
+    local name=$1 state=$work/$1 img=$work/img-$1 pid t criu_ms
+    dump_ms="" restore_ms="" ok=0
+    section "by hand ($name): lock+checkpoint, plain criu dump, kill, plain criu restore, restore+unlock"
+    mkdir -p "$work/no-plugins"
+    pid=$(start_workload "$state" 1) || { fail "$name: the workload did not start"; return; }
+    check_intact "$state" 1 || fail "$name: checksums before the dump"
+    rm -rf "$img" "$work/$name.pid"; mkdir -p "$img"
     t=$(date +%s%N)
-    if "$cycle" "$pid" --steps checkpoint --repeat 1 >/dev/null &&
-        criu dump -t "$pid" -D "$img" -o dump.log --libdir "$work/no-plugins" >/dev/null 2>&1; then
-        note "by hand: lock+checkpoint+criu dump $(ms_since "$t") ms, image $(du -sh "$img" | cut -f1)"
+    local driver_ms=""
+    if limit "$cycle" "$pid" --steps checkpoint --repeat 1 >/dev/null && driver_ms=$(ms_since "$t") &&
+        limit criu dump -t "$pid" -D "$img" -o dump.log --libdir "$work/no-plugins" >/dev/null 2>&1; then
+        dump_ms=$(ms_since "$t")
+        note "$name: lock+checkpoint+criu dump $dump_ms ms (driver calls $driver_ms ms), image $(du -sh "$img" | cut -f1)"
         kill_tree "$pid"
         t=$(date +%s%N)
-        if criu restore -D "$img" -d -o restore.log --libdir "$work/no-plugins" \
-                --pidfile "$work/byhand.pid" >/dev/null 2>&1 &&
-            "$cycle" "$(cat "$work/byhand.pid")" --steps restore --repeat 1 >/dev/null; then
-            note "by hand: criu restore+restore+unlock $(ms_since "$t") ms"
-            check_intact "$state" 2 && note "PASS by hand: checksums match" || fail "by hand: checksums after restore"
-            kill_tree "$(cat "$work/byhand.pid")"
+        if limit criu restore -D "$img" -d -o restore.log --libdir "$work/no-plugins" \
+                --pidfile "$work/$name.pid" >/dev/null 2>&1 &&
+            criu_ms=$(ms_since "$t") &&
+            limit "$cycle" "$(cat "$work/$name.pid")" --steps restore --repeat 1 >/dev/null; then
+            restore_ms=$(ms_since "$t")
+            note "$name: criu restore+restore+unlock $restore_ms ms (criu restore $criu_ms ms)"
+            if check_intact "$state" 2; then ok=1; note "PASS $name: checksums match"; else fail "$name: checksums after restore"; fi
+            kill_tree "$(cat "$work/$name.pid")"
         else
-            fail "by hand: restore: $(grep Error "$img/restore.log" 2>/dev/null | tail -3)"
+            cp "$img/restore.log" "$details/$name-restore.log" 2>/dev/null
+            fail "$name: restore: $(grep Error "$img/restore.log" 2>/dev/null | tail -3)"
         fi
     else
-        fail "by hand: dump: $(grep Error "$img/dump.log" 2>/dev/null | tail -3)"
+        cp "$img/dump.log" "$details/$name-dump.log" 2>/dev/null
+        fail "$name: dump: $(grep Error "$img/dump.log" 2>/dev/null | tail -3)"
         kill_tree "$pid"
     fi
+    rm -rf "$img"
+}
+
+if wanted byhand; then
+    by_hand byhand
+    save_details
 fi
 
-# --- 5. parallel restore on this machine's cores ------------------------------------
-if [ "$RUNS" -gt 0 ]; then
+# gpucr against the same driver calls by hand, ROUNDS rounds of one each, the order
+# alternating from round to round; medians.
+if wanted versus; then
+    section "gpucr against by hand ($TENSOR_GIB GiB, $ROUNDS rounds, interleaved)"
+    echo "# tool dump_ms restore_ms verified" > "$details/versus.txt"
+    for round in $(seq "$ROUNDS"); do
+        for tool in gpucr byhand; do
+            [ $((round % 2)) = 0 ] && { [ $tool = gpucr ] && tool=byhand || tool=gpucr; }
+            if [ $tool = gpucr ]; then
+                end_to_end "versus-gpucr" 1 "$TENSOR_GIB"
+                cp "$details/dump-versus-gpucr.txt" "$details/dump-versus-gpucr-$round.txt" 2>/dev/null
+                cp "$details/restore-versus-gpucr.txt" "$details/restore-versus-gpucr-$round.txt" 2>/dev/null
+            else
+                by_hand "versus-byhand"
+            fi
+            echo "$tool ${dump_ms:-0} ${restore_ms:-0} $ok" | tee -a "$details/versus.txt"
+        done
+        save_details
+    done
+    python3 - "$details/versus.txt" <<'PY' | tee -a "$summary"
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
+ok = [r for r in rows if r[3] == "1"]
+def med(tool, col):
+    v = [float(r[col]) for r in ok if r[0] == tool]
+    return (statistics.median(v), min(v), max(v), len(v)) if v else (float("nan"),) * 3 + (0,)
+for col, name in [(1, "dump (lock+checkpoint+CRIU)"), (2, "restore (CRIU+restore+unlock)")]:
+    g, b = med("gpucr", col), med("byhand", col)
+    print(f"versus: {name}: gpucr median {g[0]:.0f} ms ({g[1]:.0f}-{g[2]:.0f}, n={g[3]}), "
+          f"by hand median {b[0]:.0f} ms ({b[1]:.0f}-{b[2]:.0f}, n={b[3]}), ratio {g[0] / b[0]:.3f}")
+print(f"versus: {len(ok)} of {len(rows)} runs verified")
+PY
+fi
+
+# --- failures and --leave-running on the real driver ----------------------------------
+# TREE_GIB GiB: a dump with --leave-running (the job goes on, the image restores); dumps
+# failed at each step of the cuda path (GPUCR_FAULT; a CUDA task has no device file, so
+# dump-file and restore-file do not apply) leave the job running with its tensors
+# intact; a restore failed after the driver's restore leaves no process, and the image
+# then restores. (With WORKLOAD=fake the --leave-running image does not restore: the
+# fake workload's journal file grows after the dump, and CRIU refuses a changed file.)
+tree_gone() { [ -z "$(pgrep -f "torch_tensors.py --state $1" 2>/dev/null; pgrep -f "cuda_workload --state $1" 2>/dev/null)" ]; }
+if wanted faults; then
+    section "--leave-running and failures ($TREE_GIB GiB)"
+    state=$work/leave img=$work/img-leave
+    if pid=$(TENSOR_GIB=$TREE_GIB start_workload "$state" 1); then
+        check_intact "$state" 1 || fail "leave-running: checksums before"
+        t=$(date +%s%N)
+        if limit "$gpucr" dump --leave-running "$pid" "$img" > "$details/dump-leave.txt" 2>&1; then
+            note "leave-running: gpucr dump --leave-running $(ms_since "$t") ms"
+            check_intact "$state" 2 && note "PASS leave-running: the job runs on, tensors intact" ||
+                fail "leave-running: checksums after the dump"
+            kill_tree "$pid"
+            # The restored job is the job at the dump: it answers the second check again.
+            rm -f "$state"/checksums-*-2
+            if restored=$(limit "$gpucr" restore --detach "$img" 2> "$details/restore-leave.txt") &&
+                check_intact "$state" 2; then
+                note "PASS leave-running: its image restores, tensors intact"
+            else
+                fail "leave-running: restore of its image"; cat "$details/restore-leave.txt"
+            fi
+            kill_tree "${restored:-}"
+        else
+            fail "leave-running: gpucr dump failed: $(tail -3 "$details/dump-leave.txt")"
+            kill_tree "$pid"
+        fi
+        rm -rf "$img"
+    fi
+    for step in plugin-pause pause plugin-checkpoint checkpoint; do
+        state=$work/fault-$step img=$work/img-fault-$step
+        pid=$(TENSOR_GIB=$TREE_GIB start_workload "$state" 1) || { fail "fault $step: the workload did not start"; continue; }
+        check_intact "$state" 1 || fail "fault $step: checksums before"
+        GPUCR_FAULT=$step limit "$gpucr" dump "$pid" "$img" > "$details/dump-fault-$step.txt" 2>&1
+        rc=$?
+        if [ $rc = 0 ]; then
+            fail "fault $step: the dump succeeded"
+        elif check_intact "$state" 2; then
+            note "PASS fault $step: dump failed (exit $rc), the job runs on, tensors intact"
+        else
+            fail "fault $step: dump failed (exit $rc) and the job is not intact"
+        fi
+        kill_tree "$pid"; rm -rf "$img"
+        save_details
+    done
+    for step in resume plugin-resume; do
+        state=$work/rfault-$step img=$work/img-rfault-$step
+        pid=$(TENSOR_GIB=$TREE_GIB start_workload "$state" 1) || { fail "fault $step: the workload did not start"; continue; }
+        check_intact "$state" 1 || fail "fault $step: checksums before"
+        if ! limit "$gpucr" dump "$pid" "$img" > "$details/dump-rfault-$step.txt" 2>&1; then
+            fail "fault $step: the dump failed"; kill_tree "$pid"; rm -rf "$img"; continue
+        fi
+        kill_tree "$pid"
+        GPUCR_FAULT=$step limit "$gpucr" restore --detach "$img" > /dev/null 2> "$details/restore-rfault-$step.txt"
+        rc=$?
+        sleep 1
+        if [ $rc = 0 ]; then
+            fail "fault $step: the restore succeeded"
+        elif tree_gone "$state"; then
+            note "PASS fault $step: restore failed (exit $rc), no process left"
+        else
+            fail "fault $step: restore failed (exit $rc) but a process is left: $(pgrep -f "torch_tensors.py --state $state")"
+            pkill -KILL -f "torch_tensors.py --state $state"
+        fi
+        # The image is still whole: a second restore without the fault succeeds.
+        if restored=$(limit "$gpucr" restore --detach "$img" 2>> "$details/restore-rfault-$step.txt") &&
+            check_intact "$state" 2; then
+            note "PASS fault $step: the image then restores, tensors intact"
+        else
+            fail "fault $step: the restore after the failed one"
+        fi
+        kill_tree "${restored:-}"; rm -rf "$img"
+        save_details
+    done
+fi
+
+# --- 5. a 4-process tree against one process ----------------------------------------
+# The lock and checkpoint wall times come from the manifest's operation log: from the
+# first task's "pause" (lock) start to the last one's end, and the same for
+# "checkpoint".
+lock_checkpoint_walls() {
+    python3 - "$1" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+tasks = m["gpu"]["tasks"]
+def wall(name):
+    ops = [o for t in tasks for o in t["operations"] if o["name"] == name]
+    if not ops:
+        return 0.0
+    return max(o["start_ms"] + o["duration_ms"] for o in ops) - min(o["start_ms"] for o in ops)
+lock, ckpt = wall("pause"), wall("checkpoint")
+print(f"{len(tasks)} {lock:.1f} {ckpt:.1f} {lock + ckpt:.1f}")
+PY
+}
+
+if wanted tree4; then
+    section "4-process tree against one process ($TREE_GIB GiB each, $ROUNDS rounds)"
+    : > "$details/tree4.txt"
+    echo "# procs lock_ms checkpoint_ms lock+checkpoint_ms dump_ms restore_ms verified" >> "$details/tree4.txt"
+    for round in $(seq "$ROUNDS"); do
+        for procs in 1 4; do
+            # alternate the order from round to round
+            [ $((round % 2)) = 0 ] && procs=$((5 - procs))
+            end_to_end "tree4-$procs" "$procs" "$TREE_GIB"
+            [ -n "$dump_ms" ] || continue
+            walls=$(lock_checkpoint_walls "$details/manifest-tree4-$procs.json")
+            echo "$procs ${walls#* } $dump_ms ${restore_ms:-0} $ok" | tee -a "$details/tree4.txt"
+        done
+        save_details
+    done
+    python3 - "$details/tree4.txt" <<'PY' | tee -a "$summary"
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
+def med(procs, col):
+    v = [float(r[col]) for r in rows if r[0] == procs]
+    return statistics.median(v) if v else float("nan")
+for col, name in [(3, "lock+checkpoint wall"), (1, "lock wall"), (2, "checkpoint wall"), (4, "gpucr dump"), (5, "gpucr restore")]:
+    one, four = med("1", col), med("4", col)
+    print(f"tree4: {name}: 1 process {one:.0f} ms, 4 processes {four:.0f} ms, ratio {four / one:.2f}")
+bad = [r for r in rows if r[6] != "1"]
+print(f"tree4: {len(rows)} dumps, {len(rows) - len(bad)} restores verified")
+PY
+fi
+
+# --- 6. benchmarks on this machine's cores --------------------------------------------
+if [ "$RUNS" -gt 0 ] && wanted parallel; then
     section "parallel restore benchmark ($(nproc) cores, RUNS=$RUNS)"
-    RUNS=$RUNS scripts/bench-parallel-restore.sh 2>&1 | tail -40 | tee "$out/bench-parallel-restore.txt"
+    RUNS=$RUNS STEP_TIMEOUT=$BENCH_TIMEOUT limit scripts/bench-parallel-restore.sh > "$details/bench-parallel-restore.txt" 2>&1 ||
+        fail "bench-parallel-restore.sh"
+    tail -40 "$details/bench-parallel-restore.txt"
+    save_details
+fi
+if [ "$RUNS" -gt 0 ] && wanted cpu; then
+    section "CPU-only dump/restore against plain CRIU ($(nproc) cores, RUNS=$RUNS)"
+    RUNS=$RUNS STEP_TIMEOUT=$BENCH_TIMEOUT limit scripts/bench-dump-restore.sh > "$details/bench-dump-restore.txt" 2>&1 ||
+        fail "bench-dump-restore.sh"
+    tail -30 "$details/bench-dump-restore.txt"
+    save_details
 fi
 
 section "summary"
 cat "$summary"
+save_details
 rm -rf "$work"

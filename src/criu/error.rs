@@ -34,11 +34,13 @@ pub enum CriuError {
     Protocol { detail: String },
     #[error("criu exited before answering ({status})")]
     Died { status: String },
-    #[error("{}", failed_message(.request, .errno, .errmsg, .log, .log_tail))]
+    #[error("{}", failed_message(.request, .errno, .errmsg, .plugin_failure, .log, .log_tail))]
     Failed {
         request: &'static str,
         errno: Option<i32>,
         errmsg: Option<String>,
+        /// The hook failure of gpucr's plugin that made CRIU give up, if one did.
+        plugin_failure: Option<String>,
         log: Option<PathBuf>,
         log_tail: Vec<String>,
     },
@@ -54,19 +56,35 @@ impl ExitCode for CriuError {
     }
 }
 
+impl CriuError {
+    /// The hook failure of gpucr's plugin that made CRIU fail, if one did.
+    pub fn plugin_failure(&self) -> Option<&str> {
+        match self {
+            CriuError::Failed { plugin_failure, .. } => plugin_failure.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 fn failed_message(
     request: &str,
     errno: &Option<i32>,
     errmsg: &Option<String>,
+    plugin_failure: &Option<String>,
     log: &Option<PathBuf>,
     log_tail: &[String],
 ) -> String {
     let mut text = format!("criu {request} failed");
-    // CRIU's errmsg is the first error it logged, which is often harmless (an rlimit it
-    // could not raise); the last real error in the log says what stopped it.
-    match (last_error(log_tail), errmsg) {
-        (Some(line), _) => text.push_str(&format!(": {line}")),
-        (None, Some(msg)) if !msg.trim().is_empty() => text.push_str(&format!(": {}", msg.trim())),
+    // A hook of gpucr's plugin that failed is why CRIU gave up (what CRIU logs after it
+    // follows from it). Otherwise: CRIU's errmsg is the first error it logged, which is
+    // often harmless (an rlimit it could not raise); the last real error in the log says
+    // what stopped it.
+    match (plugin_failure, last_error(log_tail), errmsg) {
+        (Some(failure), _, _) => text.push_str(&format!(": gpucr's plugin failed in {failure}")),
+        (None, Some(line), _) => text.push_str(&format!(": {line}")),
+        (None, None, Some(msg)) if !msg.trim().is_empty() => {
+            text.push_str(&format!(": {}", msg.trim()))
+        }
         _ => {}
     }
     if let Some(errno) = errno.filter(|e| *e != 0) {
@@ -107,14 +125,47 @@ mod tests {
                 .to_owned(),
             "(00.2) Error (criu/cr-restore.c:2331): Restoring FAILED.".to_owned(),
         ];
-        let text = failed_message("restore", &Some(0), &Some("rlimit".into()), &None, &tail);
+        let text = failed_message(
+            "restore",
+            &Some(0),
+            &Some("rlimit".into()),
+            &None,
+            &None,
+            &tail,
+        );
         assert!(
             text.starts_with(
                 "criu restore failed: Error (criu/files-reg.c:2175): File x has bad size"
             ),
             "{text}"
         );
-        let text = failed_message("dump", &None, &Some("why".into()), &None, &[]);
+        let text = failed_message("dump", &None, &Some("why".into()), &None, &None, &[]);
         assert_eq!(text, "criu dump failed: why");
+    }
+
+    #[test]
+    fn a_failed_plugin_hook_heads_the_message() {
+        // CRIU could not detach from a task it never seized, because the hook before
+        // the freeze failed: the hook's failure is the cause.
+        let tail = vec![
+            "(00.05) gpucr: error: PAUSE_DEVICES: the driver refused".to_owned(),
+            "(00.06) Error (compel/src/lib/infect.c:417): Unable to detach from 9".to_owned(),
+            "(00.07) Error (criu/cr-dump.c:1975): Dumping FAILED.".to_owned(),
+        ];
+        let failure = Some("PAUSE_DEVICES: the driver refused".to_owned());
+        let text = failed_message(
+            "dump",
+            &None,
+            &Some("rlimit".into()),
+            &failure,
+            &None,
+            &tail,
+        );
+        assert!(
+            text.starts_with(
+                "criu dump failed: gpucr's plugin failed in PAUSE_DEVICES: the driver refused\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -1,8 +1,11 @@
-//! The last lines of CRIU's log file, shown when a request fails.
+//! What CRIU's log file says when a request fails: its last lines, and the failure of
+//! gpucr's plugin that made CRIU give up, if one did.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
+
+use gpucr_abi::PLUGIN_ERROR_PREFIX;
 
 /// Read at most the last 64 KiB of `path` and return its last `lines` lines. Errors and
 /// warnings are what a user needs; a missing log gives an empty list.
@@ -30,9 +33,61 @@ pub fn log_tail(path: &Path, lines: usize) -> Vec<String> {
         .collect()
 }
 
+/// The first hook failure gpucr's plugin logged in `path` ("PAUSE_DEVICES: why"): CRIU
+/// gives up when a hook fails, so what it logs afterwards (tasks it cannot detach
+/// from, its closing FAILED line) follows from this. Failures of the plugin's `exit`
+/// steps ("after the dump: ...") are left out: they happen after CRIU's own failure.
+pub fn plugin_failure(path: &Path) -> Option<String> {
+    let file = File::open(path).ok()?;
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        let Some(at) = text.find(PLUGIN_ERROR_PREFIX) else {
+            continue;
+        };
+        let what = text[at + PLUGIN_ERROR_PREFIX.len()..].trim();
+        if !what.is_empty() && !what.starts_with("after the dump") {
+            return Some(what.to_owned());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_hook_failure_is_found_and_exit_steps_are_not() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            f.path(),
+            "(00.01) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self\n\
+             (00.02) gpucr: PAUSE_DEVICES: 1 CUDA processes locked\n\
+             (00.03) gpucr: error: after the dump: cannot stop thread 7 again\n\
+             (00.04) gpucr: error: CHECKPOINT_DEVICES: the helper refused: broken\n\
+             (00.05) gpucr: error: RESUME_DEVICES_LATE: later\n\
+             (00.06) Error (criu/cr-dump.c:1975): Dumping FAILED.\n",
+        )
+        .unwrap();
+        assert_eq!(
+            plugin_failure(f.path()).as_deref(),
+            Some("CHECKPOINT_DEVICES: the helper refused: broken")
+        );
+        let quiet = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            quiet.path(),
+            "(00.01) gpucr: error: after the dump: x\n(00.02) Error (a): b\n",
+        )
+        .unwrap();
+        assert_eq!(plugin_failure(quiet.path()), None);
+        assert_eq!(plugin_failure(Path::new("/nonexistent/dump.log")), None);
+    }
 
     #[test]
     fn keeps_the_last_non_empty_lines() {

@@ -16,7 +16,7 @@ mod version;
 
 pub use binary::locate;
 pub use error::CriuError;
-pub use log_tail::log_tail;
+pub use log_tail::{log_tail, plugin_failure};
 pub use request::{
     has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
 };

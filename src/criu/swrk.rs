@@ -13,7 +13,7 @@ use prost::Message;
 
 use super::request::{request, DumpRequest, RestoreRequest};
 use super::rpc::{self, CriuReqType};
-use super::{log_tail, CriuError, CriuVersion};
+use super::{log_tail, plugin_failure, CriuError, CriuVersion};
 
 /// How many lines of CRIU's log a failure shows.
 const LOG_TAIL_LINES: usize = 12;
@@ -200,6 +200,7 @@ impl Swrk {
                     request: name,
                     errno: resp.cr_errno,
                     errmsg: resp.cr_errmsg,
+                    plugin_failure: log.and_then(plugin_failure),
                     log: log.map(Path::to_path_buf),
                     log_tail: log.map(|l| log_tail(l, LOG_TAIL_LINES)).unwrap_or_default(),
                 });

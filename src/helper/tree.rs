@@ -206,7 +206,9 @@ pub(super) fn refill_from_image(
     }
     let (dir, config) = image;
     let moved = lock(&shared.timeline).moved.clone();
-    let restorer = Restorer::open(dir, config.clone(), true, counting(moved, no_events()))?;
+    // Only the tasks whose memory left their GPUs are written back (another task's
+    // failed copy gave it back its own): the chunks are read as their buffers attach.
+    let restorer = Restorer::open(dir, config.clone(), false, counting(moved, no_events()))?;
     let mut keys = Vec::new();
     for (pid, sinks) in refills {
         let ns_pid = crate::gpu::ns_pid(pid)?;
@@ -217,7 +219,7 @@ pub(super) fn refill_from_image(
         }
     }
     restorer.wait(&keys)?;
-    restorer.finish()?;
+    restorer.finish_attached()?;
     Ok(())
 }
 

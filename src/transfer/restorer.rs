@@ -669,7 +669,18 @@ impl Restorer {
 
     /// Wait for every handed-over buffer, stop the threads, and return the totals. Fails
     /// with the restore's first error, or if some buffers were never handed over.
-    pub fn finish(mut self) -> Result<GpuStats, TransferError> {
+    pub fn finish(self) -> Result<GpuStats, TransferError> {
+        self.finish_with(true)
+    }
+
+    /// Like [`Restorer::finish`], for a restore of some of the image's buffers only
+    /// (device memory written back to the tasks of a dump that lives on, whose other
+    /// tasks still have theirs): buffers never handed over are no error.
+    pub fn finish_attached(self) -> Result<GpuStats, TransferError> {
+        self.finish_with(false)
+    }
+
+    fn finish_with(mut self, every_buffer: bool) -> Result<GpuStats, TransferError> {
         let shared = Arc::clone(&self.shared);
         let mut state = shared.lock();
         while state.error.is_none()
@@ -692,7 +703,7 @@ impl Restorer {
         if let Some(e) = &shared.lock().error {
             return Err(e.clone());
         }
-        if !unattached.is_empty() {
+        if every_buffer && !unattached.is_empty() {
             return Err(TransferError::NotAttached { keys: unattached });
         }
         Ok(GpuStats::of_index(

@@ -495,6 +495,22 @@ fn without_prefetch_nothing_is_read_before_a_buffer_is_handed_over() {
     );
 }
 
+/// A restore of some buffers only (the refill of a dump's tasks whose memory left
+/// their GPUs): `finish_attached` accepts what `finish` refuses.
+#[test]
+fn a_partial_restore_finishes_with_finish_attached() {
+    let buffers = sample_buffers(4 * CS);
+    let dir = tempfile::tempdir().unwrap();
+    dump(dir.path(), cfg(Compression::Zstd(1)), &buffers);
+    let restorer = Restorer::open(dir.path(), cfg(Compression::None), false, no_events()).unwrap();
+    let (key, bytes) = &buffers[0];
+    let sink = MemSink::dirty(bytes.len());
+    restorer.attach(*key, Box::new(sink.clone())).unwrap();
+    restorer.wait(&[*key]).unwrap();
+    restorer.finish_attached().unwrap();
+    assert_eq!(&sink.bytes(), bytes);
+}
+
 #[test]
 fn prefetch_stages_everything_before_any_buffer_arrives() {
     let buffers = sample_buffers(6 * CS);
