@@ -59,7 +59,9 @@ timeline)
     shift
     "$0" prepare
     read -r busy0 total0 < <(cpu_ms)
-    "$gpucr" restore --detach --json "$@" "$WORK/image" > "$WORK/timeline.json"
+    # -v: CRIU logs at debug level, where the restorer's reads of each task's pages
+    # (below) appear; the measured runs above log at gpucr's default level.
+    "$gpucr" restore --detach --json -v "$@" "$WORK/image" > "$WORK/timeline.json" 2>/dev/null
     read -r busy1 total1 < <(cpu_ms)
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$WORK/timeline.json" > "$WORK/restored"
     python3 - "$WORK/timeline.json" "$WORK/image/restore.log" <<'PY'
