@@ -296,7 +296,7 @@ end_to_end() {
         fail "$name: gpucr dump failed"; kill_tree "$pid"; rm -rf "$img"; return
     fi
     dump_ms=$(ms_since "$t")
-    note "$name: gpucr dump $dump_ms ms, image $(du -sh "$img" | cut -f1)"
+    note "$name: gpucr dump $dump_ms ms, image $(du -sh "$img" | cut -f1), CRIU log $(wc -l < "$img/dump.log") lines"
     cp "$img/gpucr.json" "$details/manifest-$name.json" 2>/dev/null
     "$gpucr" inspect "$img" > "$details/inspect-$name.txt" 2>&1
     kill_tree "$pid"
