@@ -774,6 +774,15 @@ fn cuda_staging_host_overrides_custom_storage() {
         "{}",
         stdout(&out)
     );
+    // The summary says where the device memory went, not just "0 B".
+    assert!(
+        stdout(&out).contains(
+            "GPU memory: 0 B raw, 0 B stored (the device memory of 2 CUDA tasks is in the \
+             CPU memory pages: host staging)"
+        ),
+        "{}",
+        stdout(&out)
+    );
     kill_and_wait(tree.pid);
     assert_eq!(fake.wipe_device_memory(), 0);
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);

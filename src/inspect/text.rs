@@ -204,8 +204,23 @@ fn summary(root: &mut Node, r: &Report) {
     )));
     size_node.leaf(format!("CPU memory pages: {}", size(s.cpu_pages)));
     if r.gpu.recorded {
+        // With CUDA's host staging the driver moved the device memory into the
+        // process's own memory, so it is in the CPU memory pages, not in gpu/.
+        let host_staged = r
+            .gpu
+            .tasks
+            .iter()
+            .filter(|t| t.state.staging.as_deref() == Some("host"))
+            .count();
+        let staged = match host_staged {
+            0 => String::new(),
+            n => format!(
+                " (the device memory of {n} CUDA task{} is in the CPU memory pages: host staging)",
+                if n == 1 { "" } else { "s" }
+            ),
+        };
         size_node.leaf(format!(
-            "GPU memory: {} raw, {} stored",
+            "GPU memory: {} raw, {} stored{staged}",
             size(r.gpu.memory_raw),
             size(r.gpu.memory_stored)
         ));
