@@ -107,6 +107,54 @@ pub enum RestoreError {
     TopologyRead(#[from] gpucr_topology::TopologyError),
     #[error("interrupted by {signal}: nothing was restored (CRIU removed what it had begun)")]
     Interrupted { signal: &'static str },
+    #[error(
+        "pid {pid} of the image's tree is in use on this machine ({holder}): CRIU gives a \
+         restored tree its own pids, so they must be free (a tree dumped in a PID namespace \
+         of its own, as in a container, gets a new namespace and never collides). End that \
+         process, or wait for it to exit, and restore again; nothing was restored\n{source}"
+    )]
+    PidTaken {
+        pid: i32,
+        holder: String,
+        source: Box<CriuError>,
+    },
+}
+
+/// A CRIU restore that failed because a pid of the tree is taken ("Can't fork for PID:
+/// File exists") becomes [`RestoreError::PidTaken`], naming what holds the pid.
+fn pid_taken(error: CriuError) -> RestoreError {
+    let text = error.to_string();
+    let pid = text.split("Can't fork for ").nth(1).and_then(|rest| {
+        let (pid, after) = rest.split_once(':')?;
+        after
+            .trim_start()
+            .starts_with("File exists")
+            .then(|| pid.trim().parse::<i32>().ok())?
+    });
+    let Some(pid) = pid else {
+        return RestoreError::Criu(error);
+    };
+    RestoreError::PidTaken {
+        pid,
+        holder: pid_holder(pid),
+        source: Box::new(error),
+    }
+}
+
+/// What holds `pid` now, for a message: its command name and state.
+fn pid_holder(pid: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+    match (stat.find('('), stat.rfind(')')) {
+        (Some(open), Some(close)) if open < close => {
+            let comm = &stat[open + 1..close];
+            match stat[close + 1..].split_whitespace().next() {
+                Some("Z") => format!("{comm}, exited and not yet reaped by its parent"),
+                _ => format!("by {comm}"),
+            }
+        }
+        _ => "by a process that has exited since".to_owned(),
+    }
 }
 
 impl ExitCode for RestoreError {
@@ -125,6 +173,7 @@ impl ExitCode for RestoreError {
             | RestoreError::GpuSection { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
+            RestoreError::PidTaken { source, .. } => source.exit_code(),
             RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
             RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
@@ -385,7 +434,7 @@ pub fn restore(
             return Err(RestoreError::Helper(Box::new(error)));
         }
     }
-    let pid = result?;
+    let pid = result.map_err(pid_taken)?;
     swrk.finish()?;
     progress.event("criu-done", "restored");
     let gpu = match gpu {

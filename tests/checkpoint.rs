@@ -170,3 +170,51 @@ fn restore_waits_for_the_tree_and_exits_with_its_status() {
     assert_eq!(tree.last("parent").num("tick"), 30);
     assert_journal_continuous(&state, "parent");
 }
+
+/// A tree dumped outside a PID namespace of its own is restored with its own pids: with
+/// the original still running (`--leave-running`), the restore is refused with a
+/// message naming the pid and what holds it, and nothing is restored.
+#[test]
+fn a_restore_onto_a_taken_pid_names_the_holder() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("image");
+    let mut sleeper = std::process::Command::new("setsid")
+        .args(["sleep", "601.25"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id() as i32;
+    wait_for(std::time::Duration::from_secs(10), "sleep to run", || {
+        fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() == "sleep")
+            .then_some(())
+    });
+    let out = gpucr(&[
+        "dump",
+        "--leave-running",
+        &pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    let out = gpucr(&["restore", "--detach", image.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        5,
+        &format!("pid {pid} of the image's tree is in use on this machine (by sleep)"),
+    );
+    assert!(stderr(&out).contains("nothing was restored"));
+    let sleeping: Vec<_> = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            fs::read_to_string(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split('\0').take(2).eq(["sleep", "601.25"]))
+        })
+        .collect();
+    assert_eq!(sleeping.len(), 1, "only the original sleeps");
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+}
