@@ -774,6 +774,15 @@ fn cuda_staging_host_overrides_custom_storage() {
         "{}",
         stdout(&out)
     );
+    // This build machine has no NVIDIA GPU gpucr can read, so the dump recorded no
+    // topology: check-topology says so instead of "no GPU state".
+    let topology = gpucr(&["check-topology", image.to_str().unwrap()]);
+    assert_success(&topology);
+    assert!(
+        stdout(&topology).starts_with("the image's tasks use GPUs (nvidia:GPU-"),
+        "{}",
+        stdout(&topology)
+    );
     // The summary says where the device memory went, not just "0 B".
     assert!(
         stdout(&out).contains(

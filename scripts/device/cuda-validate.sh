@@ -116,6 +116,9 @@ fi
 note "cuda (driver): $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' | head -1)"
 note "pytorch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1)"
 note "carried: $(paste -sd ',' "$dev/VERSIONS" | sed 's/,/, /g')"
+# This machine's GPUs as gpucr's topology check sees them.
+"$gpucr" check-topology > "$details/check-topology-machine.txt" 2>&1 ||
+    note "check-topology of this machine failed: $(head -3 "$details/check-topology-machine.txt")"
 
 # --- the workload ---------------------------------------------------------------------
 if [ "$WORKLOAD" = fake ]; then
@@ -298,7 +301,11 @@ end_to_end() {
     dump_ms=$(ms_since "$t")
     note "$name: gpucr dump $dump_ms ms, image $(du -sh "$img" | cut -f1), CRIU log $(wc -l < "$img/dump.log") lines"
     cp "$img/gpucr.json" "$details/manifest-$name.json" 2>/dev/null
-    "$gpucr" inspect "$img" > "$details/inspect-$name.txt" 2>&1
+    "$gpucr" inspect --all "$img" > "$details/inspect-$name.txt" 2>&1
+    # Whether this machine can take the image back, and onto which GPUs (the NVIDIA
+    # rules and the chosen UUID pairs).
+    "$gpucr" check-topology "$img" > "$details/check-topology-$name.txt" 2>&1 ||
+        fail "$name: check-topology of the image: $(head -3 "$details/check-topology-$name.txt")"
     kill_tree "$pid"
     t=$(date +%s%N)
     if ! restored=$(limit "$gpucr" restore --detach "$img" 2> "$details/restore-$name.txt"); then

@@ -22,6 +22,16 @@ const MANIFEST: &str = "gpucr.json";
 /// What `check-topology DIR` says about an image without GPU state.
 const NO_GPU_STATE: &str = "the image holds no GPU state: compatible with any machine";
 
+/// What `check-topology DIR` says about an image whose tasks use GPUs that the dump
+/// recorded no topology of (the dumping machine's GPUs could not be read).
+fn no_topology(gpus: &[String]) -> String {
+    format!(
+        "the image's tasks use GPUs ({}), but the dump recorded no topology of them (that \
+         machine's GPUs could not be read): there is nothing to check this machine against",
+        gpus.join(", ")
+    )
+}
+
 /// Why the image's topology could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckTopologyError {
@@ -62,17 +72,40 @@ impl crate::exit_code::ExitCode for CheckTopologyError {
     }
 }
 
-/// The one manifest field this command needs.
+/// The manifest fields this command needs.
 #[derive(Deserialize)]
 struct ManifestTopology {
     #[serde(default)]
     topology: Option<Topology>,
+    #[serde(default)]
+    gpu: Option<GpuTasks>,
+}
+
+/// The GPUs the tasks use (`gpu.tasks[].gpus`).
+#[derive(Deserialize)]
+struct GpuTasks {
+    #[serde(default)]
+    tasks: Vec<TaskGpus>,
+}
+
+#[derive(Deserialize)]
+struct TaskGpus {
+    #[serde(default)]
+    gpus: Vec<String>,
+}
+
+/// What an image says about GPUs: the topology recorded at the dump (`None` without
+/// one), and the GPUs its tasks use (`"nvidia:<UUID>"`, `"kfd:<gpu_id>"`).
+#[derive(Debug, Default)]
+pub struct ImageGpus {
+    pub topology: Option<Topology>,
+    pub used: Vec<String>,
 }
 
 /// The GPU topology stored in the image at `dir` (a directory, or a container
-/// checkpoint archive holding the image under `checkpoint/`); `None` when the image has
-/// no GPU state.
-pub fn read_image_topology(dir: &Path) -> Result<Option<Topology>, CheckTopologyError> {
+/// checkpoint archive holding the image under `checkpoint/`), and the GPUs its tasks
+/// use.
+pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> {
     if dir.is_file() {
         return read_archive_topology(dir);
     }
@@ -93,12 +126,12 @@ pub fn read_image_topology(dir: &Path) -> Result<Option<Topology>, CheckTopology
 /// The topology in the manifest `checkpoint/gpucr.json` of the archive at `archive`,
 /// read as a stream up to the manifest. An archive without one (a container
 /// checkpointed without gpucr) holds no GPU state gpucr knows of.
-fn read_archive_topology(archive: &Path) -> Result<Option<Topology>, CheckTopologyError> {
+fn read_archive_topology(archive: &Path) -> Result<ImageGpus, CheckTopologyError> {
     let name = format!("{}/{MANIFEST}", crate::archive::CHECKPOINT_DIR);
     let path = archive.join(&name);
     match crate::archive::read_member(archive, &name, MAX_MANIFEST) {
         Ok(Some(text)) => parse_topology(&text, path),
-        Ok(None) => Ok(None),
+        Ok(None) => Ok(ImageGpus::default()),
         Err(e) => Err(CheckTopologyError::ManifestRead {
             path,
             source: io::Error::other(e.to_string()),
@@ -109,10 +142,19 @@ fn read_archive_topology(archive: &Path) -> Result<Option<Topology>, CheckTopolo
 /// The largest manifest read from an archive.
 const MAX_MANIFEST: u64 = 256 << 20;
 
-fn parse_topology(text: &[u8], path: PathBuf) -> Result<Option<Topology>, CheckTopologyError> {
+fn parse_topology(text: &[u8], path: PathBuf) -> Result<ImageGpus, CheckTopologyError> {
     let manifest: ManifestTopology = serde_json::from_slice(text)
         .map_err(|source| CheckTopologyError::ManifestMalformed { path, source })?;
-    Ok(manifest.topology.filter(Topology::has_gpus))
+    let mut used: Vec<String> = manifest
+        .gpu
+        .map(|g| g.tasks.into_iter().flat_map(|t| t.gpus).collect())
+        .unwrap_or_default();
+    used.sort();
+    used.dedup();
+    Ok(ImageGpus {
+        topology: manifest.topology.filter(Topology::has_gpus),
+        used,
+    })
 }
 
 /// Reads this machine's topology (`--sysfs-root`) and compares `saved` with it under the
@@ -142,7 +184,13 @@ pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
         return Ok(exit_code::SUCCESS);
     };
 
-    let Some(saved) = read_image_topology(dir)? else {
+    let image = read_image_topology(dir)?;
+    let Some(saved) = image.topology else {
+        let note = if image.used.is_empty() {
+            NO_GPU_STATE.to_owned()
+        } else {
+            no_topology(&image.used)
+        };
         if json {
             let value = serde_json::json!({
                 "compatible": true,
@@ -151,11 +199,11 @@ pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
                 "problems": [],
                 "gpus": [],
                 "would_map_without": [],
-                "notes": [NO_GPU_STATE],
+                "notes": [note],
             });
             println!("{}", serde_json::to_string_pretty(&value)?);
         } else {
-            println!("{NO_GPU_STATE}");
+            println!("{note}");
         }
         return Ok(exit_code::SUCCESS);
     };
@@ -190,5 +238,19 @@ mod tests {
         fs::create_dir(dir.path().join("sub").join(MANIFEST)).unwrap();
         let err = read_image_topology(&dir.path().join("sub")).unwrap_err();
         assert_eq!(err.exit_code(), exit_code::FAILURE);
+    }
+
+    #[test]
+    fn an_image_whose_gpus_have_no_recorded_topology_says_so() {
+        let manifest = br#"{"topology": {"kfd_nodes": [], "nvidia_gpus": []},
+            "gpu": {"tasks": [{"gpus": ["nvidia:GPU-b"]}, {"gpus": ["nvidia:GPU-a", "nvidia:GPU-b"]}]}}"#;
+        let image = parse_topology(manifest, PathBuf::from("gpucr.json")).unwrap();
+        assert!(image.topology.is_none());
+        assert_eq!(image.used, ["nvidia:GPU-a", "nvidia:GPU-b"]);
+        assert!(no_topology(&image.used).starts_with(
+            "the image's tasks use GPUs (nvidia:GPU-a, nvidia:GPU-b), but the dump recorded no topology"
+        ));
+        let plain = parse_topology(b"{}", PathBuf::from("gpucr.json")).unwrap();
+        assert!(plain.topology.is_none() && plain.used.is_empty());
     }
 }
