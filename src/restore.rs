@@ -276,7 +276,13 @@ pub fn restore(
             })?;
     let gpu_setup = match prepare_gpu(opts, &manifest)? {
         Some((gpu, backend)) => {
-            progress.event("topology-checked", "GPU topology compatible");
+            match unchecked_gpus(&manifest) {
+                Some(warning) => {
+                    progress.warn(&warning);
+                    progress.event("topology-checked", "no GPU topology to check");
+                }
+                None => progress.event("topology-checked", "GPU topology compatible"),
+            }
             let session =
                 Session::create(&gpu.backend).map_err(|e| RestoreError::Helper(Box::new(e)))?;
             Some((gpu, backend, session))
@@ -451,6 +457,30 @@ pub fn restore(
         None => None,
     };
     Ok(RestoreOutcome { pid, manifest, gpu })
+}
+
+/// A warning for an image whose tasks use GPUs but whose dump recorded no topology of
+/// them (the dumping machine's GPUs could not be read): there is nothing to check this
+/// machine's against, so the tasks keep their GPU ids. None otherwise.
+fn unchecked_gpus(manifest: &Manifest) -> Option<String> {
+    let section = manifest.gpu.as_ref()?;
+    if manifest.topology.as_ref().is_some_and(|t| t.has_gpus()) {
+        return None;
+    }
+    let mut used: Vec<&str> = section
+        .tasks
+        .iter()
+        .flat_map(|t| t.gpus.iter().map(String::as_str))
+        .collect();
+    used.sort_unstable();
+    used.dedup();
+    (!used.is_empty()).then(|| {
+        format!(
+            "the image records no GPU topology (the dumping machine's GPUs could not be \
+             read): its tasks keep their GPUs ({}), unchecked against this machine's",
+            used.join(", ")
+        )
+    })
 }
 
 /// An image's GPU state mapped onto this machine, and the backend that restores it.

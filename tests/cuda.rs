@@ -796,6 +796,12 @@ fn cuda_staging_host_overrides_custom_storage() {
     assert_eq!(fake.wipe_device_memory(), 0);
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
     assert_success(&out);
+    // The restore cannot check the GPUs either, and says so.
+    assert!(
+        stderr(&out).contains("the image records no GPU topology"),
+        "{}",
+        stderr(&out)
+    );
     let _restored = Restored(stdout(&out).trim().parse().unwrap());
     assert!(tree.verify(1), "every byte is back on the device");
 }
