@@ -1052,12 +1052,16 @@ fn assert_failed_because(out: &std::process::Output, image: &Path, log: &str, wh
     let needle = why.needle();
     let log = fs::read_to_string(image.join(log)).unwrap_or_default();
     assert!(!out.status.success(), "{why:?}: succeeded\n{log}");
-    // The cause heads gpucr's own message, whichever side failed (a plugin hook's
-    // failure outranks what CRIU logs after it).
+    // The cause heads gpucr's error, whichever side failed (a plugin hook's failure
+    // outranks what CRIU logs after it).
     let message = stderr(out);
+    let headline = message
+        .lines()
+        .find(|l| l.starts_with("gpucr: error:"))
+        .unwrap_or("");
     assert!(
-        message.lines().next().unwrap_or("").contains(&needle),
-        "{why:?}: {needle:?} not in the message's first line:\n{message}\n{log}"
+        headline.contains(&needle),
+        "{why:?}: {needle:?} not in the error's first line:\n{message}\n{log}"
     );
     // Undoing a failed step raises no error of its own.
     assert!(
