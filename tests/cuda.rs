@@ -540,25 +540,7 @@ fn processes_mentioning(needle: &str) -> Vec<i32> {
 
 /// `out` failed, and its message says why.
 fn assert_failed_because(out: &std::process::Output, image: &Path, log: &str, why: Injected) {
-    let needle = why.needle();
-    let log = fs::read_to_string(image.join(log)).unwrap_or_default();
-    assert!(!out.status.success(), "{why:?}: succeeded\n{log}");
-    // The cause heads gpucr's error, whichever side failed (a plugin hook's failure
-    // outranks what CRIU logs after it).
-    let message = stderr(out);
-    let headline = message
-        .lines()
-        .find(|l| l.starts_with("gpucr: error:"))
-        .unwrap_or("");
-    assert!(
-        headline.contains(&needle),
-        "{why:?}: {needle:?} not in the error's first line:\n{message}\n{log}"
-    );
-    // Undoing a failed step raises no error of its own.
-    assert!(
-        !log.contains("gpucr: error: after the dump"),
-        "{why:?}: the plugin's exit steps failed:\n{log}"
-    );
+    common::assert_failed_because(out, &image.join(log), &why, &why.needle());
 }
 
 /// A two-process CUDA tree with a failure at every step of the dump in turn, and every

@@ -42,21 +42,8 @@ pub const PLUGIN_FILE: &str = "gpucr_plugin.so";
 pub const PLUGIN_BUILD_FILE: &str = "libgpucr_plugin.so";
 /// What marks the plugin's failures in CRIU's log: each is logged as
 /// "gpucr: error: WHAT", where WHAT starts with the hook's name ("PAUSE_DEVICES: ...")
-/// for a hook that failed, and with "after the dump: " for a step of the `exit` hook.
+/// for a hook that failed, and with [`PLUGIN_EXIT_STEP`] for a step of the `exit` hook.
 pub const PLUGIN_ERROR_MARK: &str = "error: ";
-/// The line prefix under which a plugin failure appears in CRIU's log.
-pub const PLUGIN_ERROR_PREFIX: &str = "gpucr: error: ";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The plugin prefixes each log line with its name, and each failure with the mark.
-    #[test]
-    fn the_error_prefix_is_the_name_and_the_mark() {
-        assert_eq!(
-            PLUGIN_ERROR_PREFIX,
-            format!("{PLUGIN_NAME}: {PLUGIN_ERROR_MARK}")
-        );
-    }
-}
+/// What starts a failure of the plugin's `exit` hook (giving the tree its devices back):
+/// it comes after CRIU's own outcome, so it never explains a failed dump.
+pub const PLUGIN_EXIT_STEP: &str = "after the dump: ";

@@ -16,7 +16,7 @@ use gpucr_abi::proto::{
     ResumeFailed,
 };
 use gpucr_abi::wire::MAX_FDS;
-use gpucr_abi::PLUGIN_NAME;
+use gpucr_abi::{PLUGIN_EXIT_STEP, PLUGIN_NAME};
 
 use crate::half::{self, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
@@ -184,12 +184,12 @@ pub fn exit_with(half: &dyn PluginHalf, stage: c_int, ret: c_int) {
     for tid in pids.iter().filter_map(|&pid| half.restore_thread(pid)) {
         match RunGuard::start(tid) {
             Ok(guard) => running.extend(guard),
-            Err(e) => criu::error(&format!("after the dump: {e}")),
+            Err(e) => criu::error(&format!("{PLUGIN_EXIT_STEP}{e}")),
         }
     }
     let kind = request::Kind::DumpFinished(gpucr_abi::proto::DumpFinished { ret, plugin_errors });
     if let Err(e) = helper::call(kind, &[]) {
-        criu::error(&format!("after the dump: {e}"));
+        criu::error(&format!("{PLUGIN_EXIT_STEP}{e}"));
     }
     drop(running);
 }

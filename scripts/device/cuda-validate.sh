@@ -509,8 +509,7 @@ PY
 
 if wanted tree4; then
     section "4-process tree against one process ($TREE_GIB GiB each, $ROUNDS rounds)"
-    : > "$details/tree4.txt"
-    echo "# procs lock_ms checkpoint_ms lock+checkpoint_ms dump_ms restore_ms verified" >> "$details/tree4.txt"
+    echo "# procs lock_ms checkpoint_ms lock+checkpoint_ms dump_ms restore_ms verified" > "$details/tree4.txt"
     for round in $(seq "$ROUNDS"); do
         for procs in 1 4; do
             # alternate the order from round to round

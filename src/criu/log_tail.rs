@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use gpucr_abi::PLUGIN_ERROR_PREFIX;
+use gpucr_abi::{PLUGIN_ERROR_MARK, PLUGIN_EXIT_STEP, PLUGIN_NAME};
 
 /// Read at most the last 64 KiB of `path` and return its last `lines` lines. Errors and
 /// warnings are what a user needs; a missing log gives an empty list.
@@ -38,6 +38,7 @@ pub fn log_tail(path: &Path, lines: usize) -> Vec<String> {
 /// from, its closing FAILED line) follows from this. Failures of the plugin's `exit`
 /// steps ("after the dump: ...") are left out: they happen after CRIU's own failure.
 pub fn plugin_failure(path: &Path) -> Option<String> {
+    let prefix = format!("{PLUGIN_NAME}: {PLUGIN_ERROR_MARK}");
     let file = File::open(path).ok()?;
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
@@ -48,11 +49,11 @@ pub fn plugin_failure(path: &Path) -> Option<String> {
             Ok(_) => {}
         }
         let text = String::from_utf8_lossy(&line);
-        let Some(at) = text.find(PLUGIN_ERROR_PREFIX) else {
+        let Some(at) = text.find(&prefix) else {
             continue;
         };
-        let what = text[at + PLUGIN_ERROR_PREFIX.len()..].trim();
-        if !what.is_empty() && !what.starts_with("after the dump") {
+        let what = text[at + prefix.len()..].trim();
+        if !what.is_empty() && !what.starts_with(PLUGIN_EXIT_STEP.trim_end()) {
             return Some(what.to_owned());
         }
     }

@@ -210,7 +210,7 @@ fn summary(root: &mut Node, r: &Report) {
             .gpu
             .tasks
             .iter()
-            .filter(|t| t.state.staging.as_deref() == Some("host"))
+            .filter(|t| t.state.staging.as_deref() == Some(crate::gpu::cuda::Staging::Host.name()))
             .count();
         let staged = match host_staged {
             0 => String::new(),

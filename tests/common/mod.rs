@@ -69,6 +69,28 @@ pub fn assert_fails_with(out: &Output, code: i32, needle: &str) {
     assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
 }
 
+/// `out` failed because of `why` (its `needle` is the cause's text): the cause is in
+/// gpucr's error line, whichever side failed (a plugin hook's failure outranks what
+/// CRIU logs after it), and undoing the failed step raised no error of its own in
+/// CRIU's log at `log`.
+pub fn assert_failed_because(out: &Output, log: &Path, why: &dyn std::fmt::Debug, needle: &str) {
+    let log = fs::read_to_string(log).unwrap_or_default();
+    assert!(!out.status.success(), "{why:?}: succeeded\n{log}");
+    let message = stderr(out);
+    let headline = message
+        .lines()
+        .find(|l| l.starts_with("gpucr: error:"))
+        .unwrap_or("");
+    assert!(
+        headline.contains(needle),
+        "{why:?}: {needle:?} not in the error's first line:\n{message}\n{log}"
+    );
+    assert!(
+        !log.contains("gpucr: error: after the dump"),
+        "{why:?}: the plugin's exit steps failed:\n{log}"
+    );
+}
+
 pub fn assert_success(out: &Output) {
     assert!(
         out.status.success(),
