@@ -10,7 +10,9 @@
 //! the root has none), --parent-mib N (default 768), --child-mib N (default 320, 0: no
 //! child), --children N (default 1: how many children, "child", "child2", ...; each gets
 //! --child-mib), --cpu-mib N (each process also holds N MiB of ordinary anonymous memory,
-//! which CRIU carries), --max-buffer-mib N (default 1024: the largest buffer), --fill
+//! which CRIU carries), --cpu-bounds own|parent (default own: each process maps that memory
+//! at bounds of its own; parent: every process maps it at the same address, which CRIU
+//! takes for memory a child may share with its parent copy-on-write), --max-buffer-mib N (default 1024: the largest buffer), --fill
 //! mixed|random (default mixed: random, compressible and zeroed buffers; random: every
 //! buffer random), --hold PATH (the parent also keeps PATH open, e.g. a device CRIU
 //! cannot dump), --driver kfd|nvidia (default kfd: gpucr copies device memory; nvidia:
@@ -62,6 +64,7 @@ struct Options {
     child_mib: u64,
     children: usize,
     cpu_mib: u64,
+    cpu_bounds: CpuBounds,
     max_buffer_mib: u64,
     random: bool,
     hold: Vec<PathBuf>,
@@ -76,6 +79,7 @@ fn parse_args() -> Options {
         child_mib: 320,
         children: 1,
         cpu_mib: 0,
+        cpu_bounds: CpuBounds::Own,
         max_buffer_mib: 1024,
         random: false,
         hold: Vec::new(),
@@ -99,6 +103,11 @@ fn parse_args() -> Options {
             "--hold" => opts.hold.push(PathBuf::from(value())),
             "--children" => opts.children = number(value()) as usize,
             "--cpu-mib" => opts.cpu_mib = number(value()),
+            "--cpu-bounds" => match value().as_str() {
+                "own" => opts.cpu_bounds = CpuBounds::Own,
+                "parent" => opts.cpu_bounds = CpuBounds::Parent,
+                other => die(&format!("--cpu-bounds takes own or parent, not {other:?}")),
+            },
             "--max-buffer-mib" => opts.max_buffer_mib = number(value()).max(1),
             "--driver" => match value().as_str() {
                 "kfd" => opts.driver = String::new(),
@@ -120,6 +129,64 @@ fn parse_args() -> Options {
         die("--gpus must be at least 1");
     }
     opts
+}
+
+/// Where each process of the tree maps its CPU memory (`--cpu-bounds`).
+#[derive(Clone, Copy, PartialEq)]
+enum CpuBounds {
+    /// At bounds no other process of the tree uses.
+    Own,
+    /// Every process at the same address and size. CRIU takes a child's private mapping
+    /// with its parent's exact bounds for memory the two may share copy-on-write: it
+    /// reads such memory page by page, comparing it with the parent's, while it sets up
+    /// the tasks' mappings and before it restores any file, instead of in each task's
+    /// restorer afterwards. A tree whose children allocate the same sizes after the fork
+    /// can look like this by chance (two mappings merging or not decides it).
+    Parent,
+}
+
+/// Where the tree's CPU memory mappings start: below where the kernel places mappings
+/// and above where the heap grows.
+const CPU_MEMORY_BASE: usize = 0x4000_0000_0000;
+
+/// Maps `mib` MiB of anonymous memory for process `index` of the tree (0: the parent),
+/// placed as `bounds` says, and fills it with data of that process's own (pseudo-random:
+/// it does not compress). The mapping lives as long as the process.
+fn cpu_memory(mib: u64, index: usize, bounds: CpuBounds) -> &'static mut [u64] {
+    if mib == 0 {
+        return &mut [];
+    }
+    let len = (mib * MIB) as usize;
+    let slot = match bounds {
+        CpuBounds::Own => index,
+        CpuBounds::Parent => 0,
+    };
+    // A gap of 1 GiB between the processes' mappings keeps them from touching.
+    let address = CPU_MEMORY_BASE + slot * (len + (1 << 30));
+    // SAFETY: a new private anonymous mapping; MAP_FIXED_NOREPLACE fails instead of
+    // replacing anything already mapped there.
+    let mapped = unsafe {
+        nix::sys::mman::mmap_anonymous(
+            std::num::NonZeroUsize::new(address),
+            std::num::NonZeroUsize::new(len).expect("mib > 0"),
+            nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE,
+            nix::sys::mman::MapFlags::MAP_PRIVATE | nix::sys::mman::MapFlags::MAP_FIXED_NOREPLACE,
+        )
+    }
+    .unwrap_or_else(|e| {
+        die(&format!(
+            "mapping {mib} MiB of CPU memory at {address:#x}: {e}"
+        ))
+    });
+    // SAFETY: the mapping is `len` bytes, readable and writable, page-aligned (so aligned
+    // for u64), never unmapped, and this is the only reference to it.
+    let words = unsafe { std::slice::from_raw_parts_mut(mapped.as_ptr().cast::<u64>(), len / 8) };
+    let mut x = 0x1234_5678_u64 ^ ((index as u64) << 32) ^ mib;
+    for w in words.iter_mut() {
+        x = splitmix(x);
+        *w = x;
+    }
+    words
 }
 
 fn die(msg: &str) -> ! {
@@ -221,6 +288,7 @@ fn main() {
         .unwrap_or_else(|e| die(&e.to_string()));
 
     let mut role = "parent".to_owned();
+    let mut index = 0;
     let mut mib = opts.parent_mib;
     let children = if opts.child_mib > 0 { opts.children } else { 0 };
     for n in 1..=children {
@@ -235,19 +303,14 @@ fn main() {
                     format!("child{n}")
                 };
                 mib = opts.child_mib;
+                index = n;
                 break;
             }
             nix::unistd::ForkResult::Parent { .. } => {}
         }
     }
-    // Ordinary process memory, for CRIU to carry (pseudo-random: it does not compress).
-    let mut cpu_memory = vec![0u64; (opts.cpu_mib * MIB / 8) as usize];
-    let mut x = 0x1234_5678_u64 ^ mib;
-    for w in cpu_memory.iter_mut() {
-        x = splitmix(x);
-        *w = x;
-    }
-    let _cpu_memory = cpu_memory;
+    // Ordinary process memory, for CRIU to carry.
+    let _cpu_memory = cpu_memory(opts.cpu_mib, index, opts.cpu_bounds);
     let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(format!("simgpu-{role}")).unwrap());
     let _held: Vec<fs::File> = if role == "parent" {
         opts.hold
