@@ -812,7 +812,8 @@ fn nvidia_model_tree_survives_dump_wipe_and_restore() {
             .iter()
             .map(|o| o["name"].as_str().unwrap())
             .collect();
-        assert_eq!(ops, ["pause", "checkpoint", "copy"]);
+        // Nothing moved through gpucr, so no "copy" is logged.
+        assert_eq!(ops, ["pause", "checkpoint"]);
     }
     let log = fs::read_to_string(image.join("dump.log")).unwrap();
     assert!(

@@ -491,9 +491,13 @@ fn adopt_device(
         // Else the checkpoint with the whole tree is in the log already.
         device.operations.push(checkpoint);
     }
-    // Buffers copied with the whole tree already have no source here.
-    let bytes = found.sources.iter().map(|s| s.len()).sum();
-    lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
+    // Buffers copied with the whole tree already have no source here, and a task whose
+    // device memory its driver staged in its own memory has none at all: nothing moves,
+    // so nothing is timed (and no "copy" is logged for it).
+    if !found.sources.is_empty() {
+        let bytes = found.sources.iter().map(|s| s.len()).sum();
+        lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
+    }
     let guard = writer.read().unwrap_or_else(|e| e.into_inner());
     let writer = guard
         .as_ref()
@@ -704,7 +708,9 @@ fn handle(
                 .iter()
                 .map(|b| b.size)
                 .sum();
-            lock(&shared.timeline).begin(task.ns_pid, fds.len(), bytes);
+            if !fds.is_empty() {
+                lock(&shared.timeline).begin(task.ns_pid, fds.len(), bytes);
+            }
             let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
             let restorer = guard
                 .as_ref()
