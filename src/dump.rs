@@ -131,6 +131,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         cuda_staging: opts.cuda_staging,
     };
     let backend = gpu::detect(opts.pid, &setup)?;
+    let mut topology = backend.as_deref().map(gpu::LocalTopology::start);
     let session = match &backend {
         Some(b) => {
             Some(Session::create(b.name()).map_err(|e| DumpError::HelperSetup(Box::new(e)))?)
@@ -145,7 +146,6 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let (mut swrk, version) = start_criu(opts.criu.as_deref(), &env, &inherit, progress)
         .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
-    let gpu_backend = backend.clone();
     let gpu = match (backend, session) {
         (Some(backend), Some(session)) => {
             progress.event(
@@ -303,8 +303,8 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         network_lock: network_lock.as_str().into(),
         mount_namespace: own_mount_namespace,
     };
-    let gpu_facts = match (&gpu_backend, &gpu_manifest) {
-        (Some(backend), Some(g)) => Some((backend.as_ref(), g)),
+    let gpu_facts = match (topology.take(), &gpu_manifest) {
+        (Some(topology), Some(g)) => Some((topology, g)),
         _ => None,
     };
     let written = write_manifest(
@@ -347,8 +347,9 @@ pub struct ImageFacts<'a> {
     pub target: target::TargetInfo,
     pub criu_version: String,
     pub options: manifest::DumpOptions,
-    /// The backend and what its helper collected, for a dump with GPU state.
-    pub gpu: Option<(&'a dyn gpu::Backend, &'a gpu::GpuManifest)>,
+    /// The backend's local topology (being read since the dump started) and what its
+    /// helper collected, for a dump with GPU state.
+    pub gpu: Option<(gpu::LocalTopology, &'a gpu::GpuManifest)>,
 }
 
 /// CRIU has written the image: checksum every file (`known` holds the blocks already
@@ -368,13 +369,14 @@ pub fn write_manifest(
         .filter(|f| is_pages_file(&f.path))
         .map(|f| f.size)
         .sum();
-    let topology = match facts.gpu {
-        Some((backend, g)) => Some(gpu::used_topology(backend, &g.tasks)?),
-        None => None,
+    let (topology, gpu_section, backend) = match facts.gpu {
+        Some((local, g)) => (
+            Some(local.used_by(&g.tasks)?),
+            Some(image::gpu::GpuSection::from_runtime(g)),
+            g.backend.clone(),
+        ),
+        None => (None, None, "none".into()),
     };
-    let gpu_section = facts
-        .gpu
-        .map(|(_, g)| image::gpu::GpuSection::from_runtime(g));
     let uts = uname().ok();
     let uts_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
         uts.as_ref()
@@ -394,7 +396,7 @@ pub fn write_manifest(
             arch: uts_field(|u| u.machine()),
             page_size: crate::units::host_page_size(),
         },
-        backend: facts.gpu.map_or("none".into(), |(_, g)| g.backend.clone()),
+        backend,
         target: manifest::Target {
             pid: target.pid,
             comm: target.comm,

@@ -49,6 +49,7 @@ pub fn serve(
         return Ok(());
     };
     let target = crate::target::validate(pid).map_err(crate::dump::DumpError::from)?;
+    let mut topology = Some(gpu::LocalTopology::start(backend.as_ref()));
     let mut progress = Progress::new(true, false);
     let gpu = GpuDump::start(
         Session::engine(connector, backend.name()),
@@ -99,7 +100,7 @@ pub fn serve(
                             target: target.clone(),
                             criu_version: criu_version.clone(),
                             options: engine_options(),
-                            gpu: finished.as_ref().map(|m| (backend.as_ref(), m)),
+                            gpu: finished.as_ref().zip(topology.take()).map(|(m, t)| (t, m)),
                         };
                         let known = follower.take().map(Follower::finish).unwrap_or_default();
                         write_manifest(dir, &known, facts, &mut progress)

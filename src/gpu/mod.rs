@@ -16,6 +16,7 @@
 
 pub mod amdgpu;
 pub mod cuda;
+mod local_topology;
 pub mod manifest;
 pub mod sim;
 
@@ -26,6 +27,7 @@ use std::path::PathBuf;
 
 use gpucr_abi::proto::{BufferSpec, DeviceSpec};
 
+pub use local_topology::LocalTopology;
 pub use manifest::{GpuManifest, TaskTiming};
 
 use crate::transfer::{BufferSink, BufferSource};
@@ -500,15 +502,6 @@ pub(crate) fn owner_of(fd: BorrowedFd<'_>, tasks: &[i32]) -> Option<i32> {
             })
         })
     })
-}
-
-/// The topology of the GPUs the dumped tasks use, read where `backend` keeps it.
-pub fn used_topology(
-    backend: &dyn Backend,
-    tasks: &[TaskDevice],
-) -> Result<gpucr_topology::Topology, gpucr_topology::TopologyError> {
-    let local = gpucr_topology::read_local(backend.sysfs_root().as_deref())?;
-    Ok(local.retain_gpus(|id| tasks.iter().flat_map(|t| &t.gpus).any(|g| g.matches(id))))
 }
 
 /// How a dump's backend is set up.
