@@ -101,8 +101,7 @@ fn leave_running_keeps_the_tree_running() {
     for role in ROLES {
         assert_journal_continuous(&state, role);
     }
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     assert_eq!(manifest["options"]["leave_running"], true);
     assert_eq!(
         manifest["host"]["page_size"].as_u64(),
@@ -133,8 +132,7 @@ fn one_image_restores_twice() {
     for round in 0..2 {
         copy_files(&snapshot, &state);
         let out = gpucr(&["restore", "-d", image.to_str().unwrap()]);
-        assert_success(&out);
-        let restored = Restored(stdout(&out).trim().parse().unwrap());
+        let restored = Restored::from_output(&out);
         tree.wait_ticks(3);
         for role in ROLES {
             assert_journal_continuous(&state, role);

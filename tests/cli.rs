@@ -378,8 +378,7 @@ fn damaged_images_are_refused_and_never_run() {
 
     // The intact image still restores.
     let out = gpucr(&["restore", "--detach", image.to_str().unwrap()]);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     tree.wait_ticks(2);
     assert_journal_continuous(&state, "parent");
 }

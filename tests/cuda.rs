@@ -205,15 +205,9 @@ fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
         checkpoints.iter().all(|c| c.start_ns > last_lock),
         "every process is locked before any is checkpointed"
     );
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     for task in manifest["gpu"]["tasks"].as_array().unwrap() {
-        let ops: Vec<&str> = task["operations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["name"].as_str().unwrap())
-            .collect();
+        let ops: Vec<&str> = operation_names(task);
         // Host staging: the driver moved the memory, gpucr copied none of it.
         assert_eq!(ops, ["pause", "checkpoint"], "{task}");
         let checkpoint = &task["operations"][1];
@@ -226,8 +220,7 @@ fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
     assert_eq!(fake.wipe_device_memory(), 0);
     fs::remove_file(&log).unwrap();
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     assert!(tree.verify(2), "every byte is back on the device");
     let calls = read_calls(&log);
     for function in ["cuCheckpointProcessRestore", "cuCheckpointProcessUnlock"] {
@@ -265,19 +258,13 @@ fn cuda_tree_survives_dump_wipe_and_restore() {
         &fake.env(),
     );
     assert_success(&out);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     assert_eq!(manifest["gpu"]["backend"], "cuda");
     let tasks = manifest["gpu"]["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 3);
     for task in tasks {
         assert_eq!(task["gpus"].as_array().unwrap().len(), 2, "{task}");
-        let ops: Vec<&str> = task["operations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["name"].as_str().unwrap())
-            .collect();
+        let ops: Vec<&str> = operation_names(task);
         // Host staging: the driver moved the memory, gpucr copied none of it.
         assert_eq!(ops, ["pause", "checkpoint"], "{task}");
     }
@@ -289,8 +276,7 @@ fn cuda_tree_survives_dump_wipe_and_restore() {
         "the driver moved the device memory into the processes, and CRIU dumped it"
     );
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     assert!(tree.verify(2), "every byte is back on the device");
     tree.wait_ticks(3);
     assert!(tree.steps() > steps_at_dump, "the kernels go on");
@@ -433,8 +419,7 @@ fn cuda_already_locked_process_is_respected() {
     assert_success(&out);
     assert_eq!(cuda_ctl(&fake, "state", child), "locked", "left locked");
     assert_eq!(cuda_ctl(&fake, "state", tree.pid), "running", "given back");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(left.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&left);
     assert_eq!(manifest["gpu"]["tasks"].as_array().unwrap().len(), 3);
 
     let image = tmp.path().join("image");
@@ -603,8 +588,7 @@ fn cuda_fault_at_every_step_loses_nothing() {
     }
     fake.wipe_device_memory();
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     verified += 1;
     assert!(
         tree.verify(verified),
@@ -620,16 +604,6 @@ fn custom_env(fake: &FakeCuda) -> Vec<(&str, &str)> {
     let mut env = fake.env();
     env.extend_from_slice(CUSTOM_STORAGE);
     env
-}
-
-/// The names of a manifest task's operations.
-fn operation_names(task: &serde_json::Value) -> Vec<&str> {
-    task["operations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["name"].as_str().unwrap())
-        .collect()
 }
 
 /// A 13.4 driver: three CUDA processes dumped with custom storage (chosen by itself):
@@ -672,8 +646,7 @@ fn cuda_custom_storage_tree_survives_dump_wipe_and_restore() {
     assert!(checkpoints.iter().all(|c| c.args.contains("custom=true")));
     let completes = calls_of(&calls, "cuCheckpointOperationComplete");
     assert_eq!(completes.len(), 3, "{calls:#?}");
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     let tasks = manifest["gpu"]["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 3);
     let mut copied = 0;
@@ -710,8 +683,7 @@ fn cuda_custom_storage_tree_survives_dump_wipe_and_restore() {
         "the driver dropped the memory once gpucr had it"
     );
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     assert!(tree.verify(2), "every byte is back on the device");
     tree.wait_ticks(3);
     assert!(tree.steps() > steps_at_dump, "the kernels go on");
@@ -783,14 +755,13 @@ fn cuda_staging_host_overrides_custom_storage() {
     kill_and_wait(tree.pid);
     assert_eq!(fake.wipe_device_memory(), 0);
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
-    assert_success(&out);
+    let _restored = Restored::from_output(&out);
     // The restore cannot check the GPUs either, and says so.
     assert!(
         stderr(&out).contains("the image records no GPU topology"),
         "{}",
         stderr(&out)
     );
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
     assert!(tree.verify(1), "every byte is back on the device");
 }
 
@@ -828,8 +799,7 @@ fn cuda_custom_storage_slow_copy_outlasts_the_device_timeout() {
     kill_and_wait(tree.pid);
     fake.wipe_device_memory();
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     assert!(tree.verify(2), "every byte is back on the device");
 }
 
@@ -951,8 +921,7 @@ fn cuda_custom_storage_failed_copy_leaves_the_tree_running() {
     }
     fake.wipe_device_memory();
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     verified += 1;
     assert!(tree.verify(verified), "every byte is back on the device");
 }

@@ -99,8 +99,7 @@ fn sim_tree_survives_dump_wipe_and_restore() {
     assert_eq!(result["gpu"]["backend"], "sim");
     assert_eq!(result["gpu"]["tasks"], 2);
     assert!(result["gpu"]["stats"]["raw_bytes"].as_u64().unwrap() >= 1 << 30);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     assert_eq!(manifest["backend"], "sim");
     let gpus: std::collections::BTreeSet<u64> = manifest["gpu"]["tasks"]
         .as_array()
@@ -145,12 +144,7 @@ fn sim_tree_survives_dump_wipe_and_restore() {
             task["state"]["size"].as_u64().unwrap()
         );
         assert!(recorded.contains(&state), "the state blob is checksummed");
-        let ops: Vec<&str> = task["operations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["name"].as_str().unwrap())
-            .collect();
+        let ops: Vec<&str> = operation_names(task);
         assert_eq!(ops, ["pause", "checkpoint", "copy"]);
     }
     let shown = gpucr_env(&["inspect", "--gpu", image.to_str().unwrap()], &sim.env());
@@ -183,8 +177,7 @@ fn sim_tree_survives_dump_wipe_and_restore() {
     let steps_at_dump = tree.steps();
     tree.wipe_device_memory();
     let out = restore(&sim, &["--detach", image.to_str().unwrap()]);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     let log = fs::read_to_string(image.join("restore.log")).unwrap();
     assert!(log.contains("gpucr: RESTORE_EXT_FILE id"));
     assert!(log.contains("gpucr: RESUME_DEVICES_LATE pid"));
@@ -229,8 +222,7 @@ fn leave_running_then_restore_twice() {
         copy_files(&snapshot, &state);
         tree.wipe_device_memory();
         let out = restore(&sim, &["-d", image.to_str().unwrap()]);
-        assert_success(&out);
-        let restored = Restored(stdout(&out).trim().parse().unwrap());
+        let restored = Restored::from_output(&out);
         assert!(tree.verify(10 + round), "round {round}");
         drop(restored);
     }
@@ -427,8 +419,7 @@ fn restore_checks_the_topology_and_maps_the_gpus() {
         &[&tree.pid.to_string(), image.to_str().unwrap()],
     ));
     kill_and_wait(tree.pid);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     assert!(
         manifest["topology"].is_object(),
         "the dump recorded the topology"
@@ -457,8 +448,7 @@ fn restore_checks_the_topology_and_maps_the_gpus() {
         fs::write(&path, format!("{}\n", id + 7)).unwrap();
     }
     let out = restore(&sim, &["-d", image.to_str().unwrap()]);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     assert!(tree.verify(1));
     let contexts = sim.0.join("contexts");
     for ctx in fs::read_dir(&contexts).unwrap() {
@@ -550,14 +540,12 @@ fn gpu_process_with_its_own_mount_namespace_restores() {
         &env,
     );
     assert_success(&out);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     assert_eq!(manifest["options"]["mount_namespace"], true);
     kill_and_wait(tree.pid);
     tree.wipe_device_memory();
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
-    assert_success(&out);
-    let restored = Restored(stdout(&out).trim().parse().unwrap());
+    let restored = Restored::from_output(&out);
     assert_ne!(
         fs::read_link(format!("/proc/{}/ns/mnt", restored.0)).unwrap(),
         fs::read_link("/proc/self/ns/mnt").unwrap(),
@@ -764,8 +752,7 @@ fn sigint_during_a_gpu_restore_leaves_no_process() {
     // The image is untouched: a restore that is let finish brings everything back.
     tree.wipe_device_memory();
     let out = restore(&sim, &["-d", image.to_str().unwrap()]);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     assert!(tree.verify(2));
 }
 
@@ -797,8 +784,7 @@ fn nvidia_model_tree_survives_dump_wipe_and_restore() {
     assert!(tree.verify(1));
     let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
     assert_success(&out);
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = manifest_json(&image);
     for task in manifest["gpu"]["tasks"].as_array().unwrap() {
         assert_eq!(
             task["buffers"].as_array().unwrap().len(),
@@ -806,12 +792,7 @@ fn nvidia_model_tree_survives_dump_wipe_and_restore() {
             "the driver kept them"
         );
         assert_eq!(task["gpus"].as_array().unwrap().len(), 2);
-        let ops: Vec<&str> = task["operations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["name"].as_str().unwrap())
-            .collect();
+        let ops: Vec<&str> = operation_names(task);
         // Nothing moved through gpucr, so no "copy" is logged.
         assert_eq!(ops, ["pause", "checkpoint"]);
     }
@@ -824,8 +805,7 @@ fn nvidia_model_tree_survives_dump_wipe_and_restore() {
     let steps_at_dump = tree.steps();
     tree.wipe_device_memory();
     let out = restore(&sim, &["-d", image.to_str().unwrap()]);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     assert!(tree.verify(2), "every byte is back on the device");
     tree.wait_ticks(3);
     assert!(tree.steps() > steps_at_dump, "the kernels go on");
@@ -1117,8 +1097,7 @@ fn faults_at_every_step(driver: &str) {
     }
     tree.wipe_device_memory();
     let out = restore(&sim, &["-d", image.to_str().unwrap()]);
-    assert_success(&out);
-    let _restored = Restored(stdout(&out).trim().parse().unwrap());
+    let _restored = Restored::from_output(&out);
     verified += 1;
     assert!(
         tree.verify(verified),

@@ -315,6 +315,35 @@ pub fn kill_and_wait(pid: i32) {
 /// A restored tree (detached from gpucr), killed when dropped.
 pub struct Restored(pub i32);
 
+impl Restored {
+    /// The tree `gpucr restore --detach` restored: its output must be a success, with
+    /// the root's pid on stdout.
+    pub fn from_output(out: &Output) -> Restored {
+        assert_success(out);
+        let text = stdout(out);
+        Restored(
+            text.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("not a pid: {text:?}")),
+        )
+    }
+}
+
+/// The manifest (`gpucr.json`) of the image at `image`, as JSON.
+pub fn manifest_json(image: &Path) -> serde_json::Value {
+    serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap()
+}
+
+/// The names of a manifest task's operations (`gpu.tasks[].operations`), in order.
+pub fn operation_names(task: &serde_json::Value) -> Vec<&str> {
+    task["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect()
+}
+
 impl Drop for Restored {
     fn drop(&mut self) {
         kill_and_wait(self.0);
