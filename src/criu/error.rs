@@ -103,19 +103,74 @@ fn failed_message(
     text
 }
 
-/// The last "Error (...)" line of the log that is not CRIU's closing "FAILED" line, with
-/// its timestamp and pid prefix removed.
+/// The error line of the log that says why CRIU failed, with its timestamp and pid
+/// prefix removed: the last "Error (...)" line that is neither CRIU's closing "FAILED"
+/// line, nor one that only passes a failure up ("Dump files (pid: 7) failed with -1",
+/// logged after the error that caused it), nor one CRIU logs at every run where it
+/// cannot raise its file limit. Failing those, the last that is not the closing line.
 fn last_error(log_tail: &[String]) -> Option<String> {
-    log_tail
+    let errors: Vec<String> = log_tail
+        .iter()
+        .filter_map(|line| line.find("Error (").map(|at| line[at..].trim().to_owned()))
+        .filter(|line| !line.ends_with("FAILED."))
+        .collect();
+    errors
         .iter()
         .rev()
-        .filter_map(|line| line.find("Error (").map(|at| line[at..].trim().to_owned()))
-        .find(|line| !line.ends_with("FAILED."))
+        .find(|line| !passes_failure_up(line) && !line.contains(HARMLESS_RLIMIT))
+        .or_else(|| errors.last())
+        .cloned()
+}
+
+/// What CRIU logs when it cannot raise its own RLIMIT_NOFILE (it goes on regardless).
+const HARMLESS_RLIMIT: &str = "rlimit: Can't setup RLIMIT_NOFILE";
+
+/// Whether an error line of CRIU's only reports that a step failed whose cause was
+/// logged before it: "<step> (pid: N) failed with <ret>" (`cr-dump.c`).
+fn passes_failure_up(line: &str) -> bool {
+    let Some((head, ret)) = line.rsplit_once(" failed with ") else {
+        return false;
+    };
+    let ret = ret.trim_end_matches(['!', '.']);
+    ret.trim_start_matches('-').parse::<u32>().is_ok()
+        && head.ends_with(')')
+        && head.contains("(pid: ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cause_heads_the_message_not_the_step_that_passed_it_up() {
+        let tail: Vec<String> = [
+            "Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted",
+            "Warn  (compel/arch/x86/src/lib/infect.c:419): Will restore 30649 with interrupted system call",
+            "Error (criu/sk-inet.c:200): inet: Connected TCP socket, consider using --tcp-established option.",
+            "Error (criu/cr-dump.c:1545): Dump files (pid: 30649) failed with -1",
+            "Error (criu/cr-dump.c:1975): Dumping FAILED.",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        assert_eq!(
+            last_error(&tail).unwrap(),
+            "Error (criu/sk-inet.c:200): inet: Connected TCP socket, consider using \
+             --tcp-established option."
+        );
+        // With no cause logged, the step that failed is still better than nothing, and
+        // better than the harmless rlimit line.
+        let passed_up_only = [&tail[0], &tail[3], &tail[4]].map(String::clone).to_vec();
+        assert_eq!(
+            last_error(&passed_up_only).unwrap(),
+            "Error (criu/cr-dump.c:1545): Dump files (pid: 30649) failed with -1"
+        );
+        assert!(passes_failure_up(
+            "Error (criu/cr-dump.c:1356): Collect mappings (pid: 7) failed with -22"
+        ));
+        assert!(!passes_failure_up(
+            "Error (criu/sk-tcp.c:147): libsoccr_save() failed with 3"
+        ));
+    }
 
     #[test]
     fn the_last_real_error_heads_the_message() {
