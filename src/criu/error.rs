@@ -126,8 +126,13 @@ fn last_error(log_tail: &[String]) -> Option<String> {
 const HARMLESS_RLIMIT: &str = "rlimit: Can't setup RLIMIT_NOFILE";
 
 /// Whether an error line of CRIU's only reports that a step failed whose cause was
-/// logged before it: "<step> (pid: N) failed with <ret>" (`cr-dump.c`).
+/// logged before it: "<step> (pid: N) failed with <ret>" (`cr-dump.c`), or "Unable to
+/// open fd=N id=0x..." (`files.c`, after the file's own error, such as "File x has bad
+/// size").
 fn passes_failure_up(line: &str) -> bool {
+    if line.contains("): Unable to open fd=") {
+        return true;
+    }
     let Some((head, ret)) = line.rsplit_once(" failed with ") else {
         return false;
     };
@@ -178,6 +183,7 @@ mod tests {
             "Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self".to_owned(),
             "(00.1)      1: Error (criu/files-reg.c:2175): File x has bad size 54 (expect 0)"
                 .to_owned(),
+            "(00.1)      1: Error (criu/files.c:1221): Unable to open fd=7 id=0xb".to_owned(),
             "(00.2) Error (criu/cr-restore.c:2331): Restoring FAILED.".to_owned(),
         ];
         let text = failed_message(

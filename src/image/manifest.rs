@@ -275,9 +275,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// A manifest of one file, `core-1.img` (3 bytes), for tests.
     pub(crate) fn sample() -> Manifest {
         Manifest {
             format: FORMAT_NAME.into(),

@@ -19,6 +19,8 @@ pub enum VerifyError {
     UnknownAlgorithm { path: PathBuf, found: String },
     #[error("{path}: unsafe file name {name:?} in the manifest")]
     UnsafeName { path: PathBuf, name: String },
+    #[error("{path}: file {name:?} is listed more than once in the manifest")]
+    DuplicateName { path: PathBuf, name: String },
 }
 
 /// One thing wrong with an image file.
@@ -118,6 +120,13 @@ pub fn verify_files_scoped(
         return Err(VerifyError::UnknownAlgorithm {
             path: manifest_path,
             found: manifest.checksum_algorithm.clone(),
+        });
+    }
+    let mut listed = std::collections::HashSet::with_capacity(manifest.files.len());
+    if let Some(twice) = manifest.files.iter().find(|r| !listed.insert(&r.path)) {
+        return Err(VerifyError::DuplicateName {
+            path: manifest_path,
+            name: twice.path.clone(),
         });
     }
     let mut problems = Vec::new();
@@ -275,6 +284,25 @@ mod tests {
         for good in ["core-1.img", "gpu/index.bin", "a.b"] {
             assert!(is_safe_relative(good), "{good}");
         }
+    }
+
+    #[test]
+    fn a_file_listed_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("core-1.img"), b"abc").unwrap();
+        let mut manifest = crate::image::manifest::tests::sample();
+        let record = manifest.files[0].clone();
+        manifest.files.push(record);
+        let err = verify_files(dir.path(), &manifest, 1).unwrap_err();
+        assert!(
+            matches!(&err, VerifyError::DuplicateName { name, .. } if name == "core-1.img"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("gpucr.json: file \"core-1.img\" is listed more than once"),
+            "{err}"
+        );
     }
 
     #[test]
