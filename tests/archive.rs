@@ -442,7 +442,11 @@ fn broken_archives_are_refused_with_their_name() {
     let bytes = fs::read(&archive).unwrap();
     fs::write(&archive, &bytes[..bytes.len() / 2]).unwrap();
     let out = gpucr(&["inspect", archive.to_str().unwrap()]);
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "a damaged archive is a damaged image"
+    );
     let err = common::stderr(&out);
     assert!(err.contains(archive.to_str().unwrap()), "{err}");
     // A tar that is not a checkpoint archive, and a file that is not a tar.
@@ -454,14 +458,39 @@ fn broken_archives_are_refused_with_their_name() {
     tar.append_data(&mut h, "notes.txt", &b"hello"[..]).unwrap();
     tar.into_inner().unwrap();
     let out = gpucr(&["inspect", other.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(7));
     let err = common::stderr(&out);
     assert!(err.contains("not a container checkpoint archive"), "{err}");
     let text = tmp.path().join("text");
     fs::write(&text, vec![b'x'; 2000]).unwrap();
-    let out = gpucr(&["inspect", text.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(common::stderr(&out).contains(text.to_str().unwrap()));
+    for command in ["inspect", "check-topology"] {
+        let out = gpucr(&[command, text.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(7), "{command}");
+        let err = common::stderr(&out);
+        assert!(
+            err.contains(&format!(
+                "{}: not a container checkpoint archive (neither a tar archive",
+                text.display()
+            )),
+            "{command}: {err}"
+        );
+        // The tar reader's message, which quotes the file's bytes, is not passed on.
+        assert!(!err.contains("xxxx"), "{command}: {err}");
+    }
+    // Nothing there: what a missing image directory is (incomplete); something that
+    // is neither a directory nor a file: not an image.
+    for command in ["inspect", "check-topology"] {
+        let missing = tmp.path().join("missing");
+        let out = gpucr(&[command, missing.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(8), "{command}");
+        let out = gpucr(&[command, "/dev/null"]);
+        assert_eq!(out.status.code(), Some(7), "{command}");
+        assert!(
+            common::stderr(&out).contains("/dev/null: not an image directory or archive"),
+            "{command}: {}",
+            common::stderr(&out)
+        );
+    }
 }
 
 /// The peak resident memory of `gpucr ARGS`, in bytes, and its exit code. Linux counts

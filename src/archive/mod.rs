@@ -56,6 +56,31 @@ pub enum ArchiveError {
         size: u64,
         limit: u64,
     },
+    /// The file's first bytes are neither a tar header nor gzip or zstd.
+    #[error("{}: not a container checkpoint archive (neither a tar archive nor a gzip- or \
+             zstd-compressed one)", path.display())]
+    NotAnArchive { path: PathBuf },
+    /// A tar archive, but without CRIU's images under [`CHECKPOINT_DIR`].
+    #[error("{}: not a container checkpoint archive: it has no files under {CHECKPOINT_DIR}/",
+            path.display())]
+    NoCheckpoint { path: PathBuf },
+}
+
+impl crate::exit_code::ExitCode for ArchiveError {
+    /// A path that does not exist is what a missing image directory is (incomplete);
+    /// an archive that cannot be read, or a file that is not one, is damaged.
+    fn exit_code(&self) -> u8 {
+        use crate::exit_code::{FAILURE, IMAGE_DAMAGED, IMAGE_INCOMPLETE};
+        match self {
+            ArchiveError::Open { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                IMAGE_INCOMPLETE
+            }
+            ArchiveError::Open { .. } | ArchiveError::TooLarge { .. } => FAILURE,
+            ArchiveError::Read { .. }
+            | ArchiveError::NotAnArchive { .. }
+            | ArchiveError::NoCheckpoint { .. } => IMAGE_DAMAGED,
+        }
+    }
 }
 
 /// Read the member `name` (at most `limit` bytes) of the archive at `path`; None when

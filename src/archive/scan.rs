@@ -302,13 +302,24 @@ pub fn each_member(
 ) -> Result<Compression, ArchiveError> {
     let (compression, stream) = open(path)?;
     let mut archive = tar::Archive::new(stream);
-    let read_err = |member: Option<String>, source: io::Error| ArchiveError::Read {
-        path: path.to_path_buf(),
-        member,
-        source,
+    let read_err = |member: Option<String>, source: io::Error, first: bool| {
+        // A plain file whose first header does not parse was never a tar archive (the
+        // tar reader's own message then quotes the file's bytes).
+        if first && compression == Compression::None {
+            ArchiveError::NotAnArchive {
+                path: path.to_path_buf(),
+            }
+        } else {
+            ArchiveError::Read {
+                path: path.to_path_buf(),
+                member,
+                source,
+            }
+        }
     };
-    for entry in archive.entries().map_err(|e| read_err(None, e))? {
-        let mut entry = entry.map_err(|e| read_err(None, e))?;
+    let entries = archive.entries().map_err(|e| read_err(None, e, true))?;
+    for (index, entry) in entries.enumerate() {
+        let mut entry = entry.map_err(|e| read_err(None, e, index == 0))?;
         let raw = entry.path_bytes().into_owned();
         let name = String::from_utf8_lossy(&raw);
         let name = name

@@ -50,6 +50,15 @@ pub enum CheckTopologyError {
         #[source]
         source: io::Error,
     },
+    /// The path exists but is neither a directory nor a file.
+    #[error("{}: not an image directory or archive (neither a directory nor a file)", path.display())]
+    NotAnImage {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The archive cannot be read.
+    #[error(transparent)]
+    Archive(#[from] crate::archive::ArchiveError),
     /// The manifest is not JSON, or its `topology` is not a topology.
     #[error("{} has no valid `topology`", path.display())]
     ManifestMalformed {
@@ -67,7 +76,9 @@ impl crate::exit_code::ExitCode for CheckTopologyError {
         match self {
             CheckTopologyError::ManifestMissing { .. } => exit_code::IMAGE_INCOMPLETE,
             CheckTopologyError::ManifestRead { .. } => exit_code::FAILURE,
-            CheckTopologyError::ManifestMalformed { .. } => exit_code::IMAGE_DAMAGED,
+            CheckTopologyError::ManifestMalformed { .. }
+            | CheckTopologyError::NotAnImage { .. } => exit_code::IMAGE_DAMAGED,
+            CheckTopologyError::Archive(e) => e.exit_code(),
         }
     }
 }
@@ -109,6 +120,11 @@ pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> 
     if dir.is_file() {
         return read_archive_topology(dir);
     }
+    if !dir.is_dir() && dir.symlink_metadata().is_ok() {
+        return Err(CheckTopologyError::NotAnImage {
+            path: dir.to_path_buf(),
+        });
+    }
     let path = dir.join(MANIFEST);
     let text = fs::read(&path).map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound {
@@ -129,13 +145,9 @@ pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> 
 fn read_archive_topology(archive: &Path) -> Result<ImageGpus, CheckTopologyError> {
     let name = format!("{}/{MANIFEST}", crate::archive::CHECKPOINT_DIR);
     let path = archive.join(&name);
-    match crate::archive::read_member(archive, &name, MAX_MANIFEST) {
-        Ok(Some(text)) => parse_topology(&text, path),
-        Ok(None) => Ok(ImageGpus::default()),
-        Err(e) => Err(CheckTopologyError::ManifestRead {
-            path,
-            source: io::Error::other(e.to_string()),
-        }),
+    match crate::archive::read_member(archive, &name, MAX_MANIFEST)? {
+        Some(text) => parse_topology(&text, path),
+        None => Ok(ImageGpus::default()),
     }
 }
 

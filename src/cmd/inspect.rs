@@ -92,11 +92,10 @@ fn inspect_archive(
         },
     )?;
     if scan.sizes.is_empty() {
-        anyhow::bail!(
-            "{}: not a container checkpoint archive: it has no files under {}/",
-            path.display(),
-            archive::CHECKPOINT_DIR
-        );
+        return Err(archive::ArchiveError::NoCheckpoint {
+            path: path.to_path_buf(),
+        }
+        .into());
     }
     let source = ImageSource::archive(
         path.join(archive::CHECKPOINT_DIR),

@@ -30,6 +30,7 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
                 .or_else(|| code_of::<ImageDirError>(cause))
                 .or_else(|| code_of::<ManifestError>(cause))
                 .or_else(|| code_of::<check_topology::CheckTopologyError>(cause))
+                .or_else(|| code_of::<crate::archive::ArchiveError>(cause))
         })
         .unwrap_or(FAILURE)
 }

@@ -48,8 +48,11 @@ pub fn read_manifest(source: &ImageSource) -> Result<Manifest, ManifestError> {
 pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, InspectError> {
     let dir = source.root();
     if !source.exists() {
-        return Err(InspectError::NotADirectory {
-            path: dir.to_path_buf(),
+        let path = dir.to_path_buf();
+        return Err(if dir.symlink_metadata().is_ok() {
+            InspectError::NotADirectory { path }
+        } else {
+            InspectError::NotFound { path }
         });
     }
     let mut errors = Vec::new();

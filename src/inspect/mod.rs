@@ -27,7 +27,9 @@ use crate::exit_code;
 /// Why `gpucr inspect` cannot show an image at all.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
-    #[error("{path}: not an image directory (no such directory)")]
+    #[error("{path}: no such image directory or archive")]
+    NotFound { path: PathBuf },
+    #[error("{path}: not an image directory or archive (neither a directory nor a file)")]
     NotADirectory { path: PathBuf },
     #[error("process {pid} is not in the image (its processes: {pids})")]
     NoSuchProcess { pid: u32, pids: String },
@@ -37,7 +39,9 @@ impl InspectError {
     /// The exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            InspectError::NotADirectory { .. } => exit_code::FAILURE,
+            // As `gpucr restore` and `check-topology` answer for a missing image.
+            InspectError::NotFound { .. } => exit_code::IMAGE_INCOMPLETE,
+            InspectError::NotADirectory { .. } => exit_code::IMAGE_DAMAGED,
             InspectError::NoSuchProcess { .. } => exit_code::USAGE,
         }
     }
