@@ -457,10 +457,15 @@ fn broken_archives_are_refused_with_their_name() {
     h.set_mode(0o600);
     tar.append_data(&mut h, "notes.txt", &b"hello"[..]).unwrap();
     tar.into_inner().unwrap();
-    let out = gpucr(&["inspect", other.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(7));
-    let err = common::stderr(&out);
-    assert!(err.contains("not a container checkpoint archive"), "{err}");
+    for command in ["inspect", "check-topology"] {
+        let out = gpucr(&[command, other.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(7), "{command}");
+        let err = common::stderr(&out);
+        assert!(
+            err.contains("not a container checkpoint archive: it has no files under checkpoint/"),
+            "{command}: {err}"
+        );
+    }
     let text = tmp.path().join("text");
     fs::write(&text, vec![b'x'; 2000]).unwrap();
     for command in ["inspect", "check-topology"] {

@@ -83,15 +83,22 @@ impl crate::exit_code::ExitCode for ArchiveError {
     }
 }
 
-/// Read the member `name` (at most `limit` bytes) of the archive at `path`; None when
-/// the archive has no such member. Stops reading once it is found.
-pub fn read_member(
+/// Read the file `file` of the image in the archive at `path` (the member
+/// `checkpoint/FILE`, at most `limit` bytes); None when the image has no such file.
+/// Stops reading once it is found. An archive with nothing under `checkpoint/` is not a
+/// checkpoint archive ([`ArchiveError::NoCheckpoint`]).
+pub fn read_checkpoint_file(
     path: &std::path::Path,
-    name: &str,
+    file: &str,
     limit: u64,
 ) -> Result<Option<Vec<u8>>, ArchiveError> {
+    let name = format!("{CHECKPOINT_DIR}/{file}");
     let mut found = None;
+    let mut image_seen = false;
     let result = scan::each_member(path, |member, size, kind, reader| {
+        image_seen |= member
+            .strip_prefix(CHECKPOINT_DIR)
+            .is_some_and(|rest| rest.starts_with('/'));
         if member != name || kind != "file" {
             return Ok(scan::Flow::Next);
         }
@@ -112,5 +119,11 @@ pub fn read_member(
         found = Some(bytes);
         Ok(scan::Flow::Stop)
     });
-    result.map(|_| found)
+    result?;
+    if !image_seen {
+        return Err(ArchiveError::NoCheckpoint {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(found)
 }

@@ -145,7 +145,7 @@ pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> 
 fn read_archive_topology(archive: &Path) -> Result<ImageGpus, CheckTopologyError> {
     let name = format!("{}/{MANIFEST}", crate::archive::CHECKPOINT_DIR);
     let path = archive.join(&name);
-    match crate::archive::read_member(archive, &name, MAX_MANIFEST)? {
+    match crate::archive::read_checkpoint_file(archive, MANIFEST, MAX_MANIFEST)? {
         Some(text) => parse_topology(&text, path),
         None => Ok(ImageGpus::default()),
     }
