@@ -110,6 +110,9 @@ note "runtime: $runtime"
 note "cpus: $(nproc), memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 if command -v nvidia-smi >/dev/null; then
     note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+    # Without persistence mode the driver rebuilds the GPU's state for the first client
+    # after the last one closed: NVML's start in every restore may be that.
+    note "persistence mode: $(nvidia-smi --query-gpu=persistence_mode --format=csv,noheader 2>&1 | head -1)"
 else
     note "gpu: none found (no nvidia-smi)"
 fi
