@@ -163,10 +163,8 @@ impl ExitCode for RestoreError {
             RestoreError::NoDir { .. } | RestoreError::Incomplete { .. } => {
                 exit_code::IMAGE_INCOMPLETE
             }
-            RestoreError::Manifest(ManifestError::Missing { .. }) => exit_code::IMAGE_INCOMPLETE,
-            RestoreError::Manifest(ManifestError::Read { .. }) => exit_code::FAILURE,
-            RestoreError::Manifest(_)
-            | RestoreError::Damaged { .. }
+            RestoreError::Manifest(e) => e.exit_code(),
+            RestoreError::Damaged { .. }
             | RestoreError::Verify(_)
             | RestoreError::BadOption { .. }
             | RestoreError::UnsafePath { .. }

@@ -319,6 +319,67 @@ fn damaged_images_are_refused_and_never_run() {
     let out = gpucr(&["restore", tmp.path().join("nowhere").to_str().unwrap()]);
     assert_fails_with(&out, IMAGE_INCOMPLETE, "no such image directory");
 
+    // A FIFO where the manifest or a CRIU image belongs: refused as not a regular file,
+    // never waited on (opening a FIFO blocks until a writer comes, and a restore takes
+    // SIGTERM on a thread of its own). `timeout` turns a hang into exit 124.
+    let bounded = |args: &[&str]| {
+        std::process::Command::new("timeout")
+            .arg("20")
+            .arg(gpucr_bin())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let fifo_manifest = variant("fifo-manifest");
+    fs::remove_file(fifo_manifest.join("gpucr.json")).unwrap();
+    nix::unistd::mkfifo(
+        &fifo_manifest.join("gpucr.json"),
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    let dir = fifo_manifest.to_str().unwrap();
+    for (args, code) in [
+        (&["restore", dir][..], IMAGE_DAMAGED),
+        // Without --verify, inspect shows an image whose manifest it cannot read as one
+        // without a manifest (docs/inspect.md): incomplete.
+        (&["inspect", dir], IMAGE_INCOMPLETE),
+        (&["inspect", "--verify", dir], IMAGE_DAMAGED),
+        (&["check-topology", dir], IMAGE_DAMAGED),
+    ] {
+        let out = bounded(args);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("not a regular file (a FIFO)")
+                || stdout(&out).contains("not a regular file (a FIFO)"),
+            "{args:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+    let fifo_core = variant("fifo-core");
+    let core = first(&fifo_core, "core-");
+    fs::remove_file(&core).unwrap();
+    nix::unistd::mkfifo(
+        &core,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    let dir = fifo_core.to_str().unwrap();
+    for args in [
+        &["restore", dir][..],
+        &["inspect", dir],
+        &["inspect", "--verify", dir],
+    ] {
+        let out = bounded(args);
+        assert_eq!(
+            out.status.code(),
+            Some(IMAGE_DAMAGED),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!fifo_core.join("restore.log").exists());
+
     // A flipped byte in the memory pages. By default they are hashed while CRIU restores
     // and the post-restore notification is refused: CRIU kills the half-made tree before
     // it ever runs. With --verify-first the image is refused before CRIU starts.

@@ -1,7 +1,6 @@
 //! Typed access to the images of one CRIU dump directory.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -90,7 +89,7 @@ impl ImageDir {
                 Some(f) => Ok(Source::Memory(f.clone())),
                 None => Err(ImageError::missing(&path)),
             },
-            None => File::open(&path)
+            None => crate::store::open_regular(&path)
                 .map(Source::File)
                 .map_err(|e| ImageError::io(&path, 0, e)),
         }

@@ -5,7 +5,6 @@
 //! checked against the bytes left in the file, so a corrupt length field cannot make the
 //! reader allocate more than the file holds.
 
-use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -52,7 +51,7 @@ impl ImageFile {
     /// accepted (newer CRIU versions add image types); without a head magic only
     /// inventory.img's magic is valid.
     pub fn open(path: &Path) -> Result<ImageFile> {
-        let file = File::open(path).map_err(|e| ImageError::io(path, 0, e))?;
+        let file = crate::store::open_regular(path).map_err(|e| ImageError::io(path, 0, e))?;
         ImageFile::from_source(path, Source::File(file))
     }
 

@@ -6,10 +6,56 @@
 //! [`MemoryFile`]). An [`crate::ImageDir`] over a [`MemoryFiles`] reads them like files.
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
 use std::sync::Arc;
+
+/// Open an image file for reading, refusing anything but a regular file (a symbolic
+/// link to one is followed). A FIFO or a device node where an image file belongs would
+/// block `open` or `read` forever; the file is opened non-blocking, which a regular
+/// file ignores, and its type checked before anything is read. The error for anything
+/// else is of kind `InvalidInput` and says what the file is.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file (a {})", describe(kind)),
+    ))
+}
+
+/// The whole content of the regular file at `path` (see [`open_regular`]).
+pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    let mut file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn describe(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else {
+        "special file"
+    }
+}
 
 /// One file held in memory: its size, and the byte ranges that are held (all of it for
 /// a whole file, a few pages of a large pages file).
@@ -221,5 +267,34 @@ mod tests {
         r.seek(SeekFrom::Current(-3)).unwrap();
         assert_eq!(r.read(&mut buf).unwrap(), 3);
         assert_eq!(&buf[..3], b"def");
+    }
+
+    #[test]
+    fn only_regular_files_are_opened_and_a_fifo_is_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("core-1.img");
+        std::fs::write(&file, b"abc").unwrap();
+        assert_eq!(read_regular(&file).unwrap(), b"abc");
+        let link = dir.path().join("link.img");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(
+            read_regular(&link).unwrap(),
+            b"abc",
+            "a link to a file is followed"
+        );
+        let err = open_regular(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(err.to_string(), "not a regular file (a directory)");
+        // No writer ever comes: a blocking open would wait forever.
+        let fifo = dir.path().join("pages-1.img");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let err = read_regular(&fifo).unwrap_err();
+        assert_eq!(err.to_string(), "not a regular file (a FIFO)");
+        let err = open_regular(Path::new("/dev/null")).unwrap_err();
+        assert_eq!(err.to_string(), "not a regular file (a character device)");
     }
 }

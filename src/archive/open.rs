@@ -1,7 +1,6 @@
 //! Open a checkpoint archive for streaming: zstd, gzip or plain tar, told apart by their
 //! first bytes (not by the file name).
 
-use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -48,7 +47,7 @@ pub fn open(path: &Path) -> Result<(Compression, Box<dyn Read>), ArchiveError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = File::open(path).map_err(err)?;
+    let mut file = gpucr_criu_image::store::open_regular(path).map_err(err)?;
     let mut head = [0u8; 4];
     let mut got = 0;
     while got < head.len() {

@@ -5,7 +5,6 @@
 //! errors are returned, and [`CheckTopologyError::exit_code`] says which code an error
 //! about the image's manifest deserves.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -75,6 +74,12 @@ impl crate::exit_code::ExitCode for CheckTopologyError {
     fn exit_code(&self) -> u8 {
         match self {
             CheckTopologyError::ManifestMissing { .. } => exit_code::IMAGE_INCOMPLETE,
+            // Not a regular file (`read_regular`): the image is malformed.
+            CheckTopologyError::ManifestRead { source, .. }
+                if source.kind() == io::ErrorKind::InvalidInput =>
+            {
+                exit_code::IMAGE_DAMAGED
+            }
             CheckTopologyError::ManifestRead { .. } => exit_code::FAILURE,
             CheckTopologyError::ManifestMalformed { .. }
             | CheckTopologyError::NotAnImage { .. } => exit_code::IMAGE_DAMAGED,
@@ -126,7 +131,7 @@ pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> 
         });
     }
     let path = dir.join(MANIFEST);
-    let text = fs::read(&path).map_err(|source| {
+    let text = gpucr_criu_image::store::read_regular(&path).map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound {
             CheckTopologyError::ManifestMissing { path: path.clone() }
         } else {
@@ -235,6 +240,8 @@ pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]
@@ -249,7 +256,11 @@ mod tests {
         fs::create_dir(dir.path().join("sub")).unwrap();
         fs::create_dir(dir.path().join("sub").join(MANIFEST)).unwrap();
         let err = read_image_topology(&dir.path().join("sub")).unwrap_err();
-        assert_eq!(err.exit_code(), exit_code::FAILURE);
+        assert_eq!(
+            err.exit_code(),
+            exit_code::IMAGE_DAMAGED,
+            "a manifest that is a directory"
+        );
     }
 
     #[test]

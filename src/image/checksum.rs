@@ -118,7 +118,7 @@ fn digest_files_with(
     let mut results: Vec<Mutex<Vec<Option<io::Result<u64>>>>> = Vec::with_capacity(paths.len());
     let mut jobs = Vec::new();
     for (i, path) in paths.iter().enumerate() {
-        let entry = File::open(path).and_then(|f| {
+        let entry = gpucr_criu_image::store::open_regular(path).and_then(|f| {
             let size = f.metadata()?.len();
             Ok((f, size))
         });

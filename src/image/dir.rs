@@ -143,7 +143,7 @@ pub fn mark_incomplete(dir: &Path, reason: &str) -> io::Result<()> {
 
 /// The reason recorded by [`mark_incomplete`], if the directory has one.
 pub fn incomplete_reason(dir: &Path) -> Option<String> {
-    let text = fs::read(dir.join(INCOMPLETE_FILE)).ok()?;
+    let text = gpucr_criu_image::store::read_regular(&dir.join(INCOMPLETE_FILE)).ok()?;
     let value: serde_json::Value = serde_json::from_slice(&text).ok()?;
     Some(value.get("reason")?.as_str()?.to_owned())
 }

@@ -115,7 +115,7 @@ fn follow(
                 if !select(&name) || files.contains_key(&name) {
                     continue;
                 }
-                if let Ok(file) = File::open(entry.path()) {
+                if let Ok(file) = gpucr_criu_image::store::open_regular(&entry.path()) {
                     files.insert(
                         name,
                         Followed {

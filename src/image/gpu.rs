@@ -255,10 +255,12 @@ impl TaskRecord {
             });
         }
         let path = dir.join(&self.state.file);
-        let state = std::fs::read(&path).map_err(|source| GpuSectionError::State {
-            path: path.clone(),
-            ns_pid: self.ns_pid,
-            source,
+        let state = gpucr_criu_image::store::read_regular(&path).map_err(|source| {
+            GpuSectionError::State {
+                path: path.clone(),
+                ns_pid: self.ns_pid,
+                source,
+            }
         })?;
         if state.len() as u64 != self.state.size {
             return Err(GpuSectionError::StateSize {

@@ -66,10 +66,14 @@ pub enum ManifestError {
 
 impl ExitCode for ManifestError {
     /// No manifest: the image is incomplete; one that cannot be read or written: the
-    /// machine failed; anything else: the image is damaged.
+    /// machine failed; anything else (a manifest that is not a regular file included):
+    /// the image is damaged.
     fn exit_code(&self) -> u8 {
         match self {
             ManifestError::Missing { .. } => exit_code::IMAGE_INCOMPLETE,
+            ManifestError::Read { source, .. } if source.kind() == io::ErrorKind::InvalidInput => {
+                exit_code::IMAGE_DAMAGED
+            }
             ManifestError::Read { .. } | ManifestError::Write { .. } => exit_code::FAILURE,
             ManifestError::Malformed { .. }
             | ManifestError::WrongFormat { .. }
@@ -190,7 +194,7 @@ impl Manifest {
     /// Read and validate the manifest of `dir`.
     pub fn read(dir: &Path) -> Result<Manifest, ManifestError> {
         let path = Self::path_in(dir);
-        let text = match fs::read(&path) {
+        let text = match gpucr_criu_image::store::read_regular(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(ManifestError::Missing { path })

@@ -63,7 +63,7 @@ pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, Insp
             errors.push(ReportError {
                 file: MANIFEST_FILE.into(),
                 offset: None,
-                message: e.to_string(),
+                message: super::with_causes(&e),
             });
             None
         }

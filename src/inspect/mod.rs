@@ -47,6 +47,18 @@ impl InspectError {
     }
 }
 
+/// An error's message followed by those of its causes ("cannot read the manifest: not a
+/// regular file (a FIFO)"), for a report line, where no error chain is printed.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        message.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    message
+}
+
 /// The page size of this machine, used to read pagemaps of images whose manifest does
 /// not record the dumping host's (CRIU does not).
 pub use crate::units::host_page_size;

@@ -72,7 +72,7 @@ impl ImageSource {
     /// error of kind NotFound when the image has no such file.
     pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         match &self.archive {
-            None => fs::read(self.root.join(name)),
+            None => gpucr_criu_image::store::read_regular(&self.root.join(name)),
             Some(a) => {
                 let file = a
                     .memory

@@ -12,6 +12,7 @@ use gpucr_criu_image::{magic, ImageDir};
 use super::collect::read_manifest;
 use super::model::{Problem, ReportError, VerifyReport};
 use super::source::ImageSource;
+use super::with_causes;
 use crate::archive::{Scan, CHECKPOINT_DIR};
 use crate::image::verify::{verify_digests, verify_files, ProblemKind};
 use crate::image::{dir as image_dir, Manifest, ManifestError, MANIFEST_FILE};
@@ -63,7 +64,7 @@ pub fn verify(
             bytes_checked = manifest.files.iter().map(|f| f.size).sum();
             match verify_files(dir, manifest, threads) {
                 Ok(found) => problems.extend(found.iter().map(manifest_problem)),
-                Err(e) => problems.push(problem(MANIFEST_FILE, None, "manifest", e.to_string())),
+                Err(e) => problems.push(problem(MANIFEST_FILE, None, "manifest", with_causes(&e))),
             }
         }
         Err(ManifestError::Missing { .. }) => {
@@ -77,7 +78,7 @@ pub fn verify(
                 ),
             ));
         }
-        Err(e) => problems.push(problem(MANIFEST_FILE, None, "manifest", e.to_string())),
+        Err(e) => problems.push(problem(MANIFEST_FILE, None, "manifest", with_causes(&e))),
     }
     if let Some(reason) = image_dir::incomplete_reason(dir) {
         incomplete = true;
@@ -207,7 +208,7 @@ pub fn verify_archive(
                     &in_archive(MANIFEST_FILE),
                     None,
                     "manifest",
-                    e.to_string(),
+                    with_causes(&e),
                 )),
             }
         }
@@ -229,7 +230,7 @@ pub fn verify_archive(
             &in_archive(MANIFEST_FILE),
             None,
             "manifest",
-            e.to_string(),
+            with_causes(&e),
         )),
     }
     if let Some(reason) = source.incomplete_reason() {

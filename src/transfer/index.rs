@@ -250,7 +250,8 @@ pub fn read_index(dir: &Path) -> Result<GpuIndex, TransferError> {
             format!("the index is {len} bytes, more than the {MAX_INDEX_LEN} accepted"),
         ));
     }
-    let bytes = fs::read(&path).map_err(|e| TransferError::io("read", &path, e))?;
+    let bytes = gpucr_criu_image::store::read_regular(&path)
+        .map_err(|e| TransferError::io("read", &path, e))?;
     GpuIndex::from_bytes(&bytes, &path)
 }
 

@@ -2,7 +2,6 @@
 //! the device straight from the page cache, without copying it into gpucr's memory
 //! first (only compressed chunks are decompressed into memory of their own).
 
-use std::fs::File;
 use std::path::Path;
 
 use memmap2::{Advice, Mmap, MmapOptions};
@@ -37,7 +36,8 @@ impl MappedFiles {
         let mut maps = Vec::with_capacity(index.files.len());
         for n in 0..index.files.len() {
             let path = index.data_path(dir, n);
-            let file = File::open(&path).map_err(|e| TransferError::io("open", &path, e))?;
+            let file = gpucr_criu_image::store::open_regular(&path)
+                .map_err(|e| TransferError::io("open", &path, e))?;
             check_data_file(&file, &path, n, index.files[n].size)?;
             if index.files[n].size == 0 {
                 maps.push(None);

@@ -1,6 +1,5 @@
 //! `gpucr inspect --verify` for GPU memory: the index, every data file, every chunk.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -20,7 +19,8 @@ pub fn verify_image(dir: &Path, threads: usize) -> Result<Vec<ChunkProblem>, Tra
     let mut files = Vec::with_capacity(index.files.len());
     for n in 0..index.files.len() {
         let path = index.data_path(dir, n);
-        let file = File::open(&path).map_err(|e| TransferError::io("open", &path, e))?;
+        let file = gpucr_criu_image::store::open_regular(&path)
+            .map_err(|e| TransferError::io("open", &path, e))?;
         check_data_file(&file, &path, n, index.files[n].size)?;
         files.push(file);
     }
