@@ -74,13 +74,9 @@ impl crate::exit_code::ExitCode for CheckTopologyError {
     fn exit_code(&self) -> u8 {
         match self {
             CheckTopologyError::ManifestMissing { .. } => exit_code::IMAGE_INCOMPLETE,
-            // Not a regular file (`read_regular`): the image is malformed.
-            CheckTopologyError::ManifestRead { source, .. }
-                if source.kind() == io::ErrorKind::InvalidInput =>
-            {
-                exit_code::IMAGE_DAMAGED
+            CheckTopologyError::ManifestRead { source, .. } => {
+                crate::image::manifest::read_error_code(source)
             }
-            CheckTopologyError::ManifestRead { .. } => exit_code::FAILURE,
             CheckTopologyError::ManifestMalformed { .. }
             | CheckTopologyError::NotAnImage { .. } => exit_code::IMAGE_DAMAGED,
             CheckTopologyError::Archive(e) => e.exit_code(),

@@ -36,8 +36,8 @@ impl LocalTopology {
     }
 
     /// The topology of the GPUs `tasks` use (their `gpus`: KFD gpu_ids and NVIDIA UUIDs
-    /// alike), once the read is done. Should the thread not have started or not have
-    /// finished its read, the topology is read here instead.
+    /// alike), waiting for the read to end. Should the thread not have started, or have
+    /// panicked, the topology is read here instead.
     pub fn used_by(self, tasks: &[TaskDevice]) -> Result<Topology, TopologyError> {
         let local = match self.reading.and_then(|reading| reading.join().ok()) {
             Some(read) => read?,

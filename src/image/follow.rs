@@ -5,9 +5,10 @@
 //! so when CRIU finishes only each file's tail is left to hash. While a file grows the
 //! follower looks again every millisecond, staying a block or two behind CRIU, and being
 //! told to stop wakes it at once: against looking every 10 ms and sleeping out the last
-//! wait, that took 10-40 ms off a 1 GiB dump on 2 cores (docs/benchmarks.md). Should CRIU ever rewrite a block already hashed, the file's
-//! checksum would not match on restore and the image would be refused: a wrong
-//! assumption here cannot pass bad data, only fail safe.
+//! wait, that took 10-40 ms off a 1 GiB dump on 2 cores (docs/benchmarks.md). Should
+//! CRIU ever rewrite a block already hashed, the file's checksum would not match on
+//! restore and the image would be refused: a wrong assumption here cannot pass bad data,
+//! only fail safe.
 
 use std::collections::HashMap;
 use std::fs::{self, File};

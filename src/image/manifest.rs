@@ -64,6 +64,17 @@ pub enum ManifestError {
     },
 }
 
+/// The exit code for a manifest that exists but cannot be read: one that is not a
+/// regular file (`read_regular`'s `InvalidInput`) makes the image damaged; any other
+/// error is the machine's.
+pub fn read_error_code(source: &io::Error) -> u8 {
+    if source.kind() == io::ErrorKind::InvalidInput {
+        exit_code::IMAGE_DAMAGED
+    } else {
+        exit_code::FAILURE
+    }
+}
+
 impl ExitCode for ManifestError {
     /// No manifest: the image is incomplete; one that cannot be read or written: the
     /// machine failed; anything else (a manifest that is not a regular file included):
@@ -71,10 +82,8 @@ impl ExitCode for ManifestError {
     fn exit_code(&self) -> u8 {
         match self {
             ManifestError::Missing { .. } => exit_code::IMAGE_INCOMPLETE,
-            ManifestError::Read { source, .. } if source.kind() == io::ErrorKind::InvalidInput => {
-                exit_code::IMAGE_DAMAGED
-            }
-            ManifestError::Read { .. } | ManifestError::Write { .. } => exit_code::FAILURE,
+            ManifestError::Read { source, .. } => read_error_code(source),
+            ManifestError::Write { .. } => exit_code::FAILURE,
             ManifestError::Malformed { .. }
             | ManifestError::WrongFormat { .. }
             | ManifestError::TooNew { .. }
