@@ -171,7 +171,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let own_mount_namespace = crate::criu::has_own_mount_namespace(opts.pid);
     let request = DumpRequest {
         pid: opts.pid,
-        images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
+        images_dir: std::os::fd::AsFd::as_fd(&*dir_fd),
         log_file: DUMP_LOG,
         leave_running: opts.leave_running,
         timeout: opts.timeout,

@@ -1,6 +1,8 @@
 //! `gpucr restore`: refuse a bad image before CRIU starts, then run CRIU's RESTORE.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
@@ -12,7 +14,7 @@ use crate::exit_code::{self, ExitCode};
 use crate::gpu::GpuRef;
 use crate::gpu::{GpuError, GpuManifest, TaskTiming};
 use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
-use crate::image::dir::{self, ImageDirError};
+use crate::image::dir::{self, ImageDirError, ImagePath};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
 use crate::image::RESTORE_LOG;
@@ -65,6 +67,16 @@ pub struct RestoreOutcome {
 pub enum RestoreError {
     #[error("{dir}: no such image directory")]
     NoDir { dir: PathBuf },
+    #[error(
+        "{dir}: not an image directory ({what}){}",
+        if *.what == "a file" {
+            "; a container checkpoint archive is restored by the engine that made it \
+             (podman container restore --import ARCHIVE)"
+        } else {
+            ""
+        }
+    )]
+    NotADirectory { dir: PathBuf, what: &'static str },
     #[error("{}: the image is incomplete: {reason}", .dir.display())]
     Incomplete { dir: PathBuf, reason: String },
     #[error(transparent)]
@@ -165,6 +177,7 @@ impl ExitCode for RestoreError {
             }
             RestoreError::Manifest(e) => e.exit_code(),
             RestoreError::Damaged { .. }
+            | RestoreError::NotADirectory { .. }
             | RestoreError::Verify(_)
             | RestoreError::BadOption { .. }
             | RestoreError::UnsafePath { .. }
@@ -196,14 +209,26 @@ fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
 
 /// Read the manifest and verify every file, before anything else touches the image.
 pub fn load_verified(dir: &Path) -> Result<Manifest, RestoreError> {
-    load_checked(dir, Scope::All)
+    load_checked(dir, Scope::All, &AtomicBool::new(false))
 }
 
-/// Read the manifest and check the files `scope` covers.
-fn load_checked(dir: &Path, scope: Scope) -> Result<Manifest, RestoreError> {
-    if !dir.is_dir() {
-        return Err(RestoreError::NoDir {
+/// Read the manifest and check the files `scope` covers; a signal that sets `stop`
+/// ends the check with [`RestoreError::Interrupted`].
+fn load_checked(dir: &Path, scope: Scope, stop: &AtomicBool) -> Result<Manifest, RestoreError> {
+    let what = match ImagePath::of(dir) {
+        ImagePath::Directory => None,
+        ImagePath::Missing => {
+            return Err(RestoreError::NoDir {
+                dir: dir.to_path_buf(),
+            })
+        }
+        ImagePath::File => Some("a file"),
+        ImagePath::Other => Some("neither a directory nor a file"),
+    };
+    if let Some(what) = what {
+        return Err(RestoreError::NotADirectory {
             dir: dir.to_path_buf(),
+            what,
         });
     }
     let manifest = match Manifest::read(dir) {
@@ -220,7 +245,11 @@ fn load_checked(dir: &Path, scope: Scope) -> Result<Manifest, RestoreError> {
         }
         Err(e) => return Err(RestoreError::Manifest(e)),
     };
-    let problems = verify::verify_files_scoped(dir, &manifest, verify::default_threads(), scope)?;
+    let problems =
+        match verify::verify_files_until(dir, &manifest, verify::default_threads(), scope, stop) {
+            Err(VerifyError::Stopped) => return Err(interrupted()),
+            result => result?,
+        };
     if !problems.is_empty() {
         return Err(RestoreError::Damaged {
             dir: dir.to_path_buf(),
@@ -244,18 +273,26 @@ pub fn restore(
     progress: &mut Progress,
 ) -> Result<RestoreOutcome, RestoreError> {
     progress.event("start", "verifying the image");
+    // Hashing a large image takes a while: a signal stops it at once, not at CRIU's
+    // first notification.
+    let stop_verifying = Arc::new(AtomicBool::new(false));
+    let _stop_on_interrupt = {
+        let stop = stop_verifying.clone();
+        interrupt::on_interrupt(move || stop.store(true, Ordering::SeqCst))
+    };
     let scope = if opts.verify_first {
         Scope::All
     } else {
         Scope::SmallFiles
     };
-    let manifest = load_checked(&opts.dir, scope)?;
+    let manifest = load_checked(&opts.dir, scope, &stop_verifying)?;
     progress.event("verified", "image verified");
     let mut bulk = (!opts.verify_first).then(|| {
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
         let threads = verify::default_threads().saturating_sub(1).max(1);
+        let stop = stop_verifying.clone();
         std::thread::spawn(move || {
-            verify::verify_files_scoped(&dir, &manifest, threads, Scope::BulkFiles)
+            verify::verify_files_until(&dir, &manifest, threads, Scope::BulkFiles, &stop)
         })
     });
     let mut bulk_problems: Vec<Problem> = Vec::new();
@@ -404,11 +441,9 @@ pub fn restore(
         Ok(())
     });
     drop(cancel_on_interrupt);
-    if let (Some(signal), true) = (interrupt::requested(), result.is_err()) {
+    if let (Some(_), true) = (interrupt::requested(), result.is_err()) {
         drop(swrk);
-        return Err(RestoreError::Interrupted {
-            signal: interrupt::name(signal),
-        });
+        return Err(interrupted());
     }
     if let Some(handle) = bulk.take() {
         // CRIU failed before post-restore: still report damage, which explains it best.
@@ -559,6 +594,13 @@ fn map_onto_local_gpus(
 }
 
 /// The outcome of the background verification of the memory pages.
+/// The error for a restore a signal stopped.
+fn interrupted() -> RestoreError {
+    RestoreError::Interrupted {
+        signal: interrupt::requested().map_or("a signal", interrupt::name),
+    }
+}
+
 fn join_bulk(handle: std::thread::JoinHandle<Result<Vec<Problem>, VerifyError>>) -> Vec<Problem> {
     match handle.join() {
         Ok(Ok(problems)) => problems,

@@ -89,6 +89,30 @@ fn dump_into_a_non_empty_dir_is_refused() {
 }
 
 #[test]
+fn dump_into_a_dir_another_dump_holds_is_refused() {
+    // `flock DIR CMD` holds the lock a running `gpucr dump` takes on its image directory.
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    fs::write(tmp.path().join("pages-1.img"), b"being written").unwrap();
+    let out = Command::new("flock")
+        .args([dir, gpucr_bin().to_str().unwrap(), "dump", "--force"])
+        .args([target.pid().as_str(), dir])
+        .output()
+        .unwrap();
+    assert_fails_with(
+        &out,
+        IMAGE_DIR,
+        "another gpucr dump is writing an image there",
+    );
+    assert_eq!(
+        fs::read(tmp.path().join("pages-1.img")).unwrap(),
+        b"being written",
+        "--force removed nothing"
+    );
+}
+
+#[test]
 fn dump_into_a_read_only_dir_is_refused() {
     let target = Sleeper::start();
     let tmp = tempfile::tempdir().unwrap();
@@ -318,6 +342,19 @@ fn damaged_images_are_refused_and_never_run() {
 
     let out = gpucr(&["restore", tmp.path().join("nowhere").to_str().unwrap()]);
     assert_fails_with(&out, IMAGE_INCOMPLETE, "no such image directory");
+    let out = gpucr(&[
+        "check-topology",
+        tmp.path().join("nowhere").to_str().unwrap(),
+    ]);
+    assert_fails_with(&out, IMAGE_INCOMPLETE, "no such image directory or archive");
+    let out = gpucr(&["restore", "/dev/null"]);
+    assert_fails_with(
+        &out,
+        IMAGE_DAMAGED,
+        "/dev/null: not an image directory (neither a directory nor a file)",
+    );
+    let out = gpucr(&["restore", first(&image, "core-").to_str().unwrap()]);
+    assert_fails_with(&out, IMAGE_DAMAGED, "not an image directory (a file)");
 
     // A FIFO where the manifest or a CRIU image belongs: refused as not a regular file,
     // never waited on (opening a FIFO blocks until a writer comes, and a restore takes
@@ -436,6 +473,48 @@ fn damaged_images_are_refused_and_never_run() {
         journal_at_dump,
         "the half-made tree never ran"
     );
+
+    // Ctrl-C while --verify-first hashes a large image stops it at once (exit 130), not
+    // after the whole image is read. The pages file becomes an 8 GiB sparse one, listed
+    // with that size; one core hashes it (taskset), which takes seconds anywhere, and
+    // left to finish it would end in a checksum mismatch (exit 7) instead.
+    let large = variant("interrupted-verification");
+    let pages = large.join(&name);
+    let large_size: u64 = 8 << 30;
+    fs::File::options()
+        .write(true)
+        .open(&pages)
+        .unwrap()
+        .set_len(large_size)
+        .unwrap();
+    let manifest_path = large.join("gpucr.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&fs::read(&manifest_path).unwrap()).unwrap();
+    for file in manifest["files"].as_array_mut().unwrap() {
+        if file["path"] == name.as_str() {
+            file["size"] = large_size.into();
+        }
+    }
+    fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let child = Command::new("timeout")
+        .args(["60", "taskset", "-c", "0"])
+        .arg(gpucr_bin())
+        .args(["restore", "--verify-first", large.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // `timeout` passes the signal on to gpucr.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    fs::remove_file(&pages).unwrap();
+    assert_fails_with(&out, 130, "interrupted by SIGINT");
+    assert!(!large.join("restore.log").exists());
 
     // The intact image still restores.
     let out = gpucr(&["restore", "--detach", image.to_str().unwrap()]);

@@ -11,7 +11,8 @@ use crate::transfer::Compression;
 ///
 /// Freezes PID and all its descendants, dumps them through CRIU into DIR and writes the
 /// manifest `DIR/gpucr.json` last. DIR is created with mode 0700 (it holds process
-/// memory); an existing DIR must be empty unless --force is given. Unless
+/// memory); an existing DIR must be empty unless --force is given, and no other dump may
+/// be writing into it (refused with exit 6, even with --force). Unless
 /// --leave-running is given, the tree is killed after a successful dump. If the dump
 /// fails, the tree keeps running and DIR is marked incomplete (`gpucr-incomplete.json`).
 #[derive(Debug, Clone, Args)]

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use crate::cli::{CheckTopologyArgs, TopologyCheckArgs};
 use crate::exit_code;
+use crate::image::dir::ImagePath;
 
 /// The manifest's file name in an image directory.
 const MANIFEST: &str = "gpucr.json";
@@ -49,6 +50,12 @@ pub enum CheckTopologyError {
         #[source]
         source: io::Error,
     },
+    /// Nothing at the path given.
+    #[error("{}: no such image directory or archive", path.display())]
+    NotFound {
+        /// The path given.
+        path: PathBuf,
+    },
     /// The path exists but is neither a directory nor a file.
     #[error("{}: not an image directory or archive (neither a directory nor a file)", path.display())]
     NotAnImage {
@@ -73,7 +80,9 @@ impl crate::exit_code::ExitCode for CheckTopologyError {
     /// The process exit code for this error.
     fn exit_code(&self) -> u8 {
         match self {
-            CheckTopologyError::ManifestMissing { .. } => exit_code::IMAGE_INCOMPLETE,
+            CheckTopologyError::ManifestMissing { .. } | CheckTopologyError::NotFound { .. } => {
+                exit_code::IMAGE_INCOMPLETE
+            }
             CheckTopologyError::ManifestRead { source, .. } => {
                 crate::image::manifest::read_error_code(source)
             }
@@ -118,13 +127,19 @@ pub struct ImageGpus {
 /// checkpoint archive holding the image under `checkpoint/`), and the GPUs its tasks
 /// use.
 pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> {
-    if dir.is_file() {
-        return read_archive_topology(dir);
-    }
-    if !dir.is_dir() && dir.symlink_metadata().is_ok() {
-        return Err(CheckTopologyError::NotAnImage {
-            path: dir.to_path_buf(),
-        });
+    match ImagePath::of(dir) {
+        ImagePath::File => return read_archive_topology(dir),
+        ImagePath::Other => {
+            return Err(CheckTopologyError::NotAnImage {
+                path: dir.to_path_buf(),
+            })
+        }
+        ImagePath::Missing => {
+            return Err(CheckTopologyError::NotFound {
+                path: dir.to_path_buf(),
+            })
+        }
+        ImagePath::Directory => {}
     }
     let path = dir.join(MANIFEST);
     let text = gpucr_criu_image::store::read_regular(&path).map_err(|source| {

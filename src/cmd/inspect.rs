@@ -7,13 +7,14 @@ use std::sync::Arc;
 use crate::archive::{self, ScanOptions};
 use crate::cli::InspectArgs;
 use crate::exit_code;
+use crate::image::dir::ImagePath;
 use crate::image::manifest::Manifest;
 use crate::image::verify::default_threads;
 use crate::inspect::model::{ArchiveInfo, Report, ReportError, VerifyReport};
 use crate::inspect::{self, text, ImageSource, InspectError, Options, Status, Views};
 
 pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
-    let found = if args.dir.is_file() {
+    let found = if ImagePath::of(&args.dir) == ImagePath::File {
         inspect_archive(&args.dir, args)?
     } else {
         inspect_dir(&args.dir, args)

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use twox_hash::{XxHash3_128, XxHash3_64};
@@ -72,7 +72,7 @@ pub fn digest_files_resuming(
     known: &[Vec<u64>],
     threads: usize,
 ) -> Vec<io::Result<FileDigest>> {
-    digest_files_with(paths, known, threads, BlockRead::Pieces)
+    digest_files_with(paths, known, threads, BlockRead::Pieces, None)
 }
 
 /// Like [`digest_files`], for the files of a complete image, which nothing writes any
@@ -82,7 +82,19 @@ pub fn digest_files_resuming(
 /// the process with SIGBUS: not for files another process may still be writing.
 pub fn digest_image_files(paths: &[&Path], threads: usize) -> Vec<io::Result<FileDigest>> {
     let known = vec![Vec::new(); paths.len()];
-    digest_files_with(paths, &known, threads, BlockRead::Mapped)
+    digest_files_with(paths, &known, threads, BlockRead::Mapped, None)
+}
+
+/// [`digest_image_files`] that gives up once `stop` is set (a user's Ctrl-C while a
+/// restore verifies a large image): no new block is started, and every file with a
+/// block left unhashed gets an [`io::ErrorKind::Interrupted`] error.
+pub fn digest_image_files_until(
+    paths: &[&Path],
+    threads: usize,
+    stop: &AtomicBool,
+) -> Vec<io::Result<FileDigest>> {
+    let known = vec![Vec::new(); paths.len()];
+    digest_files_with(paths, &known, threads, BlockRead::Mapped, Some(stop))
 }
 
 /// [`digest_image_files`] for files whose leading full blocks were already hashed (see
@@ -92,7 +104,7 @@ pub fn digest_image_files_resuming(
     known: &[Vec<u64>],
     threads: usize,
 ) -> Vec<io::Result<FileDigest>> {
-    digest_files_with(paths, known, threads, BlockRead::Mapped)
+    digest_files_with(paths, known, threads, BlockRead::Mapped, None)
 }
 
 /// How a block's bytes reach the hasher.
@@ -109,6 +121,7 @@ fn digest_files_with(
     known: &[Vec<u64>],
     threads: usize,
     read: BlockRead,
+    stop: Option<&AtomicBool>,
 ) -> Vec<io::Result<FileDigest>> {
     struct Job {
         file: usize,
@@ -144,6 +157,9 @@ fn digest_files_with(
                     BlockRead::Mapped => Vec::new(),
                 };
                 loop {
+                    if stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
+                        break;
+                    }
                     let idx = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(idx) else { break };
                     let Ok((file, size)) = &opened[job.file] else {
@@ -169,7 +185,8 @@ fn digest_files_with(
                 .into_inner()
                 .expect("no thread panics holding it")
                 .into_iter()
-                .map(|b| b.expect("every block job ran"))
+                // Only a stop leaves a block unhashed.
+                .map(|b| b.unwrap_or_else(|| Err(io::ErrorKind::Interrupted.into())))
                 .collect::<io::Result<Vec<u64>>>()?;
             Ok(FileDigest { size, blocks })
         })
@@ -345,6 +362,19 @@ mod tests {
         assert_eq!(mapped[0].as_ref().unwrap(), pieces[0].as_ref().unwrap());
         assert_eq!(mapped[1].as_ref().unwrap(), pieces[1].as_ref().unwrap());
         assert!(digest_image_files(&[Path::new("/nonexistent/gpucr-test")], 1)[0].is_err());
+    }
+
+    #[test]
+    fn a_stop_leaves_blocks_unhashed_as_interrupted() {
+        let data = vec![7u8; BLOCK_SIZE as usize * 3];
+        let f = file_with(&data);
+        let stop = AtomicBool::new(true);
+        let stopped = digest_image_files_until(&[f.path()], 2, &stop);
+        let err = stopped[0].as_ref().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::Interrupted);
+        stop.store(false, Ordering::SeqCst);
+        let whole = digest_image_files_until(&[f.path()], 2, &stop);
+        assert_eq!(whole[0].as_ref().unwrap(), &digest_file(f.path()).unwrap());
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde::Serialize;
 
 use super::manifest::write_atomically;
@@ -36,6 +38,14 @@ pub enum ImageDirError {
         #[source]
         source: io::Error,
     },
+    #[error("{path}: another gpucr dump is writing an image there")]
+    InUse { path: PathBuf },
+    #[error("{path}: cannot lock the image directory")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("{path}: cannot remove the previous image's file")]
     Remove {
         path: PathBuf,
@@ -51,10 +61,40 @@ impl ExitCode for ImageDirError {
     }
 }
 
+/// What a path named as an image on the command line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImagePath {
+    /// A directory (followed through symlinks): an image directory, or meant as one.
+    Directory,
+    /// A regular file: a container checkpoint archive, for the commands that read them.
+    File,
+    /// Something that exists but is neither: a device, a FIFO, a socket, a dangling
+    /// symlink.
+    Other,
+    /// Nothing there.
+    Missing,
+}
+
+impl ImagePath {
+    /// Look at `path`, following symlinks.
+    pub fn of(path: &Path) -> ImagePath {
+        match fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => ImagePath::Directory,
+            Ok(meta) if meta.is_file() => ImagePath::File,
+            Ok(_) => ImagePath::Other,
+            Err(_) if fs::symlink_metadata(path).is_ok() => ImagePath::Other,
+            Err(_) => ImagePath::Missing,
+        }
+    }
+}
+
 /// Make `dir` ready for a dump: create it (mode 0700) or check that it is an empty,
 /// writable directory. With `force`, the files of a previous image are removed first.
-/// Returns the directory opened (O_DIRECTORY) for CRIU's `images_dir_fd`.
-pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<File, ImageDirError> {
+/// Returns the directory opened (O_DIRECTORY) for CRIU's `images_dir_fd`, locked
+/// (`flock`, exclusive) for as long as it stays open: a second dump into the same
+/// directory is refused before it looks at or removes anything there, so two CRIUs never
+/// write (and truncate) one image's files while gpucr hashes them through mappings.
+pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<Flock<File>, ImageDirError> {
     match fs::symlink_metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             DirBuilder::new()
@@ -75,28 +115,41 @@ pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<File, ImageDirError> 
         Ok(meta) if !meta.is_dir() => {
             return Err(ImageDirError::NotADirectory { path: dir.into() })
         }
-        Ok(_) => {
-            if force {
-                remove_previous_image(dir)?;
-            }
-            let entries = sorted_entries(dir)?;
-            if let Some(first) = entries.first() {
-                return Err(ImageDirError::NotEmpty {
-                    path: dir.into(),
-                    first: first.clone(),
-                });
-            }
-            // The image will hold process memory: keep it private even in an existing dir.
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|source| {
-                ImageDirError::NotWritable {
-                    path: dir.into(),
-                    source,
-                }
-            })?;
-        }
+        Ok(_) => {}
     }
+    let locked = lock_for_dump(dir, open_dir(dir)?)?;
+    if force {
+        remove_previous_image(dir)?;
+    }
+    if let Some(first) = sorted_entries(dir)?.first() {
+        return Err(ImageDirError::NotEmpty {
+            path: dir.into(),
+            first: first.clone(),
+        });
+    }
+    // The image will hold process memory: keep it private even in an existing dir.
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|source| {
+        ImageDirError::NotWritable {
+            path: dir.into(),
+            source,
+        }
+    })?;
     probe_writable(dir)?;
-    open_dir(dir)
+    Ok(locked)
+}
+
+/// Take the dump's exclusive lock on the opened image directory, without waiting.
+fn lock_for_dump(dir: &Path, opened: File) -> Result<Flock<File>, ImageDirError> {
+    Flock::lock(opened, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        if errno == Errno::EWOULDBLOCK {
+            ImageDirError::InUse { path: dir.into() }
+        } else {
+            ImageDirError::Lock {
+                path: dir.into(),
+                source: errno.into(),
+            }
+        }
+    })
 }
 
 /// Open a directory for use as CRIU's `images_dir_fd`.
@@ -256,6 +309,46 @@ mod tests {
             sorted_entries(tmp.path()).unwrap().is_empty(),
             "probe file left behind"
         );
+    }
+
+    #[test]
+    fn image_paths_are_told_apart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("archive.tar");
+        fs::write(&file, b"").unwrap();
+        let dangling = tmp.path().join("dangling");
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), &dangling).unwrap();
+        let linked_dir = tmp.path().join("linked");
+        std::os::unix::fs::symlink(tmp.path(), &linked_dir).unwrap();
+        assert_eq!(ImagePath::of(tmp.path()), ImagePath::Directory);
+        assert_eq!(ImagePath::of(&linked_dir), ImagePath::Directory);
+        assert_eq!(ImagePath::of(&file), ImagePath::File);
+        assert_eq!(ImagePath::of(Path::new("/dev/null")), ImagePath::Other);
+        assert_eq!(ImagePath::of(&dangling), ImagePath::Other);
+        assert_eq!(
+            ImagePath::of(&tmp.path().join("nowhere")),
+            ImagePath::Missing
+        );
+    }
+
+    #[test]
+    fn a_second_dump_into_a_locked_dir_is_refused_and_removes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = prepare_for_dump(tmp.path(), false).unwrap();
+        fs::write(tmp.path().join("pages-1.img"), b"being written").unwrap();
+        for force in [false, true] {
+            let err = prepare_for_dump(tmp.path(), force).unwrap_err();
+            assert!(matches!(err, ImageDirError::InUse { .. }), "{err:?}");
+            assert!(
+                err.to_string().contains("another gpucr dump is writing"),
+                "{err}"
+            );
+            assert_eq!(err.exit_code(), exit_code::IMAGE_DIR);
+        }
+        assert_eq!(sorted_entries(tmp.path()).unwrap(), ["pages-1.img"]);
+        drop(first);
+        prepare_for_dump(tmp.path(), true).unwrap();
+        assert!(sorted_entries(tmp.path()).unwrap().is_empty());
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::checksum::{self, FileDigest, BLOCK_SIZE};
 use super::manifest::{FileRecord, Manifest};
@@ -21,6 +22,8 @@ pub enum VerifyError {
     UnsafeName { path: PathBuf, name: String },
     #[error("{path}: file {name:?} is listed more than once in the manifest")]
     DuplicateName { path: PathBuf, name: String },
+    #[error("verification was stopped before it finished")]
+    Stopped,
 }
 
 /// One thing wrong with an image file.
@@ -115,6 +118,18 @@ pub fn verify_files_scoped(
     threads: usize,
     scope: Scope,
 ) -> Result<Vec<Problem>, VerifyError> {
+    verify_files_until(dir, manifest, threads, scope, &AtomicBool::new(false))
+}
+
+/// [`verify_files_scoped`] that gives up with [`VerifyError::Stopped`] soon after `stop`
+/// is set (within a block's hashing, milliseconds), however large the image.
+pub fn verify_files_until(
+    dir: &Path,
+    manifest: &Manifest,
+    threads: usize,
+    scope: Scope,
+    stop: &AtomicBool,
+) -> Result<Vec<Problem>, VerifyError> {
     let manifest_path = Manifest::path_in(dir);
     if manifest.checksum_algorithm != checksum::ALGORITHM {
         return Err(VerifyError::UnknownAlgorithm {
@@ -165,7 +180,10 @@ pub fn verify_files_scoped(
         }
     }
     let paths: Vec<&Path> = to_hash.iter().map(|(_, p)| p.as_path()).collect();
-    let digests = checksum::digest_image_files(&paths, threads);
+    let digests = checksum::digest_image_files_until(&paths, threads, stop);
+    if stop.load(Ordering::SeqCst) {
+        return Err(VerifyError::Stopped);
+    }
     for ((record, _), digest) in to_hash.iter().zip(digests) {
         match digest {
             Err(e) => problems.push(Problem {

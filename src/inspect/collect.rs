@@ -17,6 +17,7 @@ use gpucr_criu_image::{ImageDir, ImageError};
 use super::model::*;
 use super::source::ImageSource;
 use super::InspectError;
+use crate::image::dir::ImagePath;
 use crate::image::{Manifest, ManifestError, INCOMPLETE_FILE, MANIFEST_FILE};
 use crate::progress::spans;
 
@@ -49,10 +50,9 @@ pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, Insp
     let dir = source.root();
     if !source.exists() {
         let path = dir.to_path_buf();
-        return Err(if dir.symlink_metadata().is_ok() {
-            InspectError::NotADirectory { path }
-        } else {
-            InspectError::NotFound { path }
+        return Err(match ImagePath::of(dir) {
+            ImagePath::Missing => InspectError::NotFound { path },
+            _ => InspectError::NotADirectory { path },
         });
     }
     let mut errors = Vec::new();
