@@ -93,7 +93,8 @@ impl ImagePath {
 /// Returns the directory opened (O_DIRECTORY) for CRIU's `images_dir_fd`, locked
 /// (`flock`, exclusive) for as long as it stays open: a second dump into the same
 /// directory is refused before it looks at or removes anything there, so two CRIUs never
-/// write (and truncate) one image's files while gpucr hashes them through mappings.
+/// write (and truncate) one image's files, nor one while gpucr hashes them through
+/// mappings (a file truncated under a mapping ends the process with SIGBUS).
 pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<Flock<File>, ImageDirError> {
     match fs::symlink_metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
