@@ -98,8 +98,8 @@ command -v hyperfine >/dev/null || apt-get install -y -qq --no-install-recommend
 self=$root/scripts/bench-parallel-restore.sh
 export WORK
 
-run_case() {
-    local name=$1; shift
+# Start the sim workload with these options and dump it into $WORK/image.
+start_and_dump() {
     kill_restored
     rm -rf "$WORK" "$GPUCR_SIM_ROOT" && mkdir -p "$WORK/state"
     unshare --pid --fork setsid "$workload" --state "$WORK/state" "$@" </dev/null >/dev/null 2>&1 &
@@ -113,6 +113,42 @@ run_case() {
     "$gpucr" dump "$pid" "$WORK/image" > "$WORK/dump.txt"
     for _ in $(seq 200); do [ -d "/proc/$pid" ] || break; sleep 0.05; done
     cp -a "$WORK/state" "$WORK/state-at-dump"
+}
+
+# The benchmark's sizes balance its two halves: CPU memory that takes CRIU as long to
+# restore as the copy engine takes to fill the GPU memory. The engine's rate is set
+# (GPUCR_SIM_COPY_BW); CRIU's is this machine's, so it is measured: three restores of
+# one process with 1 GiB of CPU memory and 1 MiB of GPU memory, CRIU's time from
+# setting up namespaces to post-restore. Prints the factor that scales the CPU sizes
+# (1: CRIU restores 1 GiB as fast as the engine fills 1 GiB).
+calibrate() {
+    start_and_dump --cpu-mib 1024 --parent-mib 1 --child-mib 0 --gpus 1 --fill random >/dev/null
+    local i
+    for i in 1 2 3; do
+        "$self" prepare >/dev/null
+        "$gpucr" restore --detach --json "$WORK/image" > "$WORK/calibrate-$i.json"
+        python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' \
+            "$WORK/calibrate-$i.json" > "$WORK/restored"
+    done
+    kill_restored
+    python3 - "$WORK" "$GPUCR_SIM_COPY_BW" <<'PY'
+import json, re, statistics, sys
+work, bw = sys.argv[1], sys.argv[2]
+spans = []
+for i in (1, 2, 3):
+    at = {e["name"]: e["at_ms"] for e in json.load(open(f"{work}/calibrate-{i}.json"))["events"]}
+    spans.append(at["post-restore"] - at["post-setup-namespaces"])
+m = re.fullmatch(r"([0-9.]+)\s*(?:([KMG]?)(i?)B/s)?", bw)
+rate = float(m[1]) * (1024 if m[3] else 1000) ** " KMG".index(m[2] or " ")
+fill_ms = 2**30 / rate * 1000
+cpu_ms = statistics.median(spans)
+print(f"{fill_ms / cpu_ms:.3f} {cpu_ms:.1f} {fill_ms:.1f}")
+PY
+}
+
+run_case() {
+    local name=$1; shift
+    start_and_dump "$@"
     echo "## $name: $*"
     sed -n '1,2p' "$WORK/dump.txt"
     echo "image: $(du -sh "$WORK/image" | cut -f1) ($(du -sh "$WORK/image/gpu" | cut -f1) of it GPU memory)"
@@ -139,19 +175,32 @@ run_case() {
 # own copying, about 2 GB/s per core here, would bound it instead: two cores cannot
 # stand in for several engines.) Sizes make filling the buffers inside RESTORE_EXT_FILE
 # cost about what CRIU spends restoring CPU memory (the timelines show both).
-run_case single --cpu-mib 1024 --parent-mib 1024 --child-mib 0 --gpus 1 --fill random --max-buffer-mib 256
-run_case tree --cpu-mib 256 --parent-mib 192 --child-mib 192 --children 3 --gpus 1 --fill random --max-buffer-mib 128
+CASES=${CASES:-single tree tree-cow}
+# The sizes were chosen where CRIU restored 1 GiB of CPU memory as fast as the engine
+# fills 1 GiB of GPU memory (single: 1 GiB of each; tree: 256 MiB of CPU memory per
+# process); elsewhere the CPU sizes are scaled by the measured factor, unless given.
+if [ -z "${SINGLE_CPU_MIB:-}" ] || [ -z "${TREE_CPU_MIB:-}" ]; then
+    read -r factor cpu_ms fill_ms < <(calibrate)
+    SINGLE_CPU_MIB=${SINGLE_CPU_MIB:-$(python3 -c "print(round(1024 * $factor))")}
+    TREE_CPU_MIB=${TREE_CPU_MIB:-$(python3 -c "print(round(256 * $factor))")}
+    echo "# calibration: CRIU restored 1 GiB of CPU memory in $cpu_ms ms (median of 3), the engine fills 1 GiB in $fill_ms ms: CPU sizes scaled by $factor"
+fi
+echo "# CPU memory: single ${SINGLE_CPU_MIB} MiB, tree ${TREE_CPU_MIB} MiB per process"
+wanted() { [[ " $CASES " == *" $1 "* ]]; }
+wanted single && run_case single --cpu-mib "$SINGLE_CPU_MIB" --parent-mib 1024 --child-mib 0 --gpus 1 --fill random --max-buffer-mib 256
+wanted tree && run_case tree --cpu-mib "$TREE_CPU_MIB" --parent-mib 192 --child-mib 192 --children 3 --gpus 1 --fill random --max-buffer-mib 128
 # The same tree with every process's CPU memory at the parent's bounds: CRIU takes such
 # memory for copy-on-write candidates and reads it while it sets up the tasks' mappings,
 # before it restores any file, so there is nothing left for the buffers' fill to overlap
 # (docs/benchmarks.md). It shows the gain's floor, not a target.
-run_case tree-cow --cpu-mib 256 --cpu-bounds parent --parent-mib 192 --child-mib 192 --children 3 --gpus 1 --fill random --max-buffer-mib 128
+wanted tree-cow && run_case tree-cow --cpu-mib "$TREE_CPU_MIB" --cpu-bounds parent --parent-mib 192 --child-mib 192 --children 3 --gpus 1 --fill random --max-buffer-mib 128
 rm -rf "$GPUCR_SIM_ROOT"
 
 python3 - "$(dirname "$WORK")" "$RUNS" <<'PY'
 import json, statistics, sys
 results, runs = sys.argv[1], int(sys.argv[2])
-for name in ("single", "tree", "tree-cow"):
+import os
+for name in os.environ.get("CASES", "single tree tree-cow").split():
     times = {}
     for r in range(1, runs + 1):
         for res in json.load(open(f"{results}/parallel-{name}-{r}.json"))["results"]:
