@@ -197,9 +197,8 @@ wanted tree-cow && run_case tree-cow --cpu-mib "$TREE_CPU_MIB" --cpu-bounds pare
 rm -rf "$GPUCR_SIM_ROOT"
 
 python3 - "$(dirname "$WORK")" "$RUNS" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 results, runs = sys.argv[1], int(sys.argv[2])
-import os
 for name in os.environ.get("CASES", "single tree tree-cow").split():
     times = {}
     for r in range(1, runs + 1):

@@ -67,16 +67,8 @@ pub struct RestoreOutcome {
 pub enum RestoreError {
     #[error("{dir}: no such image directory")]
     NoDir { dir: PathBuf },
-    #[error(
-        "{dir}: not an image directory ({what}){}",
-        if *.what == "a file" {
-            "; a container checkpoint archive is restored by the engine that made it \
-             (podman container restore --import ARCHIVE)"
-        } else {
-            ""
-        }
-    )]
-    NotADirectory { dir: PathBuf, what: &'static str },
+    #[error("{dir}: {}", not_a_directory(*.found))]
+    NotADirectory { dir: PathBuf, found: ImagePath },
     #[error("{}: the image is incomplete: {reason}", .dir.display())]
     Incomplete { dir: PathBuf, reason: String },
     #[error(transparent)]
@@ -196,6 +188,17 @@ impl ExitCode for RestoreError {
     }
 }
 
+/// Why a path that exists is no image directory.
+fn not_a_directory(found: ImagePath) -> &'static str {
+    match found {
+        ImagePath::File => {
+            "not an image directory (a file); a container checkpoint archive is restored by \
+             the engine that made it (podman container restore --import ARCHIVE)"
+        }
+        _ => "not an image directory (neither a directory nor a file)",
+    }
+}
+
 fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
     let mut text = format!(
         "{}: the image is damaged; refusing to restore it",
@@ -215,21 +218,19 @@ pub fn load_verified(dir: &Path) -> Result<Manifest, RestoreError> {
 /// Read the manifest and check the files `scope` covers; a signal that sets `stop`
 /// ends the check with [`RestoreError::Interrupted`].
 fn load_checked(dir: &Path, scope: Scope, stop: &AtomicBool) -> Result<Manifest, RestoreError> {
-    let what = match ImagePath::of(dir) {
-        ImagePath::Directory => None,
+    match ImagePath::of(dir) {
+        ImagePath::Directory => {}
         ImagePath::Missing => {
             return Err(RestoreError::NoDir {
                 dir: dir.to_path_buf(),
             })
         }
-        ImagePath::File => Some("a file"),
-        ImagePath::Other => Some("neither a directory nor a file"),
-    };
-    if let Some(what) = what {
-        return Err(RestoreError::NotADirectory {
-            dir: dir.to_path_buf(),
-            what,
-        });
+        found => {
+            return Err(RestoreError::NotADirectory {
+                dir: dir.to_path_buf(),
+                found,
+            })
+        }
     }
     let manifest = match Manifest::read(dir) {
         Ok(m) => m,

@@ -215,7 +215,7 @@ pub fn block_count(size: u64) -> usize {
 
 /// The xxh3-64 of block `block` of `file` (of `size` bytes), read through `buf` one
 /// `buf.len()` piece at a time.
-pub(crate) fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -> io::Result<u64> {
+fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -> io::Result<u64> {
     use std::hash::Hasher;
     let start = block as u64 * BLOCK_SIZE;
     let len = (size - start.min(size)).min(BLOCK_SIZE) as usize;
@@ -246,7 +246,7 @@ pub(crate) fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -
 
 /// The xxh3-64 of block `block` of `file` (of `size` bytes), read through a read-only
 /// mapping of the block (see [`digest_image_files`]).
-pub(crate) fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
+fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
     let start = block as u64 * BLOCK_SIZE;
     let len = (size - start.min(size)).min(BLOCK_SIZE) as usize;
     if len == 0 {

@@ -20,15 +20,14 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
+use std::hash::Hasher;
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use std::hash::Hasher;
-use std::os::unix::fs::FileExt;
 
 use twox_hash::XxHash3_64;
 

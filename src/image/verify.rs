@@ -108,21 +108,12 @@ pub fn verify_files(
     manifest: &Manifest,
     threads: usize,
 ) -> Result<Vec<Problem>, VerifyError> {
-    verify_files_scoped(dir, manifest, threads, Scope::All)
+    verify_files_until(dir, manifest, threads, Scope::All, &AtomicBool::new(false))
 }
 
-/// Check the files the manifest lists, as far as `scope` says.
-pub fn verify_files_scoped(
-    dir: &Path,
-    manifest: &Manifest,
-    threads: usize,
-    scope: Scope,
-) -> Result<Vec<Problem>, VerifyError> {
-    verify_files_until(dir, manifest, threads, scope, &AtomicBool::new(false))
-}
-
-/// [`verify_files_scoped`] that gives up with [`VerifyError::Stopped`] soon after `stop`
-/// is set (within a block's hashing, milliseconds), however large the image.
+/// Check the files the manifest lists, as far as `scope` says; give up with
+/// [`VerifyError::Stopped`] soon after `stop` is set (within a block's hashing,
+/// milliseconds), however large the image.
 pub fn verify_files_until(
     dir: &Path,
     manifest: &Manifest,
