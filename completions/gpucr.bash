@@ -115,7 +115,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__dump)
-            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --compress --cuda-staging --jobs --device-timeout --criu --verbose --json --help --version"
+            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --force --compress --cuda-staging --jobs --device-timeout --criu --criu-config --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -146,6 +146,10 @@ _gpucr() {
                     return 0
                     ;;
                 --criu)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --criu-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -313,7 +317,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__restore)
-            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --max-staging --no-parallel-restore --jobs --device-timeout --sysfs-root --skip-check --criu --verbose --json --help --version"
+            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --max-staging --no-parallel-restore --jobs --device-timeout --sysfs-root --skip-check --criu --criu-config --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -340,6 +344,10 @@ _gpucr() {
                     return 0
                     ;;
                 --criu)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --criu-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -17,7 +17,10 @@
 //!
 //! Options: --state DIR (required), --memory-mib N (default 64), --exit-after-ticks N
 //! with --exit-code C (the parent exits with C after N ticks, to test waiting restores),
-//! --hold PATH (the parent keeps PATH open, e.g. a device CRIU cannot dump; repeatable).
+//! --hold PATH (the parent keeps PATH open, e.g. a device CRIU cannot dump; repeatable),
+//! --scratch-mib N (the parent keeps a deleted file of N MiB of a known pattern open,
+//! `DIR/scratch` before it was deleted, and checks a piece of it every tick; CRIU dumps
+//! such a "ghost" file's contents only up to its ghost-limit, 1 MiB by default).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -41,6 +44,7 @@ struct Options {
     exit_after_ticks: Option<u64>,
     exit_code: i32,
     hold: Vec<PathBuf>,
+    scratch_mib: usize,
 }
 
 fn parse_args() -> Options {
@@ -51,6 +55,7 @@ fn parse_args() -> Options {
         exit_after_ticks: None,
         exit_code: 0,
         hold: Vec::new(),
+        scratch_mib: 0,
     };
     while let Some(arg) = args.next() {
         let mut value = || {
@@ -65,6 +70,9 @@ fn parse_args() -> Options {
             }
             "--exit-code" => opts.exit_code = value().parse().unwrap_or_else(|_| usage("bad C")),
             "--hold" => opts.hold.push(PathBuf::from(value())),
+            "--scratch-mib" => {
+                opts.scratch_mib = value().parse().unwrap_or_else(|_| usage("bad N"))
+            }
             _ => usage(&format!("unknown argument {arg}")),
         }
     }
@@ -75,7 +83,7 @@ fn parse_args() -> Options {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("workload: {msg}\nusage: workload --state DIR [--memory-mib N] [--exit-after-ticks N --exit-code C] [--hold PATH]...");
+    eprintln!("workload: {msg}\nusage: workload --state DIR [--memory-mib N] [--exit-after-ticks N --exit-code C] [--hold PATH]... [--scratch-mib N]");
     exit(2)
 }
 
@@ -190,14 +198,20 @@ fn main() {
             thread::sleep(TICK);
         });
     }
+    let scratch = (opts.scratch_mib > 0).then(|| make_scratch(&opts.state, opts.scratch_mib << 20));
     fs::write(opts.state.join("ready"), b"ready\n").expect("write ready");
     let _keep_open = held;
-    run_ticks(&opts, "parent", &health, |_| {
+    run_ticks(&opts, "parent", &health, |tick| {
         let mut buf = vec![0u8; MEMFD_TEXT.len()];
         let ok = nix::sys::uio::pread(&memfd, &mut buf, 0).is_ok_and(|n| n == buf.len())
             && buf == MEMFD_TEXT;
         if !ok {
             health.memfd_bad.store(true, Ordering::SeqCst);
+        }
+        if let Some(file) = &scratch {
+            if !scratch_piece_intact(file, opts.scratch_mib << 20, tick) {
+                health.other_bad.store(true, Ordering::SeqCst);
+            }
         }
     });
 }
@@ -311,6 +325,44 @@ fn pattern_intact(memory: &[u64]) -> bool {
         .iter()
         .enumerate()
         .all(|(i, w)| *w == pattern_word(i))
+}
+
+/// Bytes of the scratch file checked each tick.
+const SCRATCH_PIECE: usize = 64 << 10;
+
+/// `DIR/scratch` filled with `bytes` of the pattern, deleted, and kept open.
+fn make_scratch(dir: &std::path::Path, bytes: usize) -> File {
+    let path = dir.join("scratch");
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("create scratch file");
+    let words: Vec<u8> = filled_region(bytes)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    file.write_all(&words).expect("write scratch file");
+    fs::remove_file(&path).expect("delete scratch file");
+    file
+}
+
+/// The piece of the scratch file that tick `tick` checks (a different one each tick,
+/// the last one included), compared with the pattern.
+fn scratch_piece_intact(file: &File, bytes: usize, tick: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let pieces = bytes.div_ceil(SCRATCH_PIECE);
+    let start = (tick as usize % pieces) * SCRATCH_PIECE;
+    let mut piece = vec![0u8; SCRATCH_PIECE.min(bytes - start)];
+    if file.read_exact_at(&mut piece, start as u64).is_err() {
+        return false;
+    }
+    piece
+        .chunks_exact(8)
+        .enumerate()
+        .all(|(i, w)| w == pattern_word(start / 8 + i).to_le_bytes())
 }
 
 fn make_memfd() -> OwnedFd {

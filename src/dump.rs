@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::utsname::uname;
 
-use crate::criu::{criu_log_level, start_criu, CommonOptions, CriuError, DumpRequest, NetworkLock};
+use crate::criu::{
+    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
+    CriuError, DumpRequest, NetworkLock,
+};
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::{self, GpuError};
 use crate::helper::{GpuDump, HelperError, Session};
@@ -41,6 +44,8 @@ pub struct DumpOptions {
     pub device_timeout: std::time::Duration,
     /// How CUDA device memory is moved (`--cuda-staging`; None: chosen by the driver).
     pub cuda_staging: Option<crate::gpu::cuda::Staging>,
+    /// A file of further CRIU options (`--criu-config`), checked before anything else.
+    pub criu_config: Option<PathBuf>,
 }
 
 /// A finished dump.
@@ -58,6 +63,8 @@ pub struct DumpOutcome {
 pub enum DumpError {
     #[error(transparent)]
     Target(#[from] TargetError),
+    #[error(transparent)]
+    CriuConfig(#[from] CriuConfigError),
     #[error(transparent)]
     ImageDir(#[from] ImageDirError),
     #[error("{error}\n  the image in {dir} is incomplete; {running}")]
@@ -106,6 +113,7 @@ impl ExitCode for DumpError {
     fn exit_code(&self) -> u8 {
         match self {
             DumpError::Target(e) => e.exit_code(),
+            DumpError::CriuConfig(e) => e.exit_code(),
             DumpError::ImageDir(_) => exit_code::IMAGE_DIR,
             DumpError::Criu { error, .. } | DumpError::CriuSetup(error) => error.exit_code(),
             DumpError::Checksum { .. }
@@ -123,6 +131,11 @@ impl ExitCode for DumpError {
 /// Checkpoint `opts.pid` into `opts.dir`.
 pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, DumpError> {
     progress.event("start", "checking the target");
+    let criu_config = opts
+        .criu_config
+        .as_deref()
+        .map(CriuConfig::read)
+        .transpose()?;
     let target = target::validate(opts.pid)?;
     let setup = gpu::DumpSetup {
         freeze_timeout: opts
@@ -139,10 +152,12 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         None => None,
     };
     let env = session.as_ref().map(Session::criu_env).unwrap_or_default();
-    let inherit = session
+    let handover = criu_config.as_ref().map(CriuConfig::handover).transpose()?;
+    let mut inherit = session
         .as_ref()
         .map(Session::criu_inherit)
         .unwrap_or_default();
+    inherit.extend(handover.as_ref().map(ConfigHandover::fd));
     let (mut swrk, version) = start_criu(opts.criu.as_deref(), &env, &inherit, progress)
         .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
@@ -175,6 +190,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         log_file: DUMP_LOG,
         leave_running: opts.leave_running,
         timeout: opts.timeout,
+        config_file: handover.as_ref().map(ConfigHandover::criu_path),
         common: CommonOptions {
             tcp_established: opts.tcp_established,
             shell_job: opts.shell_job,
@@ -283,7 +299,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
                 running,
             });
         }
-        let running = match disk_full_hint(&opts.dir) {
+        let running = match disk_full_hint(&opts.dir).or_else(|| criu_option_hint(&error)) {
             Some(hint) => format!("{}; {hint}", running()),
             None => running(),
         };
@@ -302,6 +318,10 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         file_locks: opts.file_locks,
         network_lock: network_lock.as_str().into(),
         mount_namespace: own_mount_namespace,
+        criu_config: criu_config.map(|c| manifest::CriuConfigRecord {
+            file: c.path.display().to_string(),
+            options: c.options.iter().map(|o| o.to_line()).collect(),
+        }),
     };
     let gpu_facts = match (topology.take(), &gpu_manifest) {
         (Some(topology), Some(g)) => Some((topology, g)),
@@ -432,6 +452,18 @@ fn disk_full_hint(dir: &Path) -> Option<String> {
             "the file system holding {} is full (No space left on device)",
             dir.display()
         )
+    })
+}
+
+/// What to put in a `--criu-config` file for a CRIU failure that a CRIU option gpucr
+/// has no flag for overcomes.
+fn criu_option_hint(error: &CriuError) -> Option<String> {
+    let text = error.to_string();
+    text.contains("Can't dump ghost file").then(|| {
+        "the tree holds a deleted file larger than CRIU's ghost-limit (1 MiB): to dump it \
+         with the image, give a file with the line `ghost-limit SIZE` (e.g. `ghost-limit \
+         64M`) with --criu-config"
+            .to_owned()
     })
 }
 

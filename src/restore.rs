@@ -8,7 +8,8 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::criu::{
-    criu_log_level, start_criu, CommonOptions, CriuError, NetworkLock, RestoreRequest,
+    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
+    CriuError, NetworkLock, RestoreRequest,
 };
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::GpuRef;
@@ -49,6 +50,8 @@ pub struct RestoreOptions {
     pub device_timeout: std::time::Duration,
     /// `CUDA_VISIBLE_DEVICES`: the local NVIDIA GPUs a restore may map onto.
     pub cuda_visible_devices: Option<String>,
+    /// A file of further CRIU options (`--criu-config`), checked before anything else.
+    pub criu_config: Option<PathBuf>,
 }
 
 /// A restored tree.
@@ -84,6 +87,8 @@ pub enum RestoreError {
     ImageDir(#[from] ImageDirError),
     #[error(transparent)]
     Criu(#[from] CriuError),
+    #[error(transparent)]
+    CriuConfig(#[from] CriuConfigError),
     #[error("{}: option {field} has the unknown value {value:?}", .manifest.display())]
     BadOption {
         manifest: PathBuf,
@@ -176,6 +181,7 @@ impl ExitCode for RestoreError {
             | RestoreError::GpuSection { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
+            RestoreError::CriuConfig(e) => e.exit_code(),
             RestoreError::PidTaken { source, .. } => source.exit_code(),
             RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
@@ -274,6 +280,11 @@ pub fn restore(
     progress: &mut Progress,
 ) -> Result<RestoreOutcome, RestoreError> {
     progress.event("start", "verifying the image");
+    let criu_config = opts
+        .criu_config
+        .as_deref()
+        .map(CriuConfig::read)
+        .transpose()?;
     // Hashing a large image takes a while: a signal stops it at once, not at CRIU's
     // first notification.
     let stop_verifying = Arc::new(AtomicBool::new(false));
@@ -329,10 +340,12 @@ pub fn restore(
         .as_ref()
         .map(|(_, _, s)| s.criu_env())
         .unwrap_or_default();
-    let inherit = gpu_setup
+    let handover = criu_config.as_ref().map(CriuConfig::handover).transpose()?;
+    let mut inherit = gpu_setup
         .as_ref()
         .map(|(_, _, s)| s.criu_inherit())
         .unwrap_or_default();
+    inherit.extend(handover.as_ref().map(ConfigHandover::fd));
     let (mut swrk, _) = start_criu(opts.criu.as_deref(), &env, &inherit, progress)?;
     drop(inherit);
     let inherit_fds: Vec<(String, i32)> = gpu_setup
@@ -375,6 +388,7 @@ pub fn restore(
             own_mount_namespace: dumped.mount_namespace,
         },
         inherit: inherit_fds,
+        config_file: handover.as_ref().map(ConfigHandover::criu_path),
     };
     let log = opts.dir.join(RESTORE_LOG);
     let mut gpu_error = None;

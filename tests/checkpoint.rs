@@ -216,3 +216,104 @@ fn a_restore_onto_a_taken_pid_names_the_holder() {
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
 }
+
+/// `--criu-config`: CRIU options gpucr has no flag for. The tree keeps a deleted 3 MiB
+/// file open, over CRIU's 1 MiB ghost-limit: the dump fails (the tree runs on, and the
+/// error says which line would help); a file setting a managed option is refused before
+/// anything is touched; `ghost-limit 8M` dumps it, the image records the option, and
+/// the restored tree reads the whole file back. A restore's config reaches CRIU too:
+/// `tcp-close` restores the tree's TCP connection closed, which the workload notices.
+#[test]
+fn criu_config_passes_options_gpucr_has_no_flag_for() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let snapshot = tmp.path().join("snapshot");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &["--scratch-mib", "3"]);
+    let pid = tree.pid.to_string();
+    let dump = |config: Option<&std::path::Path>, dir: &std::path::Path| {
+        let mut args = vec!["dump", "--tcp-established"];
+        if let Some(c) = config {
+            args.extend(["--criu-config", c.to_str().unwrap()]);
+        }
+        args.extend([pid.as_str(), dir.to_str().unwrap()]);
+        gpucr(&args)
+    };
+
+    let out = dump(None, &tmp.path().join("no-config"));
+    assert_fails_with(&out, 5, "Can't dump ghost file");
+    assert!(
+        stderr(&out).contains("`ghost-limit SIZE`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(alive(tree.pid));
+
+    let managed = tmp.path().join("managed.conf");
+    fs::write(&managed, "ghost-limit 8M\nleave-running\n").unwrap();
+    let out = dump(Some(&managed), &image);
+    assert_fails_with(
+        &out,
+        2,
+        "managed.conf, line 2: `leave-running` is set by gpucr",
+    );
+    assert!(!image.exists(), "nothing is touched");
+    let out = dump(Some(&tmp.path().join("missing.conf")), &image);
+    assert_fails_with(&out, 2, "missing.conf: cannot read it");
+    assert!(!image.exists());
+    tree.wait_ticks(2);
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+
+    let config = tmp.path().join("ghosts.conf");
+    fs::write(&config, "# the scratch file\nghost-limit 8M  # 3 MiB\n").unwrap();
+    assert_success(&dump(Some(&config), &image));
+    kill_and_wait(tree.pid);
+    copy_files(&state, &snapshot);
+    let recorded = &manifest_json(&image)["options"]["criu_config"];
+    assert_eq!(recorded["file"], config.to_str().unwrap());
+    assert_eq!(recorded["options"], serde_json::json!(["ghost-limit 8M"]));
+    let out = gpucr(&["inspect", image.to_str().unwrap()]);
+    assert!(
+        stdout(&out).contains(&format!("CRIU config {}: ghost-limit 8M", config.display())),
+        "{}",
+        stdout(&out)
+    );
+
+    // The scratch file has 48 pieces of 64 KiB, one checked per tick: after 60 ticks
+    // every byte was read back.
+    let dumped_ticks = tree.last("parent").num("tick");
+    let restored = Restored::from_output(&gpucr(&["restore", "-d", image.to_str().unwrap()]));
+    wait_for(
+        std::time::Duration::from_secs(30),
+        "the restored tree to check its whole scratch file",
+        || (tree.last("parent").num("tick") > dumped_ticks + 60).then_some(()),
+    );
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+    assert!(tree.last("parent").healthy());
+    drop(restored);
+
+    copy_files(&snapshot, &state);
+    let close = tmp.path().join("close.conf");
+    fs::write(&close, "tcp-close\n").unwrap();
+    let out = gpucr(&[
+        "restore",
+        "--criu-config",
+        close.to_str().unwrap(),
+        image.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the workload exits 3 once its TCP connection is gone: {}",
+        stderr(&out)
+    );
+    assert!(
+        tree.journal("tcp").iter().any(|l| !l.healthy()),
+        "the TCP ping broke"
+    );
+}

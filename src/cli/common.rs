@@ -11,6 +11,18 @@ pub struct CriuArgs {
     #[arg(long, value_name = "PATH", env = "GPUCR_CRIU")]
     pub criu: Option<PathBuf>,
 
+    /// Further CRIU options, from a file in CRIU's config format (one long option name
+    /// per line, without dashes, then its value: `ghost-limit 64M`, `tcp-close`,
+    /// `external mnt[KEY]:PATH`, `manage-cgroups full`). Checked before anything is
+    /// touched: options gpucr sets itself (the image directory, CRIU's log,
+    /// leave-running, the network lock, tcp-established, page servers, ...) are refused
+    /// with the flag to use instead. A dump records the options in the image (`gpucr
+    /// inspect` shows them); a restore does not reuse them: give a restore the ones it
+    /// needs. CRIU's own config files (/etc/criu/default.conf, ~/.criu/default.conf,
+    /// CRIU_CONFIG_FILE) apply too, beneath every setting of gpucr's.
+    #[arg(long, value_name = "FILE", env = "GPUCR_CRIU_CONFIG")]
+    pub criu_config: Option<PathBuf>,
+
     /// More detail: -v shows every CRIU phase and raises CRIU's log level to 4 (debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,

@@ -36,6 +36,7 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         no_parallel_restore: args.no_parallel_restore,
         sysfs_root: args.topology.sysfs_root.clone(),
         cuda_visible_devices: std::env::var(gpucr_topology::nvidia::visible::VARIABLE).ok(),
+        criu_config: args.criu.criu_config.clone(),
         skip_checks: args.topology.skip_check.clone(),
         device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
     };

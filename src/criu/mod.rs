@@ -7,6 +7,7 @@
 //! [`start_criu`] and [`criu_log_level`] are the parts the dump and the restore share.
 
 mod binary;
+mod config;
 mod error;
 mod log_tail;
 mod request;
@@ -15,6 +16,7 @@ mod swrk;
 mod version;
 
 pub use binary::locate;
+pub use config::{ConfigHandover, CriuConfig, CriuConfigError, CriuOption};
 pub use error::CriuError;
 pub use log_tail::{log_tail, plugin_failure};
 pub use request::{

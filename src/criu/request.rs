@@ -143,6 +143,9 @@ pub struct DumpRequest<'a> {
     /// Give up freezing after this many seconds.
     pub timeout: Option<u32>,
     pub common: CommonOptions,
+    /// CRIU options from `--criu-config`, checked (see [`super::CriuConfig`]): the path
+    /// CRIU reads them from.
+    pub config_file: Option<String>,
 }
 
 /// A RESTORE request.
@@ -154,6 +157,8 @@ pub struct RestoreRequest<'a> {
     /// Descriptors CRIU inherited from gpucr, by key and number in CRIU's table: CRIU
     /// keeps them in its fdstore, where its plugins find them (`inherit_fd_lookup_id`).
     pub inherit: Vec<(String, i32)>,
+    /// As [`DumpRequest::config_file`].
+    pub config_file: Option<String>,
 }
 
 impl CommonOptions {
@@ -182,6 +187,7 @@ impl DumpRequest<'_> {
         opts.pid = Some(self.pid);
         opts.leave_running = Some(self.leave_running);
         opts.timeout = self.timeout;
+        opts.config_file = self.config_file.clone();
         request(rpc::CriuReqType::Dump, Some(opts))
     }
 }
@@ -202,6 +208,7 @@ impl RestoreRequest<'_> {
                 fd: *fd,
             })
             .collect();
+        opts.config_file = self.config_file.clone();
         request(rpc::CriuReqType::Restore, Some(opts))
     }
 }
@@ -256,6 +263,7 @@ mod tests {
             log_file: "restore.log",
             common,
             inherit: vec![],
+            config_file: None,
         }
         .to_rpc();
         let o = req.opts.unwrap();
@@ -268,6 +276,7 @@ mod tests {
             log_file: "restore.log",
             common: super::tests::common(),
             inherit: vec![],
+            config_file: None,
         }
         .to_rpc()
         .opts
@@ -287,6 +296,7 @@ mod tests {
             leave_running: true,
             timeout: Some(7),
             common: common(),
+            config_file: Some("/proc/self/fd/9".into()),
         }
         .to_rpc();
         assert_eq!(req.r#type, rpc::CriuReqType::Dump as i32);
@@ -303,6 +313,7 @@ mod tests {
         );
         assert_eq!(o.notify_scripts, Some(true));
         assert_eq!(o.log_file.as_deref(), Some("dump.log"));
+        assert_eq!(o.config_file.as_deref(), Some("/proc/self/fd/9"));
     }
 
     #[test]
@@ -313,6 +324,7 @@ mod tests {
             log_file: "restore.log",
             common: common(),
             inherit: vec![("gpucr-helper".into(), 7)],
+            config_file: Some("/proc/self/fd/8".into()),
         }
         .to_rpc();
         let o = req.opts.unwrap();
@@ -321,6 +333,7 @@ mod tests {
         assert_eq!(o.inherit_fd.len(), 1);
         assert_eq!(o.inherit_fd[0].key, "gpucr-helper");
         assert_eq!(o.inherit_fd[0].fd, 7);
+        assert_eq!(o.config_file.as_deref(), Some("/proc/self/fd/8"));
     }
 
     #[test]

@@ -156,5 +156,6 @@ fn engine_options() -> manifest::DumpOptions {
         file_locks: false,
         network_lock: "iptables".into(),
         mount_namespace: true,
+        criu_config: None,
     }
 }

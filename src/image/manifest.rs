@@ -161,6 +161,20 @@ pub struct DumpOptions {
     /// same external-mount options).
     #[serde(default)]
     pub mount_namespace: bool,
+    /// The CRIU options `--criu-config` gave the dump (absent when none were given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criu_config: Option<CriuConfigRecord>,
+}
+
+/// CRIU options a dump took from a `--criu-config` file. A restore does not reuse them:
+/// some apply to a dump only (`ghost-limit`), others are written differently for a
+/// restore (`external`); `gpucr inspect` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CriuConfigRecord {
+    /// The file as given.
+    pub file: String,
+    /// Its options, one config-file line each ("ghost-limit 8M").
+    pub options: Vec<String>,
 }
 
 /// One file of the image.

@@ -186,6 +186,7 @@ pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, Insp
             comm: m.target.comm.clone(),
             cmdline: m.target.cmdline.clone(),
         }),
+        options: manifest.as_ref().map(|m| m.options.clone()),
         criu_plugins: inventory
             .as_ref()
             .and_then(|i| i.plugins_entry.as_ref())

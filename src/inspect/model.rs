@@ -74,6 +74,9 @@ pub struct ImageSummary {
     /// The GPU backend: "none" for a CPU-only tree; null without a manifest.
     pub backend: Option<String>,
     pub target: Option<TargetInfo>,
+    /// The dump's options as the manifest records them (with the CRIU options of
+    /// `--criu-config`, if any); null without a manifest.
+    pub options: Option<crate::image::manifest::DumpOptions>,
     /// The CRIU plugins that took part in the dump (inventory.img).
     pub criu_plugins: Vec<String>,
     /// The page size used to read the pagemaps (the inspecting host's).

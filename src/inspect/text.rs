@@ -187,6 +187,9 @@ fn summary(root: &mut Node, r: &Report) {
         };
         root.leaf(format!("Target: pid {} ({}): {cmd}", t.pid, t.comm));
     }
+    if let Some(options) = &i.options {
+        dump_options(root, options);
+    }
     let mut backend = format!("Backend: {}", i.backend.as_deref().unwrap_or("unknown"));
     if !i.criu_plugins.is_empty() {
         backend.push_str(&format!(" (CRIU plugins: {})", i.criu_plugins.join(", ")));
@@ -226,6 +229,33 @@ fn summary(root: &mut Node, r: &Report) {
         ));
     } else {
         size_node.leaf("GPU memory: none recorded");
+    }
+}
+
+/// "Options: ..." (the CRIU options the dump was made with) and, below it, the
+/// options of its `--criu-config` file.
+fn dump_options(root: &mut Node, o: &crate::image::manifest::DumpOptions) {
+    let mut words: Vec<String> = [
+        (o.leave_running, "leave-running"),
+        (o.tcp_established, "tcp-established"),
+        (o.shell_job, "shell-job"),
+        (o.ext_unix_sk, "ext-unix-sk"),
+        (o.file_locks, "file-locks"),
+        (o.mount_namespace, "own mount namespace"),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, word)| word.to_owned())
+    .collect();
+    words.push(format!("network lock {}", o.network_lock));
+    let node = root.push(Node::new(format!("Options: {}", words.join(", "))));
+    if let Some(config) = &o.criu_config {
+        let options = if config.options.is_empty() {
+            "no options".to_owned()
+        } else {
+            config.options.join("; ")
+        };
+        node.leaf(format!("CRIU config {}: {options}", config.file));
     }
 }
 

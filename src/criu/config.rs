@@ -1,0 +1,747 @@
+//! `--criu-config FILE`: CRIU options gpucr has no flag for, from a file in CRIU's own
+//! configuration format (criu(8), "CONFIGURATION FILES").
+//!
+//! The file is read and checked before anything is touched, and CRIU gets the checked
+//! options (RPC `config_file`), never the file itself:
+//! - its syntax is CRIU's: one option per line, its long name without dashes, then at
+//!   most one value (in double quotes when it holds spaces), `#` comments. What CRIU
+//!   would refuse (CRIU 4.2 exits on a malformed line) or silently misread (a `#` inside
+//!   a value cuts it) is refused here with the line number;
+//! - options gpucr sets itself, or whose effect would make gpucr's image or bookkeeping
+//!   wrong (the image directory, CRIU's log, whether the tree lives on, the network
+//!   lock, page servers, incremental dumps, ...), are refused with the gpucr flag to use
+//!   instead. CRIU applies a config file over every RPC setting, so one such line would
+//!   quietly override gpucr's;
+//! - CRIU itself ignores a config file that does not exist; gpucr names it.
+//!
+//! What is left (`ghost-limit`, `tcp-close`, `link-remap`, `external`,
+//! `manage-cgroups`, `skip-in-flight`, ...) goes to CRIU as written, through a sealed
+//! in-memory copy that CRIU reads as `/proc/self/fd/N`.
+
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use crate::exit_code::{self, ExitCode};
+
+/// Why a `--criu-config` file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CriuConfigError {
+    #[error("--criu-config {path}: cannot read it")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("--criu-config {path}, line {line}: {reason}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error("--criu-config {path}, line {line}: `{option}` is set by gpucr: {instead}")]
+    Managed {
+        path: PathBuf,
+        line: usize,
+        option: String,
+        instead: &'static str,
+    },
+    #[error("cannot hand the CRIU options of {path} to CRIU")]
+    Handover {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ExitCode for CriuConfigError {
+    /// A file that cannot be read or used is a bad argument; the machine failing to hand
+    /// it over is not.
+    fn exit_code(&self) -> u8 {
+        match self {
+            CriuConfigError::Handover { .. } => exit_code::FAILURE,
+            _ => exit_code::USAGE,
+        }
+    }
+}
+
+/// One option of a config file: CRIU's long name and its value, if it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriuOption {
+    pub name: String,
+    pub value: Option<String>,
+}
+
+impl CriuOption {
+    /// The option as one line of a CRIU config file (the value quoted when it must be).
+    pub fn to_line(&self) -> String {
+        match &self.value {
+            None => self.name.clone(),
+            Some(v) if v.is_empty() || v.contains([' ', '\t', '"']) => {
+                format!("{} \"{}\"", self.name, v.replace('"', "\\\""))
+            }
+            Some(v) => format!("{} {v}", self.name),
+        }
+    }
+}
+
+/// A checked `--criu-config` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CriuConfig {
+    /// The file as given.
+    pub path: PathBuf,
+    pub options: Vec<CriuOption>,
+}
+
+/// An option gpucr sets or depends on, and what to use instead.
+struct Managed {
+    name: &'static str,
+    instead: &'static str,
+}
+
+const DUMP_DIR: &str = "gpucr writes the image into DIR and checksums every file of it";
+const WHOLE: &str =
+    "the image is written whole into DIR, where gpucr checksums it (no page server, lazy \
+     pages or streaming)";
+const INCREMENTAL: &str = "gpucr writes whole images (no pre-dumps or parent images)";
+const LOG: &str = "gpucr keeps CRIU's log in DIR (dump.log, restore.log) and reads it";
+const RECORDED: &str =
+    "use gpucr's flag of the same name (the image records it, and the restore reuses it)";
+
+/// CRIU's options that a config file may not set (CRIU 4.2's long names).
+const MANAGED: &[Managed] = &[
+    Managed {
+        name: "tree",
+        instead: "give the tree's root as `gpucr dump PID`",
+    },
+    Managed {
+        name: "leave-running",
+        instead: "use `gpucr dump --leave-running` (gpucr must know whether the tree lives on)",
+    },
+    Managed {
+        name: "leave-stopped",
+        instead: "gpucr either kills the tree or lets it run on (`--leave-running`)",
+    },
+    Managed {
+        name: "restore-detached",
+        instead: "use `gpucr restore --detach`",
+    },
+    Managed {
+        name: "restore-sibling",
+        instead: "gpucr restores the tree as its own child",
+    },
+    Managed {
+        name: "daemon",
+        instead: "use `gpucr restore --detach`",
+    },
+    Managed {
+        name: "pidfile",
+        instead: "`gpucr restore --detach` prints the restored root's pid",
+    },
+    Managed {
+        name: "exec-cmd",
+        instead: "gpucr waits for the restored tree itself",
+    },
+    Managed {
+        name: "images-dir",
+        instead: DUMP_DIR,
+    },
+    Managed {
+        name: "work-dir",
+        instead: DUMP_DIR,
+    },
+    Managed {
+        name: "log-file",
+        instead: LOG,
+    },
+    Managed {
+        name: "log-pid",
+        instead: LOG,
+    },
+    Managed {
+        name: "status-fd",
+        instead: "gpucr follows CRIU over its RPC socket",
+    },
+    Managed {
+        name: "root",
+        instead: "gpucr sets CRIU's root for trees with a mount namespace of their own",
+    },
+    Managed {
+        name: "libdir",
+        instead: "gpucr chooses CRIU's plugins (its own must load for GPU trees)",
+    },
+    Managed {
+        name: "inherit-fd",
+        instead: "gpucr hands CRIU the descriptors its plugin needs",
+    },
+    Managed {
+        name: "page-server",
+        instead: WHOLE,
+    },
+    Managed {
+        name: "address",
+        instead: WHOLE,
+    },
+    Managed {
+        name: "port",
+        instead: WHOLE,
+    },
+    Managed {
+        name: "ps-socket",
+        instead: WHOLE,
+    },
+    Managed {
+        name: "lazy-pages",
+        instead: WHOLE,
+    },
+    Managed {
+        name: "stream",
+        instead: WHOLE,
+    },
+    Managed {
+        name: "prev-images-dir",
+        instead: INCREMENTAL,
+    },
+    Managed {
+        name: "track-mem",
+        instead: INCREMENTAL,
+    },
+    Managed {
+        name: "auto-dedup",
+        instead: INCREMENTAL,
+    },
+    Managed {
+        name: "pre-dump-mode",
+        instead: INCREMENTAL,
+    },
+    Managed {
+        name: "network-lock",
+        instead: RECORDED,
+    },
+    Managed {
+        name: "tcp-established",
+        instead: RECORDED,
+    },
+    Managed {
+        name: "shell-job",
+        instead: RECORDED,
+    },
+    Managed {
+        name: "ext-unix-sk",
+        instead: RECORDED,
+    },
+    Managed {
+        name: "file-locks",
+        instead: RECORDED,
+    },
+    Managed {
+        name: "timeout",
+        instead: "use `gpucr dump --timeout`",
+    },
+    Managed {
+        name: "config",
+        instead: "give one file, with --criu-config",
+    },
+    Managed {
+        name: "no-default-config",
+        instead: "give one file, with --criu-config",
+    },
+    Managed {
+        name: "help",
+        instead: "not an option of a dump or restore",
+    },
+    Managed {
+        name: "version",
+        instead: "not an option of a dump or restore",
+    },
+];
+
+/// The managed option `name` would select in CRIU, if any. CRIU reads its options with
+/// getopt_long, which takes any unambiguous prefix of a long name and, for a boolean
+/// option, its `no-` form as well: a prefix of a managed name (or of its `no-` form) is
+/// refused like the name itself.
+fn managed(name: &str) -> Option<&'static Managed> {
+    MANAGED.iter().find(|m| {
+        m.name.starts_with(name)
+            || name
+                .strip_prefix("no-")
+                .is_some_and(|rest| !rest.is_empty() && m.name.starts_with(rest))
+    })
+}
+
+impl CriuConfig {
+    /// Read and check `path`.
+    pub fn read(path: &Path) -> Result<CriuConfig, CriuConfigError> {
+        let bytes = std::fs::read(path).map_err(|source| CriuConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let before = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            CriuConfigError::Syntax {
+                path: path.to_path_buf(),
+                line: before.iter().filter(|b| **b == b'\n').count() + 1,
+                reason: "not UTF-8 text".into(),
+            }
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Check the text of a config file read from `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<CriuConfig, CriuConfigError> {
+        let mut options = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let syntax = |reason: &str| CriuConfigError::Syntax {
+                path: path.to_path_buf(),
+                line: index + 1,
+                reason: reason.to_owned(),
+            };
+            let Some(option) = parse_line(line).map_err(syntax)? else {
+                continue;
+            };
+            if let Some(m) = managed(&option.name) {
+                return Err(CriuConfigError::Managed {
+                    path: path.to_path_buf(),
+                    line: index + 1,
+                    option: option.name,
+                    instead: m.instead,
+                });
+            }
+            options.push(option);
+        }
+        Ok(CriuConfig {
+            path: path.to_path_buf(),
+            options,
+        })
+    }
+
+    /// The options as a CRIU config file, one per line.
+    pub fn to_text(&self) -> String {
+        self.options.iter().map(|o| o.to_line() + "\n").collect()
+    }
+
+    /// The options in a sealed in-memory file, for CRIU to read.
+    pub fn handover(&self) -> Result<ConfigHandover, CriuConfigError> {
+        let handover_error = |source: io::Error| CriuConfigError::Handover {
+            path: self.path.clone(),
+            source,
+        };
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let fd = memfd_create(
+            c"gpucr-criu-config",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )
+        .map_err(|e| handover_error(e.into()))?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(self.to_text().as_bytes())
+            .map_err(handover_error)?;
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        let seals = SealFlag::F_SEAL_SEAL
+            | SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_WRITE;
+        fcntl(&file, FcntlArg::F_ADD_SEALS(seals)).map_err(|e| handover_error(e.into()))?;
+        Ok(ConfigHandover { fd: file.into() })
+    }
+}
+
+/// The checked options in a sealed memfd. CRIU inherits it at the same number (see
+/// [`crate::criu::start_criu`]'s `inherit`) and reads it as [`ConfigHandover::criu_path`].
+#[derive(Debug)]
+pub struct ConfigHandover {
+    fd: OwnedFd,
+}
+
+impl ConfigHandover {
+    /// The descriptor CRIU must inherit.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The path of the options in CRIU's process (RPC `config_file`).
+    pub fn criu_path(&self) -> String {
+        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
+    }
+}
+
+/// One line of a config file, read as CRIU 4.2's `parse_statement` reads it: `None` for
+/// a blank or comment line, the option otherwise; a line CRIU would refuse or misread is
+/// an error.
+fn parse_line(line: &str) -> Result<Option<CriuOption>, &'static str> {
+    let line = line.trim_start();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    // CRIU splits the name at the first space (at a tab only when there is no space).
+    let split = line.find(' ').or_else(|| line.find('\t'));
+    let (word, rest) = match split {
+        Some(at) => (&line[..at], &line[at + 1..]),
+        None => (line, ""),
+    };
+    // getopt_long also reads `--name=value`.
+    let (name, inline_value) = match word.split_once('=') {
+        Some((name, value)) => (name, Some(value)),
+        None => (word, None),
+    };
+    if name.starts_with('-') {
+        return Err("write the option's long name without dashes (CRIU adds them)");
+    }
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err("an option name is CRIU's long name: lower-case letters, digits and dashes");
+    }
+    let rest = rest.trim_start();
+    let value = match (inline_value, rest) {
+        (Some(_), r) if !r.is_empty() && !r.starts_with('#') => {
+            return Err("an option has at most one value")
+        }
+        (Some(v), _) => {
+            if v.contains(['#', '"']) {
+                return Err("write a value with `#` or `\"` in double quotes, after a space");
+            }
+            Some(v.to_owned())
+        }
+        (None, "") => None,
+        (None, r) if r.starts_with('#') => None,
+        (None, r) if r.starts_with('"') => Some(quoted(&r[1..])?),
+        (None, r) => {
+            let value = r.split('#').next().unwrap_or_default().trim_end();
+            if value.contains(char::is_whitespace) {
+                return Err("an option has at most one value (quote a value with spaces)");
+            }
+            if value.contains('"') {
+                return Err("a value with `\"` must be quoted as a whole");
+            }
+            Some(value.to_owned())
+        }
+    };
+    Ok(Some(CriuOption {
+        name: name.to_owned(),
+        value,
+    }))
+}
+
+/// The value of a quoted string whose opening quote has been read: up to the next `"`
+/// not escaped as `\"`, followed by nothing but blanks or a comment.
+fn quoted(text: &str) -> Result<String, &'static str> {
+    let mut value = String::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '\\' if chars.peek().is_some_and(|(_, next)| *next == '"') => {
+                chars.next();
+                value.push('"');
+            }
+            '"' => {
+                let after = text[at + 1..].trim_start();
+                if !after.is_empty() && !after.starts_with('#') {
+                    return Err("nothing but a comment may follow a quoted value");
+                }
+                if value.contains('#') {
+                    // CRIU cuts every value at its first `#`, quoted or not.
+                    return Err("CRIU cuts a value at `#`, even in quotes");
+                }
+                return Ok(value);
+            }
+            c => value.push(c),
+        }
+    }
+    Err("a quoted value has no closing `\"`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<CriuConfig, CriuConfigError> {
+        CriuConfig::parse(Path::new("/etc/x.conf"), text)
+    }
+
+    fn option(name: &str, value: Option<&str>) -> CriuOption {
+        CriuOption {
+            name: name.into(),
+            value: value.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn reads_criu_syntax() {
+        let config = parse(
+            "# a comment\n\
+             \n\
+             \x20  tcp-close\n\
+             ghost-limit 8M   # bigger ghosts\n\
+             lsm-profile \"selinux:a b\"\n\
+             external \"mnt[]:\\\"x\\\"\"\n\
+             manage-cgroups=full\n\
+             skip-in-flight # a boolean\n\
+             verbosity\t4\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.options,
+            vec![
+                option("tcp-close", None),
+                option("ghost-limit", Some("8M")),
+                option("lsm-profile", Some("selinux:a b")),
+                option("external", Some("mnt[]:\"x\"")),
+                option("manage-cgroups", Some("full")),
+                option("skip-in-flight", None),
+                option("verbosity", Some("4")),
+            ]
+        );
+    }
+
+    #[test]
+    fn what_it_hands_to_criu_reads_back_the_same() {
+        let config = parse(
+            "ghost-limit 8M\nlsm-profile \"a b\"\nexternal \"x\\\"y\"\ncgroup-root \"\"\ntcp-close\n",
+        )
+        .unwrap();
+        let again = parse(&config.to_text()).unwrap();
+        assert_eq!(again.options, config.options);
+    }
+
+    #[test]
+    fn lines_criu_would_refuse_or_misread_name_their_line() {
+        for (text, line) in [
+            ("tcp-close\n--ghost-limit 8M\n", 2),
+            ("ghost-limit 8M 9M\n", 1),
+            ("\n\nlsm-profile \"unclosed\n", 3),
+            ("lsm-profile \"a\" b\n", 1),
+            ("external \"mnt[#]\"\n", 1),
+            ("Ghost-Limit 8M\n", 1),
+            ("ghost-limit=8M 9M\n", 1),
+            ("external a\"b\n", 1),
+        ] {
+            match parse(text) {
+                Err(CriuConfigError::Syntax { line: l, path, .. }) => {
+                    assert_eq!(
+                        (l, path.as_path()),
+                        (line, Path::new("/etc/x.conf")),
+                        "{text:?}"
+                    )
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn options_gpucr_sets_are_refused_with_what_to_use_instead() {
+        for (text, option) in [
+            ("leave-running\n", "leave-running"),
+            ("ghost-limit 1M\nimages-dir /tmp\n", "images-dir"),
+            ("log-file x.log\n", "log-file"),
+            ("tcp-established\n", "tcp-established"),
+            ("network-lock skip\n", "network-lock"),
+            // getopt_long's abbreviations and boolean negations reach the same options.
+            ("leave-r\n", "leave-r"),
+            ("no-restore-sibling\n", "no-restore-sibling"),
+            ("no-page-s\n", "no-page-s"),
+            ("prev-images-dir=../parent\n", "prev-images-dir"),
+        ] {
+            match parse(text) {
+                Err(e @ CriuConfigError::Managed { .. }) => {
+                    let CriuConfigError::Managed { option: o, .. } = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(o, option);
+                    assert!(e.to_string().contains("is set by gpucr"), "{e}");
+                }
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+        let e = parse("tcp-established\n").unwrap_err().to_string();
+        assert!(
+            e.contains("/etc/x.conf, line 1") && e.contains("flag of the same name"),
+            "{e}"
+        );
+    }
+
+    /// Every long option of CRIU 4.2.1 (criu/config.c), each boolean with its `no-`
+    /// form: the managed ones are refused, and no other one is caught by the prefix rule.
+    #[test]
+    fn every_criu_option_is_either_managed_or_passed_on() {
+        let booleans = [
+            "restore-detached",
+            "restore-sibling",
+            "daemon",
+            "log-pid",
+            "evasive-devices",
+            "shell-job",
+            "file-locks",
+            "page-server",
+            "track-mem",
+            "auto-dedup",
+            "force-irmap",
+            "extra",
+            "experimental",
+            "deprecated",
+            "display-stats",
+            "weak-sysctls",
+            "stream",
+            "tls",
+            "skip-file-rwx-check",
+            "mntns-compat-mode",
+            "unprivileged",
+            "ghost-fiemap",
+            "allow-uprobes",
+        ];
+        let others = [
+            "tree",
+            "leave-stopped",
+            "leave-running",
+            "images-dir",
+            "work-dir",
+            "log-file",
+            "join-ns",
+            "root",
+            "help",
+            "close",
+            "version",
+            "pidfile",
+            "veth-pair",
+            "action-script",
+            "address",
+            "port",
+            "prev-images-dir",
+            "ms",
+            "libdir",
+            "cpu-cap",
+            "ext-mount-map",
+            "exec-cmd",
+            "manage-cgroups",
+            "cgroup-root",
+            "inherit-fd",
+            "feature",
+            "skip-mnt",
+            "enable-fs",
+            "enable-external-sharing",
+            "enable-external-masters",
+            "freeze-cgroup",
+            "ghost-limit",
+            "irmap-scan-path",
+            "lsm-profile",
+            "timeout",
+            "external",
+            "empty-ns",
+            "lazy-pages",
+            "all",
+            "cgroup-props",
+            "cgroup-props-file",
+            "cgroup-dump-controller",
+            "status-fd",
+            "verbosity",
+            "ps-socket",
+            "config",
+            "no-default-config",
+            "tls-cacert",
+            "tls-cacrl",
+            "tls-cert",
+            "tls-key",
+            "tls-no-cn-verify",
+            "cgroup-yard",
+            "pre-dump-mode",
+            "file-validation",
+            "lsm-mount-context",
+            "network-lock",
+            "tcp-established",
+            "skip-in-flight",
+            "tcp-close",
+            "ext-unix-sk",
+            "link-remap",
+        ];
+        let passed_on = [
+            "evasive-devices",
+            "force-irmap",
+            "extra",
+            "experimental",
+            "deprecated",
+            "display-stats",
+            "weak-sysctls",
+            "tls",
+            "skip-file-rwx-check",
+            "mntns-compat-mode",
+            "unprivileged",
+            "ghost-fiemap",
+            "allow-uprobes",
+            "join-ns",
+            "close",
+            "veth-pair",
+            "action-script",
+            "ms",
+            "cpu-cap",
+            "ext-mount-map",
+            "manage-cgroups",
+            "cgroup-root",
+            "feature",
+            "skip-mnt",
+            "enable-fs",
+            "enable-external-sharing",
+            "enable-external-masters",
+            "freeze-cgroup",
+            "ghost-limit",
+            "irmap-scan-path",
+            "lsm-profile",
+            "external",
+            "empty-ns",
+            "all",
+            "cgroup-props",
+            "cgroup-props-file",
+            "cgroup-dump-controller",
+            "verbosity",
+            "tls-cacert",
+            "tls-cacrl",
+            "tls-cert",
+            "tls-key",
+            "tls-no-cn-verify",
+            "cgroup-yard",
+            "file-validation",
+            "lsm-mount-context",
+            "skip-in-flight",
+            "tcp-close",
+            "link-remap",
+        ];
+        for name in booleans.iter().chain(&others) {
+            let expected = !passed_on.contains(name);
+            assert_eq!(managed(name).is_some(), expected, "{name}");
+            if booleans.contains(name) {
+                assert_eq!(
+                    managed(&format!("no-{name}")).is_some(),
+                    expected,
+                    "no-{name}"
+                );
+            }
+        }
+        assert!(MANAGED
+            .iter()
+            .all(|m| others.contains(&m.name) || booleans.contains(&m.name)));
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let e = CriuConfig::read(Path::new("/nonexistent/criu.conf")).unwrap_err();
+        assert!(matches!(e, CriuConfigError::Read { .. }));
+        assert!(e.to_string().contains("/nonexistent/criu.conf"), "{e}");
+    }
+
+    #[test]
+    fn criu_reads_the_handed_over_options_through_proc() {
+        let config = parse("ghost-limit 8M\ntcp-close\n").unwrap();
+        let handover = config.handover().unwrap();
+        let path = format!("/proc/self/fd/{}", handover.fd().as_raw_fd());
+        assert_eq!(handover.criu_path(), path);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "ghost-limit 8M\ntcp-close\n"
+        );
+        // Sealed: nothing can change what CRIU will read.
+        let reopened = std::fs::OpenOptions::new().write(true).open(&path);
+        let write = reopened.and_then(|mut f| f.write_all(b"x"));
+        assert!(write.is_err());
+    }
+}
