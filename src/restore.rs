@@ -304,6 +304,8 @@ pub fn restore(
         let threads = verify::default_threads().saturating_sub(1).max(1);
         let stop = stop_verifying.clone();
         std::thread::spawn(move || {
+            // Slack until post-restore: it takes the cycles CRIU leaves (`niceness`).
+            let _ = crate::niceness::run_in_background();
             verify::verify_files_until(&dir, &manifest, threads, Scope::BulkFiles, &stop)
         })
     });

@@ -105,7 +105,12 @@ impl Follower {
         let (wake, woken) = mpsc::channel();
         let handle = std::thread::Builder::new()
             .name("gpucr-follow".into())
-            .spawn(move || follow(&dir, select, &flag, &count, &woken))
+            .spawn(move || {
+                // Hashing behind CRIU has slack until CRIU is done: on a machine with
+                // few cores it takes the cycles CRIU leaves (see `niceness`).
+                let _ = crate::niceness::run_in_background();
+                follow(&dir, select, &flag, &count, &woken)
+            })
             .ok();
         Follower {
             stop,
