@@ -136,4 +136,12 @@ for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
         m = statistics.median(t)
         print(f"{name:>14}: median {m*1000:8.1f} ms  (min {min(t)*1000:.1f}, "
               f"max {max(t)*1000:.1f}, n={len(t)})  ratio {m/ref:.3f}")
+    # Each round ran both tools back to back: the ratio within a round is free of the
+    # machine's drift between rounds.
+    gpucr = times[base.replace("criu", "gpucr")]
+    paired = sorted(g / c for g, c in zip(gpucr, times[base]))
+    if len(paired) >= 4:
+        q = statistics.quantiles(paired, n=4)
+        print(f"{'':>14}  per round: median ratio {statistics.median(paired):.3f} "
+              f"(quartiles {q[0]:.3f}-{q[2]:.3f})")
 PY
