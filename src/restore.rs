@@ -89,6 +89,15 @@ pub enum RestoreError {
     Criu(#[from] CriuError),
     #[error(transparent)]
     CriuConfig(#[from] CriuConfigError),
+    #[error(
+        "{error}\n  the dump took CRIU options from {file} ({options}); a restore does not \
+         reuse them: give it those it needs with --criu-config"
+    )]
+    CriuAfterConfiguredDump {
+        error: Box<CriuError>,
+        file: String,
+        options: String,
+    },
     #[error("{}: option {field} has the unknown value {value:?}", .manifest.display())]
     BadOption {
         manifest: PathBuf,
@@ -182,6 +191,7 @@ impl ExitCode for RestoreError {
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::CriuConfig(e) => e.exit_code(),
+            RestoreError::CriuAfterConfiguredDump { error, .. } => error.exit_code(),
             RestoreError::PidTaken { source, .. } => source.exit_code(),
             RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
@@ -490,7 +500,19 @@ pub fn restore(
             return Err(RestoreError::Helper(Box::new(error)));
         }
     }
-    let pid = result.map_err(pid_taken)?;
+    let pid = result.map_err(|error| {
+        match (pid_taken(error), &manifest.options.criu_config) {
+            // CRIU failing where the dump had options of its own: those may be why.
+            (RestoreError::Criu(error), Some(dumped)) if opts.criu_config.is_none() => {
+                RestoreError::CriuAfterConfiguredDump {
+                    error: Box::new(error),
+                    file: dumped.file.clone(),
+                    options: dumped.options.join("; "),
+                }
+            }
+            (other, _) => other,
+        }
+    })?;
     swrk.finish()?;
     progress.event("criu-done", "restored");
     let gpu = match gpu {

@@ -297,6 +297,19 @@ fn criu_config_passes_options_gpucr_has_no_flag_for() {
     assert!(tree.last("parent").healthy());
     drop(restored);
 
+    // The journals grew since the dump, which CRIU refuses; the error recalls the
+    // dump's own options, which a restore does not reuse.
+    let out = gpucr(&["restore", image.to_str().unwrap()]);
+    assert_fails_with(&out, 5, "criu restore failed");
+    assert!(
+        stderr(&out).contains(&format!(
+            "the dump took CRIU options from {} (ghost-limit 8M)",
+            config.display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+
     copy_files(&snapshot, &state);
     let close = tmp.path().join("close.conf");
     fs::write(&close, "tcp-close\n").unwrap();
