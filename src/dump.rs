@@ -322,6 +322,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             file: c.path.display().to_string(),
             options: c.options.iter().map(|o| o.to_line()).collect(),
         }),
+        set_by_engine: false,
     };
     let gpu_facts = match (topology.take(), &gpu_manifest) {
         (Some(topology), Some(g)) => Some((topology, g)),

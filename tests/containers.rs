@@ -487,9 +487,17 @@ fn gpu_container_round_trip_in_engine_mode() {
         "{members:?}"
     );
     assert_eq!(report["gpu"]["recorded"], true, "{}", report["gpu"]);
+    // podman chose CRIU's options; the manifest does not pretend to record them.
+    assert_eq!(report["image"]["options"]["set_by_engine"], true);
     let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
     assert_success(&out);
     assert!(stdout(&out).contains("intact"), "{}", stdout(&out));
+    let out = gpucr(&["inspect", archive.to_str().unwrap()]);
+    assert!(
+        stdout(&out).contains("Options: the container engine's"),
+        "{}",
+        stdout(&out)
+    );
 
     let out = c.restore(&archive);
     assert!(

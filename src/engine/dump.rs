@@ -157,5 +157,6 @@ fn engine_options() -> manifest::DumpOptions {
         network_lock: "iptables".into(),
         mount_namespace: true,
         criu_config: None,
+        set_by_engine: true,
     }
 }

@@ -164,6 +164,11 @@ pub struct DumpOptions {
     /// The CRIU options `--criu-config` gave the dump (absent when none were given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub criu_config: Option<CriuConfigRecord>,
+    /// The dump ran in a container engine's CRIU (engine mode): the engine chose CRIU's
+    /// options and restores with its own, so the fields above are CRIU's defaults, not
+    /// a record (absent, read as false, for `gpucr dump`'s images).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub set_by_engine: bool,
 }
 
 /// CRIU options a dump took from a `--criu-config` file. A restore does not reuse them:

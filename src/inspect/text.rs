@@ -235,6 +235,10 @@ fn summary(root: &mut Node, r: &Report) {
 /// "Options: ..." (the CRIU options the dump was made with) and, below it, the
 /// options of its `--criu-config` file.
 fn dump_options(root: &mut Node, o: &crate::image::manifest::DumpOptions) {
+    if o.set_by_engine {
+        root.leaf("Options: the container engine's (its CRIU was configured by the engine)");
+        return;
+    }
     let mut words: Vec<String> = [
         (o.leave_running, "leave-running"),
         (o.tcp_established, "tcp-established"),
