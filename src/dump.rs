@@ -299,7 +299,9 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
                 running,
             });
         }
-        let running = match disk_full_hint(&opts.dir).or_else(|| criu_option_hint(&error)) {
+        let running = match disk_full_hint(&opts.dir)
+            .or_else(|| crate::criu::advice_for(&error.to_string()))
+        {
             Some(hint) => format!("{}; {hint}", running()),
             None => running(),
         };
@@ -453,18 +455,6 @@ fn disk_full_hint(dir: &Path) -> Option<String> {
             "the file system holding {} is full (No space left on device)",
             dir.display()
         )
-    })
-}
-
-/// What to put in a `--criu-config` file for a CRIU failure that a CRIU option gpucr
-/// has no flag for overcomes.
-fn criu_option_hint(error: &CriuError) -> Option<String> {
-    let text = error.to_string();
-    text.contains("Can't dump ghost file").then(|| {
-        "the tree holds a deleted file larger than CRIU's ghost-limit (1 MiB): to dump it \
-         with the image, give a file with the line `ghost-limit SIZE` (e.g. `ghost-limit \
-         64M`) with --criu-config"
-            .to_owned()
     })
 }
 

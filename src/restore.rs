@@ -89,14 +89,11 @@ pub enum RestoreError {
     Criu(#[from] CriuError),
     #[error(transparent)]
     CriuConfig(#[from] CriuConfigError),
-    #[error(
-        "{error}\n  the dump took CRIU options from {file} ({options}); a restore does not \
-         reuse them: give it those it needs with --criu-config"
-    )]
-    CriuAfterConfiguredDump {
+    #[error("{error}\n  {advice}")]
+    CriuAdvised {
         error: Box<CriuError>,
-        file: String,
-        options: String,
+        /// What may overcome the failure (see [`advise`]).
+        advice: String,
     },
     #[error("{}: option {field} has the unknown value {value:?}", .manifest.display())]
     BadOption {
@@ -159,6 +156,33 @@ fn pid_taken(error: CriuError) -> RestoreError {
     }
 }
 
+/// A failed CRIU restore, with advice where a CRIU option may overcome it: one CRIU's
+/// message names, or, when this restore was given none (`configured` false), the ones
+/// the dump took from its `--criu-config` file, which a restore does not reuse.
+fn advise(error: CriuError, manifest: &Manifest, configured: bool) -> RestoreError {
+    let text = error.to_string();
+    let advice = crate::criu::advice_for(&text).or_else(|| {
+        let dumped = manifest
+            .options
+            .criu_config
+            .as_ref()
+            .filter(|_| !configured)?;
+        Some(format!(
+            "the dump took CRIU options from {} ({}); a restore does not reuse them: give \
+             it those it needs with --criu-config",
+            dumped.file,
+            dumped.options.join("; ")
+        ))
+    });
+    match advice {
+        Some(advice) => RestoreError::CriuAdvised {
+            error: Box::new(error),
+            advice,
+        },
+        None => RestoreError::Criu(error),
+    }
+}
+
 /// What holds `pid` now, for a message: its command name and state.
 fn pid_holder(pid: i32) -> String {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -191,7 +215,7 @@ impl ExitCode for RestoreError {
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::CriuConfig(e) => e.exit_code(),
-            RestoreError::CriuAfterConfiguredDump { error, .. } => error.exit_code(),
+            RestoreError::CriuAdvised { error, .. } => error.exit_code(),
             RestoreError::PidTaken { source, .. } => source.exit_code(),
             RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
@@ -500,18 +524,9 @@ pub fn restore(
             return Err(RestoreError::Helper(Box::new(error)));
         }
     }
-    let pid = result.map_err(|error| {
-        match (pid_taken(error), &manifest.options.criu_config) {
-            // CRIU failing where the dump had options of its own: those may be why.
-            (RestoreError::Criu(error), Some(dumped)) if opts.criu_config.is_none() => {
-                RestoreError::CriuAfterConfiguredDump {
-                    error: Box::new(error),
-                    file: dumped.file.clone(),
-                    options: dumped.options.join("; "),
-                }
-            }
-            (other, _) => other,
-        }
+    let pid = result.map_err(|error| match pid_taken(error) {
+        RestoreError::Criu(error) => advise(error, &manifest, opts.criu_config.is_some()),
+        other => other,
     })?;
     swrk.finish()?;
     progress.event("criu-done", "restored");

@@ -164,6 +164,40 @@ const MANAGED: &[(&str, &str)] = &[
     ("version", "not an option of a dump or restore"),
 ];
 
+/// CRIU failures that an option gpucr has no flag for overcomes: a fragment of CRIU's
+/// message, and the line to put in a `--criu-config` file, with why.
+const ADVICE: &[(&str, &str)] = &[
+    (
+        "Can't dump ghost file",
+        "`ghost-limit SIZE` (e.g. `ghost-limit 64M`): the tree holds a deleted file larger \
+         than CRIU's ghost-limit (1 MiB), whose contents go into the image",
+    ),
+    (
+        "Use link-remap option",
+        "`link-remap`: the tree holds a file whose last name was removed, which CRIU can \
+         keep with a temporary hard link",
+    ),
+    (
+        "In-flight connections can be ignored",
+        "`skip-in-flight`: a listening socket has connections not yet accepted, which \
+         CRIU can leave out",
+    ),
+    (
+        "Need to set the --tcp-close",
+        "`tcp-close`: the image was dumped with tcp-close, and its TCP connections are \
+         restored closed only with it",
+    ),
+];
+
+/// What to put in a `--criu-config` file for a CRIU failure such an option overcomes
+/// (`failure` is CRIU's error, with the tail of its log).
+pub fn advice_for(failure: &str) -> Option<String> {
+    ADVICE
+        .iter()
+        .find(|(fragment, _)| failure.contains(fragment))
+        .map(|(_, line)| format!("a file given with --criu-config may hold the line {line}"))
+}
+
 /// The managed option `name` would select in CRIU, if any. CRIU reads its options with
 /// getopt_long, which takes any unambiguous prefix of a long name and, for a boolean
 /// option, its `no-` form as well: a prefix of a managed name (or of its `no-` form) is
@@ -513,6 +547,21 @@ mod tests {
             "manage-cgroups",
         ] {
             assert!(managed(passed).is_none(), "{passed}");
+        }
+    }
+
+    #[test]
+    fn criu_failures_an_option_overcomes_get_advice_naming_an_allowed_option() {
+        let advice = advice_for("Error (criu/files-reg.c:1031): Can't dump ghost file /x of 3145728 size, increase limit").unwrap();
+        assert!(advice.contains("`ghost-limit SIZE`"), "{advice}");
+        assert_eq!(advice_for("Error: Dumping FAILED."), None);
+        for (_, line) in ADVICE {
+            let name = line
+                .trim_start_matches('`')
+                .split(['`', ' '])
+                .next()
+                .unwrap();
+            assert!(managed(name).is_none(), "{name} would be refused");
         }
     }
 
