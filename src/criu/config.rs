@@ -18,7 +18,7 @@
 //! `manage-cgroups`, `skip-in-flight`, ...) goes to CRIU as written, through a sealed
 //! in-memory copy that CRIU reads as `/proc/self/fd/N`.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -64,6 +64,9 @@ impl ExitCode for CriuConfigError {
         }
     }
 }
+
+/// The largest config file read (CRIU's own are a few lines).
+const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// One option of a config file: CRIU's long name and its value, if it has one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,10 +217,27 @@ fn managed(name: &str) -> Option<&'static (&'static str, &'static str)> {
 impl CriuConfig {
     /// Read and check `path`.
     pub fn read(path: &Path) -> Result<CriuConfig, CriuConfigError> {
-        let bytes = std::fs::read(path).map_err(|source| CriuConfigError::Read {
+        let read_error = |source| CriuConfigError::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        // A FIFO or a device would block or never end: only a regular file of a sane
+        // size is read.
+        let file = gpucr_criu_image::store::open_regular(path).map_err(read_error)?;
+        let mut bytes = Vec::new();
+        (&file)
+            .take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(read_error(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "larger than {} KiB: not a CRIU config file",
+                    MAX_FILE_BYTES >> 10
+                ),
+            )));
+        }
         let text = String::from_utf8(bytes).map_err(|e| {
             let before = &e.as_bytes()[..e.utf8_error().valid_up_to()];
             CriuConfigError::Syntax {
@@ -570,6 +590,33 @@ mod tests {
         let e = CriuConfig::read(Path::new("/nonexistent/criu.conf")).unwrap_err();
         assert!(matches!(e, CriuConfigError::Read { .. }));
         assert!(e.to_string().contains("/nonexistent/criu.conf"), "{e}");
+    }
+
+    #[test]
+    fn what_is_no_config_file_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(
+            &fifo,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        for (path, why) in [
+            (fifo.as_path(), "FIFO"),
+            (Path::new("/dev/zero"), "not a regular file"),
+            (dir.path(), "directory"),
+        ] {
+            let e = CriuConfig::read(path).unwrap_err();
+            let text = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+            assert!(text.contains(why), "{text}");
+        }
+        let big = dir.path().join("big.conf");
+        std::fs::write(&big, "# x\n".repeat(300_000)).unwrap();
+        let e = CriuConfig::read(&big).unwrap_err();
+        assert!(std::error::Error::source(&e)
+            .unwrap()
+            .to_string()
+            .contains("larger than 1024 KiB"));
     }
 
     #[test]
