@@ -292,6 +292,7 @@ fn summary_stats_gpu_and_mounts() {
     for needle in [
         "Complete: yes",
         "CRIU 4.",
+        "Options: tcp-established, network lock ",
         "Backend: none",
         "CPU memory pages: ",
         "Process tree",
@@ -336,6 +337,8 @@ fn summary_stats_gpu_and_mounts() {
         .sum();
     assert_eq!(report["image"]["sizes"]["cpu_pages"], pages);
     assert_eq!(report["image"]["complete"], true);
+    assert_eq!(report["image"]["options"]["tcp_established"], true);
+    assert!(report["image"]["options"].get("criu_config").is_none());
     assert_eq!(report["errors"], serde_json::json!([]));
 }
 
