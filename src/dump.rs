@@ -153,13 +153,18 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     };
     let env = session.as_ref().map(Session::criu_env).unwrap_or_default();
     let handover = criu_config.as_ref().map(CriuConfig::handover).transpose()?;
-    let mut inherit = session
+    let inherit = session
         .as_ref()
         .map(Session::criu_inherit)
         .unwrap_or_default();
-    inherit.extend(handover.as_ref().map(ConfigHandover::fd));
-    let (mut swrk, version) = start_criu(opts.criu.as_deref(), &env, &inherit, progress)
-        .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
+    let (mut swrk, version) = start_criu(
+        opts.criu.as_deref(),
+        &env,
+        &inherit,
+        handover.as_ref(),
+        progress,
+    )
+    .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
     let gpu = match (backend, session) {
         (Some(backend), Some(session)) => {

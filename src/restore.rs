@@ -377,12 +377,17 @@ pub fn restore(
         .map(|(_, _, s)| s.criu_env())
         .unwrap_or_default();
     let handover = criu_config.as_ref().map(CriuConfig::handover).transpose()?;
-    let mut inherit = gpu_setup
+    let inherit = gpu_setup
         .as_ref()
         .map(|(_, _, s)| s.criu_inherit())
         .unwrap_or_default();
-    inherit.extend(handover.as_ref().map(ConfigHandover::fd));
-    let (mut swrk, _) = start_criu(opts.criu.as_deref(), &env, &inherit, progress)?;
+    let (mut swrk, _) = start_criu(
+        opts.criu.as_deref(),
+        &env,
+        &inherit,
+        handover.as_ref(),
+        progress,
+    )?;
     drop(inherit);
     let inherit_fds: Vec<(String, i32)> = gpu_setup
         .as_ref()

@@ -88,6 +88,65 @@ fn dump_into_a_non_empty_dir_is_refused() {
     assert_eq!(fs::read(tmp.path().join("keep.txt")).unwrap(), b"mine");
 }
 
+/// CRIU's own config files are not read by the CRIU gpucr runs (these would send the
+/// pages to a page server and CRIU's log elsewhere): the dump works, and a note names
+/// them; with --criu-config there is no note.
+#[test]
+fn criu_default_config_files_are_not_read() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    fs::create_dir_all(home.join(".criu")).unwrap();
+    let user = home.join(".criu/default.conf");
+    fs::write(&user, "work-dir /nonexistent\n").unwrap();
+    let named = tmp.path().join("env.conf");
+    fs::write(&named, "page-server\naddress 127.0.0.1\nport 1\n").unwrap();
+    let env = [
+        ("HOME", home.to_str().unwrap()),
+        ("CRIU_CONFIG_FILE", named.to_str().unwrap()),
+    ];
+    let sleeper = Sleeper::start();
+    let image = tmp.path().join("image");
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--shell-job",
+            &sleeper.pid(),
+            image.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_success(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "{}, {} are not read",
+            user.display(),
+            named.display()
+        )),
+        "{err}"
+    );
+    assert!(image.join("pages-1.img").exists() && image.join("dump.log").exists());
+
+    let sleeper = Sleeper::start();
+    let config = tmp.path().join("mine.conf");
+    fs::write(&config, "ghost-limit 2M\n").unwrap();
+    let image = tmp.path().join("image2");
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--shell-job",
+            "--criu-config",
+            config.to_str().unwrap(),
+            &sleeper.pid(),
+            image.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_success(&out);
+    assert!(!stderr(&out).contains("not read"), "{}", stderr(&out));
+}
+
 #[test]
 fn dump_into_a_dir_another_dump_holds_is_refused() {
     // `flock DIR CMD` holds the lock a running `gpucr dump` takes on its image directory.

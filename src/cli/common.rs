@@ -18,8 +18,9 @@ pub struct CriuArgs {
     /// leave-running, the network lock, tcp-established, page servers, ...) are refused
     /// with the flag to use instead. A dump records the options in the image (`gpucr
     /// inspect` shows them); a restore does not reuse them: give a restore the ones it
-    /// needs. CRIU's own config files (/etc/criu/default.conf, ~/.criu/default.conf,
-    /// CRIU_CONFIG_FILE) apply too, beneath every setting of gpucr's.
+    /// needs. The CRIU gpucr runs reads no other config file: not CRIU's own
+    /// (/etc/criu/default.conf, ~/.criu/default.conf, CRIU_CONFIG_FILE), which a note
+    /// names when one holds options.
     #[arg(long, value_name = "FILE", env = "GPUCR_CRIU_CONFIG")]
     pub criu_config: Option<PathBuf>,
 

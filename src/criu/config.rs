@@ -167,6 +167,48 @@ const MANAGED: &[(&str, &str)] = &[
     ("version", "not an option of a dump or restore"),
 ];
 
+/// The variable naming a config file every CRIU run reads (CRIU's own).
+pub const CRIU_CONFIG_ENV: &str = "CRIU_CONFIG_FILE";
+
+/// The config files CRIU reads by itself (criu(8)): the system's, the user's and the
+/// one `CRIU_CONFIG_FILE` names. The CRIU gpucr runs reads none of them.
+pub fn default_config_files() -> Vec<PathBuf> {
+    let mut files = vec![PathBuf::from("/etc/criu/default.conf")];
+    if let Some(home) = std::env::var_os("HOME") {
+        files.push(Path::new(&home).join(".criu/default.conf"));
+    }
+    if let Some(file) = std::env::var_os(CRIU_CONFIG_ENV) {
+        files.push(PathBuf::from(file));
+    }
+    files
+}
+
+/// A note for those of `files` that hold options, which the CRIU gpucr runs does not
+/// read (it would take them beneath gpucr's settings, unchecked); None when none does.
+pub fn unread_config_note(files: &[PathBuf]) -> Option<String> {
+    let with_options: Vec<String> = files
+        .iter()
+        .filter(|path| {
+            gpucr_criu_image::store::read_regular(path).is_ok_and(|bytes| {
+                String::from_utf8_lossy(&bytes)
+                    .lines()
+                    .any(|line| !matches!(parse_line(line), Ok(None)))
+            })
+        })
+        .map(|path| path.display().to_string())
+        .collect();
+    (!with_options.is_empty()).then(|| {
+        format!(
+            "CRIU's config {} not read by the CRIU gpucr runs: give the options it needs \
+             with --criu-config FILE (or GPUCR_CRIU_CONFIG), where gpucr checks them",
+            match with_options.as_slice() {
+                [one] => format!("file {one} is"),
+                many => format!("files {} are", many.join(", ")),
+            }
+        )
+    })
+}
+
 /// CRIU failures that an option gpucr has no flag for overcomes: a fragment of CRIU's
 /// message, and the line to put in a `--criu-config` file, with why.
 const ADVICE: &[(&str, &str)] = &[
@@ -583,6 +625,29 @@ mod tests {
                 .unwrap();
             assert!(managed(name).is_none(), "{name} would be refused");
         }
+    }
+
+    #[test]
+    fn config_files_with_options_are_named_as_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let (empty, set, missing) = (
+            dir.path().join("empty.conf"),
+            dir.path().join("set.conf"),
+            dir.path().join("missing.conf"),
+        );
+        std::fs::write(&empty, "# nothing\n\n").unwrap();
+        std::fs::write(&set, "# one\ntcp-close\n").unwrap();
+        assert_eq!(unread_config_note(&[empty.clone(), missing.clone()]), None);
+        let note = unread_config_note(&[empty, set.clone(), missing]).unwrap();
+        assert!(
+            note.contains(&format!("file {} is not read", set.display())),
+            "{note}"
+        );
+        let note = unread_config_note(&[set.clone(), set]).unwrap();
+        assert!(
+            note.contains("files ") && note.contains(" are not read"),
+            "{note}"
+        );
     }
 
     #[test]

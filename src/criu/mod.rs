@@ -16,7 +16,10 @@ mod swrk;
 mod version;
 
 pub use binary::locate;
-pub use config::{advice_for, ConfigHandover, CriuConfig, CriuConfigError, CriuOption};
+pub use config::{
+    advice_for, default_config_files, unread_config_note, ConfigHandover, CriuConfig,
+    CriuConfigError, CriuOption,
+};
 pub use error::CriuError;
 pub use log_tail::{log_tail, plugin_failure};
 pub use request::{

@@ -6,19 +6,32 @@ use std::path::Path;
 
 use nix::sys::utsname::uname;
 
+use super::config::{default_config_files, unread_config_note, ConfigHandover};
 use super::{check_supported, locate, CriuError, CriuVersion, Swrk};
 use crate::progress::Progress;
 
-/// Start `criu swrk` with `env` and the `inherit`ed descriptors, check its version and
-/// print the socket warning where it applies.
+/// Start `criu swrk` with `env`, the `inherit`ed descriptors and the checked options of
+/// `--criu-config` (`config`), check its version and print the socket warning where it
+/// applies. Without `config`, a note names CRIU's own config files that hold options:
+/// the CRIU gpucr runs does not read them.
 pub fn start_criu(
     explicit: Option<&Path>,
     env: &[(OsString, OsString)],
     inherit: &[BorrowedFd<'_>],
+    config: Option<&ConfigHandover>,
     progress: &mut Progress,
 ) -> Result<(Swrk, CriuVersion), CriuError> {
     let path = locate(explicit)?;
-    let mut swrk = Swrk::spawn(&path, env, inherit)?;
+    let mut fds = inherit.to_vec();
+    match config {
+        Some(config) => fds.push(config.fd()),
+        None => {
+            if let Some(note) = unread_config_note(&default_config_files()) {
+                progress.warn(&note);
+            }
+        }
+    }
+    let mut swrk = Swrk::spawn(&path, env, &fds)?;
     let version = swrk.version()?;
     let kernel = uname()
         .map(|u| u.release().to_string_lossy().into_owned())

@@ -58,8 +58,12 @@ impl Swrk {
         // A process group of its own: a terminal's Ctrl-C reaches gpucr, which makes
         // CRIU roll back cleanly (crate::interrupt), and never CRIU half-way through.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // CRIU's own config files are not read: every option CRIU gets comes from
+        // gpucr's request, checked (`--criu-config`; see `criu::config`).
         cmd.arg("swrk")
             .arg(theirs.as_raw_fd().to_string())
+            .arg("--no-default-config")
+            .env_remove(super::config::CRIU_CONFIG_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
