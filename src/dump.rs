@@ -363,7 +363,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
 
 /// Whether `pid` still runs, for the messages of a dump.
 fn liveness(pid: i32) -> String {
-    if target::exists(pid) {
+    if target::is_running(pid) {
         format!("pid {pid} is still running")
     } else {
         format!("pid {pid} is no longer running")

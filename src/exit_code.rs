@@ -16,8 +16,8 @@ pub const SUCCESS: u8 = 0;
 pub const FAILURE: u8 = 1;
 /// The command line is wrong: unknown flag, bad value, missing argument.
 pub const USAGE: u8 = 2;
-/// The target process does not exist, is a kernel thread, is gpucr itself, or may not be
-/// checkpointed by this user (needs root or CAP_CHECKPOINT_RESTORE).
+/// The target process does not exist, has exited, is a kernel thread, is gpucr itself,
+/// or may not be checkpointed by this user (needs root or CAP_CHECKPOINT_RESTORE).
 pub const TARGET: u8 = 3;
 /// CRIU cannot be used: not installed, not executable, too old, or it died or broke the
 /// RPC protocol.

@@ -21,6 +21,11 @@ pub enum TargetError {
     NotFound { pid: i32 },
     #[error("pid {pid}: {comm} is a kernel thread; only user processes can be checkpointed")]
     KernelThread { pid: i32, comm: String },
+    #[error(
+        "pid {pid}: {comm} has exited (a zombie its parent has not reaped): there is \
+         nothing to checkpoint"
+    )]
+    Exited { pid: i32, comm: String },
     #[error("pid {pid}: that is gpucr itself")]
     Itself { pid: i32 },
     #[error(
@@ -71,6 +76,9 @@ pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
     if flags & PF_KTHREAD != 0 {
         return Err(TargetError::KernelThread { pid, comm });
     }
+    if fields.first().is_some_and(|state| has_exited(state)) {
+        return Err(TargetError::Exited { pid, comm });
+    }
     let me = std::process::id() as i32;
     if pid == me {
         return Err(TargetError::Itself { pid });
@@ -92,9 +100,19 @@ pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
     Ok(TargetInfo { pid, comm, cmdline })
 }
 
-/// True while /proc/PID exists (a zombie counts as existing).
-pub fn exists(pid: i32) -> bool {
-    pid > 0 && proc_path(pid, "").exists()
+/// True while `pid` exists and has not exited (a zombie has).
+pub fn is_running(pid: i32) -> bool {
+    pid > 0
+        && fs::read_to_string(proc_path(pid, "stat")).is_ok_and(|stat| {
+            parse_stat(&stat)
+                .and_then(|(_, fields)| fields.first().map(|state| !has_exited(state)))
+                .unwrap_or(false)
+        })
+}
+
+/// A `/proc/PID/stat` state of a task that has exited: Z (zombie) or X (dead).
+fn has_exited(state: &str) -> bool {
+    matches!(state, "Z" | "X" | "x")
 }
 
 fn proc_path(pid: i32, name: &str) -> PathBuf {
@@ -193,6 +211,24 @@ mod tests {
                 Err(TargetError::Ancestor { .. })
             ));
         }
+    }
+
+    #[test]
+    fn a_zombie_has_exited_and_is_refused() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while is_running(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            proc_path(pid, "").exists() && !is_running(pid),
+            "a zombie exists but does not run"
+        );
+        assert!(matches!(validate(pid), Err(TargetError::Exited { .. })));
+        child.wait().unwrap();
+        assert!(!is_running(pid));
+        assert!(is_running(std::process::id() as i32));
     }
 
     #[test]
