@@ -274,10 +274,10 @@ fn criu_config_passes_options_gpucr_has_no_flag_for() {
     copy_files(&state, &snapshot);
     let recorded = &manifest_json(&image)["options"]["criu_config"];
     assert_eq!(recorded["file"], config.to_str().unwrap());
-    assert_eq!(recorded["options"], serde_json::json!(["ghost-limit 8M"]));
+    assert_eq!(recorded["options"], serde_json::json!(["ghost-limit=8M"]));
     let out = gpucr(&["inspect", image.to_str().unwrap()]);
     assert!(
-        stdout(&out).contains(&format!("CRIU config {}: ghost-limit 8M", config.display())),
+        stdout(&out).contains(&format!("CRIU config {}: ghost-limit=8M", config.display())),
         "{}",
         stdout(&out)
     );
@@ -303,7 +303,7 @@ fn criu_config_passes_options_gpucr_has_no_flag_for() {
     assert_fails_with(&out, 5, "criu restore failed");
     assert!(
         stderr(&out).contains(&format!(
-            "the dump took CRIU options from {} (ghost-limit 8M)",
+            "the dump took CRIU options from {} (ghost-limit=8M)",
             config.display()
         )),
         "{}",

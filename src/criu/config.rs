@@ -76,16 +76,34 @@ pub struct CriuOption {
 }
 
 impl CriuOption {
-    /// The option as one line of a CRIU config file (the value quoted when it must be).
+    /// The option as one line of a CRIU config file: `name=value`, which getopt reads
+    /// for every option (`name value` leaves the value behind for the options whose
+    /// value is optional: CRIU would read `manage-cgroups full` as `manage-cgroups`),
+    /// or `name "value"` for a value with blanks or quotes, which only options whose
+    /// value is required may have (see [`parse_line`]).
     pub fn to_line(&self) -> String {
         match &self.value {
             None => self.name.clone(),
-            Some(v) if v.is_empty() || v.contains([' ', '\t', '"']) => {
+            Some(v) if needs_quotes(v) => {
                 format!("{} \"{}\"", self.name, v.replace('"', "\\\""))
             }
-            Some(v) => format!("{} {v}", self.name),
+            Some(v) => format!("{}={v}", self.name),
         }
     }
+}
+
+/// A value CRIU reads only in double quotes.
+fn needs_quotes(value: &str) -> bool {
+    value.is_empty() || value.contains([' ', '\t', '"'])
+}
+
+/// CRIU 4.2's options whose value is optional (getopt's `optional_argument`): such a
+/// value must follow `=`, so it cannot be quoted.
+const OPTIONAL_VALUE: &[&str] = &["cpu-cap", "manage-cgroups"];
+
+/// True when `name` (or the option it abbreviates) takes an optional value.
+fn takes_optional_value(name: &str) -> bool {
+    OPTIONAL_VALUE.iter().any(|o| o.starts_with(name))
 }
 
 /// A checked `--criu-config` file.
@@ -161,6 +179,11 @@ const MANAGED: &[(&str, &str)] = &[
     ("ext-unix-sk", RECORDED),
     ("file-locks", RECORDED),
     ("timeout", "use `gpucr dump --timeout`"),
+    (
+        "verbosity",
+        "use `gpucr -v`, with which CRIU logs at debug level (CRIU takes no log level \
+         from an RPC config file)",
+    ),
     ("config", "give one file, with --criu-config"),
     ("no-default-config", "give one file, with --criu-config"),
     ("help", "not an option of a dump or restore"),
@@ -422,6 +445,9 @@ fn parse_line(line: &str) -> Result<Option<CriuOption>, &'static str> {
             Some(value.to_owned())
         }
     };
+    if value.as_deref().is_some_and(needs_quotes) && takes_optional_value(name) {
+        return Err("this option's value is optional, which CRIU reads only after `=`: it cannot be empty, quoted or hold blanks");
+    }
     Ok(Some(CriuOption {
         name: name.to_owned(),
         value,
@@ -482,7 +508,7 @@ mod tests {
              external \"mnt[]:\\\"x\\\"\"\n\
              manage-cgroups=full\n\
              skip-in-flight # a boolean\n\
-             verbosity\t4\n",
+             file-validation\tfilesize\n",
         )
         .unwrap();
         assert_eq!(
@@ -494,8 +520,21 @@ mod tests {
                 option("external", Some("mnt[]:\"x\"")),
                 option("manage-cgroups", Some("full")),
                 option("skip-in-flight", None),
-                option("verbosity", Some("4")),
+                option("file-validation", Some("filesize")),
             ]
+        );
+    }
+
+    /// CRIU would read `manage-cgroups full` as `manage-cgroups` (getopt leaves an
+    /// optional value behind unless it follows `=`): CRIU gets `manage-cgroups=full`.
+    #[test]
+    fn optional_values_reach_criu_after_an_equals_sign() {
+        let config =
+            parse("manage-cgroups full\ncpu-cap fpu\nghost-limit 8M\nlsm-profile \"a b\"\n")
+                .unwrap();
+        assert_eq!(
+            config.to_text(),
+            "manage-cgroups=full\ncpu-cap=fpu\nghost-limit=8M\nlsm-profile \"a b\"\n"
         );
     }
 
@@ -520,6 +559,8 @@ mod tests {
             ("Ghost-Limit 8M\n", 1),
             ("ghost-limit=8M 9M\n", 1),
             ("external a\"b\n", 1),
+            ("manage-cgroups \"a b\"\n", 1),
+            ("cpu-cap \"\"\n", 1),
         ] {
             match parse(text) {
                 Err(CriuConfigError::Syntax { line: l, path, .. }) => {
@@ -692,7 +733,7 @@ mod tests {
         assert_eq!(handover.criu_path(), path);
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
-            "ghost-limit 8M\ntcp-close\n"
+            "ghost-limit=8M\ntcp-close\n"
         );
         // Sealed: nothing can change what CRIU will read.
         let reopened = std::fs::OpenOptions::new().write(true).open(&path);
