@@ -9,8 +9,9 @@
 # writes to $OUT. Every command ends with its output durable (gpucr fsyncs its data files
 # and index; the baselines are followed by `sync FILE`), and the page cache is flushed
 # before each run. The commands run interleaved: RUNS rounds, each one hyperfine run of
-# every command, so that load from elsewhere on the machine hits all of them alike; the
-# table gives the median per command.
+# every command in an order that rotates from round to round, so that load from
+# elsewhere on the machine, and what the previous command left the disk doing, hit all
+# of them alike; the table gives the median per command.
 #
 # On a machine shared with other work (builds), the script runs in its own session whose
 # scheduler group gets nice $NICE (default -15; NICE=0 leaves it alone), so that the
@@ -55,8 +56,14 @@ for i in "${!cmds[@]}"; do
 done
 
 for round in $(seq "$RUNS"); do
+    # The order rotates from round to round: each command follows each other one
+    # alike (a command's write-back and the deletion of its output go on beneath the
+    # next one).
     args=()
-    for i in "${!cmds[@]}"; do args+=(-n "${names[$i]}" "${cmds[$i]}"); done
+    for k in "${!cmds[@]}"; do
+        i=$(( (k + round) % ${#cmds[@]} ))
+        args+=(-n "${names[$i]}" "${cmds[$i]}")
+    done
     hyperfine --runs 1 --style basic --prepare "rm -rf ${OUT:?}/*; sync" \
         --export-json "$results/round.$round.json" "${args[@]}"
 done
