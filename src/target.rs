@@ -103,7 +103,7 @@ pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
 /// True while `pid` exists and has not exited (a zombie has).
 pub fn is_running(pid: i32) -> bool {
     pid > 0
-        && fs::read_to_string(proc_path(pid, "stat")).is_ok_and(|stat| {
+        && read_proc(pid, "stat").is_ok_and(|stat| {
             parse_stat(&stat)
                 .and_then(|(_, fields)| fields.first().map(|state| !has_exited(state)))
                 .unwrap_or(false)

@@ -212,7 +212,7 @@ pub fn unread_config_note(files: &[PathBuf]) -> Option<String> {
     let with_options: Vec<String> = files
         .iter()
         .filter(|path| {
-            gpucr_criu_image::store::read_regular(path).is_ok_and(|bytes| {
+            read_bounded(path).is_ok_and(|bytes| {
                 String::from_utf8_lossy(&bytes)
                     .lines()
                     .any(|line| !matches!(parse_line(line), Ok(None)))
@@ -266,6 +266,24 @@ pub fn advice_for(failure: &str) -> Option<String> {
         .map(|(_, line)| format!("a file given with --criu-config may hold the line {line}"))
 }
 
+/// The bytes of a config file. A FIFO or a device would block or never end: only a
+/// regular file of at most [`MAX_FILE_BYTES`] is read.
+fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
+    let file = gpucr_criu_image::store::open_regular(path)?;
+    let mut bytes = Vec::new();
+    (&file).take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "larger than {} KiB: not a CRIU config file",
+                MAX_FILE_BYTES >> 10
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The managed option `name` would select in CRIU, if any. CRIU reads its options with
 /// getopt_long, which takes any unambiguous prefix of a long name and, for a boolean
 /// option, its `no-` form as well: a prefix of a managed name (or of its `no-` form) is
@@ -286,23 +304,7 @@ impl CriuConfig {
             path: path.to_path_buf(),
             source,
         };
-        // A FIFO or a device would block or never end: only a regular file of a sane
-        // size is read.
-        let file = gpucr_criu_image::store::open_regular(path).map_err(read_error)?;
-        let mut bytes = Vec::new();
-        (&file)
-            .take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_error)?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(read_error(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "larger than {} KiB: not a CRIU config file",
-                    MAX_FILE_BYTES >> 10
-                ),
-            )));
-        }
+        let bytes = read_bounded(path).map_err(read_error)?;
         let text = String::from_utf8(bytes).map_err(|e| {
             let before = &e.as_bytes()[..e.utf8_error().valid_up_to()];
             CriuConfigError::Syntax {

@@ -178,7 +178,7 @@ pub struct DumpOptions {
 pub struct CriuConfigRecord {
     /// The file as given.
     pub file: String,
-    /// Its options, one config-file line each ("ghost-limit 8M").
+    /// Its options, one config-file line each, as CRIU got them ("ghost-limit=8M").
     pub options: Vec<String>,
 }
 
