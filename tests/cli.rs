@@ -105,13 +105,16 @@ fn criu_default_config_files_are_not_read() {
         ("HOME", home.to_str().unwrap()),
         ("CRIU_CONFIG_FILE", named.to_str().unwrap()),
     ];
-    let sleeper = Sleeper::start();
+    // The target is a tree in its own PID namespace (a plain child of the test shares the
+    // test's session, whose leader is outside any namespace the test runs in).
+    let tree = Tree::start(&tmp.path().join("state"), &[]);
     let image = tmp.path().join("image");
     let out = gpucr_env(
         &[
             "dump",
-            "--shell-job",
-            &sleeper.pid(),
+            "--tcp-established",
+            "--leave-running",
+            &tree.pid.to_string(),
             image.to_str().unwrap(),
         ],
         &env,
@@ -128,17 +131,16 @@ fn criu_default_config_files_are_not_read() {
     );
     assert!(image.join("pages-1.img").exists() && image.join("dump.log").exists());
 
-    let sleeper = Sleeper::start();
     let config = tmp.path().join("mine.conf");
     fs::write(&config, "ghost-limit 2M\n").unwrap();
     let image = tmp.path().join("image2");
     let out = gpucr_env(
         &[
             "dump",
-            "--shell-job",
+            "--tcp-established",
             "--criu-config",
             config.to_str().unwrap(),
-            &sleeper.pid(),
+            &tree.pid.to_string(),
             image.to_str().unwrap(),
         ],
         &env,
