@@ -57,7 +57,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s V -l version -d 'Pr
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l max-staging -d 'Memory for GPU data read ahead of its buffers (binary units: 512M, 2G)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l jobs -d 'Threads moving GPU memory (default: the number of CPU cores)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l device-timeout -d 'Give up a device step (a driver lock, checkpoint or restore, a task\'s device taken over or recreated) that takes longer than SECS seconds: the dump fails with the tree running on, the restore with nothing left behind. A step that copies device memory gets SECS again each time its copy moves bytes' -r
-complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files. An image of simulated GPUs is checked against GPUCR_SIM_ROOT when this is not given' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l skip-check -d 'Do not apply the topology check NAME (repeatable). CRIU\'s variables KFD_FW_VER_CHECK, KFD_SDMA_FW_VER_CHECK, KFD_CACHES_COUNT_CHECK, KFD_NUM_GWS_CHECK, KFD_VRAM_SIZE_CHECK, KFD_NUMA_CHECK and KFD_CAPABILITY_CHECK (0/NO off, 1/YES on) switch the same checks' -r -f -a "simd_count\t''
 mem_banks_count\t''
 max_waves_per_simd\t''
@@ -114,7 +114,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand inspect" -l verify -d 'Verif
 complete -c gpucr -n "__fish_gpucr_using_subcommand inspect" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
 complete -c gpucr -n "__fish_gpucr_using_subcommand inspect" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpucr -n "__fish_gpucr_using_subcommand inspect" -s V -l version -d 'Print version'
-complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files. An image of simulated GPUs is checked against GPUCR_SIM_ROOT when this is not given' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -l skip-check -d 'Do not apply the topology check NAME (repeatable). CRIU\'s variables KFD_FW_VER_CHECK, KFD_SDMA_FW_VER_CHECK, KFD_CACHES_COUNT_CHECK, KFD_NUM_GWS_CHECK, KFD_VRAM_SIZE_CHECK, KFD_NUMA_CHECK and KFD_CAPABILITY_CHECK (0/NO off, 1/YES on) switch the same checks' -r -f -a "simd_count\t''
 mem_banks_count\t''
 max_waves_per_simd\t''

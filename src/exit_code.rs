@@ -36,7 +36,7 @@ pub const TOPOLOGY_INCOMPATIBLE: u8 = 9;
 /// `dump --leave-running`: the image is complete, but a task of the tree that lives on
 /// may not have its device back (a driver's restore or unlock failed after the dump).
 pub const GIVE_BACK_FAILED: u8 = 10;
-/// SIGINT or SIGTERM stopped a dump (the tree keeps running, the image is marked
+/// SIGINT, SIGTERM or SIGHUP stopped a dump (the tree keeps running, the image is marked
 /// incomplete) or a restore (no restored process is left): 128 + SIGINT, as a shell
 /// reports a command Ctrl-C stopped.
 pub const INTERRUPTED: u8 = 130;
@@ -78,7 +78,7 @@ pub const ALL: &[(u8, &str)] = &[
     ),
     (
         INTERRUPTED,
-        "interrupted (SIGINT/SIGTERM): a dump leaves the tree running, a restore leaves no process",
+        "interrupted (SIGINT/SIGTERM/SIGHUP): a dump leaves the tree running, a restore leaves no process",
     ),
 ];
 

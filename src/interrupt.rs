@@ -1,4 +1,9 @@
-//! SIGINT (Ctrl-C) and SIGTERM while gpucr dumps or restores.
+//! SIGINT (Ctrl-C), SIGTERM and SIGHUP while gpucr dumps or restores.
+//!
+//! SIGHUP is what gpucr gets when the terminal it ran from goes away (a dropped ssh
+//! session). Its default action would end gpucr on the spot, and with it the helper that
+//! gives a CUDA job its GPU back: the job would stay locked. It is handled like the other
+//! two, unless gpucr was started with SIGHUP ignored (`nohup`), which is left as it is.
 //!
 //! gpucr never stops in the middle of an operation. A signal is remembered, every hook
 //! registered with [`on_interrupt`] runs at once (the GPU transfer cancels itself), and
@@ -14,25 +19,32 @@ use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 /// The signal that asked gpucr to stop (0: none yet).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// Every signal that arrived so far, for forwarding.
 static COUNT: AtomicU64 = AtomicU64::new(0);
+/// The signal that arrived last (0: none yet), for forwarding.
+static LAST: AtomicI32 = AtomicI32::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 type Hook = Box<dyn Fn() + Send + Sync>;
 static HOOKS: Mutex<Vec<(u64, Hook)>> = Mutex::new(Vec::new());
 
-/// Handle SIGINT and SIGTERM from now on (idempotent): a thread of its own takes them.
+/// Handle SIGINT, SIGTERM and (unless it is ignored) SIGHUP from now on (idempotent): a
+/// thread of its own takes them.
 pub fn install() -> io::Result<()> {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     if INSTALLED.get().is_some() {
         return Ok(());
     }
-    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    let mut handled = vec![SIGINT, SIGTERM];
+    if !is_ignored(SIGHUP)? {
+        handled.push(SIGHUP);
+    }
+    let mut signals = Signals::new(handled)?;
     std::thread::Builder::new()
         .name("gpucr-signals".into())
         .spawn(move || {
@@ -44,9 +56,23 @@ pub fn install() -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `signal`'s disposition is "ignore" (as `nohup` leaves SIGHUP for the command
+/// it runs).
+fn is_ignored(signal: i32) -> io::Result<bool> {
+    // SAFETY: a zeroed sigaction is a valid out-parameter; with a null `act`, sigaction
+    // only reads the current disposition into it and changes nothing.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: `current` is a valid, writable sigaction; `act` is null (query only).
+    if unsafe { libc::sigaction(signal, std::ptr::null(), &mut current) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(current.sa_sigaction == libc::SIG_IGN)
+}
+
 /// Record `signal` and run every hook (what the signal thread does; public for tests).
 pub fn deliver(signal: i32) {
     let _ = SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+    LAST.store(signal, Ordering::SeqCst);
     COUNT.fetch_add(1, Ordering::SeqCst);
     for (_, hook) in HOOKS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         hook();
@@ -56,6 +82,14 @@ pub fn deliver(signal: i32) {
 /// The signal that asked gpucr to stop, if one did.
 pub fn requested() -> Option<i32> {
     match SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// The signal that arrived last, if any did (what a waiting restore passes on).
+pub fn last() -> Option<i32> {
+    match LAST.load(Ordering::SeqCst) {
         0 => None,
         signal => Some(signal),
     }
@@ -71,6 +105,7 @@ pub fn name(signal: i32) -> &'static str {
     match signal {
         SIGINT => "SIGINT",
         SIGTERM => "SIGTERM",
+        SIGHUP => "SIGHUP",
         _ => "a signal",
     }
 }
@@ -109,6 +144,20 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    #[test]
+    fn an_ignored_signal_is_seen_as_ignored() {
+        // SIGUSR2: nothing else in the test process uses it.
+        let set = |handler| {
+            // SAFETY: SIG_IGN and SIG_DFL are valid dispositions for SIGUSR2; no handler
+            // function is installed.
+            unsafe { libc::signal(libc::SIGUSR2, handler) };
+        };
+        set(libc::SIG_IGN);
+        assert!(is_ignored(libc::SIGUSR2).unwrap());
+        set(libc::SIG_DFL);
+        assert!(!is_ignored(libc::SIGUSR2).unwrap());
+    }
 
     #[test]
     fn hooks_run_on_delivery_and_stop_when_dropped() {

@@ -559,13 +559,7 @@ fn unchecked_gpus(manifest: &Manifest) -> Option<String> {
     if manifest.topology.as_ref().is_some_and(|t| t.has_gpus()) {
         return None;
     }
-    let mut used: Vec<&str> = section
-        .tasks
-        .iter()
-        .flat_map(|t| t.gpus.iter().map(String::as_str))
-        .collect();
-    used.sort_unstable();
-    used.dedup();
+    let used = section.used_gpus();
     (!used.is_empty()).then(|| {
         format!(
             "the image records no GPU topology (the dumping machine's GPUs could not be \
@@ -627,11 +621,12 @@ fn map_onto_local_gpus(
         return Ok(gpu);
     };
     let root = opts.sysfs_root.clone().or_else(|| backend.sysfs_root());
-    let (local, note) =
-        gpucr_topology::read_local_visible(root.as_deref(), opts.cuda_visible_devices.as_deref())?;
-    let checks = gpucr_topology::Checks::from_env_and_skips(&opts.skip_checks);
-    let mut report = gpucr_topology::check(saved, &local, &checks);
-    report.notes.extend(note);
+    let report = gpucr_topology::check_local(
+        saved,
+        root.as_deref(),
+        opts.cuda_visible_devices.as_deref(),
+        &gpucr_topology::Checks::from_env_and_skips(&opts.skip_checks),
+    )?;
     let Some(mapping) = report.mapping.as_ref().filter(|_| report.compatible) else {
         return Err(RestoreError::Topology(Box::new(report)));
     };
@@ -680,11 +675,12 @@ pub fn wait_for_tree(pid: i32) -> std::io::Result<u8> {
     let tree = Pid::from_raw(pid);
     let mut forwarded = interrupt::count();
     loop {
-        // SIGINT/SIGTERM that reach gpucr while it waits are the tree's: pass them on.
+        // SIGINT/SIGTERM/SIGHUP that reach gpucr while it waits are the tree's: pass
+        // them on.
         if interrupt::count() > forwarded {
             forwarded = interrupt::count();
             if let Some(signal) =
-                interrupt::requested().and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
+                interrupt::last().and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
             {
                 let _ = nix::sys::signal::kill(tree, signal);
             }

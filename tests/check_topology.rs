@@ -147,6 +147,59 @@ fn compatible_image_prints_the_mapping() {
     assert!(text.contains("CPU node 1 -> CPU node 1"));
 }
 
+/// An image of simulated GPUs is checked against the sim root, as `gpucr restore` checks
+/// it, when `--sysfs-root` names no other; images of real devices against `/`.
+#[test]
+fn a_sim_image_is_checked_against_the_sim_root() {
+    let sim_root = fixture("mi250x-8gcd");
+    let with_backend = |backend: &str| {
+        let img = image(Some(&machine("mi250x-8gcd")));
+        let manifest = path(img.path()).to_owned() + "/gpucr.json";
+        let mut value: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&manifest).unwrap()).unwrap();
+        value["gpu"] = serde_json::json!({
+            "backend": backend,
+            "tasks": [{"gpus": ["kfd:15718"]}],
+        });
+        fs::write(&manifest, value.to_string()).unwrap();
+        img
+    };
+    let sim = with_backend("sim");
+    let env = [("GPUCR_SIM_ROOT", path(&sim_root))];
+    let out = gpucr(&["check-topology", path(sim.path())], &env);
+    assert_eq!(out.status.code(), Some(SUCCESS), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("compatible:"), "{}", stdout(&out));
+
+    // --sysfs-root still wins over the sim root.
+    let elsewhere = fixture("mi300x-8x");
+    let out = gpucr(
+        &[
+            "check-topology",
+            path(sim.path()),
+            "--sysfs-root",
+            path(&elsewhere),
+        ],
+        &env,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(TOPOLOGY_INCOMPATIBLE),
+        "{}",
+        stderr(&out)
+    );
+
+    // The sim root means nothing to an image of real GPUs: this machine's / has none
+    // of the image's MI250X GPUs.
+    let amd = with_backend("amdgpu");
+    let out = gpucr(&["check-topology", path(amd.path())], &env);
+    assert_eq!(
+        out.status.code(),
+        Some(TOPOLOGY_INCOMPATIBLE),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn incompatible_image_explains_every_mismatch() {
     let img = image(Some(&machine("mi300x-8x")));
@@ -405,4 +458,62 @@ fn errors_name_the_file() {
         )),
         "{err}"
     );
+}
+
+/// Output that cannot be written is never a panic. A pipe whose reader has gone
+/// (`gpucr ... | head`) cuts the output short without an error, and the exit status is
+/// the command's own (9 for an incompatible image); a full disk behind `>` is an error
+/// naming standard output.
+#[test]
+fn stdout_that_cannot_be_written_is_no_panic() {
+    let closed_pipe = || {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        std::process::Stdio::from(write)
+    };
+    let full_disk = || std::process::Stdio::from(fs::File::create("/dev/full").unwrap());
+    let root = fixture("mi250x-8gcd");
+    let img = image(Some(&machine("mi300x-8x")));
+    let run = |args: &[&str], stdout: std::process::Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_gpucr"))
+            .args(args)
+            .env_remove("GPUCR_SYSFS_ROOT")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .stdout(stdout)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    let table = ["check-topology", "--sysfs-root", path(&root)];
+    let incompatible = [
+        "check-topology",
+        path(img.path()),
+        "--sysfs-root",
+        path(&root),
+    ];
+    let completions = ["completions", "bash"];
+    for (args, code) in [
+        (&table[..], SUCCESS),
+        (&incompatible[..], TOPOLOGY_INCOMPATIBLE),
+        (&completions[..], SUCCESS),
+    ] {
+        let out = run(args, closed_pipe());
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{args:?}: {}", stderr(&out));
+
+        let out = run(args, full_disk());
+        assert_eq!(
+            out.status.code(),
+            Some(FAILURE),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("cannot write to standard output")
+                && stderr(&out).contains("No space left on device")
+                && !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
 }

@@ -373,6 +373,56 @@ fn cuda_checkpoint_failure_leaves_the_tree_running() {
     assert!(tree.steps() > steps_before, "unlocked again");
 }
 
+/// SIGHUP (the terminal gpucr ran from went away) once the CUDA processes are locked and
+/// while they are checkpointed: gpucr rolls the dump back as for Ctrl-C instead of dying
+/// with its helper, so the processes are restored and unlocked and the job runs on with
+/// every byte; the image is marked incomplete and the exit code says interrupted.
+#[test]
+fn sighup_during_a_cuda_dump_gives_the_job_its_gpu_back() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_with(
+        &fake,
+        &tmp.path().join("state"),
+        2,
+        &[("GPUCR_FAKE_CUDA_STEP_MS", "1000")],
+    );
+    let steps_before = tree.steps();
+    let log = tmp.path().join("calls.log");
+    let image = tmp.path().join("image");
+    let mut env = fake.env();
+    env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
+    let child = std::process::Command::new(gpucr_bin())
+        .args(["dump", &tree.pid.to_string(), image.to_str().unwrap()])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "both processes to be locked",
+        || (calls_of(&read_calls(&log), "cuCheckpointProcessLock").len() == 2).then_some(()),
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interrupted by SIGHUP"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(image.join("gpucr-incomplete.json").exists());
+    assert!(!image.join("gpucr.json").exists());
+    assert_runs_on_unlocked(&tree, steps_before);
+}
+
 /// `cuda_ctl CALL PID` (the binding's example) on the fake driver: its output line.
 fn cuda_ctl(fake: &FakeCuda, call: &str, pid: i32) -> String {
     let bin = gpucr_bin().parent().unwrap().join("examples/cuda_ctl");
@@ -597,7 +647,6 @@ fn cuda_fault_at_every_step_loses_nothing() {
 }
 
 /// The environment of a CUDA 13.4 fake driver, which offers custom storage.
-/// A 13.4 driver, which has custom storage.
 const CUSTOM_STORAGE: &[(&str, &str)] = &[("GPUCR_FAKE_CUDA_VERSION", "13040")];
 
 fn custom_env(fake: &FakeCuda) -> Vec<(&str, &str)> {

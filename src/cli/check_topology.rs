@@ -42,7 +42,8 @@ pub struct CheckTopologyArgs {
 pub struct TopologyCheckArgs {
     /// Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes,
     /// DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the
-    /// simulator's root, or a copy of another machine's files.
+    /// simulator's root, or a copy of another machine's files. An image of simulated GPUs
+    /// is checked against GPUCR_SIM_ROOT when this is not given.
     #[arg(long, value_name = "DIR", env = "GPUCR_SYSFS_ROOT")]
     pub sysfs_root: Option<PathBuf>,
 

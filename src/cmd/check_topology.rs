@@ -9,9 +9,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use gpucr_topology::{check, read_local, read_local_visible, Checks, GpuTable, Report, Topology};
+use gpucr_topology::{check_local, read_local, Checks, GpuTable, Report, Topology};
 use serde::Deserialize;
 
+use super::common::print_out;
 use crate::cli::{CheckTopologyArgs, TopologyCheckArgs};
 use crate::exit_code;
 use crate::image::dir::ImagePath;
@@ -102,9 +103,11 @@ struct ManifestTopology {
     gpu: Option<GpuTasks>,
 }
 
-/// The GPUs the tasks use (`gpu.tasks[].gpus`).
+/// The backend (`gpu.backend`) and the GPUs the tasks use (`gpu.tasks[].gpus`).
 #[derive(Deserialize)]
 struct GpuTasks {
+    #[serde(default)]
+    backend: Option<String>,
     #[serde(default)]
     tasks: Vec<TaskGpus>,
 }
@@ -116,10 +119,12 @@ struct TaskGpus {
 }
 
 /// What an image says about GPUs: the topology recorded at the dump (`None` without
-/// one), and the GPUs its tasks use (`"nvidia:<UUID>"`, `"kfd:<gpu_id>"`).
+/// one), the backend that carried its device state, and the GPUs its tasks use
+/// (`"nvidia:<UUID>"`, `"kfd:<gpu_id>"`).
 #[derive(Debug, Default)]
 pub struct ImageGpus {
     pub topology: Option<Topology>,
+    pub backend: Option<String>,
     pub used: Vec<String>,
 }
 
@@ -173,29 +178,38 @@ const MAX_MANIFEST: u64 = 256 << 20;
 fn parse_topology(text: &[u8], path: PathBuf) -> Result<ImageGpus, CheckTopologyError> {
     let manifest: ManifestTopology = serde_json::from_slice(text)
         .map_err(|source| CheckTopologyError::ManifestMalformed { path, source })?;
-    let mut used: Vec<String> = manifest
-        .gpu
-        .map(|g| g.tasks.into_iter().flat_map(|t| t.gpus).collect())
-        .unwrap_or_default();
-    used.sort();
-    used.dedup();
+    let gpu = manifest.gpu.unwrap_or(GpuTasks {
+        backend: None,
+        tasks: Vec::new(),
+    });
     Ok(ImageGpus {
         topology: manifest.topology.filter(Topology::has_gpus),
-        used,
+        used: crate::image::gpu::distinct_gpus(gpu.tasks.iter().map(|t| &t.gpus)),
+        backend: gpu.backend,
     })
 }
 
-/// Reads this machine's topology (`--sysfs-root`) and compares `saved` with it under the
-/// checks the environment and `--skip-check` leave on. `gpucr restore` runs this before it
-/// touches anything, and refuses with the report when it is not compatible.
-pub fn check_against_local(saved: &Topology, args: &TopologyCheckArgs) -> anyhow::Result<Report> {
+/// Checks `saved` against this machine's topology as `gpucr restore` would: read under
+/// `--sysfs-root`, else where the image's backend reads it (the sim root for simulated
+/// GPUs), with `CUDA_VISIBLE_DEVICES` and the checks the environment and `--skip-check`
+/// leave on.
+fn check_against_local(
+    saved: &Topology,
+    backend: Option<&str>,
+    args: &TopologyCheckArgs,
+) -> anyhow::Result<Report> {
+    let root = args
+        .sysfs_root
+        .clone()
+        .or_else(|| backend.and_then(crate::gpu::topology_root));
     let visible = std::env::var(gpucr_topology::nvidia::visible::VARIABLE).ok();
-    let (local, note) = read_local_visible(args.sysfs_root.as_deref(), visible.as_deref())
-        .context("cannot read this machine's GPU topology")?;
-    let checks = Checks::from_env_and_skips(&args.skip_check);
-    let mut report = check(saved, &local, &checks);
-    report.notes.extend(note);
-    Ok(report)
+    check_local(
+        saved,
+        root.as_deref(),
+        visible.as_deref(),
+        &Checks::from_env_and_skips(&args.skip_check),
+    )
+    .context("cannot read this machine's GPU topology")
 }
 
 pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
@@ -205,9 +219,9 @@ pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
             .context("cannot read this machine's GPU topology")?;
         let table = GpuTable::new(&local);
         if json {
-            println!("{}", serde_json::to_string_pretty(&table)?);
+            print_out(serde_json::to_string_pretty(&table)? + "\n")?;
         } else {
-            print!("{table}");
+            print_out(table.to_string())?;
         }
         return Ok(exit_code::SUCCESS);
     };
@@ -229,18 +243,18 @@ pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
                 "would_map_without": [],
                 "notes": [note],
             });
-            println!("{}", serde_json::to_string_pretty(&value)?);
+            print_out(serde_json::to_string_pretty(&value)? + "\n")?;
         } else {
-            println!("{note}");
+            print_out(format!("{note}\n"))?;
         }
         return Ok(exit_code::SUCCESS);
     };
 
-    let report = check_against_local(&saved, &args.topology)?;
+    let report = check_against_local(&saved, image.backend.as_deref(), &args.topology)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        print_out(serde_json::to_string_pretty(&report)? + "\n")?;
     } else {
-        print!("{report}");
+        print_out(report.to_string())?;
     }
     Ok(if report.compatible {
         exit_code::SUCCESS

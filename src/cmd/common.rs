@@ -1,5 +1,9 @@
 //! Output helpers shared by the subcommands.
 
+use std::io::{self, Write};
+
+use anyhow::Context;
+
 use crate::cli::NetworkLockArg;
 use crate::criu::NetworkLock;
 use crate::image::manifest::TimedEvent;
@@ -20,4 +24,24 @@ pub fn print_timeline(events: &[TimedEvent], total_ms: f64) {
         eprintln!("  {:>10.1} ms  {from} -> {to}", ms);
     }
     eprintln!("  {:>10.1} ms  total", total_ms);
+}
+
+/// Write a command's result to standard output. A reader that stopped reading (`gpucr
+/// inspect DIR | head`) ends the output without an error: the command's own outcome and
+/// exit status stand. Any other failure (a full disk behind `>`) is returned.
+pub fn print_out(text: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.context("cannot write to standard output"),
+    }
+}
+
+/// [`print_out`] for the report of a dump or restore that has already happened: what
+/// was checkpointed or restored does not depend on the report, so a report that cannot
+/// be written is a warning on stderr, not a failure.
+pub fn report_out(text: impl AsRef<[u8]>) {
+    if let Err(e) = print_out(text) {
+        eprintln!("gpucr: warning: {e:#}");
+    }
 }

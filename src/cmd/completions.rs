@@ -1,12 +1,14 @@
 //! `gpucr completions SHELL`: print a completion script.
 
-use std::io;
-
+use super::common::print_out;
 use crate::cli::CompletionsArgs;
 use crate::exit_code;
 
 pub fn run(args: &CompletionsArgs) -> anyhow::Result<u8> {
     let mut cmd = crate::docs::completion_command();
-    clap_complete::generate(args.shell, &mut cmd, "gpucr", &mut io::stdout());
+    // Generated into memory: clap_complete panics when its writer fails.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "gpucr", &mut script);
+    print_out(script)?;
     Ok(exit_code::SUCCESS)
 }

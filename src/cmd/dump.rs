@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::cli::{CudaStagingArg, DumpArgs};
-use crate::cmd::common::{network_lock, print_timeline, size};
+use crate::cmd::common::{network_lock, print_timeline, report_out, size};
 use crate::dump::{dump, DumpOptions};
 use crate::exit_code;
 use crate::progress::Progress;
@@ -62,10 +62,10 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
                 "timings": g.timings,
             })),
         });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
-        println!(
-            "dumped pid {} ({}) to {}: {} in {} files ({} of memory pages), {}",
+        let mut text = format!(
+            "dumped pid {} ({}) to {}: {} in {} files ({} of memory pages), {}\n",
             m.target.pid,
             m.target.comm,
             args.dir.display(),
@@ -79,8 +79,8 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
             },
         );
         if let Some(g) = &m.gpu {
-            println!(
-                "GPU ({}): {} buffers of {} tasks, {} stored as {}",
+            text += &format!(
+                "GPU ({}): {} buffers of {} tasks, {} stored as {}\n",
                 g.backend,
                 g.stats.buffers,
                 g.tasks.len(),
@@ -88,6 +88,7 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
                 size(g.stats.stored_bytes)
             );
         }
+        report_out(text);
         print_timeline(&m.timings.events, m.timings.total_ms);
     }
     Ok(exit_code::SUCCESS)

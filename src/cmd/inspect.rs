@@ -1,9 +1,9 @@
 //! `gpucr inspect DIR|ARCHIVE`: collect the report, verify if asked, print it.
 
-use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::common::print_out;
 use crate::archive::{self, ScanOptions};
 use crate::cli::InspectArgs;
 use crate::exit_code;
@@ -40,20 +40,20 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
         }
         None => exit_code::SUCCESS,
     };
-    // Buffered: stdout is line-buffered, and the JSON has thousands of lines.
-    let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
-    if args.output.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
-        writeln!(out)?;
+    // Rendered whole, then written at once (the JSON has thousands of lines).
+    let rendered = if args.output.json {
+        serde_json::to_string_pretty(&report)? + "\n"
     } else if let (Some((status, _)), Some(result)) = (verdict, &report.verify) {
-        out.write_all(text::render_verify(&report, result, status).as_bytes())?;
+        text::render_verify(&report, result, status)
     } else {
-        out.write_all(text::render(&report, &views(args)).as_bytes())?;
+        text::render(&report, &views(args))
+    };
+    print_out(rendered)?;
+    if !args.output.json && report.verify.is_none() {
         for e in &report.errors {
             eprintln!("gpucr: error: {}", e.message);
         }
     }
-    out.flush()?;
     Ok(code)
 }
 

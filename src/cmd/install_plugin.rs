@@ -9,6 +9,7 @@ use anyhow::Context;
 use gpucr_abi::engine::{ENV_BIN, SETTINGS_FILE};
 use gpucr_abi::PLUGIN_FILE;
 
+use super::common::print_out;
 use crate::cli::InstallPluginArgs;
 use crate::exit_code;
 use crate::helper::locate_plugin;
@@ -18,9 +19,9 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
     if args.uninstall {
         let _ = fs::remove_file(args.criu_libdir.join(SETTINGS_FILE));
         match fs::remove_file(&dest) {
-            Ok(()) => println!("removed {}", dest.display()),
+            Ok(()) => print_out(format!("removed {}\n", dest.display()))?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                println!("{} is not installed", dest.display())
+                print_out(format!("{} is not installed\n", dest.display()))?
             }
             Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dest.display())),
         }
@@ -30,8 +31,12 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
     let settings = args.criu_libdir.join(SETTINGS_FILE);
     write_settings(&settings, &args.setting)?;
     install(&plugin, &args.criu_libdir)?;
-    println!("installed {} as {}", plugin.display(), dest.display());
-    println!("settings for engine mode in {}", settings.display());
+    print_out(format!(
+        "installed {} as {}\nsettings for engine mode in {}\n",
+        plugin.display(),
+        dest.display(),
+        settings.display()
+    ))?;
     Ok(exit_code::SUCCESS)
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::cli::RestoreArgs;
-use crate::cmd::common::print_timeline;
+use crate::cmd::common::{print_timeline, report_out};
 use crate::exit_code;
 use crate::gpu::TaskTiming;
 use crate::image::manifest::TimedEvent;
@@ -54,10 +54,10 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
             "events": events,
             "gpu": outcome.gpu.as_ref().map(|(stats, timings)| json!({"stats": stats, "timings": timings})),
         });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
         if args.detach {
-            println!("{}", outcome.pid);
+            report_out(format!("{}\n", outcome.pid));
         } else {
             eprintln!("restored pid {} from {}", outcome.pid, args.dir.display());
         }

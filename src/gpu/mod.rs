@@ -570,6 +570,17 @@ pub fn backend_named(name: &str) -> Result<std::sync::Arc<dyn Backend>, GpuError
     }
 }
 
+/// Where the backend `name` reads this machine's GPU topology when no `--sysfs-root` is
+/// given, found without loading its driver (`Backend::sysfs_root` of the backend a
+/// restore would load): the sim root (`GPUCR_SIM_ROOT`) for the simulator, `/` (None)
+/// for real devices.
+pub fn topology_root(name: &str) -> Option<PathBuf> {
+    match name {
+        "sim" => sim::SimRoot::from_env().map(|root| root.root),
+        _ => None,
+    }
+}
+
 pub use gpucr_abi::procfs::tree_pids;
 
 /// The task's pid in its innermost PID namespace (the last NSpid field).

@@ -151,7 +151,20 @@ pub fn state_file(ns_pid: u32) -> String {
     format!("{STATE_DIR}/task-{ns_pid}.bin")
 }
 
+/// The GPUs named in `per_task` (each task's `gpus`), each once, sorted.
+pub fn distinct_gpus<'a>(per_task: impl IntoIterator<Item = &'a Vec<String>>) -> Vec<String> {
+    let mut used: Vec<String> = per_task.into_iter().flatten().cloned().collect();
+    used.sort_unstable();
+    used.dedup();
+    used
+}
+
 impl GpuSection {
+    /// The GPUs the image's tasks use, each once, sorted.
+    pub fn used_gpus(&self) -> Vec<String> {
+        distinct_gpus(self.tasks.iter().map(|t| &t.gpus))
+    }
+
     /// The section for a dump's GPU part. The state blobs are written separately
     /// ([`write_states`]), under the names recorded here.
     pub fn from_runtime(gpu: &GpuManifest) -> GpuSection {

@@ -18,6 +18,8 @@
 //!   GPU, a [`Mapping`]) when one exists, else the failed checks of every checkpointed GPU
 //!   against every local candidate, with both values. `Report` prints the human report
 //!   (`Display`) and serializes to the JSON of `gpucr check-topology --json`.
+//! * [`check_local`]`(saved, root, cuda_visible_devices, &checks)` reads this machine's
+//!   topology and checks `saved` against it, as a restore does.
 //! * [`find_mapping`]`(saved, local, &checks)` is the search alone (no report).
 //! * [`GpuTable`]`::new(&topology)` is the table of local GPUs (`Display`, `Serialize`).
 //!
@@ -115,4 +117,20 @@ pub fn read_local_visible(
     let visible = nvidia::visible::select(&local.nvidia_gpus, value)?;
     local.nvidia_gpus = visible.gpus;
     Ok((local, Some(visible.note)))
+}
+
+/// `saved` checked against this machine's GPUs as a restore uses them: the topology under
+/// `root` with the NVIDIA GPUs `cuda_visible_devices` leaves ([`read_local_visible`]),
+/// under `checks`. What the variable did is among the report's notes. `gpucr restore`
+/// and `gpucr check-topology DIR` both decide through this one function.
+pub fn check_local(
+    saved: &Topology,
+    root: Option<&Path>,
+    cuda_visible_devices: Option<&str>,
+    checks: &Checks,
+) -> Result<Report, TopologyError> {
+    let (local, note) = read_local_visible(root, cuda_visible_devices)?;
+    let mut report = check(saved, &local, checks);
+    report.notes.extend(note);
+    Ok(report)
 }
