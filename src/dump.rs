@@ -142,6 +142,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             .timeout
             .map(|s| std::time::Duration::from_secs(s.into())),
         cuda_staging: opts.cuda_staging,
+        images_dir: Some(opts.dir.clone()),
     };
     let backend = gpu::detect(opts.pid, &setup)?;
     let mut topology = backend.as_deref().map(gpu::LocalTopology::start);

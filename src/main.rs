@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::InstallPlugin(args) => cmd::install_plugin::run(args),
         Command::Completions(args) => cmd::completions::run(args),
         Command::EngineHelper(args) => gpucr::engine::run(args),
+        Command::CudaGuard(args) => cmd::cuda_guard::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

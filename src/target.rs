@@ -110,6 +110,27 @@ pub fn is_running(pid: i32) -> bool {
         })
 }
 
+/// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field 22): with the
+/// pid, it names one process, not a later one that reuses the number. None once the
+/// process is gone.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = read_proc(pid, "stat").ok()?;
+    let (_, fields) = parse_stat(&stat)?;
+    // fields[0] is field 3 (state), so field 22 is fields[19].
+    fields.get(19)?.parse().ok()
+}
+
+/// The process tracing `pid` (`TracerPid` in `/proc/PID/status`; CRIU traces a tree
+/// while it dumps it), None when no one does or `pid` is gone.
+pub fn tracer(pid: i32) -> Option<i32> {
+    let status = read_proc(pid, "status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .filter(|&tracer| tracer != 0)
+}
+
 /// A `/proc/PID/stat` state of a task that has exited: Z (zombie) or X (dead).
 fn has_exited(state: &str) -> bool {
     matches!(state, "Z" | "X" | "x")
@@ -184,6 +205,26 @@ mod tests {
         assert_eq!(fields[0], "S");
         assert_eq!(fields[1], "1");
         assert_eq!(fields[6], "4194560");
+    }
+
+    #[test]
+    fn start_time_names_one_process_and_tracer_is_none_untraced() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let started = start_time(pid).expect("a live process has a start time");
+        let own = start_time(std::process::id() as i32).unwrap();
+        assert!(
+            started >= own,
+            "the child started after the test: {started} < {own}"
+        );
+        assert_eq!(tracer(pid), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(start_time(pid), None);
+        assert_eq!(tracer(pid), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod check_topology;
 mod common;
 mod completions;
+mod cuda_guard;
 mod dump;
 mod engine_helper;
 mod inspect;
@@ -18,6 +19,7 @@ pub use check_topology::CheckTopologyArgs;
 pub use check_topology::TopologyCheckArgs;
 pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
 pub use completions::CompletionsArgs;
+pub use cuda_guard::CudaGuardArgs;
 pub use dump::{CudaStagingArg, DumpArgs};
 pub use engine_helper::{EngineHelperArgs, EngineStage};
 pub use inspect::InspectArgs;
@@ -67,6 +69,8 @@ pub enum Command {
     Completions(CompletionsArgs),
     #[command(hide = true)]
     EngineHelper(EngineHelperArgs),
+    #[command(hide = true)]
+    CudaGuard(CudaGuardArgs),
 }
 
 /// The long help text listing the exit codes, shared with the man pages.

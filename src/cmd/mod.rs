@@ -6,6 +6,7 @@
 pub mod check_topology;
 pub mod common;
 pub mod completions;
+pub mod cuda_guard;
 pub mod dump;
 pub mod inspect;
 pub mod install_plugin;

@@ -43,6 +43,7 @@ pub fn serve(
     let setup = gpu::DumpSetup {
         freeze_timeout: None,
         cuda_staging: None,
+        images_dir: Some(dir.to_path_buf()),
     };
     let Some(backend) = gpu::detect(pid, &setup)? else {
         status.none();

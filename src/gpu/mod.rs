@@ -513,6 +513,10 @@ pub struct DumpSetup {
     /// How CUDA device memory is moved (`--cuda-staging`; None: custom storage where
     /// the driver offers it, else host staging).
     pub cuda_staging: Option<cuda::Staging>,
+    /// The dump's image directory: with it, a CUDA dump starts a give-back guard
+    /// (`cuda::guard`), which marks the image incomplete should gpucr die during the
+    /// dump.
+    pub images_dir: Option<PathBuf>,
 }
 
 /// The backend whose devices the tree rooted at `pid` holds, if any: the simulator when
@@ -543,10 +547,18 @@ pub fn detect(
         cuda.set_lock_timeout(timeout);
     }
     cuda.set_staging(setup.cuda_staging)?;
-    Ok(tree
-        .iter()
-        .any(|&p| cuda.holds_device(p))
-        .then(|| std::sync::Arc::new(cuda) as std::sync::Arc<dyn Backend>))
+    if !tree.iter().any(|&p| cuda.holds_device(p)) {
+        return Ok(None);
+    }
+    if let Some(dir) = &setup.images_dir {
+        // Without a guard the dump still runs; only a gpucr killed outright would then
+        // leave the job locked.
+        match cuda::guard::Guard::start(dir, cuda.staging()) {
+            Ok(guard) => cuda.set_guard(guard),
+            Err(e) => eprintln!("gpucr: warning: cannot start the CUDA give-back guard: {e}"),
+        }
+    }
+    Ok(Some(std::sync::Arc::new(cuda)))
 }
 
 /// The backend named in a manifest, configured from the environment.

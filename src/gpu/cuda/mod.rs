@@ -41,6 +41,7 @@ use super::{ns_pid, Backend, BufferInfo, Checkpointed, GpuError, GpuRef, TaskDev
 use crate::transfer::{BufferSink, BufferSource};
 
 mod custom;
+pub mod guard;
 
 pub use custom::Staging;
 use custom::{Copier, RegionSink, RegionSource};
@@ -153,6 +154,8 @@ pub struct CudaBackend {
     restoring: Mutex<HashMap<i32, CustomStorage>>,
     /// The helper's own context, current in every thread that copies a region.
     context: Mutex<Option<Context>>,
+    /// The dump's give-back guard, told of every process gpucr touches.
+    guard: Option<guard::Guard>,
 }
 
 fn driver_error(pid: i32) -> impl FnOnce(gpucr_cuda_driver::Error) -> GpuError {
@@ -179,7 +182,28 @@ impl CudaBackend {
             copied: Mutex::new(HashMap::new()),
             restoring: Mutex::new(HashMap::new()),
             context: Mutex::new(None),
+            guard: None,
         })
+    }
+
+    /// Give the processes this dump touches a guard ([`guard`]) that gives them back
+    /// should gpucr die during the dump.
+    pub fn set_guard(&mut self, guard: guard::Guard) {
+        self.guard = Some(guard);
+    }
+
+    /// Remember that gpucr touched `pid`, in `initial` before, and tell the guard.
+    fn touch(&self, pid: i32, initial: ProcessState) {
+        self.touched().insert(
+            pid,
+            Touched {
+                initial,
+                checkpointed: initial == ProcessState::Checkpointed,
+            },
+        );
+        if let Some(guard) = &self.guard {
+            guard.record(pid, initial);
+        }
     }
 
     /// Choose how the dump moves device memory: `requested` (`--cuda-staging`), else
@@ -433,25 +457,13 @@ impl Backend for CudaBackend {
         match initial {
             ProcessState::Running => {
                 // Remembered first: a lock that fails halfway is undone after the dump.
-                self.touched().insert(
-                    pid,
-                    Touched {
-                        initial,
-                        checkpointed: false,
-                    },
-                );
+                self.touch(pid, initial);
                 self.driver
                     .lock(pid, Some(self.lock_timeout))
                     .map_err(driver_error(pid))
             }
             ProcessState::Locked | ProcessState::Checkpointed => {
-                self.touched().insert(
-                    pid,
-                    Touched {
-                        initial,
-                        checkpointed: initial == ProcessState::Checkpointed,
-                    },
-                );
+                self.touch(pid, initial);
                 Ok(())
             }
             other => Err(GpuError::Task {
@@ -594,17 +606,7 @@ impl Backend for CudaBackend {
         let Some(touched) = self.touched().remove(&pid) else {
             return Ok(());
         };
-        // Back to what the process was, from where it is (a step that failed may have
-        // left it short of where gpucr meant it to be).
-        let mut current = self.driver.process_state(pid).map_err(driver_error(pid))?;
-        if current == ProcessState::Checkpointed && touched.initial != ProcessState::Checkpointed {
-            self.driver.restore(pid, &[]).map_err(driver_error(pid))?;
-            current = ProcessState::Locked;
-        }
-        if current == ProcessState::Locked && touched.initial == ProcessState::Running {
-            self.driver.unlock(pid).map_err(driver_error(pid))?;
-        }
-        Ok(())
+        guard::give_back(&self.driver, pid, touched.initial).map(drop)
     }
 
     fn resume_sinks(

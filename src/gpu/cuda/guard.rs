@@ -1,0 +1,379 @@
+//! The give-back guard of a CUDA dump.
+//!
+//! gpucr locks and checkpoints a job's CUDA processes before CRIU dumps them, and gives
+//! them back (restore, unlock) when the tree lives on: after a failure, an interrupt or
+//! with `--leave-running`. Those driver calls are made by the helper, inside the gpucr
+//! process. A gpucr killed outright (SIGKILL, the OOM killer) makes none of them: CRIU
+//! lets the tree go when its RPC peer disappears, but the job stays locked or
+//! checkpointed, its CUDA calls blocked.
+//!
+//! So a dump with host staging starts a guard: `gpucr cuda-guard` (hidden), a process
+//! of its own in a process group of its own (a terminal's signals do not reach it),
+//! reading on its standard input one record per process gpucr touches
+//! (`task PID START STATE`: the pid, its start time, which tells it from a later process
+//! with the same pid, and the driver's state code before gpucr touched it), and `done`
+//! when the dump is over, whatever its outcome. gpucr says `done` when the backend is
+//! dropped. If the input ends without it, gpucr died: the guard waits until CRIU has let
+//! each process go (no tracer), then gives each one that is still the same process back
+//! to its first state, as [`give_back`] does after any dump the tree lives on from.
+//!
+//! With custom storage (CUDA 13.4) the guard only unlocks: a checkpointed process's
+//! memory went to gpucr's own mapping and `gpu/`, and a driver restore without gpucr's
+//! copy would bring it back with empty device memory, so such a process is reported
+//! and left checkpointed.
+
+use std::io::{self, BufRead, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use gpucr_cuda_driver::{Driver, ProcessState};
+
+use super::{driver_error, GpuError, Staging};
+use crate::target;
+
+/// The hidden subcommand that runs the guard.
+pub const SUBCOMMAND: &str = "cuda-guard";
+
+/// How long the guard waits for CRIU to let the processes go after gpucr died.
+pub const UNTRACED_WAIT: Duration = Duration::from_secs(120);
+/// How long the guard keeps trying to bring a process back to its first state.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(60);
+
+/// gpucr's end of a running guard.
+#[derive(Debug)]
+pub struct Guard {
+    records: Mutex<Option<ChildStdin>>,
+    child: Mutex<Option<Child>>,
+}
+
+impl Guard {
+    /// Start `gpucr cuda-guard` for the dump into `images_dir`, whose device memory
+    /// moves by `staging`.
+    pub fn start(images_dir: &Path, staging: Staging) -> io::Result<Guard> {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg(SUBCOMMAND)
+            .arg("--images-dir")
+            .arg(images_dir)
+            .arg("--staging")
+            .arg(staging.name())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()?;
+        let records = child.stdin.take();
+        Ok(Guard {
+            records: Mutex::new(records),
+            child: Mutex::new(Some(child)),
+        })
+    }
+
+    /// Tell the guard that gpucr touched `pid`, which was in `initial` before.
+    pub fn record(&self, pid: i32, initial: ProcessState) {
+        let Some(start) = target::start_time(pid) else {
+            return;
+        };
+        self.send(&Record::Task(Task {
+            pid,
+            start,
+            initial,
+        }));
+    }
+
+    fn send(&self, record: &Record) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        // A guard that is gone guards nothing; the dump itself goes on.
+        if let Some(stdin) = records.as_mut() {
+            if stdin.write_all(record.line().as_bytes()).is_err() {
+                *records = None;
+            }
+        }
+    }
+}
+
+impl Drop for Guard {
+    /// The dump is over: `done`, then the guard ends.
+    fn drop(&mut self) {
+        self.send(&Record::Done);
+        drop(
+            self.records
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        if let Some(mut child) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One process gpucr touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Task {
+    pub pid: i32,
+    /// [`target::start_time`] when gpucr touched it.
+    pub start: u64,
+    /// Its state before.
+    pub initial: ProcessState,
+}
+
+/// A line of the guard's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    Task(Task),
+    Done,
+}
+
+impl Record {
+    fn line(&self) -> String {
+        match self {
+            Record::Task(t) => format!("task {} {} {}\n", t.pid, t.start, t.initial.to_raw()),
+            Record::Done => "done\n".into(),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Record> {
+        let mut words = line.split_whitespace();
+        let record = match words.next()? {
+            "done" => Record::Done,
+            "task" => Record::Task(Task {
+                pid: words.next()?.parse().ok()?,
+                start: words.next()?.parse().ok()?,
+                initial: ProcessState::from_raw(words.next()?.parse().ok()?)?,
+            }),
+            _ => return None,
+        };
+        words.next().is_none().then_some(record)
+    }
+}
+
+/// What the guard read: the processes gpucr touched, and whether gpucr said the dump
+/// was over. A line it cannot read is skipped.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Watched {
+    pub tasks: Vec<Task>,
+    pub done: bool,
+}
+
+/// Read the records until `done` or the end of the input.
+pub fn watch(input: impl BufRead) -> Watched {
+    let mut watched = Watched::default();
+    for line in input.lines() {
+        let Ok(line) = line else { break };
+        match Record::parse(&line) {
+            Some(Record::Done) => {
+                watched.done = true;
+                break;
+            }
+            Some(Record::Task(task)) => {
+                watched.tasks.retain(|t| t.pid != task.pid);
+                watched.tasks.push(task);
+            }
+            None => {}
+        }
+    }
+    watched
+}
+
+/// What became of one process the guard gave back.
+#[derive(Debug)]
+pub struct GivenBack {
+    pub pid: i32,
+    /// The driver calls made (none: it already was as it had been).
+    pub result: Result<Vec<&'static str>, GpuError>,
+}
+
+/// Give every task that is still the same process back to its first state, once CRIU
+/// has let it go (waiting up to `wait`), one thread per process. Tasks that are gone
+/// are left out.
+pub fn give_back_all(
+    tasks: &[Task],
+    staging: Staging,
+    wait: Duration,
+) -> Result<Vec<GivenBack>, GpuError> {
+    let same = |t: &Task| target::start_time(t.pid) == Some(t.start);
+    let deadline = Instant::now() + wait;
+    while tasks
+        .iter()
+        .any(|t| same(t) && target::tracer(t.pid).is_some())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let live: Vec<Task> = tasks.iter().copied().filter(same).collect();
+    if live.is_empty() {
+        return Ok(Vec::new());
+    }
+    let driver = Driver::load().map_err(|e| GpuError::Config {
+        variable: gpucr_cuda_driver::ENV_LIBRARY,
+        value: std::env::var(gpucr_cuda_driver::ENV_LIBRARY).unwrap_or_default(),
+        detail: e.to_string(),
+    })?;
+    Ok(std::thread::scope(|s| {
+        let handles: Vec<_> = live
+            .iter()
+            .map(|t| {
+                let driver = &driver;
+                s.spawn(move || GivenBack {
+                    pid: t.pid,
+                    result: give_back_settled(driver, t.pid, t.initial, staging, SETTLE_WAIT),
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .zip(&live)
+            .map(|(h, t)| {
+                h.join().unwrap_or_else(|_| GivenBack {
+                    pid: t.pid,
+                    result: Err(GpuError::Task {
+                        pid: t.pid,
+                        detail: "giving it back panicked".into(),
+                    }),
+                })
+            })
+            .collect()
+    }))
+}
+
+/// [`give_back`] until `pid` is in `initial` again, trying for up to `wait`. A driver
+/// call gpucr made before it died may still be under way in the process (a checkpoint
+/// completes when the process's restore thread runs), so a state read a moment ago may
+/// be stale: a step that fails, or leaves the process elsewhere, is tried again. With
+/// custom storage a checkpointed process is not restored (see the module's comment).
+pub fn give_back_settled(
+    driver: &Driver,
+    pid: i32,
+    initial: ProcessState,
+    staging: Staging,
+    wait: Duration,
+) -> Result<Vec<&'static str>, GpuError> {
+    let deadline = Instant::now() + wait;
+    let mut calls = Vec::new();
+    loop {
+        if staging == Staging::Custom
+            && initial != ProcessState::Checkpointed
+            && driver.process_state(pid).ok() == Some(ProcessState::Checkpointed)
+        {
+            return Err(GpuError::Task {
+                pid,
+                detail: "left checkpointed: its device memory was in gpucr's custom-storage \
+                         copy, which ended with gpucr; restore the job from an earlier image"
+                    .into(),
+            });
+        }
+        let attempt = give_back(driver, pid, initial).map(|made| calls.extend(made));
+        let now = driver.process_state(pid).map_err(driver_error(pid));
+        match (attempt, now) {
+            (Ok(()), Ok(state)) if state == initial => return Ok(calls),
+            (Err(e), _) | (_, Err(e)) if Instant::now() >= deadline => return Err(e),
+            (Ok(()), Ok(state)) if Instant::now() >= deadline => {
+                return Err(GpuError::Task {
+                    pid,
+                    detail: format!(
+                        "still {} after {} s of giving it back (it was {})",
+                        state.name(),
+                        wait.as_secs(),
+                        initial.name()
+                    ),
+                })
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Bring `pid` back to `initial`, its state before gpucr touched it, from the state the
+/// driver reports now: restore it if gpucr left it checkpointed, unlock it if gpucr
+/// left it locked. A step that failed may have left it short of where gpucr meant it to
+/// be, so only what is needed is done. The driver calls made, by name.
+pub fn give_back(
+    driver: &Driver,
+    pid: i32,
+    initial: ProcessState,
+) -> Result<Vec<&'static str>, GpuError> {
+    let mut calls = Vec::new();
+    let mut current = driver.process_state(pid).map_err(driver_error(pid))?;
+    if current == ProcessState::Checkpointed && initial != ProcessState::Checkpointed {
+        driver.restore(pid, &[]).map_err(driver_error(pid))?;
+        calls.push("restore");
+        current = ProcessState::Locked;
+    }
+    if current == ProcessState::Locked && initial == ProcessState::Running {
+        driver.unlock(pid).map_err(driver_error(pid))?;
+        calls.push("unlock");
+    }
+    Ok(calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_as_written() {
+        let task = Task {
+            pid: 42,
+            start: 123_456,
+            initial: ProcessState::Locked,
+        };
+        for record in [Record::Task(task), Record::Done] {
+            assert_eq!(Record::parse(&record.line()), Some(record));
+        }
+        for bad in [
+            "",
+            "task 1 2",
+            "task 1 2 3 4",
+            "task x 2 1",
+            "task 1 2 999",
+            "undo",
+        ] {
+            assert_eq!(Record::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn watch_stops_at_done_and_keeps_each_pid_once() {
+        let running = ProcessState::Running.to_raw();
+        let locked = ProcessState::Locked.to_raw();
+        let input =
+            format!("task 7 1 {running}\ngarbage\ntask 7 1 {locked}\ndone\ntask 8 1 {running}\n");
+        let watched = watch(input.as_bytes());
+        assert!(watched.done);
+        assert_eq!(
+            watched.tasks,
+            [Task {
+                pid: 7,
+                start: 1,
+                initial: ProcessState::Locked
+            }]
+        );
+        // Input that ends without `done`: gpucr died.
+        let watched = watch(format!("task 9 5 {running}\n").as_bytes());
+        assert!(!watched.done);
+        assert_eq!(watched.tasks.len(), 1);
+    }
+
+    #[test]
+    fn processes_that_are_gone_or_another_are_left_alone() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let start = target::start_time(pid).unwrap();
+        let other = Task {
+            pid,
+            start: start + 1,
+            initial: ProcessState::Running,
+        };
+        // No driver is loaded when no task is still the process gpucr touched.
+        let given = give_back_all(&[other], Staging::Host, Duration::from_secs(1)).unwrap();
+        assert!(given.is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let gone = Task { start, ..other };
+        let given = give_back_all(&[gone], Staging::Host, Duration::from_secs(1)).unwrap();
+        assert!(given.is_empty());
+    }
+}
