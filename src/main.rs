@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Command::Completions(args) => cmd::completions::run(args),
         Command::EngineHelper(args) => gpucr::engine::run(args),
         Command::CudaGuard(args) => cmd::cuda_guard::run(args),
+        Command::RestoreGuard(args) => cmd::restore_guard::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -21,6 +21,7 @@ use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
 use crate::image::RESTORE_LOG;
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
+use crate::restore_guard::RestoreGuard;
 use crate::transfer::{GpuStats, TransferConfig};
 
 /// What to restore and how. The boolean flags force an option on; the others come from
@@ -440,6 +441,16 @@ pub fn restore(
         let canceller = g.canceller();
         interrupt::on_interrupt(move || canceller.cancel("gpucr was interrupted"))
     });
+    // From post-restore until the devices are back, CRIU would resume a half-restored
+    // tree should gpucr die: the guard kills it then (`restore_guard`). Dropped at
+    // the end of this function, whatever the outcome, it ends without a word.
+    let guard = gpu.as_ref().and_then(|_| match RestoreGuard::start() {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            progress.warn(&format!("cannot start the restore guard: {e}"));
+            None
+        }
+    });
     let mut past_gate = false;
     let mut restored_root = None;
     let mut to_kill = None;
@@ -447,6 +458,9 @@ pub fn restore(
         progress.event(&n.script, &describe_notify(&n.script));
         if n.script == "post-restore" {
             restored_root = n.pid;
+            if let (Some(guard), Some(root)) = (&guard, n.pid) {
+                guard.root(root);
+            }
         }
         // pre-resume: the tasks are still stopped, and every device must be back. CRIU
         // only logs a failed RESUME_DEVICES_LATE or pre-resume and lets the tree go, so

@@ -1024,3 +1024,63 @@ fn cuda_custom_storage_failed_copy_leaves_the_tree_running() {
     verified += 1;
     assert!(tree.verify(verified), "every byte is back on the device");
 }
+
+/// gpucr killed outright during a CUDA restore, once CRIU has restored the tree and
+/// while the driver restores the processes (RESUME_DEVICES_LATE): CRIU, which only logs
+/// a failed device step, would resume the half-restored tree, but the restore's guard
+/// stops it the moment CRIU lets go and kills it. No process is left.
+#[test]
+fn sigkill_during_a_cuda_restore_leaves_no_process() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let tree = start_with(&fake, &state, 2, &[("GPUCR_FAKE_CUDA_STEP_MS", "1000")]);
+    let image = tmp.path().join("image");
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &fake.env(),
+    );
+    assert_success(&out);
+    kill_and_wait(tree.pid);
+    fake.wipe_device_memory();
+    let calls = tmp.path().join("restore-calls.log");
+    let mut env = fake.env();
+    env.push(("GPUCR_FAKE_CUDA_LOG", calls.to_str().unwrap()));
+    let child = std::process::Command::new(gpucr_bin())
+        .args(["restore", "-d", image.to_str().unwrap()])
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The helper looks the restore threads up at the first RESUME_DEVICES_LATE, then
+    // restores every process (a second each, in the process).
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "the device restore to begin",
+        || {
+            (calls_of(&read_calls(&calls), "cuCheckpointProcessGetRestoreThreadId").len() >= 2)
+                .then_some(())
+        },
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
+    let state_text = state.to_str().unwrap();
+    wait_for(
+        std::time::Duration::from_secs(30),
+        "no restored process to be left",
+        || processes_mentioning(state_text).is_empty().then_some(()),
+    );
+    // The image is untouched. (Restoring it again here would meet the fake's own
+    // leftovers: its processes keep their driver state and mailbox in files under
+    // GPUCR_FAKE_CUDA_DIR, which restored processes map again, and the dead helper's
+    // restore request is still in the mailbox.)
+    assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
+}

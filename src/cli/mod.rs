@@ -12,6 +12,7 @@ mod engine_helper;
 mod inspect;
 mod install_plugin;
 mod restore;
+mod restore_guard;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +26,7 @@ pub use engine_helper::{EngineHelperArgs, EngineStage};
 pub use inspect::InspectArgs;
 pub use install_plugin::InstallPluginArgs;
 pub use restore::RestoreArgs;
+pub use restore_guard::RestoreGuardArgs;
 
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
@@ -71,6 +73,8 @@ pub enum Command {
     EngineHelper(EngineHelperArgs),
     #[command(hide = true)]
     CudaGuard(CudaGuardArgs),
+    #[command(hide = true)]
+    RestoreGuard(RestoreGuardArgs),
 }
 
 /// The long help text listing the exit codes, shared with the man pages.

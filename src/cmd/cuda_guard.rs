@@ -10,18 +10,14 @@ use crate::gpu::cuda::Staging;
 use crate::image::{dir, MANIFEST_FILE};
 
 pub fn run(args: &CudaGuardArgs) -> anyhow::Result<u8> {
-    // The terminal's signals are for gpucr; the guard outlives it on purpose.
-    for signal in [libc::SIGINT, libc::SIGHUP] {
-        // SAFETY: SIG_IGN is a valid disposition for these signals; no handler function
-        // is installed.
-        unsafe { libc::signal(signal, libc::SIG_IGN) };
-    }
-    let watched = guard::watch(io::stdin().lock());
-    if watched.done || watched.tasks.is_empty() {
+    crate::guard::ignore_terminal_signals();
+    let records = crate::guard::read_records(io::stdin().lock());
+    let tasks = guard::tasks(&records.lines);
+    if records.done || tasks.is_empty() {
         return Ok(exit_code::SUCCESS);
     }
     let staging = Staging::parse(&args.staging).unwrap_or_default();
-    let given = guard::give_back_all(&watched.tasks, staging, guard::UNTRACED_WAIT)?;
+    let given = guard::give_back_all(&tasks, staging, crate::guard::UNTRACED_WAIT)?;
     if given.is_empty() {
         return Ok(exit_code::SUCCESS);
     }

@@ -11,6 +11,7 @@ pub mod dump;
 pub mod inspect;
 pub mod install_plugin;
 pub mod restore;
+pub mod restore_guard;
 
 use crate::criu::CriuError;
 use crate::dump::DumpError;

@@ -7,105 +7,65 @@
 //! lets the tree go when its RPC peer disappears, but the job stays locked or
 //! checkpointed, its CUDA calls blocked.
 //!
-//! So a dump with host staging starts a guard: `gpucr cuda-guard` (hidden), a process
-//! of its own in a process group of its own (a terminal's signals do not reach it),
-//! reading on its standard input one record per process gpucr touches
-//! (`task PID START STATE`: the pid, its start time, which tells it from a later process
-//! with the same pid, and the driver's state code before gpucr touched it), and `done`
-//! when the dump is over, whatever its outcome. gpucr says `done` when the backend is
-//! dropped. If the input ends without it, gpucr died: the guard waits until CRIU has let
-//! each process go (no tracer), then gives each one that is still the same process back
-//! to its first state, as [`give_back`] does after any dump the tree lives on from.
+//! So a CUDA dump starts a guard (`crate::guard`): `gpucr cuda-guard` (hidden), told
+//! of every process gpucr touches (`task PID START STATE`: the pid, its start time,
+//! which tells it from a later process with the same pid, and the driver's state code
+//! before gpucr touched it), and `done` when the backend is dropped, at the end of the
+//! dump whatever its outcome. If its input ends without `done`, gpucr died: the guard
+//! waits until CRIU has let each process go (no tracer), then gives each one that is
+//! still the same process back to its first state, as [`give_back`] does after any dump
+//! the tree lives on from.
 //!
 //! With custom storage (CUDA 13.4) the guard only unlocks: a checkpointed process's
 //! memory went to gpucr's own mapping and `gpu/`, and a driver restore without gpucr's
 //! copy would bring it back with empty device memory, so such a process is reported
 //! and left checkpointed.
 
-use std::io::{self, BufRead, Write};
+use std::io;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use gpucr_cuda_driver::{Driver, ProcessState};
 
 use super::{driver_error, GpuError, Staging};
+use crate::guard::GuardProcess;
 use crate::target;
 
 /// The hidden subcommand that runs the guard.
 pub const SUBCOMMAND: &str = "cuda-guard";
 
-/// How long the guard waits for CRIU to let the processes go after gpucr died.
-pub const UNTRACED_WAIT: Duration = Duration::from_secs(120);
 /// How long the guard keeps trying to bring a process back to its first state.
 pub const SETTLE_WAIT: Duration = Duration::from_secs(60);
 
 /// gpucr's end of a running guard.
 #[derive(Debug)]
-pub struct Guard {
-    records: Mutex<Option<ChildStdin>>,
-    child: Mutex<Option<Child>>,
-}
+pub struct Guard(GuardProcess);
 
 impl Guard {
     /// Start `gpucr cuda-guard` for the dump into `images_dir`, whose device memory
     /// moves by `staging`.
     pub fn start(images_dir: &Path, staging: Staging) -> io::Result<Guard> {
-        use std::os::unix::process::CommandExt;
-        let mut child = Command::new(std::env::current_exe()?)
-            .arg(SUBCOMMAND)
-            .arg("--images-dir")
-            .arg(images_dir)
-            .arg("--staging")
-            .arg(staging.name())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            .spawn()?;
-        let records = child.stdin.take();
-        Ok(Guard {
-            records: Mutex::new(records),
-            child: Mutex::new(Some(child)),
-        })
+        GuardProcess::start([
+            SUBCOMMAND.as_ref(),
+            "--images-dir".as_ref(),
+            images_dir.as_os_str(),
+            "--staging".as_ref(),
+            staging.name().as_ref(),
+        ])
+        .map(Guard)
     }
 
     /// Tell the guard that gpucr touched `pid`, which was in `initial` before.
     pub fn record(&self, pid: i32, initial: ProcessState) {
-        let Some(start) = target::start_time(pid) else {
-            return;
-        };
-        self.send(&Record::Task(Task {
-            pid,
-            start,
-            initial,
-        }));
-    }
-
-    fn send(&self, record: &Record) {
-        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        // A guard that is gone guards nothing; the dump itself goes on.
-        if let Some(stdin) = records.as_mut() {
-            if stdin.write_all(record.line().as_bytes()).is_err() {
-                *records = None;
-            }
-        }
-    }
-}
-
-impl Drop for Guard {
-    /// The dump is over: `done`, then the guard ends.
-    fn drop(&mut self) {
-        self.send(&Record::Done);
-        drop(
-            self.records
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
-        if let Some(mut child) = self.child.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = child.wait();
+        if let Some(start) = target::start_time(pid) {
+            self.0.send(
+                &Task {
+                    pid,
+                    start,
+                    initial,
+                }
+                .line(),
+            );
         }
     }
 }
@@ -120,62 +80,33 @@ pub struct Task {
     pub initial: ProcessState,
 }
 
-/// A line of the guard's input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Record {
-    Task(Task),
-    Done,
-}
-
-impl Record {
+impl Task {
+    /// The record: `task PID START STATE`.
     fn line(&self) -> String {
-        match self {
-            Record::Task(t) => format!("task {} {} {}\n", t.pid, t.start, t.initial.to_raw()),
-            Record::Done => "done\n".into(),
-        }
+        format!("task {} {} {}", self.pid, self.start, self.initial.to_raw())
     }
 
-    fn parse(line: &str) -> Option<Record> {
+    fn parse(line: &str) -> Option<Task> {
         let mut words = line.split_whitespace();
-        let record = match words.next()? {
-            "done" => Record::Done,
-            "task" => Record::Task(Task {
-                pid: words.next()?.parse().ok()?,
-                start: words.next()?.parse().ok()?,
-                initial: ProcessState::from_raw(words.next()?.parse().ok()?)?,
-            }),
-            _ => return None,
+        (words.next()? == "task").then_some(())?;
+        let task = Task {
+            pid: words.next()?.parse().ok()?,
+            start: words.next()?.parse().ok()?,
+            initial: ProcessState::from_raw(words.next()?.parse().ok()?)?,
         };
-        words.next().is_none().then_some(record)
+        words.next().is_none().then_some(task)
     }
 }
 
-/// What the guard read: the processes gpucr touched, and whether gpucr said the dump
-/// was over. A line it cannot read is skipped.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Watched {
-    pub tasks: Vec<Task>,
-    pub done: bool,
-}
-
-/// Read the records until `done` or the end of the input.
-pub fn watch(input: impl BufRead) -> Watched {
-    let mut watched = Watched::default();
-    for line in input.lines() {
-        let Ok(line) = line else { break };
-        match Record::parse(&line) {
-            Some(Record::Done) => {
-                watched.done = true;
-                break;
-            }
-            Some(Record::Task(task)) => {
-                watched.tasks.retain(|t| t.pid != task.pid);
-                watched.tasks.push(task);
-            }
-            None => {}
-        }
+/// The processes the records name, each once (its last record wins); lines that are
+/// not records are skipped.
+pub fn tasks(lines: &[String]) -> Vec<Task> {
+    let mut tasks: Vec<Task> = Vec::new();
+    for task in lines.iter().filter_map(|l| Task::parse(l)) {
+        tasks.retain(|t| t.pid != task.pid);
+        tasks.push(task);
     }
-    watched
+    tasks
 }
 
 /// What became of one process the guard gave back.
@@ -195,14 +126,12 @@ pub fn give_back_all(
     wait: Duration,
 ) -> Result<Vec<GivenBack>, GpuError> {
     let same = |t: &Task| target::start_time(t.pid) == Some(t.start);
-    let deadline = Instant::now() + wait;
-    while tasks
-        .iter()
-        .any(|t| same(t) && target::tracer(t.pid).is_some())
-        && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let pids: Vec<i32> = tasks.iter().map(|t| t.pid).collect();
+    crate::guard::wait_untraced(
+        &pids,
+        |pid| tasks.iter().any(|t| t.pid == pid && same(t)),
+        wait,
+    );
     let live: Vec<Task> = tasks.iter().copied().filter(same).collect();
     if live.is_empty() {
         return Ok(Vec::new());
@@ -320,9 +249,7 @@ mod tests {
             start: 123_456,
             initial: ProcessState::Locked,
         };
-        for record in [Record::Task(task), Record::Done] {
-            assert_eq!(Record::parse(&record.line()), Some(record));
-        }
+        assert_eq!(Task::parse(&task.line()), Some(task));
         for bad in [
             "",
             "task 1 2",
@@ -331,35 +258,33 @@ mod tests {
             "task 1 2 999",
             "undo",
         ] {
-            assert_eq!(Record::parse(bad), None, "{bad:?}");
+            assert_eq!(Task::parse(bad), None, "{bad:?}");
         }
     }
 
     #[test]
-    fn watch_stops_at_done_and_keeps_each_pid_once() {
+    fn each_pid_once_its_last_record_winning() {
         let running = ProcessState::Running.to_raw();
         let locked = ProcessState::Locked.to_raw();
-        let input =
-            format!("task 7 1 {running}\ngarbage\ntask 7 1 {locked}\ndone\ntask 8 1 {running}\n");
-        let watched = watch(input.as_bytes());
-        assert!(watched.done);
-        assert_eq!(
-            watched.tasks,
-            [Task {
-                pid: 7,
-                start: 1,
-                initial: ProcessState::Locked
-            }]
-        );
-        // Input that ends without `done`: gpucr died.
-        let watched = watch(format!("task 9 5 {running}\n").as_bytes());
-        assert!(!watched.done);
-        assert_eq!(watched.tasks.len(), 1);
+        let lines: Vec<String> = [
+            format!("task 7 1 {running}"),
+            "garbage".into(),
+            format!("task 7 1 {locked}"),
+            format!("task 8 1 {running}"),
+        ]
+        .into();
+        let found = tasks(&lines);
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].pid, 7);
+        assert_eq!(found[0].initial, ProcessState::Locked);
     }
 
     #[test]
     fn processes_that_are_gone_or_another_are_left_alone() {
-        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
         let start = target::start_time(pid).unwrap();
         let other = Task {

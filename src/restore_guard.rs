@@ -1,0 +1,154 @@
+//! The restore's guard (`gpucr restore-guard`, hidden; see `crate::guard`).
+//!
+//! gpucr answers CRIU's post-restore notification only once every page is verified and
+//! every buffer filled. After it, CRIU brings the devices back (RESUME_DEVICES_LATE) and
+//! then resumes the tree whatever their outcome: it only logs a failed
+//! RESUME_DEVICES_LATE or pre-resume. gpucr stops a tree whose devices did not come
+//! back (`restore::restore`, at pre-resume); a gpucr killed in that window cannot, and
+//! CRIU would let a half-restored tree run, its CUDA calls blocked forever.
+//!
+//! So a restore of an image with GPU state starts this guard, tells it the restored
+//! root at post-restore (`root PID START`, the start time telling the process from a
+//! later one with the same pid), and says `done` once the restore is over, whatever its
+//! outcome. Input that ends without `done` after a root: the guard sends the tree
+//! SIGSTOP at once (a task CRIU still traces takes it the moment CRIU detaches, before
+//! it runs an instruction), waits until CRIU has let go, and kills the tree.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::guard::GuardProcess;
+use crate::target;
+
+/// The hidden subcommand that runs the guard.
+pub const SUBCOMMAND: &str = "restore-guard";
+
+/// gpucr's end of a running restore guard.
+#[derive(Debug)]
+pub struct RestoreGuard(GuardProcess);
+
+impl RestoreGuard {
+    /// Start `gpucr restore-guard`.
+    pub fn start() -> io::Result<RestoreGuard> {
+        GuardProcess::start([SUBCOMMAND]).map(RestoreGuard)
+    }
+
+    /// Tell the guard the restored tree's root.
+    pub fn root(&self, pid: i32) {
+        if let Some(start) = target::start_time(pid) {
+            self.0.send(&Root { pid, start }.line());
+        }
+    }
+}
+
+/// The restored tree's root, as gpucr recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Root {
+    pub pid: i32,
+    /// [`target::start_time`] at post-restore.
+    pub start: u64,
+}
+
+impl Root {
+    /// The record: `root PID START`.
+    fn line(&self) -> String {
+        format!("root {} {}", self.pid, self.start)
+    }
+
+    fn parse(line: &str) -> Option<Root> {
+        let mut words = line.split_whitespace();
+        (words.next()? == "root").then_some(())?;
+        let root = Root {
+            pid: words.next()?.parse().ok()?,
+            start: words.next()?.parse().ok()?,
+        };
+        words.next().is_none().then_some(root)
+    }
+
+    /// Whether `pid` is still the process gpucr restored.
+    fn is_alive(&self) -> bool {
+        target::start_time(self.pid) == Some(self.start)
+    }
+}
+
+/// The root the records name (the last one), if any.
+pub fn root(lines: &[String]) -> Option<Root> {
+    lines.iter().filter_map(|l| Root::parse(l)).next_back()
+}
+
+/// Stop the tree of `root` at once, and again every few milliseconds until CRIU has let
+/// go of it (up to `wait`), then kill it. The pids signalled; none when `root` is no
+/// longer the restored process.
+///
+/// A SIGSTOP sent while CRIU traces a task may be swallowed by CRIU (it reports to the
+/// tracer, which resumes the task without it); sent again right after CRIU detached, it
+/// stops the task within milliseconds of its first instruction.
+pub fn kill_half_restored(root: Root, wait: Duration) -> Vec<i32> {
+    let mut signalled: Vec<i32> = Vec::new();
+    let mut signal_tree = |signal: Signal| {
+        for pid in gpucr_abi::procfs::tree_pids(root.pid) {
+            let _ = kill(Pid::from_raw(pid), signal);
+            if !signalled.contains(&pid) {
+                signalled.push(pid);
+            }
+        }
+    };
+    let deadline = Instant::now() + wait;
+    loop {
+        if !root.is_alive() {
+            return signalled;
+        }
+        signal_tree(Signal::SIGSTOP);
+        let traced = gpucr_abi::procfs::tree_pids(root.pid)
+            .into_iter()
+            .any(|pid| target::tracer(pid).is_some());
+        if !traced || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SIGKILL also ends a stopped task.
+    signal_tree(Signal::SIGKILL);
+    signalled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_record_reads_back_and_the_last_one_wins() {
+        let first = Root { pid: 10, start: 5 };
+        let second = Root { pid: 11, start: 6 };
+        assert_eq!(Root::parse(&first.line()), Some(first));
+        let lines = vec![first.line(), "garbage".into(), second.line()];
+        assert_eq!(root(&lines), Some(second));
+        for bad in ["root", "root 1", "root 1 2 3", "root x 2", "task 1 2 3"] {
+            assert_eq!(Root::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_root_that_is_another_process_now_is_left_alone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let start = target::start_time(pid).unwrap();
+        let other = Root {
+            pid,
+            start: start + 1,
+        };
+        assert!(kill_half_restored(other, Duration::from_secs(1)).is_empty());
+        assert!(target::is_running(pid));
+        let root = Root { pid, start };
+        assert_eq!(kill_half_restored(root, Duration::from_secs(1)), [pid]);
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
+}
