@@ -373,20 +373,32 @@ fn cuda_checkpoint_failure_leaves_the_tree_running() {
     assert!(tree.steps() > steps_before, "unlocked again");
 }
 
-/// A 2-process CUDA tree whose driver steps take a second each, and the output of a
-/// `gpucr dump` of it sent `signal` once both processes are locked (the dump is then
-/// freezing and checkpointing them). Also returns the image directory.
-fn dump_signalled_once_locked(
-    fake: &FakeCuda,
-    tree: &SimTree,
-    tmp: &Path,
-    signal: nix::sys::signal::Signal,
-    extra_env: &[(&str, &str)],
-) -> (std::process::Output, PathBuf) {
-    let log = tmp.join("calls.log");
-    let image = tmp.join("image");
+/// A `gpucr dump` of a 2-process CUDA tree whose driver steps take a second each, sent
+/// a signal once both processes are locked (the dump is then freezing and
+/// checkpointing them).
+struct SignalledDump {
+    _fake: FakeCuda,
+    _tmp: tempfile::TempDir,
+    tree: SimTree,
+    /// The tree's steps before the dump.
+    steps_before: u64,
+    out: std::process::Output,
+    image: PathBuf,
+}
+
+fn signalled_cuda_dump(signal: nix::sys::signal::Signal) -> SignalledDump {
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_with(
+        &fake,
+        &tmp.path().join("state"),
+        2,
+        &[("GPUCR_FAKE_CUDA_STEP_MS", "1000")],
+    );
+    let steps_before = tree.steps();
+    let log = tmp.path().join("calls.log");
+    let image = tmp.path().join("image");
     let mut env = fake.env();
-    env.extend_from_slice(extra_env);
     env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
     let child = std::process::Command::new(gpucr_bin())
         .args(["dump", &tree.pid.to_string(), image.to_str().unwrap()])
@@ -402,13 +414,15 @@ fn dump_signalled_once_locked(
         || (calls_of(&read_calls(&log), "cuCheckpointProcessLock").len() == 2).then_some(()),
     );
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
-    (child.wait_with_output().unwrap(), image)
-}
-
-fn slow_cuda_tree(fake: &FakeCuda, tmp: &Path, extra_env: &[(&str, &str)]) -> SimTree {
-    let mut env = vec![("GPUCR_FAKE_CUDA_STEP_MS", "1000")];
-    env.extend_from_slice(extra_env);
-    start_with(fake, &tmp.join("state"), 2, &env)
+    let out = child.wait_with_output().unwrap();
+    SignalledDump {
+        _fake: fake,
+        _tmp: tmp,
+        tree,
+        steps_before,
+        out,
+        image,
+    }
 }
 
 /// SIGHUP (the terminal gpucr ran from went away) once the CUDA processes are locked and
@@ -418,26 +432,13 @@ fn slow_cuda_tree(fake: &FakeCuda, tmp: &Path, extra_env: &[(&str, &str)]) -> Si
 #[test]
 fn sighup_during_a_cuda_dump_gives_the_job_its_gpu_back() {
     let _lock = criu_lock();
-    let fake = FakeCuda::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = slow_cuda_tree(&fake, tmp.path(), &[]);
-    let steps_before = tree.steps();
-    let (out, image) = dump_signalled_once_locked(
-        &fake,
-        &tree,
-        tmp.path(),
-        nix::sys::signal::Signal::SIGHUP,
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("interrupted by SIGHUP"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(image.join("gpucr-incomplete.json").exists());
-    assert!(!image.join("gpucr.json").exists());
-    assert_runs_on_unlocked(&tree, steps_before);
+    let dump = signalled_cuda_dump(nix::sys::signal::Signal::SIGHUP);
+    let err = stderr(&dump.out);
+    assert_eq!(dump.out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted by SIGHUP"), "{err}");
+    assert!(dump.image.join("gpucr-incomplete.json").exists());
+    assert!(!dump.image.join("gpucr.json").exists());
+    assert_runs_on_unlocked(&dump.tree, dump.steps_before);
 }
 
 /// gpucr killed outright (SIGKILL, as the OOM killer does) once the CUDA processes are
@@ -447,19 +448,14 @@ fn sighup_during_a_cuda_dump_gives_the_job_its_gpu_back() {
 #[test]
 fn sigkill_during_a_cuda_dump_is_undone_by_the_guard() {
     let _lock = criu_lock();
-    let fake = FakeCuda::new();
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = slow_cuda_tree(&fake, tmp.path(), &[]);
-    let steps_before = tree.steps();
-    let (out, image) = dump_signalled_once_locked(
-        &fake,
-        &tree,
-        tmp.path(),
-        nix::sys::signal::Signal::SIGKILL,
-        &[],
+    let dump = signalled_cuda_dump(nix::sys::signal::Signal::SIGKILL);
+    assert_eq!(
+        dump.out.status.code(),
+        None,
+        "killed: {}",
+        stderr(&dump.out)
     );
-    assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
-    let marker = image.join("gpucr-incomplete.json");
+    let marker = dump.image.join("gpucr-incomplete.json");
     let reason = wait_for(
         std::time::Duration::from_secs(60),
         "the guard to give the processes back",
@@ -469,8 +465,8 @@ fn sigkill_during_a_cuda_dump_is_undone_by_the_guard() {
         reason.contains("its CUDA guard gave the processes back") && reason.contains("unlock"),
         "{reason}"
     );
-    assert!(!image.join("gpucr.json").exists());
-    assert_runs_on_unlocked(&tree, steps_before);
+    assert!(!dump.image.join("gpucr.json").exists());
+    assert_runs_on_unlocked(&dump.tree, dump.steps_before);
 }
 
 /// `cuda_ctl CALL PID` (the binding's example) on the fake driver: its output line.
