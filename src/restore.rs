@@ -689,12 +689,14 @@ pub fn wait_for_tree(pid: i32) -> std::io::Result<u8> {
     let tree = Pid::from_raw(pid);
     let mut forwarded = interrupt::count();
     loop {
-        // SIGINT/SIGTERM/SIGHUP that reach gpucr while it waits are the tree's: pass
-        // them on.
+        // SIGINT/SIGTERM that reach gpucr while it waits are the tree's: pass them on.
+        // SIGHUP is not: a lost terminal must not end a job restored in the foreground
+        // (its own session does not get the terminal's SIGHUP either).
         if interrupt::count() > forwarded {
             forwarded = interrupt::count();
-            if let Some(signal) =
-                interrupt::last().and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
+            if let Some(signal) = interrupt::last()
+                .filter(|&s| s != libc::SIGHUP)
+                .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
             {
                 let _ = nix::sys::signal::kill(tree, signal);
             }
