@@ -162,13 +162,7 @@ fn restore_waits_for_the_tree_and_exits_with_its_status() {
     ]));
     kill_and_wait(tree.pid);
     let at_dump = tree.journal("parent").len();
-    let child = std::process::Command::new(gpucr_bin())
-        .args(["restore", image.to_str().unwrap()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_gpucr(&["restore", image.to_str().unwrap()], &[]);
     // A lost terminal while gpucr waits: SIGHUP does not end gpucr, which still reports
     // the job's own status. (That it is not passed on cannot show here: the tree's root
     // is its PID namespace's init, which ignores signals it has no handler for.)
@@ -177,11 +171,7 @@ fn restore_waits_for_the_tree_and_exits_with_its_status() {
         "the restored tree to tick",
         || (tree.journal("parent").len() > at_dump + 1).then_some(()),
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGHUP,
-    )
-    .unwrap();
+    signal_child(&child, nix::sys::signal::Signal::SIGHUP);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));
     let err = stderr(&out);

@@ -400,20 +400,16 @@ fn signalled_cuda_dump(signal: nix::sys::signal::Signal) -> SignalledDump {
     let image = tmp.path().join("image");
     let mut env = fake.env();
     env.push(("GPUCR_FAKE_CUDA_LOG", log.to_str().unwrap()));
-    let child = std::process::Command::new(gpucr_bin())
-        .args(["dump", &tree.pid.to_string(), image.to_str().unwrap()])
-        .envs(env.iter().copied())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_gpucr(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &env,
+    );
     wait_for(
         std::time::Duration::from_secs(60),
         "both processes to be locked",
         || (calls_of(&read_calls(&log), "cuCheckpointProcessLock").len() == 2).then_some(()),
     );
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+    signal_child(&child, signal);
     let out = child.wait_with_output().unwrap();
     SignalledDump {
         _fake: fake,
@@ -1043,14 +1039,7 @@ fn sigkill_during_a_cuda_restore_leaves_no_process() {
     let calls = tmp.path().join("restore-calls.log");
     let mut env = fake.env();
     env.push(("GPUCR_FAKE_CUDA_LOG", calls.to_str().unwrap()));
-    let child = std::process::Command::new(gpucr_bin())
-        .args(["restore", "-d", image.to_str().unwrap()])
-        .envs(env)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_gpucr(&["restore", "-d", image.to_str().unwrap()], &env);
     // The helper looks the restore threads up at the first RESUME_DEVICES_LATE, then
     // restores every process (a second each, in the process).
     wait_for(
@@ -1061,11 +1050,7 @@ fn sigkill_during_a_cuda_restore_leaves_no_process() {
                 .then_some(())
         },
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    signal_child(&child, nix::sys::signal::Signal::SIGKILL);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), None, "killed: {}", stderr(&out));
     let state_text = state.to_str().unwrap();

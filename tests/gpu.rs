@@ -642,20 +642,13 @@ fn interrupt_gpucr_when(
     env: &[(&str, &str)],
     mut ready: impl FnMut() -> bool,
 ) -> std::process::Output {
-    let mut cmd = Command::new(gpucr_bin());
-    cmd.args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("run gpucr");
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let child = spawn_gpucr(args, env);
     wait_for(
         Duration::from_secs(60),
         "the moment to interrupt gpucr",
         || ready().then_some(()),
     );
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    signal_child(&child, nix::sys::signal::Signal::SIGINT);
     child.wait_with_output().expect("wait for gpucr")
 }
 

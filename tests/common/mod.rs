@@ -39,6 +39,24 @@ pub fn gpucr(args: &[&str]) -> Output {
     gpucr_env(args, &[])
 }
 
+/// Start gpucr with `args` and `env` in the background, its output piped (collect it
+/// with `wait_with_output`), to signal it while it works ([`signal_child`]).
+pub fn spawn_gpucr(args: &[&str], env: &[(&str, &str)]) -> Child {
+    Command::new(gpucr_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gpucr")
+}
+
+/// Send `signal` to `child`.
+pub fn signal_child(child: &Child, signal: Signal) {
+    kill(Pid::from_raw(child.id() as i32), signal).expect("signal gpucr");
+}
+
 pub fn gpucr_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(gpucr_bin());
     cmd.args(args).stdin(Stdio::null());
