@@ -105,16 +105,17 @@ pub fn ignore_terminal_signals() {
     }
 }
 
-/// In the guard: wait until none of `pids` that `still_same` accepts is traced (CRIU
-/// has let it go), for at most `wait`.
-pub fn wait_untraced(pids: &[i32], still_same: impl Fn(i32) -> bool, wait: Duration) {
+/// In the guard: wait until CRIU has let the processes go, for at most `wait`. Every
+/// `poll`, `round` runs and returns the pids to watch now (it may act on them first);
+/// the wait ends when none of them is traced.
+pub fn until_untraced(wait: Duration, poll: Duration, mut round: impl FnMut() -> Vec<i32>) {
     let deadline = Instant::now() + wait;
-    while pids
-        .iter()
-        .any(|&p| still_same(p) && crate::target::tracer(p).is_some())
+    while round()
+        .into_iter()
+        .any(|pid| crate::target::tracer(pid).is_some())
         && Instant::now() < deadline
     {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(poll);
     }
 }
 

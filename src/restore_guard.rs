@@ -15,7 +15,7 @@
 //! it runs an instruction), waits until CRIU has let go, and kills the tree.
 
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -88,28 +88,23 @@ pub fn root(lines: &[String]) -> Option<Root> {
 /// stops the task within milliseconds of its first instruction.
 pub fn kill_half_restored(root: Root, wait: Duration) -> Vec<i32> {
     let mut signalled: Vec<i32> = Vec::new();
-    let mut signal_tree = |signal: Signal| {
-        for pid in gpucr_abi::procfs::tree_pids(root.pid) {
+    // Signals the tree as it is now; returns its pids (none once the root is gone).
+    let mut signal_tree = |signal: Signal| -> Vec<i32> {
+        if !root.is_alive() {
+            return Vec::new();
+        }
+        let pids = gpucr_abi::procfs::tree_pids(root.pid);
+        for &pid in &pids {
             let _ = kill(Pid::from_raw(pid), signal);
             if !signalled.contains(&pid) {
                 signalled.push(pid);
             }
         }
+        pids
     };
-    let deadline = Instant::now() + wait;
-    loop {
-        if !root.is_alive() {
-            return signalled;
-        }
-        signal_tree(Signal::SIGSTOP);
-        let traced = gpucr_abi::procfs::tree_pids(root.pid)
-            .into_iter()
-            .any(|pid| target::tracer(pid).is_some());
-        if !traced || Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    crate::guard::until_untraced(wait, Duration::from_millis(2), || {
+        signal_tree(Signal::SIGSTOP)
+    });
     // SIGKILL also ends a stopped task.
     signal_tree(Signal::SIGKILL);
     signalled

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::CudaStagingArg;
+
 /// Give a CUDA job its GPU back should the gpucr dump that started this guard die.
 ///
 /// Started by `gpucr dump`, never by hand: standard input carries one record per CUDA
@@ -15,9 +17,8 @@ pub struct CudaGuardArgs {
     #[arg(long, value_name = "DIR")]
     pub images_dir: PathBuf,
 
-    /// How the dump moves device memory: "host" or "custom" (custom: a checkpointed
-    /// process is not restored, only reported).
-    #[arg(long, value_name = "STAGING", default_value = "host",
-          value_parser = clap::builder::PossibleValuesParser::new(["host", "custom"]))]
-    pub staging: String,
+    /// How the dump moves device memory (custom: a checkpointed process is not
+    /// restored, only reported).
+    #[arg(long, value_enum, default_value = "host")]
+    pub staging: CudaStagingArg,
 }

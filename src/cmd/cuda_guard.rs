@@ -6,7 +6,6 @@ use std::io;
 use crate::cli::CudaGuardArgs;
 use crate::exit_code;
 use crate::gpu::cuda::guard::{self, GivenBack};
-use crate::gpu::cuda::Staging;
 use crate::image::{dir, MANIFEST_FILE};
 
 pub fn run(args: &CudaGuardArgs) -> anyhow::Result<u8> {
@@ -16,8 +15,7 @@ pub fn run(args: &CudaGuardArgs) -> anyhow::Result<u8> {
     if records.done || tasks.is_empty() {
         return Ok(exit_code::SUCCESS);
     }
-    let staging = Staging::parse(&args.staging).unwrap_or_default();
-    let given = guard::give_back_all(&tasks, staging, crate::guard::UNTRACED_WAIT)?;
+    let given = guard::give_back_all(&tasks, args.staging.staging(), crate::guard::UNTRACED_WAIT)?;
     if given.is_empty() {
         return Ok(exit_code::SUCCESS);
     }

@@ -125,14 +125,14 @@ pub fn give_back_all(
     staging: Staging,
     wait: Duration,
 ) -> Result<Vec<GivenBack>, GpuError> {
-    let same = |t: &Task| target::start_time(t.pid) == Some(t.start);
-    let pids: Vec<i32> = tasks.iter().map(|t| t.pid).collect();
-    crate::guard::wait_untraced(
-        &pids,
-        |pid| tasks.iter().any(|t| t.pid == pid && same(t)),
-        wait,
-    );
-    let live: Vec<Task> = tasks.iter().copied().filter(same).collect();
+    let live = || -> Vec<Task> {
+        let same = |t: &&Task| target::start_time(t.pid) == Some(t.start);
+        tasks.iter().filter(same).copied().collect()
+    };
+    crate::guard::until_untraced(wait, Duration::from_millis(50), || {
+        live().iter().map(|t| t.pid).collect()
+    });
+    let live = live();
     if live.is_empty() {
         return Ok(Vec::new());
     }
