@@ -34,9 +34,6 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            if cmd::is_broken_pipe(&err) {
-                return ExitCode::from(exit_code::SUCCESS);
-            }
             eprintln!("gpucr: error: {err}");
             for cause in err.chain().skip(1) {
                 eprintln!("  caused by: {cause}");

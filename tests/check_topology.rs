@@ -516,4 +516,14 @@ fn stdout_that_cannot_be_written_is_no_panic() {
             stderr(&out)
         );
     }
+    // inspect (whose report is large) keeps its own exit status behind a closed pipe.
+    let inspect = ["inspect", path(img.path())];
+    let expected = run(&inspect, std::process::Stdio::piped()).status.code();
+    let out = run(&inspect, closed_pipe());
+    assert_eq!(out.status.code(), expected, "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("standard output") && !stderr(&out).contains("panicked"),
+        "{}",
+        stderr(&out)
+    );
 }

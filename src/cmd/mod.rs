@@ -45,14 +45,6 @@ where
     cause.downcast_ref::<E>().map(E::exit_code)
 }
 
-/// True when the error is a closed stdout (`gpucr inspect DIR | head`): not a failure.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use anyhow::Context;
@@ -81,12 +73,5 @@ mod tests {
         assert_eq!(code(no_dir.into()), exit_code::IMAGE_INCOMPLETE);
         let io: Result<(), _> = Err(std::io::Error::other("x"));
         assert_eq!(code(io.context("plain").unwrap_err()), exit_code::FAILURE);
-    }
-
-    #[test]
-    fn a_closed_stdout_is_not_a_failure() {
-        let pipe = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
-        assert!(is_broken_pipe(&anyhow::Error::from(pipe).context("write")));
-        assert!(!is_broken_pipe(&anyhow::anyhow!("other")));
     }
 }
