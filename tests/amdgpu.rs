@@ -244,6 +244,25 @@ fn restore(
     )
     .unwrap();
     let criu_main = AmdgpuHalf::new(m.kernel.kfd(me()));
+    let outcome = restore_tasks(m, &helper, &criu_main, &tasks, dumped);
+    // CRIU's exit hook ends every restore, whatever its outcome.
+    exit_with(
+        &criu_main,
+        stage::RESTORE,
+        if outcome.is_ok() { 0 } else { -1 },
+    );
+    outcome
+}
+
+/// The hooks of a restore for each of `tasks`, then the helper's checks, as CRIU and
+/// gpucr call them.
+fn restore_tasks(
+    m: &Machine,
+    helper: &Helper,
+    criu_main: &AmdgpuHalf,
+    tasks: &[TaskDevice],
+    dumped: &[&Task],
+) -> Result<Vec<Restored>, String> {
     let fail = |e: gpucr_plugin::flow::HookFailure| e.message;
     let mut restored = Vec::new();
     for (task, original) in tasks.iter().zip(dumped) {
@@ -263,7 +282,7 @@ fn restore(
         let kfd = kfd.ok_or("no kfd file restored")?;
         check_vmas(m, &half, original, kfd.as_fd());
         // criu main, the task stopped: its buffers, then RESUME.
-        resume_devices_late_with(&criu_main, me()).map_err(fail)?;
+        resume_devices_late_with(criu_main, me()).map_err(fail)?;
         restored.push(Restored { kfd, _half: half });
     }
     helper.check_resumed().map_err(|e| e.to_string())?;

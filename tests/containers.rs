@@ -261,6 +261,13 @@ struct GpuContainer {
 
 impl GpuContainer {
     fn start(tag: &str, extra_settings: &[&str]) -> GpuContainer {
+        GpuContainer::start_with_driver(tag, extra_settings, "kfd")
+    }
+
+    /// A container whose workload uses `driver`'s model (`kfd`: gpucr copies device
+    /// memory; `nvidia`: the process's own simulated driver moves it, and must be let
+    /// run at RESUME_DEVICES_LATE).
+    fn start_with_driver(tag: &str, extra_settings: &[&str], driver: &str) -> GpuContainer {
         let s = setup();
         let sim = common::SimRoot::new(&format!("ctr-{tag}"));
         fs::create_dir_all(&sim.0).unwrap();
@@ -303,6 +310,8 @@ impl GpuContainer {
             "48",
             "--child-mib",
             "24",
+            "--driver",
+            driver,
         ]);
         podman_ok(&args);
         let c = GpuContainer {
@@ -818,6 +827,57 @@ fn gpu_container_restore_fails_cleanly_on_a_bad_chunk() {
     let log = c.log_lines("restore");
     assert!(log.contains("gpucr"), "{log}");
     assert_nothing_running(&c.name);
+}
+
+/// The NVIDIA model in a container, whose device does not come back at
+/// RESUME_DEVICES_LATE (the simulated driver's resume fails): CRIU goes on after that
+/// hook fails, but no process of the container runs on without its device, and CRIU's
+/// log says why. With the driver fixed, the same archive restores, every byte verified.
+#[test]
+fn gpu_container_whose_device_does_not_come_back_is_not_left_running() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start_with_driver("gpu-resume", &[], "nvidia");
+    let archive = setup().dir.join("gpu-resume.tar.zst");
+    let out = c.checkpoint(&archive, &[]);
+    assert!(
+        out.status.success(),
+        "{}\nCRIU: {}",
+        stderr(&out),
+        c.log_lines("dump")
+    );
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+    c.wipe_device_memory();
+    let fail = c.sim.0.join("driver-fail");
+    fs::write(&fail, "resume").unwrap();
+    let out = c.restore(&archive);
+    let _ = fs::remove_file(&fail);
+    let log = c.log_lines("restore");
+    assert!(log.contains("resume failed (injected)"), "{log}");
+    assert!(
+        log.contains("killed the restored tasks"),
+        "the tree was not killed: {log}"
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "no process of the container to be left",
+        || (!c.running()).then_some(()),
+    );
+    assert_nothing_running(&c.name);
+    // CRIU reported success to the engine (it ignores that hook's failure), which then
+    // saw the container end at once, killed.
+    assert!(out.status.success(), "{}", stderr(&out));
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+    c.wipe_device_memory();
+    let out = c.restore(&archive);
+    assert!(
+        out.status.success(),
+        "{}\nCRIU: {}",
+        stderr(&out),
+        c.log_lines("restore")
+    );
+    assert!(c.verify(1), "a buffer differs after the restore");
 }
 
 /// Two GPU containers checkpointed at the same time and restored at the same time

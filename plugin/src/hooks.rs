@@ -21,7 +21,7 @@ use gpucr_abi::{PLUGIN_EXIT_STEP, PLUGIN_NAME};
 use crate::half::{self, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
 use crate::thread::RunGuard;
-use crate::{criu, device, engine, NOT_OURS};
+use crate::{criu, device, engine, unresumed, NOT_OURS};
 
 /// Whether this dump already named the plugin in CRIU's inventory.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
@@ -173,6 +173,9 @@ pub fn exit_with(half: &dyn PluginHalf, stage: c_int, ret: c_int) {
     // The plugin half first (AMD's queues run again), then the gpucr half; what the
     // plugin half could not undo goes to the helper, which reports it.
     let plugin_errors = half.finish(stage, ret);
+    if stage == stage::RESTORE {
+        unresumed::finish();
+    }
     if stage != stage::DUMP {
         return;
     }
@@ -390,8 +393,26 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
     })
 }
 
-/// RESUME_DEVICES_LATE with `half`.
+/// RESUME_DEVICES_LATE with `half`. A task whose device does not come back is stopped
+/// with the whole tree, and killed at the `exit` hook ([`unresumed`]).
 pub fn resume_devices_late_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
+    if !unresumed::begin(pid) {
+        return Err(HookFailure {
+            errno: libc::ECANCELED,
+            message: format!(
+                "pid {pid} not resumed: another task of the tree did not get its device back"
+            ),
+        });
+    }
+    let resumed = resume_one(half, pid);
+    if resumed.is_err() {
+        unresumed::failed(pid);
+    }
+    resumed
+}
+
+/// RESUME_DEVICES_LATE for `pid`, which the tree's state allows.
+fn resume_one(half: &dyn PluginHalf, pid: c_int) -> Result<c_int, HookFailure> {
     if !TREE_RESUMED.swap(true, Ordering::SeqCst) {
         // CRIU calls this hook once every task is restored and stopped: a backend
         // that brings the whole tree back at once does it now.

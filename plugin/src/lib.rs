@@ -29,6 +29,7 @@ mod half;
 mod helper;
 mod hooks;
 mod thread;
+mod unresumed;
 
 use std::ffi::{c_int, c_void};
 use std::ptr;

@@ -319,17 +319,19 @@ pub trait Backend: Send + Sync {
     /// Whether `pid` holds a device of this backend (before anything is frozen).
     fn holds_device(&self, pid: i32) -> bool;
 
-    /// PAUSE_DEVICES: the gpucr half's step right before `pid` is frozen (a driver lock,
-    /// moving memory out of the device, ...), after the plugin half's.
+    /// PAUSE_DEVICES: the gpucr half's step before `pid` is frozen (a driver lock,
+    /// moving memory out of the device, ...), taken for every task of the tree at the
+    /// root's PAUSE_DEVICES, while they all still run; a task that CRIU meets later
+    /// (forked meanwhile) gets it at its own PAUSE_DEVICES.
     fn pre_freeze(&self, _pid: i32) -> Result<(), GpuError> {
         Ok(())
     }
 
-    /// Whether the helper handles the whole tree at once: [`Backend::pre_freeze`] for
-    /// every task of the tree, in parallel, at the first PAUSE_DEVICES (a task's own
-    /// PAUSE_DEVICES then finds it done), and [`Backend::checkpoint_ahead`] for every
-    /// frozen task, in parallel, at the first CHECKPOINT_DEVICES. Default: no, one task
-    /// at a time as CRIU calls the hooks.
+    /// Whether the helper checkpoints the whole tree at once: [`Backend::checkpoint_ahead`]
+    /// for every frozen task, in parallel, at the first CHECKPOINT_DEVICES, and the whole
+    /// tree brought back at the first RESUME_DEVICES_LATE. Default: no, one task at a
+    /// time as CRIU calls the hooks. ([`Backend::pre_freeze`] runs for the whole tree at
+    /// the first PAUSE_DEVICES whatever the backend, while every task still runs.)
     fn whole_tree(&self) -> bool {
         false
     }

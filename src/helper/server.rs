@@ -580,8 +580,11 @@ fn handle(
             },
             request::Kind::PauseDevices(r),
         ) => {
-            if shared.backend.whole_tree() && !tree_paused.swap(true, Ordering::SeqCst) {
-                // CRIU pauses the root first, with the tree still running.
+            if !tree_paused.swap(true, Ordering::SeqCst) {
+                // CRIU pauses the root first, with the tree still running: every task's
+                // step before the freeze is taken now. Under `--freeze-cgroup` (runc's
+                // CRIU) the other tasks are already frozen by their own PAUSE_DEVICES,
+                // and a step that needs the task to run (a driver lock) would time out.
                 pause_tree(shared, tasks, r.pid)?;
             }
             if lock(tasks).confirm_ahead(r.pid) {

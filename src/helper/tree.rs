@@ -35,11 +35,12 @@ pub(super) fn in_parallel<T: Send>(pids: &[i32], f: impl Fn(i32) -> T + Sync) ->
     })
 }
 
-/// The first PAUSE_DEVICES of a dump of a [`Backend::whole_tree`] backend, with the
-/// tree still running: the backend's step before the freeze for every task of the tree
-/// rooted at `root`, in parallel (CRIU then freezes the tasks one by one, and each one's
-/// PAUSE_DEVICES finds it done). A task that fails is given back after the dump like
-/// the others; the first failure fails this PAUSE_DEVICES, so CRIU gives up at once.
+/// The first PAUSE_DEVICES of a dump, with the tree still running: the backend's step
+/// before the freeze for every task of the tree rooted at `root`, in parallel (CRIU
+/// then freezes the tasks one by one, or has frozen them all with their cgroup, and
+/// each one's PAUSE_DEVICES finds it done). A task that fails is given back after the
+/// dump like the others; the first failure fails this PAUSE_DEVICES, so CRIU gives up
+/// at once. A task that exited meanwhile is no failure: CRIU will not dump it.
 pub(super) fn pause_tree(
     shared: &Shared,
     tasks: &Mutex<DumpTasks>,
@@ -54,6 +55,7 @@ pub(super) fn pause_tree(
     for (pid, outcome) in pids.into_iter().zip(outcomes) {
         match outcome {
             Ok(((), pause)) => tasks.paused_ahead(pid, pause)?,
+            Err(_) if !crate::target::is_running(pid) => {}
             Err(e) => {
                 tasks.pause_failed(pid);
                 first_error.get_or_insert(e);

@@ -1,0 +1,149 @@
+//! No restored task runs without its device.
+//!
+//! RESUME_DEVICES_LATE is the last hook of a restore, called for every task while CRIU
+//! still holds the tree stopped; CRIU only logs its failure and resumes the tree anyway
+//! (`criu/cr-restore.c`). So once a task's device did not come back, every task of the
+//! tree gets SIGSTOP: it stays pending while CRIU traces the task and stops the task the
+//! moment CRIU lets it go, before it runs an instruction. The `exit` hook, which CRIU
+//! calls once it has let go of the tree, then kills them all. (Killing them while CRIU
+//! still traces them would hang CRIU: a dying PID-namespace init waits for its traced
+//! children, which only their tracer can reap, while CRIU waits for the init.)
+//!
+//! Under `gpucr restore`, gpucr does the same from its `pre-resume` notification and
+//! reports the failure; in a container engine's CRIU this is what keeps a container
+//! from running on half-restored.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::criu;
+
+/// Every task RESUME_DEVICES_LATE was called for, in order.
+static SEEN: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
+/// Whether a task's device did not come back in this restore.
+static FAILED: AtomicBool = AtomicBool::new(false);
+
+fn seen() -> std::sync::MutexGuard<'static, Vec<c_int>> {
+    SEEN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// RESUME_DEVICES_LATE for `pid` begins. False when an earlier task's device did not
+/// come back: `pid` is then stopped with the rest, and must not be resumed.
+pub fn begin(pid: c_int) -> bool {
+    seen().push(pid);
+    if FAILED.load(Ordering::SeqCst) {
+        stop(&[pid]);
+        return false;
+    }
+    true
+}
+
+/// `pid`'s device did not come back: stop every task seen so far (the later ones are
+/// stopped by [`begin`]), to be killed at the `exit` hook.
+pub fn failed(pid: c_int) {
+    FAILED.store(true, Ordering::SeqCst);
+    let tasks = seen().clone();
+    stop(&tasks);
+    criu::error(&format!(
+        "RESUME_DEVICES_LATE pid {pid}: its device did not come back, and CRIU resumes \
+         the tree whatever this hook says: the restored tasks are stopped and are killed \
+         once CRIU lets go of them"
+    ));
+}
+
+/// The `exit` hook of a restore: kill the tree if a task's device did not come back.
+/// What it killed, if anything. The restore is over: nothing is remembered after it.
+pub fn finish() -> Vec<c_int> {
+    let tasks = std::mem::take(&mut *seen());
+    if !FAILED.swap(false, Ordering::SeqCst) {
+        return Vec::new();
+    }
+    for &pid in tasks.iter().filter(|&&pid| is_other_task(pid)) {
+        // The tasks are stopped (or gone): no longer traced, so SIGKILL ends them.
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    criu::error(&format!(
+        "restore: killed the restored tasks {tasks:?}: a task's device did not come back"
+    ));
+    tasks
+}
+
+/// Whether `pid` names one process other than this one (CRIU): never 0 or a negative
+/// number, which name groups.
+fn is_other_task(pid: c_int) -> bool {
+    pid > 0 && pid.unsigned_abs() != std::process::id()
+}
+
+/// SIGSTOP to each of `pids`.
+fn stop(pids: &[c_int]) {
+    for &pid in pids.iter().filter(|&&pid| is_other_task(pid)) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+    use std::time::{Duration, Instant};
+
+    /// The `/proc/PID/stat` state of `child` (None once reaped).
+    fn state(child: &Child) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    fn wait_for_state(child: &Child, wanted: char) {
+        let start = Instant::now();
+        while state(child) != Some(wanted) {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "pid {} stays {:?}, not {wanted}",
+                child.id(),
+                state(child)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_failed_resume_stops_the_tree_and_the_exit_hook_kills_it() {
+        let spawn = || Command::new("sleep").arg("60").spawn().unwrap();
+        let (mut first, mut failing, mut later) = (spawn(), spawn(), spawn());
+        let pid = |c: &Child| c.id() as c_int;
+
+        assert!(begin(pid(&first)));
+        assert!(begin(pid(&failing)));
+        failed(pid(&failing));
+        wait_for_state(&first, 'T');
+        wait_for_state(&failing, 'T');
+        // A later task is stopped too and must not be resumed.
+        assert!(!begin(pid(&later)));
+        wait_for_state(&later, 'T');
+        // This process is never signalled, even named.
+        assert!(!begin(std::process::id() as c_int));
+
+        let killed = finish();
+        assert_eq!(killed.len(), 4);
+        for child in [&mut first, &mut failing, &mut later] {
+            let status = child.wait().unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(libc::SIGKILL)
+            );
+        }
+
+        // The next restore starts afresh, and one without a failure kills nothing.
+        let mut next = spawn();
+        assert!(begin(pid(&next)));
+        assert!(finish().is_empty());
+        std::thread::sleep(Duration::from_millis(50));
+        assert_ne!(state(&next), Some('T'));
+        next.kill().unwrap();
+        next.wait().unwrap();
+    }
+}
