@@ -685,22 +685,35 @@ fn assert_nothing_running(name: &str) {
     }
 }
 
-/// `--leave-running` in engine mode: the GPU container goes on while its checkpoint is
-/// written, its buffers intact, and the archive is whole.
+/// `--leave-running` in engine mode, for both simulator models: the GPU container goes
+/// on while its checkpoint is written (the NVIDIA model's tasks given their device back
+/// by the driver), its buffers intact, and the archive is whole.
 #[test]
 fn gpu_container_leave_running() {
     if !have_podman() {
         return;
     }
-    let c = GpuContainer::start("gpu-leave", &[]);
-    let archive = setup().dir.join("gpu-leave.tar.zst");
-    let out = c.checkpoint(&archive, &["--leave-running"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(c.running());
-    c.wait_ticks(2);
-    assert!(c.verify(1), "a buffer differs after the checkpoint");
-    let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
-    assert_success(&out);
+    for driver in ["kfd", "nvidia"] {
+        let c = GpuContainer::start_with_driver(&format!("gpu-leave-{driver}"), &[], driver);
+        let archive = setup().dir.join(format!("gpu-leave-{driver}.tar.zst"));
+        let out = c.checkpoint(&archive, &["--leave-running"]);
+        assert!(
+            out.status.success(),
+            "{driver}: {}\nCRIU: {}",
+            stderr(&out),
+            c.log_lines("dump")
+        );
+        assert!(c.running(), "{driver}: the container stopped");
+        let steps = c.steps();
+        c.wait_ticks(2);
+        assert!(c.steps() > steps, "{driver}: the kernels stopped");
+        assert!(
+            c.verify(1),
+            "{driver}: a buffer differs after the checkpoint"
+        );
+        let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
+        assert_success(&out);
+    }
 }
 
 /// The helper killed while it copies GPU memory: the checkpoint fails, the reason is in
