@@ -295,7 +295,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__install__subcmd__plugin)
-            opts="-h -V --criu-libdir --setting --uninstall --help --version"
+            opts="-h -V --criu-libdir --setting --uninstall --force --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

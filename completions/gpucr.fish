@@ -149,6 +149,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -s V -l vers
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -l criu-libdir -d 'CRIU\'s plugin directory' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -l setting -d 'A setting for engine mode, NAME=VALUE, written to the settings file beside the plugin: GPUCR_COMPRESS, GPUCR_JOBS, GPUCR_DEVICE_TIMEOUT, GPUCR_SIM_ROOT, GPUCR_SIM_DEVICE, CUDA_VISIBLE_DEVICES, the KFD_*_CHECK topology switches, GPUCR_ENGINE=0 (keep out of every CRIU gpucr did not start) and the other GPUCR_* variables. Repeatable' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -l uninstall -d 'Remove the installed plugin instead'
+complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -l force -d 'Install even though DIR holds CRIU\'s own cuda_plugin.so or amdgpu_plugin.so. CRIU calls each hook on its plugins in directory order and stops at the first that answers, so for a GPU process either plugin may act and the other never sees it; without this flag the install is refused'
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -s V -l version -d 'Print version'
 complete -c gpucr -n "__fish_gpucr_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'

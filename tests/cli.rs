@@ -62,6 +62,27 @@ fn usage_errors_exit_2() {
     assert!(stdout(&gpucr(&["--version"])).starts_with("gpucr "));
 }
 
+/// `install-plugin` refuses a directory that holds CRIU's own GPU plugins (CRIU calls
+/// each hook on the first plugin that answers, so either could take a GPU process from
+/// the other), names them, changes nothing, and installs with `--force`.
+#[test]
+fn install_plugin_beside_criu_gpu_plugins_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("cuda_plugin.so"), b"").unwrap();
+    let libdir = dir.path().to_str().unwrap();
+    assert_fails_with(
+        &gpucr(&["install-plugin", "--criu-libdir", libdir]),
+        1,
+        "cuda_plugin.so",
+    );
+    assert!(!dir.path().join("gpucr_plugin.so").exists());
+    assert!(!dir.path().join("gpucr_plugin.conf").exists());
+    let out = gpucr(&["install-plugin", "--criu-libdir", libdir, "--force"]);
+    assert_success(&out);
+    assert!(stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert!(dir.path().join("gpucr_plugin.so").is_file());
+}
+
 #[test]
 fn dump_of_a_missing_pid_fails_with_target_code() {
     let tmp = tempfile::tempdir().unwrap();

@@ -20,6 +20,20 @@ pub const ENV_BIN: &str = "GPUCR_BIN";
 pub const ENV_ENGINE: &str = "GPUCR_ENGINE";
 /// A file the engine helper appends its stderr to (default: none).
 pub const ENV_ENGINE_LOG: &str = "GPUCR_ENGINE_LOG";
+/// CRIU's own GPU plugins, as `make install` and distributions put them in CRIU's plugin
+/// directory. CRIU calls each hook on its plugins in directory order and stops at the
+/// first one that answers, so beside gpucr's plugin either may take a GPU process and
+/// the other never sees it.
+pub const CRIU_GPU_PLUGINS: [&str; 2] = ["cuda_plugin.so", "amdgpu_plugin.so"];
+
+/// CRIU's own GPU plugins present in the plugin directory `dir`.
+pub fn criu_gpu_plugins_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    CRIU_GPU_PLUGINS
+        .iter()
+        .map(|name| dir.join(name))
+        .filter(|path| path.exists())
+        .collect()
+}
 
 /// What the helper says on the status pipe.
 #[derive(Debug, Clone, PartialEq, Eq)]

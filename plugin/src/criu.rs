@@ -107,6 +107,11 @@ pub fn info(text: &str) {
     log(log_level::INFO, text);
 }
 
+/// Something the user should know, at CRIU's WARN level.
+pub fn warn(text: &str) {
+    log(log_level::WARN, &format!("warning: {text}"));
+}
+
 /// A failure, at CRIU's ERROR level, marked so that gpucr finds it in the log:
 /// "gpucr: error: HOOK: what failed" (see `gpucr_abi::PLUGIN_ERROR_MARK`).
 pub fn error(text: &str) {

@@ -25,7 +25,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gpucr_abi::engine::{
-    Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG, SETTINGS_FILE, STATUS_FD,
+    criu_gpu_plugins_in, Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG, SETTINGS_FILE,
+    STATUS_FD,
 };
 use gpucr_abi::procfs::tree_pids;
 use gpucr_abi::proto::engine_step::Step;
@@ -71,9 +72,11 @@ fn enabled() -> bool {
 /// `NAME=VALUE` line whose name CRIU's environment does not have (the last line of a
 /// name wins). Called from init, while CRIU has one thread.
 pub fn load_settings() {
-    let Some(path) = own_directory().map(|d| d.join(SETTINGS_FILE)) else {
+    let Some(dir) = own_directory() else {
         return;
     };
+    warn_about_criu_gpu_plugins(&dir);
+    let path = dir.join(SETTINGS_FILE);
     let Ok(text) = std::fs::read_to_string(&path) else {
         return;
     };
@@ -87,6 +90,21 @@ pub fn load_settings() {
     }
     if !settings.is_empty() {
         criu::info(&format!("settings from {}", path.display()));
+    }
+}
+
+/// CRIU's own GPU plugins beside this one: CRIU calls each hook on the first plugin
+/// that answers it, so one of them may take a GPU process and gpucr never see it (the
+/// image then holds no gpucr manifest), or the reverse. Said in CRIU's log, where a
+/// user looks when a container's GPU state went elsewhere.
+fn warn_about_criu_gpu_plugins(dir: &Path) {
+    for other in criu_gpu_plugins_in(dir) {
+        criu::warn(&format!(
+            "CRIU also loads {} from the same directory: for a GPU process, whichever \
+             plugin answers a hook first takes it (gpucr's plugin belongs in a directory \
+             of its own, see docs/containers.md)",
+            other.display()
+        ));
     }
 }
 

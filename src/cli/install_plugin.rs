@@ -37,6 +37,13 @@ pub struct InstallPluginArgs {
     /// Remove the installed plugin instead.
     #[arg(long)]
     pub uninstall: bool,
+
+    /// Install even though DIR holds CRIU's own cuda_plugin.so or amdgpu_plugin.so.
+    /// CRIU calls each hook on its plugins in directory order and stops at the first
+    /// that answers, so for a GPU process either plugin may act and the other never sees
+    /// it; without this flag the install is refused.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `NAME=VALUE` with a `GPUCR_*` or `CUDA_VISIBLE_DEVICES` name and a one-line value.

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
-use gpucr_abi::engine::{ENV_BIN, SETTINGS_FILE};
+use gpucr_abi::engine::{criu_gpu_plugins_in, ENV_BIN, SETTINGS_FILE};
 use gpucr_abi::PLUGIN_FILE;
 
 use super::common::print_out;
@@ -26,6 +26,28 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
             Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dest.display())),
         }
         return Ok(exit_code::SUCCESS);
+    }
+    let others = criu_gpu_plugins_in(&args.criu_libdir);
+    if !others.is_empty() {
+        let names = others
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let why = "CRIU calls each hook on its plugins in directory order and stops at the \
+                   first that answers, so for a GPU process either plugin may act and the \
+                   other never see it";
+        if !args.force {
+            eprintln!(
+                "gpucr: error: {} holds CRIU's own GPU plugins ({names}): {why}. Install \
+                 gpucr's plugin into a directory of its own (--criu-libdir DIR, with \
+                 `libdir DIR` in the CRIU configuration file the engine hands CRIU; see \
+                 docs/containers.md), move them aside, or pass --force",
+                args.criu_libdir.display()
+            );
+            return Ok(exit_code::FAILURE);
+        }
+        eprintln!("gpucr: warning: installing beside {names}: {why}");
     }
     let plugin = locate_plugin()?;
     let settings = args.criu_libdir.join(SETTINGS_FILE);
