@@ -28,6 +28,15 @@ fn ptrace(request: libc::c_uint, tid: i32, addr: usize, data: *mut libc::c_void)
     unsafe { libc::ptrace(request, tid, addr, data) }
 }
 
+/// Let go of thread `tid` for good (PTRACE_DETACH, no signal); an error when this
+/// process does not hold it stopped under ptrace.
+pub fn detach(tid: i32) -> Result<(), HalfError> {
+    if ptrace(libc::PTRACE_DETACH, tid, 0, std::ptr::null_mut()) != 0 {
+        return Err(failed("detach", tid));
+    }
+    Ok(())
+}
+
 fn failed(what: &str, tid: i32) -> HalfError {
     let e = std::io::Error::last_os_error();
     HalfError::new(

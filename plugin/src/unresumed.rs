@@ -3,15 +3,18 @@
 //! RESUME_DEVICES_LATE is the last hook of a restore, called for every task while CRIU
 //! still holds the tree stopped; CRIU only logs its failure and resumes the tree anyway
 //! (`criu/cr-restore.c`). So once a task's device did not come back, every task of the
-//! tree gets SIGSTOP: it stays pending while CRIU traces the task and stops the task the
-//! moment CRIU lets it go, before it runs an instruction. The `exit` hook, which CRIU
-//! calls once it has let go of the tree, then kills them all. (Killing them while CRIU
-//! still traces them would hang CRIU: a dying PID-namespace init waits for its traced
-//! children, which only their tracer can reap, while CRIU waits for the init.)
+//! tree gets SIGSTOP, and the plugin (running in CRIU's main thread, the tracer) lets go
+//! of each of its threads: the pending SIGSTOP stops the task before it runs an
+//! instruction. CRIU's own detach then finds the tasks no longer traced and fails the
+//! restore, killing the tree, so the failure reaches whoever asked CRIU (gpucr, or a
+//! container engine through runc) instead of a restore that says it succeeded. The
+//! `exit` hook kills whatever is left. (Killing the tasks while CRIU still traces them
+//! would hang CRIU: a dying PID-namespace init waits for its traced children, which only
+//! their tracer can reap, while CRIU waits for the init.)
 //!
-//! Under `gpucr restore`, gpucr does the same from its `pre-resume` notification and
-//! reports the failure; in a container engine's CRIU this is what keeps a container
-//! from running on half-restored.
+//! Under `gpucr restore`, gpucr also stops the tree from its `pre-resume` notification
+//! and reports the helper's error; in a container engine's CRIU this is what keeps a
+//! container from running on half-restored.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,9 +52,9 @@ pub fn failed(pid: c_int) {
     let tasks = seen().clone();
     stop(&tasks);
     criu::error(&format!(
-        "RESUME_DEVICES_LATE pid {pid}: its device did not come back, and CRIU resumes \
-         the tree whatever this hook says: the restored tasks are stopped and are killed \
-         once CRIU lets go of them"
+        "RESUME_DEVICES_LATE pid {pid}: its device did not come back (why follows); CRIU \
+         resumes the tree whatever this hook says, so the restored tasks are stopped and \
+         let go, and CRIU's own detach fails the restore and kills them"
     ));
 }
 
@@ -78,11 +81,27 @@ fn is_other_task(pid: c_int) -> bool {
     pid > 0 && pid.unsigned_abs() != std::process::id()
 }
 
-/// SIGSTOP to each of `pids`.
+/// SIGSTOP to each of `pids`, then let go of each of their threads (where this process
+/// traces them): the signal stops them as they leave their ptrace stop.
 fn stop(pids: &[c_int]) {
     for &pid in pids.iter().filter(|&&pid| is_other_task(pid)) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        for tid in threads(pid) {
+            // Fails (ESRCH) for a thread this process does not trace: nothing to undo.
+            let _ = crate::thread::detach(tid);
+        }
     }
+}
+
+/// The threads of `pid` (`/proc/PID/task`), none once it is gone.
+fn threads(pid: c_int) -> Vec<c_int> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
