@@ -137,13 +137,18 @@ struct Counter {
 
 impl Counter {
     fn start(tag: &str) -> Counter {
+        Counter::start_with_criu_conf(tag, &setup().criu_conf)
+    }
+
+    /// A counter whose CRIU reads `criu_conf` (its plugin directory).
+    fn start_with_criu_conf(tag: &str, criu_conf: &Path) -> Counter {
         let s = setup();
         let name = format!("gpucr-test-{}-{tag}", std::process::id());
         let state = s.dir.join(format!("state-{tag}"));
         let _ = fs::remove_dir_all(&state);
         fs::create_dir_all(&state).unwrap();
         let _ = podman(&["rm", "-f", "-t", "0", &name]);
-        let annotation = format!("org.criu.config={}", s.criu_conf.display());
+        let annotation = format!("org.criu.config={}", criu_conf.display());
         let volume = format!("{}:/state", state.display());
         let mut args = vec!["run", "-d", "--name", &name, "--annotation", &annotation];
         args.extend(ULIMITS);
@@ -683,6 +688,44 @@ fn assert_nothing_running(name: &str) {
             "{name} is left with processes: {state}"
         );
     }
+}
+
+/// A plugin directory that also holds one of CRIU's own GPU plugins (here another
+/// shared library under that name, which CRIU loads as a plugin without hooks): CRIU
+/// stops at the first plugin that answers a hook, so gpucr's plugin names it in CRIU's
+/// log; the container is checkpointed all the same.
+#[test]
+fn criu_gpu_plugin_beside_gpucr_is_named_in_criu_log() {
+    if !have_podman() {
+        return;
+    }
+    let plugin = PluginDir::install("beside", &[]);
+    let libs = plugin.criu_conf.with_file_name("criu-libs");
+    let stand_in = common::gpucr_bin()
+        .parent()
+        .unwrap()
+        .join("libgpucr_fake_cuda.so");
+    fs::copy(&stand_in, libs.join("cuda_plugin.so")).unwrap();
+    let c = Counter::start_with_criu_conf("beside", &plugin.criu_conf);
+    {
+        let _lock = common::criu_lock();
+        podman_ok(&[
+            "container",
+            "checkpoint",
+            "--keep",
+            "--leave-running",
+            "--export",
+            setup().dir.join("beside.tar.zst").to_str().unwrap(),
+            &c.name,
+        ]);
+    }
+    let log = c.criu_log("dump");
+    assert!(
+        log.contains("gpucr: warning: CRIU also loads")
+            && log.contains(&libs.join("cuda_plugin.so").display().to_string()),
+        "{log}"
+    );
+    assert!(c.running());
 }
 
 /// `--leave-running` in engine mode, for both simulator models: the GPU container goes
