@@ -98,6 +98,13 @@ fn setup() -> &'static Setup {
             .join("examples/sim_workload");
         copy_with_libraries(&sim_workload, &root);
         fs::copy(&sim_workload, root.join("bin/sim_workload")).unwrap();
+        // The CUDA workload, and the libraries the fake CUDA driver needs (the fake
+        // itself is mounted at its own path, where gpucr's helper loads it too).
+        let examples = common::gpucr_bin().parent().unwrap().join("examples");
+        let cuda_workload = examples.join("cuda_workload");
+        copy_with_libraries(&cuda_workload, &root);
+        fs::copy(&cuda_workload, root.join("bin/cuda_workload")).unwrap();
+        copy_with_libraries(&fake_cuda_library(), &root);
         let tar = dir.join("rootfs.tar");
         let out = Command::new("tar")
             .arg("-C")
@@ -254,12 +261,33 @@ impl PluginDir {
     }
 }
 
-/// A container running the simulator's GPU workload (a parent and a child process,
-/// each with device buffers on two simulated GPUs), its device passed with `--device`
-/// and its sim root mounted at the same path; removed when dropped.
+/// The fake CUDA driver library (`gpucr-fake-cuda`).
+fn fake_cuda_library() -> PathBuf {
+    common::gpucr_bin()
+        .parent()
+        .unwrap()
+        .join("libgpucr_fake_cuda.so")
+}
+
+/// What a GPU container runs: the simulator's workload with one of its driver models
+/// (`kfd`: gpucr copies device memory; `nvidia`: the process's own simulated driver
+/// moves it, and must be let run at RESUME_DEVICES_LATE), or the CUDA workload on the
+/// fake CUDA driver (gpucr's cuda backend, as on an NVIDIA GPU).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Workload {
+    Sim(&'static str),
+    FakeCuda,
+}
+
+/// A container running a GPU workload (a parent and a child process, each with device
+/// memory on two GPUs): the simulator's, its device passed with `--device` and its sim
+/// root mounted at the same path, or the CUDA workload, the fake driver's library and
+/// directory mounted at their own paths; removed when dropped.
 struct GpuContainer {
     name: String,
     sim: common::SimRoot,
+    /// The fake CUDA driver's directory (device memory files), for [`Workload::FakeCuda`].
+    fake_cuda: Option<PathBuf>,
     state: PathBuf,
     plugin: PluginDir,
 }
@@ -269,15 +297,39 @@ impl GpuContainer {
         GpuContainer::start_with_driver(tag, extra_settings, "kfd")
     }
 
-    /// A container whose workload uses `driver`'s model (`kfd`: gpucr copies device
-    /// memory; `nvidia`: the process's own simulated driver moves it, and must be let
-    /// run at RESUME_DEVICES_LATE).
+    /// A container whose sim workload uses `driver`'s model.
     fn start_with_driver(tag: &str, extra_settings: &[&str], driver: &str) -> GpuContainer {
+        let driver = if driver == "nvidia" { "nvidia" } else { "kfd" };
+        GpuContainer::start_workload(tag, extra_settings, Workload::Sim(driver))
+    }
+
+    fn start_workload(tag: &str, extra_settings: &[&str], workload: Workload) -> GpuContainer {
         let s = setup();
         let sim = common::SimRoot::new(&format!("ctr-{tag}"));
         fs::create_dir_all(&sim.0).unwrap();
         let sim_path = sim.0.to_str().unwrap().to_owned();
-        let mut settings = vec![format!("GPUCR_SIM_ROOT={sim_path}")];
+        let fake_cuda = (workload == Workload::FakeCuda).then(|| {
+            let dir = s.dir.join(format!("fake-cuda-{tag}"));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).unwrap();
+            dir
+        });
+        // The fake driver's environment, for the workload and gpucr's helper alike.
+        let cuda_env: Vec<String> = fake_cuda
+            .iter()
+            .flat_map(|dir| {
+                [
+                    format!("GPUCR_CUDA_LIBRARY={}", fake_cuda_library().display()),
+                    format!("GPUCR_FAKE_CUDA_DIR={}", dir.display()),
+                    "GPUCR_FAKE_CUDA_GPUS=2".to_owned(),
+                ]
+            })
+            .collect();
+        // gpucr's helper looks for the simulator first, where it is set up.
+        let mut settings = match workload {
+            Workload::Sim(_) => vec![format!("GPUCR_SIM_ROOT={sim_path}")],
+            Workload::FakeCuda => cuda_env.clone(),
+        };
         settings.extend(extra_settings.iter().map(|s| s.to_string()));
         let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
         let plugin = PluginDir::install(tag, &settings);
@@ -297,31 +349,58 @@ impl GpuContainer {
             // started meanwhile by another test to take.
             "--network",
             "none",
-            "--device",
-            "/dev/fuse",
             "-v",
             &state_volume,
-            "-v",
-            &sim_volume,
-            "-e",
-            &sim_env,
-            IMAGE,
-            "/bin/sim_workload",
-            "--state",
-            "/state",
-            "--gpus",
-            "2",
-            "--parent-mib",
-            "48",
-            "--child-mib",
-            "24",
-            "--driver",
-            driver,
         ]);
+        let library_dir = fake_cuda_library().parent().unwrap().display().to_string();
+        let library_volume = format!("{library_dir}:{library_dir}:ro");
+        let fake_volume = fake_cuda
+            .as_ref()
+            .map(|d| format!("{}:{}", d.display(), d.display()));
+        match (workload, &fake_volume) {
+            (Workload::Sim(driver), _) => args.extend([
+                "--device",
+                "/dev/fuse",
+                "-v",
+                &sim_volume,
+                "-e",
+                &sim_env,
+                IMAGE,
+                "/bin/sim_workload",
+                "--state",
+                "/state",
+                "--gpus",
+                "2",
+                "--parent-mib",
+                "48",
+                "--child-mib",
+                "24",
+                "--driver",
+                driver,
+            ]),
+            (Workload::FakeCuda, Some(fake_volume)) => {
+                args.extend(["-v", &library_volume, "-v", fake_volume]);
+                for e in &cuda_env {
+                    args.extend(["-e", e]);
+                }
+                args.extend([
+                    IMAGE,
+                    "/bin/cuda_workload",
+                    "--state",
+                    "/state",
+                    "--procs",
+                    "2",
+                    "--mib",
+                    "24",
+                ]);
+            }
+            (Workload::FakeCuda, None) => unreachable!("a fake CUDA container has its directory"),
+        }
         podman_ok(&args);
         let c = GpuContainer {
             name,
             sim,
+            fake_cuda,
             state,
             plugin,
         };
@@ -384,8 +463,21 @@ impl GpuContainer {
         )
     }
 
+    /// Delete the workload's device memory, as a dead process's is on a real GPU.
     fn wipe_device_memory(&self) {
         let _ = fs::remove_dir_all(self.sim.0.join("contexts"));
+        let contexts = self.fake_cuda.iter().filter_map(|d| fs::read_dir(d).ok());
+        for file in contexts
+            .flatten()
+            .flatten()
+            .filter_map(|c| fs::read_dir(c.path()).ok())
+        {
+            for f in file.flatten() {
+                if f.file_name().to_string_lossy().starts_with("mem-") {
+                    let _ = fs::remove_file(f.path());
+                }
+            }
+        }
     }
 
     fn id(&self) -> String {
@@ -688,6 +780,58 @@ fn assert_nothing_running(name: &str) {
             "{name} is left with processes: {state}"
         );
     }
+}
+
+/// A container of CUDA processes (the CUDA workload on the fake CUDA driver, which the
+/// plugin recognises by the driver library `GPUCR_CUDA_LIBRARY` names): runc's CRIU,
+/// which freezes the container with its cgroup, gets gpucr's cuda backend in engine
+/// mode; the whole tree is locked before the freeze and checkpointed by the driver
+/// through each process's restore thread; the archive restores with every byte, the
+/// processes unlocked.
+#[test]
+fn cuda_container_round_trip_in_engine_mode() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start_workload("cuda", &[], Workload::FakeCuda);
+    let archive = setup().dir.join("cuda.tar.zst");
+    let out = c.checkpoint(&archive, &[]);
+    assert!(
+        out.status.success(),
+        "checkpoint failed: {}\nengine log: {}\nCRIU: {}",
+        stderr(&out),
+        c.plugin.engine_log(),
+        c.log_lines("dump")
+    );
+    let log = c.criu_log("dump");
+    assert!(
+        log.contains("gpucr: engine mode: helper ready (cuda)"),
+        "{log}"
+    );
+    let steps = c.steps();
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+    c.wipe_device_memory();
+    let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
+    assert_success(&out);
+    let out = c.restore(&archive);
+    assert!(
+        out.status.success(),
+        "restore failed: {}\nengine log: {}\nCRIU: {}",
+        stderr(&out),
+        c.plugin.engine_log(),
+        c.log_lines("restore")
+    );
+    let log = c.criu_log("restore");
+    // Nothing but the CUDA processes' memory says the image needs gpucr (no device
+    // file was dumped): the dump named gpucr in CRIU's inventory all the same.
+    assert!(
+        log.contains("gpucr: plugin loaded (restore; image needs gpucr: true)")
+            && log.contains("gpucr: RESUME_DEVICES_LATE: 2 CUDA processes brought back at once"),
+        "{log}"
+    );
+    assert!(c.verify(1), "a buffer differs after the restore");
+    c.wait_ticks(2);
+    assert!(c.steps() > steps, "the processes were not unlocked");
 }
 
 /// A plugin directory that also holds one of CRIU's own GPU plugins (here another

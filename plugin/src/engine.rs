@@ -33,6 +33,7 @@ use gpucr_abi::proto::engine_step::Step;
 use gpucr_abi::proto::{request, EngineStep};
 use gpucr_abi::sim::{CONTEXTS_DIR, ENV_ROOT as ENV_SIM_ROOT};
 use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD, HELPER_INHERIT_KEY};
+use gpucr_cuda_driver::ENV_LIBRARY as ENV_CUDA_LIBRARY;
 use nix::fcntl::OFlag;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
@@ -231,7 +232,7 @@ fn probe(root: i32) -> Option<&'static str> {
         .filter(|r| !r.is_empty())
         .map(|r| Path::new(&r).join(CONTEXTS_DIR));
     if let Some(contexts) = &sim_contexts {
-        if tree.iter().any(|&p| maps_under(p, contexts)) {
+        if tree.iter().any(|&p| maps(p, |f| f.starts_with(contexts))) {
             return Some("sim");
         }
     }
@@ -245,18 +246,24 @@ fn probe(root: i32) -> Option<&'static str> {
         t.to_str()
             .is_some_and(|s| s.starts_with("/dev/nvidia") && !s.starts_with("/dev/nvidia-caps"))
     };
-    if tree.iter().any(|&p| holds_fd(p, nvidia)) {
+    // A driver library named by GPUCR_CUDA_LIBRARY (a driver installed elsewhere, or the
+    // fake of the tests, which opens no device file) is recognised by its mapping.
+    let library = std::env::var_os(ENV_CUDA_LIBRARY)
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from);
+    let maps_library = |p: i32| library.as_ref().is_some_and(|l| maps(p, |f| f == l));
+    if tree.iter().any(|&p| holds_fd(p, nvidia) || maps_library(p)) {
         return Some("cuda");
     }
     None
 }
 
-/// Whether `pid` maps a file below `dir`.
-fn maps_under(pid: i32, dir: &Path) -> bool {
+/// Whether `pid` maps a file whose path `matches`.
+fn maps(pid: i32, matches: impl Fn(&Path) -> bool) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
         maps.lines()
             .filter_map(|l| l.split_whitespace().nth(5))
-            .any(|file| Path::new(file).starts_with(dir))
+            .any(|file| matches(Path::new(file)))
     })
 }
 

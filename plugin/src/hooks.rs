@@ -231,6 +231,10 @@ pub fn checkpoint_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_in
     criu::info(&format!("CHECKPOINT_DEVICES pid {pid}"));
     if !TREE_CHECKPOINTED.swap(true, Ordering::SeqCst) {
         half.checkpoint_tree()?;
+        // The image holds GPU state even when no device file is dumped (a CUDA
+        // process's driver releases its device files at the checkpoint): the restore,
+        // in an engine's CRIU too, must know it needs gpucr.
+        register_in_inventory();
     }
     let collected = half.checkpoint(pid)?;
     let (format, state, buffers, run_thread) = match collected {
@@ -283,20 +287,20 @@ pub fn dump_ext_file_with(fd: c_int, id: c_int) -> Result<c_int, HookFailure> {
     if !reply.owned {
         return Ok(NOT_OURS);
     }
-    let name = if reply.plugin_name.is_empty() {
-        PLUGIN_NAME
-    } else {
-        &reply.plugin_name
-    };
-    // CRIU keeps every name it is given: register once per dump, not once per file.
-    if !REGISTERED.swap(true, Ordering::SeqCst) {
-        criu::add_inventory_plugin(name);
-    }
+    register_in_inventory();
     criu::info(&format!(
         "DUMP_EXT_FILE id {id:#x}: device carried by gpucr"
     ));
     engine::finish_copy()?;
     Ok(0)
+}
+
+/// Name gpucr in CRIU's inventory, so that a restore (in any CRIU) knows the image
+/// needs this plugin. CRIU keeps every name it is given: once per dump.
+fn register_in_inventory() {
+    if !REGISTERED.swap(true, Ordering::SeqCst) {
+        criu::add_inventory_plugin(PLUGIN_NAME);
+    }
 }
 
 /// HANDLE_DEVICE_VMA(fd, stat): 0 when the mapping is one of the backend's device

@@ -65,6 +65,15 @@ pub fn run(args: &EngineHelperArgs) -> anyhow::Result<u8> {
             OwnedFd::from_raw_fd(STATUS_FD),
         )
     };
+    // Nothing this helper starts (the CUDA give-back guard, `criu --version`) may keep
+    // them: the plugin reads the status pipe to its end, and a guard that held it open
+    // would keep CRIU waiting until its own timeout.
+    for fd in [&connector, &status] {
+        let _ = nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        );
+    }
     let mut status = StatusPipe::new(status);
     if let Err(e) = detach(args.criu_pid) {
         status.error(&e.to_string());

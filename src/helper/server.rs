@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use gpucr_abi::proto::{request, Reply, Request};
-use gpucr_abi::PLUGIN_NAME;
 
 use super::control::{Abandoned, ControlPlane, Handler};
 use super::fault::{self, FaultStep};
@@ -656,7 +655,6 @@ fn handle(
             Ok(Reply {
                 ok: true,
                 owned: true,
-                plugin_name: PLUGIN_NAME.into(),
                 ..Default::default()
             })
         }
