@@ -786,8 +786,9 @@ fn assert_nothing_running(name: &str) {
 /// plugin recognises by the driver library `GPUCR_CUDA_LIBRARY` names): runc's CRIU,
 /// which freezes the container with its cgroup, gets gpucr's cuda backend in engine
 /// mode; the whole tree is locked before the freeze and checkpointed by the driver
-/// through each process's restore thread; the archive restores with every byte, the
-/// processes unlocked.
+/// through each process's restore thread. A first restore whose driver restore fails
+/// (CUDA out of memory) fails in podman too and leaves no process; the archive then
+/// restores with every byte, the processes unlocked.
 #[test]
 fn cuda_container_round_trip_in_engine_mode() {
     if !have_podman() {
@@ -813,6 +814,28 @@ fn cuda_container_round_trip_in_engine_mode() {
     c.wipe_device_memory();
     let out = gpucr(&["inspect", "--verify", archive.to_str().unwrap()]);
     assert_success(&out);
+
+    let settings = c
+        .plugin
+        .criu_conf
+        .with_file_name("criu-libs/gpucr_plugin.conf");
+    let good = fs::read_to_string(&settings).unwrap();
+    fs::write(
+        &settings,
+        format!("{good}GPUCR_FAKE_CUDA_FAIL=cuCheckpointProcessRestore:OUT_OF_MEMORY\n"),
+    )
+    .unwrap();
+    let out = c.restore(&archive);
+    fs::write(&settings, &good).unwrap();
+    assert!(
+        !out.status.success(),
+        "restored without the driver's restore"
+    );
+    let log = c.log_lines("restore");
+    assert!(log.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{log}");
+    assert_nothing_running(&c.name);
+    podman_ok(&["rm", "-f", "-t", "0", &c.name]);
+
     let out = c.restore(&archive);
     assert!(
         out.status.success(),
