@@ -314,7 +314,8 @@ impl GpuContainer {
             fs::create_dir_all(&dir).unwrap();
             dir
         });
-        // The fake driver's environment, for the workload and gpucr's helper alike.
+        // The fake driver's environment, for the workload and gpucr's helper alike (with
+        // the extra settings, which configure the fake on both sides).
         let cuda_env: Vec<String> = fake_cuda
             .iter()
             .flat_map(|dir| {
@@ -324,6 +325,8 @@ impl GpuContainer {
                     "GPUCR_FAKE_CUDA_GPUS=2".to_owned(),
                 ]
             })
+            .chain(extra_settings.iter().map(|s| s.to_string()))
+            .filter(|_| workload == Workload::FakeCuda)
             .collect();
         // gpucr's helper looks for the simulator first, where it is set up.
         let mut settings = match workload {
@@ -855,6 +858,50 @@ fn cuda_container_round_trip_in_engine_mode() {
     assert!(c.verify(1), "a buffer differs after the restore");
     c.wait_ticks(2);
     assert!(c.steps() > steps, "the processes were not unlocked");
+}
+
+/// The engine's helper killed while it checkpoints a CUDA container (each driver step
+/// taking 1.5 s in the fake): the checkpoint fails, and the CUDA give-back guard the
+/// helper started restores and unlocks both processes once CRIU has let them go, so
+/// the container runs on with every byte.
+#[test]
+fn cuda_container_checkpoint_survives_a_killed_helper() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start_workload(
+        "cuda-kill",
+        &["GPUCR_FAKE_CUDA_STEP_MS=1500"],
+        Workload::FakeCuda,
+    );
+    let archive = setup().dir.join("cuda-kill.tar.zst");
+    let id = c.id();
+    let killer = std::thread::spawn(move || {
+        let pattern = format!("engine-helper dump --images-dir .*{id}");
+        wait_for(Duration::from_secs(20), "the engine helper", || {
+            let out = Command::new("pgrep")
+                .args(["-f", &pattern])
+                .output()
+                .unwrap();
+            stdout(&out).split_whitespace().next().map(str::to_owned)
+        });
+        // In the middle of the whole tree's lock.
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &pattern])
+            .status();
+    });
+    let out = c.checkpoint(&archive, &[]);
+    killer.join().unwrap();
+    assert!(!out.status.success(), "the checkpoint succeeded");
+    assert!(c.running(), "the container stopped");
+    let steps = c.steps();
+    wait_for(
+        Duration::from_secs(60),
+        "the guard to unlock the processes",
+        || (c.steps() > steps + 10).then_some(()),
+    );
+    assert!(c.verify(1), "a buffer differs after the failed checkpoint");
 }
 
 /// A plugin directory that also holds one of CRIU's own GPU plugins (here another
