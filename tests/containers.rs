@@ -875,22 +875,8 @@ fn cuda_container_checkpoint_survives_a_killed_helper() {
         Workload::FakeCuda,
     );
     let archive = setup().dir.join("cuda-kill.tar.zst");
-    let id = c.id();
-    let killer = std::thread::spawn(move || {
-        let pattern = format!("engine-helper dump --images-dir .*{id}");
-        wait_for(Duration::from_secs(20), "the engine helper", || {
-            let out = Command::new("pgrep")
-                .args(["-f", &pattern])
-                .output()
-                .unwrap();
-            stdout(&out).split_whitespace().next().map(str::to_owned)
-        });
-        // In the middle of the whole tree's lock.
-        std::thread::sleep(Duration::from_millis(700));
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-f", &pattern])
-            .status();
-    });
+    // In the middle of the whole tree's lock.
+    let killer = kill_dump_helper_after(&c, Duration::from_millis(700));
     let out = c.checkpoint(&archive, &[]);
     killer.join().unwrap();
     assert!(!out.status.success(), "the checkpoint succeeded");
@@ -973,6 +959,25 @@ fn gpu_container_leave_running() {
     }
 }
 
+/// A thread that waits for the engine helper of `c`'s next checkpoint to start, then
+/// kills it with SIGKILL `delay` later.
+fn kill_dump_helper_after(c: &GpuContainer, delay: Duration) -> std::thread::JoinHandle<()> {
+    let pattern = format!("engine-helper dump --images-dir .*{}", c.id());
+    std::thread::spawn(move || {
+        wait_for(Duration::from_secs(20), "the engine helper", || {
+            let out = Command::new("pgrep")
+                .args(["-f", &pattern])
+                .output()
+                .unwrap();
+            stdout(&out).split_whitespace().next().map(str::to_owned)
+        });
+        std::thread::sleep(delay);
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &pattern])
+            .status();
+    })
+}
+
 /// The helper killed while it copies GPU memory: the checkpoint fails, the reason is in
 /// CRIU's log, and the container runs on with its buffers intact.
 #[test]
@@ -983,22 +988,7 @@ fn gpu_container_checkpoint_survives_a_killed_helper() {
     // A slow simulated copy engine, so that the helper is caught mid-copy.
     let c = GpuContainer::start("gpu-kill", &["GPUCR_SIM_COPY_BW=20MiB"]);
     let archive = setup().dir.join("gpu-kill.tar.zst");
-    let id = c.id();
-    let killer = std::thread::spawn(move || {
-        let pattern = format!("engine-helper dump --images-dir .*{id}");
-        wait_for(Duration::from_secs(20), "the engine helper", || {
-            let out = Command::new("pgrep")
-                .args(["-f", &pattern])
-                .output()
-                .unwrap();
-            let pid = stdout(&out).split_whitespace().next()?.to_owned();
-            Some(pid)
-        });
-        std::thread::sleep(Duration::from_millis(500));
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-f", &pattern])
-            .status();
-    });
+    let killer = kill_dump_helper_after(&c, Duration::from_millis(500));
     let out = c.checkpoint(&archive, &[]);
     killer.join().unwrap();
     assert!(!out.status.success(), "the checkpoint succeeded");
