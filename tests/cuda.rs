@@ -240,7 +240,9 @@ fn cuda_tree_is_locked_and_checkpointed_in_parallel() {
 
 /// Three CUDA processes: dumped (the driver checkpoints each through its restore
 /// thread), killed, their device memory wiped, restored (restore onto the same GPUs by
-/// UUID, then unlock); every byte verifies and the kernels go on.
+/// UUID, then unlock); every byte verifies and the kernels go on. The dump has a
+/// simulator root set up too, which holds none of the tree's devices: the tree is still
+/// found to be a CUDA one.
 #[test]
 fn cuda_tree_survives_dump_wipe_and_restore() {
     let _lock = criu_lock();
@@ -253,9 +255,13 @@ fn cuda_tree_survives_dump_wipe_and_restore() {
         "the processes hold device memory"
     );
     let image = tmp.path().join("image");
+    let sim_root = tmp.path().join("sim");
+    fs::create_dir(&sim_root).unwrap();
+    let mut env = fake.env();
+    env.push(("GPUCR_SIM_ROOT", sim_root.to_str().unwrap()));
     let out = gpucr_env(
         &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
-        &fake.env(),
+        &env,
     );
     assert_success(&out);
     let manifest: serde_json::Value = manifest_json(&image);

@@ -522,7 +522,8 @@ pub struct DumpSetup {
 }
 
 /// The backend whose devices the tree rooted at `pid` holds, if any: the simulator when
-/// `GPUCR_SIM_ROOT` is set; else amdgpu when a task of the tree has /dev/kfd open; else
+/// `GPUCR_SIM_ROOT` is set and a task maps its buffers; else amdgpu when a task of the
+/// tree has /dev/kfd open; else
 /// cuda when a task of the tree has an NVIDIA device open
 /// or `GPUCR_CUDA_LIBRARY` names a driver (the driver is loaded and initialised only
 /// then, so a CPU-only tree pays nothing).
@@ -531,11 +532,12 @@ pub fn detect(
     setup: &DumpSetup,
 ) -> Result<Option<std::sync::Arc<dyn Backend>>, GpuError> {
     let tree = tree_pids(pid);
+    // The simulator where it is set up and the tree holds its devices; a tree that
+    // holds none of them may still hold a real device.
     if let Some(sim) = sim::SimBackend::from_env()? {
-        return Ok(tree
-            .iter()
-            .any(|&p| sim.holds_device(p))
-            .then(|| std::sync::Arc::new(sim) as std::sync::Arc<dyn Backend>));
+        if tree.iter().any(|&p| sim.holds_device(p)) {
+            return Ok(Some(std::sync::Arc::new(sim)));
+        }
     }
     if tree.iter().any(|&p| amdgpu::holds_kfd(p)) {
         let amd = amdgpu::AmdgpuBackend::load()?;
