@@ -314,21 +314,18 @@ impl GpuContainer {
             fs::create_dir_all(&dir).unwrap();
             dir
         });
-        // The fake driver's environment, for the workload and gpucr's helper alike (with
-        // the extra settings, which configure the fake on both sides).
-        let cuda_env: Vec<String> = fake_cuda
-            .iter()
-            .flat_map(|dir| {
-                [
-                    format!("GPUCR_CUDA_LIBRARY={}", fake_cuda_library().display()),
-                    format!("GPUCR_FAKE_CUDA_DIR={}", dir.display()),
-                    "GPUCR_FAKE_CUDA_GPUS=2".to_owned(),
-                ]
-            })
-            .chain(extra_settings.iter().map(|s| s.to_string()))
-            .filter(|_| workload == Workload::FakeCuda)
-            .collect();
-        // gpucr's helper looks for the simulator first, where it is set up.
+        // The fake driver's environment, for the workload and gpucr's helper alike.
+        let cuda_env: Vec<String> = match &fake_cuda {
+            Some(dir) => vec![
+                format!("GPUCR_CUDA_LIBRARY={}", fake_cuda_library().display()),
+                format!("GPUCR_FAKE_CUDA_DIR={}", dir.display()),
+                "GPUCR_FAKE_CUDA_GPUS=2".to_owned(),
+            ],
+            None => Vec::new(),
+        };
+        // gpucr's helper looks for the simulator first, where it is set up. The extra
+        // settings go to the helper, and with the fake CUDA driver to the workload too
+        // (they configure the fake on both sides).
         let mut settings = match workload {
             Workload::Sim(_) => vec![format!("GPUCR_SIM_ROOT={sim_path}")],
             Workload::FakeCuda => cuda_env.clone(),
@@ -383,7 +380,11 @@ impl GpuContainer {
             ]),
             (Workload::FakeCuda, Some(fake_volume)) => {
                 args.extend(["-v", &library_volume, "-v", fake_volume]);
-                for e in &cuda_env {
+                for e in cuda_env
+                    .iter()
+                    .map(String::as_str)
+                    .chain(extra_settings.iter().copied())
+                {
                     args.extend(["-e", e]);
                 }
                 args.extend([

@@ -1,5 +1,17 @@
 //! Process trees as /proc shows them, for gpucr and its plugin alike.
 
+/// The threads of `pid` (`/proc/PID/task`), none once it is gone.
+pub fn threads(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| t.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `pid` and all its descendants (through /proc/PID/task/TID/children), each once,
 /// parents before their children.
 pub fn tree_pids(pid: i32) -> Vec<i32> {
@@ -7,17 +19,15 @@ pub fn tree_pids(pid: i32) -> Vec<i32> {
     let mut i = 0;
     while i < out.len() {
         let p = out[i];
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
-            for t in tasks.flatten() {
-                let children =
-                    std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-                for c in children
-                    .split_whitespace()
-                    .filter_map(|c| c.parse::<i32>().ok())
-                {
-                    if !out.contains(&c) {
-                        out.push(c);
-                    }
+        for tid in threads(p) {
+            let children = std::fs::read_to_string(format!("/proc/{p}/task/{tid}/children"))
+                .unwrap_or_default();
+            for c in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                if !out.contains(&c) {
+                    out.push(c);
                 }
             }
         }

@@ -144,12 +144,9 @@ impl Drop for RunGuard {
 
 /// The thread of `pid` named `name` (its comm), if it has one.
 pub fn find_named(pid: i32, name: &str) -> Option<i32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    tasks.flatten().find_map(|t| {
-        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-        (comm.trim_end() == name)
-            .then(|| t.file_name().to_str()?.parse().ok())
-            .flatten()
+    gpucr_abi::procfs::threads(pid).into_iter().find(|tid| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+            .is_ok_and(|comm| comm.trim_end() == name)
     })
 }
 

@@ -86,22 +86,11 @@ fn is_other_task(pid: c_int) -> bool {
 fn stop(pids: &[c_int]) {
     for &pid in pids.iter().filter(|&&pid| is_other_task(pid)) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
-        for tid in threads(pid) {
+        for tid in gpucr_abi::procfs::threads(pid) {
             // Fails (ESRCH) for a thread this process does not trace: nothing to undo.
             let _ = crate::thread::detach(tid);
         }
     }
-}
-
-/// The threads of `pid` (`/proc/PID/task`), none once it is gone.
-fn threads(pid: c_int) -> Vec<c_int> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|dir| {
-            dir.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

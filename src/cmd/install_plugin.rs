@@ -38,14 +38,13 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
                    first that answers, so for a GPU process either plugin may act and the \
                    other never see it";
         if !args.force {
-            eprintln!(
-                "gpucr: error: {} holds CRIU's own GPU plugins ({names}): {why}. Install \
-                 gpucr's plugin into a directory of its own (--criu-libdir DIR, with \
-                 `libdir DIR` in the CRIU configuration file the engine hands CRIU; see \
-                 docs/containers.md), move them aside, or pass --force",
+            anyhow::bail!(
+                "{} holds CRIU's own GPU plugins ({names}): {why}. Install gpucr's plugin \
+                 into a directory of its own (--criu-libdir DIR, with `libdir DIR` in the \
+                 CRIU configuration file the engine hands CRIU; see docs/containers.md), \
+                 move them aside, or pass --force",
                 args.criu_libdir.display()
             );
-            return Ok(exit_code::FAILURE);
         }
         eprintln!("gpucr: warning: installing beside {names}: {why}");
     }
