@@ -963,6 +963,18 @@ fn gpu_container_leave_running() {
 /// A thread that waits for the engine helper of `c`'s next checkpoint to start, then
 /// kills it with SIGKILL `delay` later.
 fn kill_dump_helper_after(c: &GpuContainer, delay: Duration) -> std::thread::JoinHandle<()> {
+    kill_dump_helper_when(c, move || {
+        std::thread::sleep(delay);
+        true
+    })
+}
+
+/// A thread that waits for the engine helper of `c`'s next checkpoint to start, then
+/// for `ready` (polled every millisecond, for up to 30 s), and kills it with SIGKILL.
+fn kill_dump_helper_when(
+    c: &GpuContainer,
+    mut ready: impl FnMut() -> bool + Send + 'static,
+) -> std::thread::JoinHandle<()> {
     let pattern = format!("engine-helper dump --images-dir .*{}", c.id());
     std::thread::spawn(move || {
         wait_for(Duration::from_secs(20), "the engine helper", || {
@@ -972,7 +984,16 @@ fn kill_dump_helper_after(c: &GpuContainer, delay: Duration) -> std::thread::Joi
                 .unwrap();
             stdout(&out).split_whitespace().next().map(str::to_owned)
         });
-        std::thread::sleep(delay);
+        wait_for(
+            Duration::from_secs(30),
+            "the moment to kill the helper",
+            || {
+                ready().then_some(()).or_else(|| {
+                    std::thread::sleep(Duration::from_millis(1));
+                    None
+                })
+            },
+        );
         let _ = Command::new("pkill")
             .args(["-KILL", "-f", &pattern])
             .status();
@@ -999,6 +1020,41 @@ fn gpu_container_checkpoint_survives_a_killed_helper() {
     let steps = c.steps();
     c.wait_ticks(2);
     assert!(c.steps() > steps);
+    assert!(c.verify(1), "a buffer differs after the failed checkpoint");
+}
+
+/// The helper killed once the NVIDIA model's driver has locked both processes of a
+/// container: the checkpoint fails, and the give-back guard the helper started asks
+/// each driver to resume once CRIU has let the tree go, so the container runs on with
+/// every byte.
+#[test]
+fn nvidia_model_container_checkpoint_survives_a_killed_helper() {
+    if !have_podman() {
+        return;
+    }
+    let c = GpuContainer::start_with_driver("nv-kill", &[], "nvidia");
+    let archive = setup().dir.join("nv-kill.tar.zst");
+    let contexts: Vec<PathBuf> = fs::read_dir(c.sim.0.join("contexts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(contexts.len(), 2, "one context per process");
+    let killer = kill_dump_helper_when(&c, move || {
+        contexts.iter().all(|c| {
+            fs::read_to_string(c.join(gpucr_abi::sim::DRIVER_STATE_FILE))
+                .is_ok_and(|s| !s.contains("running"))
+        })
+    });
+    let out = c.checkpoint(&archive, &[]);
+    killer.join().unwrap();
+    assert!(!out.status.success(), "the checkpoint succeeded");
+    assert!(c.running(), "the container stopped");
+    let steps = c.steps();
+    wait_for(
+        Duration::from_secs(60),
+        "the guard to resume the processes",
+        || (c.steps() > steps + 10).then_some(()),
+    );
     assert!(c.verify(1), "a buffer differs after the failed checkpoint");
 }
 

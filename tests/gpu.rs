@@ -510,6 +510,73 @@ fn killed_helper_leaves_the_tree_running() {
     assert!(tree.verify(1), "the device memory is intact");
 }
 
+/// gpucr killed outright (SIGKILL, as the OOM killer does) once the NVIDIA model's
+/// driver has locked every process: it can ask for nothing back itself, but its guard,
+/// a process of its own, waits for CRIU to let the tree go and asks each driver to
+/// resume; the job runs on with every byte, and the image is marked incomplete with
+/// what the guard did.
+#[test]
+fn nvidia_model_sigkill_during_a_dump_is_undone_by_the_guard() {
+    let _lock = criu_lock();
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "nv-sigkill",
+        &[
+            "--driver",
+            "nvidia",
+            "--parent-mib",
+            "256",
+            "--child-mib",
+            "128",
+        ],
+    );
+    let steps_before = tree.steps();
+    let contexts: Vec<std::path::PathBuf> = fs::read_dir(sim.0.join("contexts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(contexts.len(), 2, "one context per process");
+    let mut gpucr = spawn_gpucr(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &sim.env(),
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "both processes to be locked",
+        || {
+            contexts
+                .iter()
+                .all(|c| {
+                    fs::read_to_string(c.join(gpucr_abi::sim::DRIVER_STATE_FILE))
+                        .is_ok_and(|s| !s.contains("running"))
+                })
+                .then_some(())
+        },
+    );
+    gpucr.kill().unwrap();
+    gpucr.wait().unwrap();
+    let marker = image.join("gpucr-incomplete.json");
+    let reason = wait_for(
+        Duration::from_secs(60),
+        "the guard to give the processes back",
+        || fs::read_to_string(&marker).ok(),
+    );
+    assert!(
+        reason.contains("its simulated driver's guard gave the processes back")
+            && reason.matches(": resume").count() == 2,
+        "{reason}"
+    );
+    assert!(!image.join("gpucr.json").exists());
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    assert!(tree.verify(1), "the memory is back on the device");
+    assert!(tree.steps() > steps_before, "and the kernels run again");
+}
+
 /// A GPU process with a mount namespace of its own, in which gpucr's temporary directory
 /// is hidden (as a container's /tmp hides the host's): the plugin inside the restored
 /// task reaches the helper through the inherited connector, not a path, and every byte

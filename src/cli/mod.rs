@@ -13,6 +13,7 @@ mod inspect;
 mod install_plugin;
 mod restore;
 mod restore_guard;
+mod sim_guard;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,7 @@ pub use inspect::InspectArgs;
 pub use install_plugin::InstallPluginArgs;
 pub use restore::RestoreArgs;
 pub use restore_guard::RestoreGuardArgs;
+pub use sim_guard::SimGuardArgs;
 
 const EXIT_STATUS_HELP: &str = "\
 Exit status:
@@ -75,6 +77,8 @@ pub enum Command {
     CudaGuard(CudaGuardArgs),
     #[command(hide = true)]
     RestoreGuard(RestoreGuardArgs),
+    #[command(hide = true)]
+    SimGuard(SimGuardArgs),
 }
 
 /// The long help text listing the exit codes, shared with the man pages.

@@ -8,10 +8,12 @@ pub mod common;
 pub mod completions;
 pub mod cuda_guard;
 pub mod dump;
+pub mod give_back;
 pub mod inspect;
 pub mod install_plugin;
 pub mod restore;
 pub mod restore_guard;
+pub mod sim_guard;
 
 use crate::criu::CriuError;
 use crate::dump::DumpError;

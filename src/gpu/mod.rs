@@ -16,6 +16,7 @@
 
 pub mod amdgpu;
 pub mod cuda;
+pub mod give_back;
 mod local_topology;
 pub mod manifest;
 pub mod sim;
@@ -534,8 +535,22 @@ pub fn detect(
     let tree = tree_pids(pid);
     // The simulator where it is set up and the tree holds its devices; a tree that
     // holds none of them may still hold a real device.
-    if let Some(sim) = sim::SimBackend::from_env()? {
+    if let Some(mut sim) = sim::SimBackend::from_env()? {
         if tree.iter().any(|&p| sim.holds_device(p)) {
+            if let Some(dir) = setup
+                .images_dir
+                .as_ref()
+                .filter(|_| tree.iter().any(|&p| sim.is_nvidia_task(p)))
+            {
+                match sim::guard::Guard::start(dir) {
+                    Ok(guard) => sim.set_guard(guard),
+                    Err(e) => {
+                        eprintln!(
+                            "gpucr: warning: cannot start the simulator's give-back guard: {e}"
+                        )
+                    }
+                }
+            }
             return Ok(Some(std::sync::Arc::new(sim)));
         }
     }

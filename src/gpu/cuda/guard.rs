@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use gpucr_cuda_driver::{Driver, ProcessState};
 
 use super::{driver_error, GpuError, Staging};
+use crate::gpu::give_back::{self, GivenBack};
 use crate::guard::GuardProcess;
 use crate::target;
 
@@ -109,14 +110,6 @@ pub fn tasks(lines: &[String]) -> Vec<Task> {
     tasks
 }
 
-/// What became of one process the guard gave back.
-#[derive(Debug)]
-pub struct GivenBack {
-    pub pid: i32,
-    /// The driver calls made (none: it already was as it had been).
-    pub result: Result<Vec<&'static str>, GpuError>,
-}
-
 /// Give every task that is still the same process back to its first state, once CRIU
 /// has let it go (waiting up to `wait`), one thread per process. Tasks that are gone
 /// are left out.
@@ -125,14 +118,7 @@ pub fn give_back_all(
     staging: Staging,
     wait: Duration,
 ) -> Result<Vec<GivenBack>, GpuError> {
-    let live = || -> Vec<Task> {
-        let same = |t: &&Task| target::start_time(t.pid) == Some(t.start);
-        tasks.iter().filter(same).copied().collect()
-    };
-    crate::guard::until_untraced(wait, Duration::from_millis(50), || {
-        live().iter().map(|t| t.pid).collect()
-    });
-    let live = live();
+    let live = give_back::live_once_untraced(tasks, |t| (t.pid, t.start), wait);
     if live.is_empty() {
         return Ok(Vec::new());
     }
@@ -141,31 +127,11 @@ pub fn give_back_all(
         value: std::env::var(gpucr_cuda_driver::ENV_LIBRARY).unwrap_or_default(),
         detail: e.to_string(),
     })?;
-    Ok(std::thread::scope(|s| {
-        let handles: Vec<_> = live
-            .iter()
-            .map(|t| {
-                let driver = &driver;
-                s.spawn(move || GivenBack {
-                    pid: t.pid,
-                    result: give_back_settled(driver, t.pid, t.initial, staging, SETTLE_WAIT),
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .zip(&live)
-            .map(|(h, t)| {
-                h.join().unwrap_or_else(|_| GivenBack {
-                    pid: t.pid,
-                    result: Err(GpuError::Task {
-                        pid: t.pid,
-                        detail: "giving it back panicked".into(),
-                    }),
-                })
-            })
-            .collect()
-    }))
+    Ok(give_back::each(
+        &live,
+        |t| t.pid,
+        |t| give_back_settled(&driver, t.pid, t.initial, staging, SETTLE_WAIT),
+    ))
 }
 
 /// [`give_back`] until `pid` is in `initial` again, trying for up to `wait`. A driver

@@ -8,6 +8,7 @@
 
 pub mod client;
 mod copy_engine;
+pub mod guard;
 pub mod nv_driver;
 mod root;
 
@@ -86,6 +87,8 @@ pub struct SimBackend {
     /// The `nvidia`-model tasks of this dump, by host pid: their context directory and
     /// the last operation their driver did, for the step after the dump.
     nv_tasks: Mutex<HashMap<i32, (PathBuf, DriverOp)>>,
+    /// The give-back guard of a dump of `nvidia`-model tasks ([`guard`]).
+    guard: Option<guard::Guard>,
 }
 
 impl SimBackend {
@@ -133,6 +136,7 @@ impl SimBackend {
             engines: Mutex::new(HashMap::new()),
             driver_timeout: nv_driver::timeout_from_env()?,
             nv_tasks: Mutex::new(HashMap::new()),
+            guard: None,
         })
     }
 
@@ -149,6 +153,27 @@ impl SimBackend {
                 .or_insert_with(|| Arc::new(CopyEngine::new(bw)))
                 .clone(),
         )
+    }
+
+    /// Give the `nvidia`-model tasks this dump locks a guard ([`guard`]) that resumes
+    /// them should gpucr die during the dump.
+    pub fn set_guard(&mut self, guard: guard::Guard) {
+        self.guard = Some(guard);
+    }
+
+    /// The context directory of `pid` when it is an `nvidia`-model task (it maps the
+    /// buffers of one context, whose driver is that model).
+    fn nvidia_context(&self, pid: i32) -> Result<Option<PathBuf>, GpuError> {
+        let contexts = self.mapped_contexts(pid)?;
+        let (Some(dir), 1) = (contexts.first().cloned(), contexts.len()) else {
+            return Ok(None);
+        };
+        Ok(read_context(&dir)?.is_nvidia().then_some(dir))
+    }
+
+    /// True when `pid` is an `nvidia`-model task, whose dump locks it before the freeze.
+    pub fn is_nvidia_task(&self, pid: i32) -> bool {
+        matches!(self.nvidia_context(pid), Ok(Some(_)))
     }
 
     /// The sim context directories `pid` maps buffers from.
@@ -279,12 +304,11 @@ impl Backend for SimBackend {
     }
 
     fn pre_freeze(&self, pid: i32) -> Result<(), GpuError> {
-        let contexts = self.mapped_contexts(pid)?;
-        let (Some(dir), 1) = (contexts.first().cloned(), contexts.len()) else {
+        let Some(dir) = self.nvidia_context(pid)? else {
             return Ok(());
         };
-        if !read_context(&dir)?.is_nvidia() {
-            return Ok(());
+        if let Some(guard) = &self.guard {
+            guard.record(pid, &dir);
         }
         nv_driver::call(&dir, pid, DriverOp::Lock, self.driver_timeout)?;
         self.nv_tasks
