@@ -604,6 +604,51 @@ fn an_unpause_failure_after_the_dump_is_reported() {
     assert!(err.contains("fake Unpause"), "{err}");
 }
 
+/// The helper gone in the middle of a dump (gpucr killed while it copies): the next
+/// hook that needs it fails, CRIU gives up, and its `exit(DUMP)` hook, which needs no
+/// helper, runs the queues again, once.
+#[test]
+fn a_helper_gone_mid_dump_leaves_the_queues_running() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (m, t) = small_machine();
+    let dir = tempfile::tempdir().unwrap();
+    let (helper_end, _criu_end) = connector();
+    let (events, timeline) = timeline_events(Arc::new(|_| {}));
+    let writer = DumpWriter::start(dir.path(), TransferConfig::default(), events).unwrap();
+    let helper = Helper::start_dump(
+        helper_end,
+        m.backend(SHORT),
+        writer,
+        (dir.path().to_path_buf(), TransferConfig::default()),
+        timeline,
+        false,
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let half = AmdgpuHalf::new(m.kernel.kfd(me()));
+    pause_devices_with(&half, t.fake.pid).unwrap();
+    checkpoint_devices_with(&half, t.fake.pid).unwrap();
+    assert_eq!(m.kernel.queues(t.fake.kfd.as_fd()), Some(Queues::Paused));
+    drop(helper);
+    let err = dump_ext_file_with(t.fake.files[0].as_raw_fd(), file_id(0, 0))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        err.message.contains("the peer closed the connection"),
+        "{}",
+        err.message
+    );
+    exit_with(&half, stage::DUMP, -1);
+    assert_eq!(m.kernel.queues(t.fake.kfd.as_fd()), Some(Queues::Running));
+    let unpaused = m
+        .kernel
+        .log()
+        .iter()
+        .filter(|l| l.starts_with("Unpause"))
+        .count();
+    assert_eq!(unpaused, 1, "{:#?}", m.kernel.log());
+}
+
 #[test]
 fn a_failure_at_each_restore_step_leaves_nothing_running() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
