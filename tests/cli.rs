@@ -499,6 +499,29 @@ fn damaged_images_are_refused_and_never_run() {
     }
     assert!(!fifo_core.join("restore.log").exists());
 
+    // A CRIU image that is a symbolic link to the same bytes elsewhere: not the image
+    // the dump wrote (a copy of the directory would not carry it), so damaged, named.
+    let linked = variant("symlinked-core");
+    let core = first(&linked, "core-");
+    let aside = tmp.path().join("core-aside.img");
+    fs::rename(&core, &aside).unwrap();
+    std::os::unix::fs::symlink(&aside, &core).unwrap();
+    let name = core.file_name().unwrap().to_str().unwrap();
+    let needle = format!("{name}: a symbolic link (to {})", aside.display());
+    let dir = linked.to_str().unwrap();
+    for args in [&["restore", dir][..], &["inspect", "--verify", dir]] {
+        let out = bounded(args);
+        assert_eq!(
+            out.status.code(),
+            Some(IMAGE_DAMAGED),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(said.contains(&needle), "{args:?}: {said}");
+    }
+    assert!(!linked.join("restore.log").exists());
+
     // A flipped byte in the memory pages. By default they are hashed while CRIU restores
     // and the post-restore notification is refused: CRIU kills the half-made tree before
     // it ever runs. With --verify-first the image is refused before CRIU starts.

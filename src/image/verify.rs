@@ -45,6 +45,10 @@ pub enum ProblemKind {
     Size { expected: u64, actual: u64 },
     /// Its content differs; `offset..end` is the first block that differs, when known.
     Content { offset: u64, end: u64 },
+    /// It, or a directory on its way (`link`, relative to the image directory), is a
+    /// symbolic link: its bytes are not in the image, which CRIU and gpucr never write
+    /// so, and a copy of the directory would not carry them.
+    Symlink { link: String, target: PathBuf },
 }
 
 impl fmt::Display for Problem {
@@ -64,6 +68,16 @@ impl fmt::Display for Problem {
             ProblemKind::Content { offset, end } => write!(
                 f,
                 "{file}: checksum mismatch: bytes {offset}..{end} differ from the dump"
+            ),
+            ProblemKind::Symlink { link, target } if link == file => write!(
+                f,
+                "{file}: a symbolic link (to {}), not the file the dump wrote",
+                target.display()
+            ),
+            ProblemKind::Symlink { link, target } => write!(
+                f,
+                "{file}: {link} is a symbolic link (to {}), not the directory the dump wrote",
+                target.display()
             ),
         }
     }
@@ -146,6 +160,13 @@ pub fn verify_files_until(
                 path: manifest_path,
                 name: record.path.clone(),
             });
+        }
+        if let Some((link, target)) = symlink_on_the_way(dir, &record.path) {
+            problems.push(Problem {
+                file: record.path.clone(),
+                kind: ProblemKind::Symlink { link, target },
+            });
+            continue;
         }
         let path = dir.join(&record.path);
         match path.metadata() {
@@ -272,6 +293,23 @@ fn first_bad_block(record: &FileRecord, digest: &FileDigest) -> ProblemKind {
     }
 }
 
+/// The first component of `name` (relative to `dir`) that is a symbolic link, with
+/// where it points.
+fn symlink_on_the_way(dir: &Path, name: &str) -> Option<(String, PathBuf)> {
+    let mut prefix = String::new();
+    for component in name.split('/') {
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(component);
+        let path = dir.join(&prefix);
+        if path.symlink_metadata().ok()?.file_type().is_symlink() {
+            return Some((prefix, std::fs::read_link(&path).unwrap_or_default()));
+        }
+    }
+    None
+}
+
 /// A manifest path must stay inside the image directory.
 fn is_safe_relative(name: &str) -> bool {
     !name.is_empty()
@@ -293,6 +331,36 @@ mod tests {
         for good in ["core-1.img", "gpu/index.bin", "a.b"] {
             assert!(is_safe_relative(good), "{good}");
         }
+    }
+
+    #[test]
+    fn symlinks_on_the_way_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("gpu")).unwrap();
+        std::fs::write(d.join("gpu/data"), b"x").unwrap();
+        std::fs::write(d.join("real"), b"x").unwrap();
+        std::os::unix::fs::symlink(d.join("real"), d.join("link")).unwrap();
+        std::os::unix::fs::symlink(d.join("gpu"), d.join("gpu2")).unwrap();
+        assert_eq!(symlink_on_the_way(d, "gpu/data"), None);
+        assert_eq!(symlink_on_the_way(d, "absent/x"), None);
+        assert_eq!(
+            symlink_on_the_way(d, "link"),
+            Some(("link".into(), d.join("real")))
+        );
+        let (link, target) = symlink_on_the_way(d, "gpu2/data").unwrap();
+        assert_eq!((link.as_str(), target), ("gpu2", d.join("gpu")));
+        let problem = Problem {
+            file: "gpu2/data".into(),
+            kind: ProblemKind::Symlink {
+                link,
+                target: "/x".into(),
+            },
+        };
+        assert_eq!(
+            problem.to_string(),
+            "gpu2/data: gpu2 is a symbolic link (to /x), not the directory the dump wrote"
+        );
     }
 
     #[test]

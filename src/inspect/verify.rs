@@ -163,6 +163,7 @@ fn manifest_problem(p: &crate::image::Problem) -> Problem {
         ProblemKind::Unreadable(_) => ("unreadable", None),
         ProblemKind::Size { expected, actual } => ("size", Some((*actual).min(*expected))),
         ProblemKind::Content { offset, .. } => ("checksum", Some(*offset)),
+        ProblemKind::Symlink { .. } => ("symlink", None),
     };
     problem(&p.file, offset, kind, p.to_string())
 }
