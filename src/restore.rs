@@ -13,7 +13,7 @@ use crate::criu::{
 };
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::GpuRef;
-use crate::gpu::{GpuError, GpuManifest, TaskTiming};
+use crate::gpu::{GpuError, GpuManifest, LocalTopology, TaskTiming};
 use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
 use crate::image::dir::{self, ImageDirError, ImagePath};
 use crate::image::manifest::{Manifest, ManifestError};
@@ -251,14 +251,31 @@ fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
     text
 }
 
-/// Read the manifest and verify every file, before anything else touches the image.
-pub fn load_verified(dir: &Path) -> Result<Manifest, RestoreError> {
-    load_checked(dir, Scope::All, &AtomicBool::new(false))
+/// An image's manifest, read and its files checked, and this machine's GPU topology
+/// being read meanwhile, for [`prepare_gpu`].
+pub struct Loaded {
+    pub manifest: Manifest,
+    /// The read of the topology the image's GPUs are checked against: started once the
+    /// manifest said the image has GPUs to map, so that NVML's initialisation (about
+    /// 200 ms on an H200) overlaps the verification and the driver's start.
+    pub topology: Option<LocalTopology>,
 }
 
-/// Read the manifest and check the files `scope` covers; a signal that sets `stop`
-/// ends the check with [`RestoreError::Interrupted`].
-fn load_checked(dir: &Path, scope: Scope, stop: &AtomicBool) -> Result<Manifest, RestoreError> {
+/// Read the manifest and verify every file, before anything else touches the image;
+/// the topology under `sysfs_root` (default: the image's backend's) is read meanwhile.
+pub fn load_verified(dir: &Path, sysfs_root: Option<&Path>) -> Result<Loaded, RestoreError> {
+    load_checked(dir, Scope::All, &AtomicBool::new(false), sysfs_root)
+}
+
+/// Read the manifest and check the files `scope` covers, reading the topology meanwhile
+/// ([`Loaded`]); a signal that sets `stop` ends the check with
+/// [`RestoreError::Interrupted`].
+fn load_checked(
+    dir: &Path,
+    scope: Scope,
+    stop: &AtomicBool,
+    sysfs_root: Option<&Path>,
+) -> Result<Loaded, RestoreError> {
     match ImagePath::of(dir) {
         ImagePath::Directory => {}
         ImagePath::Missing => {
@@ -287,6 +304,7 @@ fn load_checked(dir: &Path, scope: Scope, stop: &AtomicBool) -> Result<Manifest,
         }
         Err(e) => return Err(RestoreError::Manifest(e)),
     };
+    let topology = topology_ahead(&manifest, sysfs_root);
     let problems =
         match verify::verify_files_until(dir, &manifest, verify::default_threads(), scope, stop) {
             Err(VerifyError::Stopped) => return Err(interrupted()),
@@ -298,7 +316,20 @@ fn load_checked(dir: &Path, scope: Scope, stop: &AtomicBool) -> Result<Manifest,
             problems,
         });
     }
-    Ok(manifest)
+    Ok(Loaded { manifest, topology })
+}
+
+/// The read of the topology `manifest`'s GPUs will be checked against, started on a
+/// thread of its own; None when the image has no GPU state or no recorded GPUs. The
+/// topology is read where the image's backend would read it (`gpu::topology_root`,
+/// known without loading its driver), or under `sysfs_root`.
+fn topology_ahead(manifest: &Manifest, sysfs_root: Option<&Path>) -> Option<LocalTopology> {
+    let backend = &manifest.gpu.as_ref()?.backend;
+    manifest.topology.as_ref().filter(|t| t.has_gpus())?;
+    let root = sysfs_root
+        .map(Path::to_path_buf)
+        .or_else(|| crate::gpu::topology_root(backend));
+    Some(LocalTopology::start_at(root))
 }
 
 /// Restore the image in `opts.dir`. The root of the restored tree is a child of this
@@ -332,7 +363,12 @@ pub fn restore(
     } else {
         Scope::SmallFiles
     };
-    let manifest = load_checked(&opts.dir, scope, &stop_verifying)?;
+    let Loaded { manifest, topology } = load_checked(
+        &opts.dir,
+        scope,
+        &stop_verifying,
+        opts.sysfs_root.as_deref(),
+    )?;
     progress.event("verified", "image verified");
     let mut bulk = (!opts.verify_first).then(|| {
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
@@ -358,7 +394,7 @@ pub fn restore(
                 field: "options.network_lock",
                 value: dumped.network_lock.clone(),
             })?;
-    let gpu_setup = match prepare_gpu(opts, &manifest)? {
+    let gpu_setup = match prepare_gpu(opts, &manifest, topology)? {
         Some((gpu, backend)) => {
             match unchecked_gpus(&manifest) {
                 Some(warning) => {
@@ -592,6 +628,7 @@ pub type PreparedGpu = (GpuManifest, std::sync::Arc<dyn crate::gpu::Backend>);
 pub fn prepare_gpu(
     opts: &RestoreOptions,
     manifest: &Manifest,
+    topology: Option<LocalTopology>,
 ) -> Result<Option<PreparedGpu>, RestoreError> {
     let Some(section) = &manifest.gpu else {
         return Ok(None);
@@ -603,7 +640,7 @@ pub fn prepare_gpu(
             source: e,
         })?;
     let backend = crate::gpu::backend_named(&gpu.backend)?;
-    let gpu = map_onto_local_gpus(opts, manifest, &gpu, backend.as_ref())?;
+    let gpu = map_onto_local_gpus(opts, manifest, &gpu, backend.as_ref(), topology)?;
     for (task, device) in gpu.tasks.iter().enumerate() {
         let spec = backend.restore_spec(device)?;
         crate::gpu::check_confined(&spec).map_err(|source| RestoreError::UnsafePath {
@@ -623,21 +660,29 @@ fn signal_tree(root: i32, signal: nix::sys::signal::Signal) {
 }
 
 /// Check the image's GPUs against this machine's (the same check as `gpucr
-/// check-topology DIR`) and move the device state onto the GPUs the mapping chose.
+/// check-topology DIR`), as `topology` read it (read here when None), and move the
+/// device state onto the GPUs the mapping chose.
 fn map_onto_local_gpus(
     opts: &RestoreOptions,
     manifest: &Manifest,
     gpu: &GpuManifest,
     backend: &dyn crate::gpu::Backend,
+    topology: Option<LocalTopology>,
 ) -> Result<GpuManifest, RestoreError> {
     let mut gpu = gpu.clone();
     let Some(saved) = manifest.topology.as_ref().filter(|t| t.has_gpus()) else {
         return Ok(gpu);
     };
-    let root = opts.sysfs_root.clone().or_else(|| backend.sysfs_root());
-    let report = gpucr_topology::check_local(
+    let local = match topology {
+        Some(reading) => reading.read()?,
+        None => {
+            let root = opts.sysfs_root.clone().or_else(|| backend.sysfs_root());
+            gpucr_topology::read_local(root.as_deref())?
+        }
+    };
+    let report = gpucr_topology::check_read(
         saved,
-        root.as_deref(),
+        local,
         opts.cuda_visible_devices.as_deref(),
         &gpucr_topology::Checks::from_env_and_skips(&opts.skip_checks),
     )?;

@@ -18,7 +18,7 @@ use super::{criu_alive, log_step, EngineError, EngineSettings, StatusPipe, LAST_
 use crate::cli::EngineHelperArgs;
 use crate::helper::{EngineCall, GpuRestore, RestoreSettings, Session};
 use crate::progress::Progress;
-use crate::restore::{load_verified, prepare_gpu, RestoreOptions};
+use crate::restore::{load_verified, prepare_gpu, Loaded, RestoreOptions};
 
 /// Serve the restore of the image in `args.images_dir`.
 pub fn serve(
@@ -28,7 +28,7 @@ pub fn serve(
 ) -> Result<(), EngineError> {
     let settings = EngineSettings::from_env()?;
     let dir = args.images_dir.clone();
-    let manifest = load_verified(&dir)?;
+    let Loaded { manifest, topology } = load_verified(&dir, None)?;
     let opts = RestoreOptions {
         dir: dir.clone(),
         device_timeout: settings.device_timeout,
@@ -36,7 +36,7 @@ pub fn serve(
         cuda_visible_devices: settings.cuda_visible_devices.clone(),
         ..RestoreOptions::default()
     };
-    let Some((gpu, backend)) = prepare_gpu(&opts, &manifest)? else {
+    let Some((gpu, backend)) = prepare_gpu(&opts, &manifest, topology)? else {
         status.none();
         return Ok(());
     };

@@ -5,7 +5,9 @@
 //! initialisation took about 200 ms on an H200 (docs/gpu-validation.md). A dump starts
 //! the read on a thread of its own as soon as it knows its backend, so that time
 //! overlaps CRIU's dump instead of following it, and takes the result when it writes
-//! the manifest.
+//! the manifest. A restore starts it as soon as it has read the manifest, so that it
+//! overlaps the image's verification and the driver's initialisation, and checks the
+//! image's GPUs against the result.
 
 use std::path::PathBuf;
 use std::thread::JoinHandle;
@@ -24,7 +26,12 @@ pub struct LocalTopology {
 impl LocalTopology {
     /// Starts reading the topology `backend` sees, on a thread of its own.
     pub fn start(backend: &dyn Backend) -> LocalTopology {
-        let root = backend.sysfs_root();
+        LocalTopology::start_at(backend.sysfs_root())
+    }
+
+    /// Starts reading the topology under `root` (None: this machine's), on a thread of
+    /// its own.
+    pub fn start_at(root: Option<PathBuf>) -> LocalTopology {
         let reading = std::thread::Builder::new()
             .name("gpucr-topology".into())
             .spawn({
@@ -39,11 +46,17 @@ impl LocalTopology {
     /// alike), waiting for the read to end. Should the thread not have started, or have
     /// panicked, the topology is read here instead.
     pub fn used_by(self, tasks: &[TaskDevice]) -> Result<Topology, TopologyError> {
-        let local = match self.reading.and_then(|reading| reading.join().ok()) {
-            Some(read) => read?,
-            None => gpucr_topology::read_local(self.root.as_deref())?,
-        };
+        let local = self.read()?;
         Ok(local.retain_gpus(|id| tasks.iter().flat_map(|t| &t.gpus).any(|g| g.matches(id))))
+    }
+
+    /// The whole topology, waiting for the read to end. Should the thread not have
+    /// started, or have panicked, the topology is read here instead.
+    pub fn read(self) -> Result<Topology, TopologyError> {
+        match self.reading.and_then(|reading| reading.join().ok()) {
+            Some(read) => read,
+            None => gpucr_topology::read_local(self.root.as_deref()),
+        }
     }
 }
 

@@ -110,7 +110,15 @@ pub fn read_local_visible(
     root: Option<&Path>,
     cuda_visible_devices: Option<&str>,
 ) -> Result<(Topology, Option<String>), TopologyError> {
-    let mut local = read_local(root)?;
+    visible_only(read_local(root)?, cuda_visible_devices).map_err(TopologyError::from)
+}
+
+/// `local` with the NVIDIA GPUs `cuda_visible_devices` leaves, in the order it names
+/// them, and what the variable did ([`read_local_visible`] on a topology already read).
+fn visible_only(
+    mut local: Topology,
+    cuda_visible_devices: Option<&str>,
+) -> Result<(Topology, Option<String>), VisibleError> {
     let Some(value) = cuda_visible_devices else {
         return Ok((local, None));
     };
@@ -129,7 +137,19 @@ pub fn check_local(
     cuda_visible_devices: Option<&str>,
     checks: &Checks,
 ) -> Result<Report, TopologyError> {
-    let (local, note) = read_local_visible(root, cuda_visible_devices)?;
+    check_read(saved, read_local(root)?, cuda_visible_devices, checks)
+}
+
+/// [`check_local`] against `local`, this machine's topology as [`read_local`] read it
+/// (a restore starts the read early, on a thread of its own, since NVML's
+/// initialisation takes a while).
+pub fn check_read(
+    saved: &Topology,
+    local: Topology,
+    cuda_visible_devices: Option<&str>,
+    checks: &Checks,
+) -> Result<Report, TopologyError> {
+    let (local, note) = visible_only(local, cuda_visible_devices)?;
     let mut report = check(saved, &local, checks);
     report.notes.extend(note);
     Ok(report)
