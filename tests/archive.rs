@@ -79,6 +79,11 @@ fn files_below(dir: &Path) -> Vec<String> {
 /// reverse of podman's order (pages files before their pagemaps, the GPU index after
 /// its data files become before).
 fn make_archive(image: &Path, out: &Path, packing: Packing, reverse: bool) {
+    make_archive_with(image, out, packing, reverse, CONFIG_DUMP.as_bytes());
+}
+
+/// [`make_archive`] with `config` as the engine's `config.dump`.
+fn make_archive_with(image: &Path, out: &Path, packing: Packing, reverse: bool, config: &[u8]) {
     let file = fs::File::create(out).unwrap();
     let writer: Box<dyn Write> = match packing {
         Packing::Zstd => Box::new(
@@ -94,7 +99,7 @@ fn make_archive(image: &Path, out: &Path, packing: Packing, reverse: bool) {
     };
     let mut tar = tar::Builder::new(writer);
     let mut members: Vec<(String, Vec<u8>)> = vec![
-        ("config.dump".into(), CONFIG_DUMP.into()),
+        ("config.dump".into(), config.to_vec()),
         ("spec.dump".into(), SPEC_DUMP.into()),
         ("network.status".into(), b"[]".to_vec()),
         ("rootfs-diff.tar".into(), vec![0u8; 10240]),
@@ -496,6 +501,102 @@ fn broken_archives_are_refused_with_their_name() {
             common::stderr(&out)
         );
     }
+}
+
+/// An archive whose `config.dump` is not JSON: damaged, the file named; the container is
+/// still described from `spec.dump`, and the CRIU and GPU views are all there.
+#[test]
+fn a_damaged_container_description_is_named_and_the_rest_shown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("config.tar");
+    make_archive_with(image(), &archive, Packing::Plain, false, b"{\"id\": ");
+    let out = gpucr(&["inspect", archive.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(7), "{}", common::stderr(&out));
+    let err = common::stderr(&out);
+    assert!(err.contains("config.dump: not valid JSON"), "{err}");
+    let text = common::stdout(&out);
+    assert!(
+        text.contains("(Podman)") && text.contains("Process tree"),
+        "{text}"
+    );
+    let verdict = verify(&archive, 7);
+    let problems = verdict["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0]["file"], "config.dump");
+    assert_eq!(problems[0]["kind"], "container");
+}
+
+/// Damage of any kind to an archive's bytes (flipped bytes in tar headers or anywhere,
+/// a cut) never makes `inspect --verify --json` panic, hang or fail in any other way
+/// than by calling the image damaged (7) or incomplete (8), or intact (0) where the
+/// damage landed in nothing that is checked (padding, `rootfs-diff.tar`); what it
+/// prints on stdout is JSON. 64 cases from a fixed seed, so a failure reproduces.
+#[test]
+fn damaged_archive_bytes_never_crash_inspect() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base.tar");
+    make_archive(image(), &base, Packing::Plain, false);
+    let bytes = fs::read(&base).unwrap();
+    let headers: Vec<usize> = tar::Archive::new(bytes.as_slice())
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().raw_header_position() as usize)
+        .collect();
+    let len = bytes.len();
+    // A flip: in a member's header (offset within its 512 bytes) or anywhere.
+    let flip = prop_oneof![
+        (0..headers.len(), 0..512usize).prop_map({
+            let headers = headers.clone();
+            move |(h, at)| headers[h] + at
+        }),
+        0..len,
+    ];
+    let damage = (
+        proptest::collection::vec((flip, 1..=255u8), 1..4),
+        proptest::option::weighted(0.2, 0..len),
+    );
+    let damaged = tmp.path().join("damaged.tar");
+    let config = Config {
+        cases: 64,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    runner
+        .run(&damage, |(flips, cut)| {
+            let mut copy = bytes.clone();
+            for (at, mask) in &flips {
+                copy[*at] ^= mask;
+            }
+            copy.truncate(cut.unwrap_or(len));
+            fs::write(&damaged, &copy).unwrap();
+            let out = std::process::Command::new("timeout")
+                .arg("60")
+                .arg(common::gpucr_bin())
+                .args(["inspect", "--verify", "--json"])
+                .arg(&damaged)
+                .output()
+                .unwrap();
+            let err = common::stderr(&out);
+            let code = out.status.code();
+            prop_assert!(
+                matches!(code, Some(0 | 7 | 8)),
+                "exit {code:?} for {flips:?}, cut {cut:?}: {err}"
+            );
+            prop_assert!(!err.contains("panicked"), "{err}");
+            if !out.stdout.is_empty() {
+                prop_assert!(
+                    serde_json::from_slice::<Value>(&out.stdout).is_ok(),
+                    "not JSON for {flips:?}, cut {cut:?}"
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
 }
 
 /// The peak resident memory of `gpucr ARGS`, in bytes, and its exit code. Linux counts

@@ -68,26 +68,43 @@ pub enum ContainerError {
     },
 }
 
+impl ContainerError {
+    /// The archive member the error is about.
+    pub fn file(&self) -> &'static str {
+        match self {
+            ContainerError::Json { file, .. } => file,
+        }
+    }
+}
+
 /// The container described by `config` (config.dump) and `spec` (spec.dump, the OCI
-/// runtime spec); either may be absent.
+/// runtime spec); either may be absent. A file that is not valid JSON is reported and
+/// read as absent, so that what the other one says is still shown.
 pub fn container_info(
     config: Option<&[u8]>,
     spec: Option<&[u8]>,
-) -> Result<ContainerInfo, ContainerError> {
-    let config: ConfigDump = match config {
-        Some(bytes) => serde_json::from_slice(bytes).map_err(|source| ContainerError::Json {
-            file: super::CONFIG_DUMP,
-            source,
-        })?,
-        None => ConfigDump::default(),
-    };
-    let spec: Value = match spec {
-        Some(bytes) => serde_json::from_slice(bytes).map_err(|source| ContainerError::Json {
-            file: super::SPEC_DUMP,
-            source,
-        })?,
-        None => Value::Null,
-    };
+) -> (ContainerInfo, Vec<ContainerError>) {
+    let mut errors = Vec::new();
+    let config: ConfigDump = parse(config, super::CONFIG_DUMP, &mut errors).unwrap_or_default();
+    let spec: Value = parse(spec, super::SPEC_DUMP, &mut errors).unwrap_or(Value::Null);
+    (describe(config, &spec), errors)
+}
+
+/// `bytes` (the member `file`) as JSON; None when absent or, with the error kept in
+/// `errors`, not valid.
+fn parse<T: serde::de::DeserializeOwned>(
+    bytes: Option<&[u8]>,
+    file: &'static str,
+    errors: &mut Vec<ContainerError>,
+) -> Option<T> {
+    serde_json::from_slice(bytes?)
+        .map_err(|source| errors.push(ContainerError::Json { file, source }))
+        .ok()
+}
+
+/// The container `config` and `spec` describe, by the rules of the engine that wrote
+/// them.
+fn describe(config: ConfigDump, spec: &Value) -> ContainerInfo {
     let annotation = |key: &str| {
         spec.get("annotations")
             .and_then(|a| a.get(key))
@@ -131,7 +148,7 @@ pub fn container_info(
             info.pod = annotation("io.kubernetes.cri.sandbox-name");
         }
     }
-    Ok(info)
+    info
 }
 
 #[cfg(test)]
@@ -143,7 +160,8 @@ mod tests {
         let config = br#"{"id":"f11d11844af0aa","name":"counter","rootfsImageName":"localhost/sim:latest",
             "runtime":"runc","createdTime":"2026-11-23T09:00:00Z","checkpointedTime":"2026-11-23T09:01:00Z"}"#;
         let spec = br#"{"annotations":{"io.container.manager":"libpod"}}"#;
-        let info = container_info(Some(config), Some(spec)).unwrap();
+        let (info, errors) = container_info(Some(config), Some(spec));
+        assert!(errors.is_empty());
         assert_eq!(info.engine, "Podman");
         assert_eq!(info.container_name, "counter");
         assert_eq!(info.image, "localhost/sim:latest");
@@ -157,25 +175,33 @@ mod tests {
             "io.kubernetes.cri-o.Metadata":"{\"name\":\"counter\"}",
             "io.kubernetes.pod.name":"counters","io.kubernetes.pod.namespace":"default",
             "io.kubernetes.cri-o.IP.0":"10.0.0.5"}}"#;
-        let info = container_info(Some(b"{\"id\":\"abc\"}"), Some(spec)).unwrap();
+        let (info, _) = container_info(Some(b"{\"id\":\"abc\"}"), Some(spec));
         assert_eq!(info.engine, "CRI-O");
         assert_eq!(info.container_name, "counter");
         assert_eq!(info.pod.as_deref(), Some("counters"));
         assert_eq!(info.ip.as_deref(), Some("10.0.0.5"));
         let spec = br#"{"annotations":{"io.kubernetes.cri.container-name":"c1",
             "io.kubernetes.cri.sandbox-name":"p1"}}"#;
-        let info = container_info(None, Some(spec)).unwrap();
+        let (info, _) = container_info(None, Some(spec));
         assert_eq!(info.engine, "containerd");
         assert_eq!(info.container_name, "c1");
         assert_eq!(info.pod.as_deref(), Some("p1"));
     }
 
     #[test]
-    fn malformed_json_names_the_file() {
-        let err = container_info(Some(b"{"), None).unwrap_err();
+    fn malformed_json_names_the_file_and_the_other_is_still_read() {
+        let spec = br#"{"annotations":{"io.container.manager":"libpod"}}"#;
+        let (info, errors) = container_info(Some(b"{"), Some(spec));
+        assert_eq!(errors.len(), 1);
+        let err = errors[0].to_string();
+        assert!(err.starts_with("config.dump: not valid JSON"), "{err}");
+        assert_eq!(info.engine, "Podman");
+        let (info, errors) = container_info(Some(b"{\"id\":\"abc\"}"), Some(b"x"));
         assert!(
-            err.to_string().starts_with("config.dump: not valid JSON"),
-            "{err}"
+            errors[0].to_string().starts_with("spec.dump: "),
+            "{:?}",
+            errors
         );
+        assert_eq!(info.id, "abc");
     }
 }

@@ -120,9 +120,14 @@ fn inspect_archive(
         name_in_archive(e);
     }
     report.image.dir = path.display().to_string();
-    let mut container =
-        archive::container_info(scan.config_dump.as_deref(), scan.spec_dump.as_deref())
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let (mut container, unreadable) =
+        archive::container_info(scan.config_dump.as_deref(), scan.spec_dump.as_deref());
+    // A damaged container description damages the archive; the rest is still shown.
+    report.errors.extend(unreadable.iter().map(|e| ReportError {
+        file: e.file().to_owned(),
+        offset: None,
+        message: e.to_string(),
+    }));
     container.checkpoint_size = checkpoint_size(&scan);
     report.container = Some(container);
     report.archive = Some(ArchiveInfo {

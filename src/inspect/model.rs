@@ -478,7 +478,7 @@ pub struct Problem {
     pub file: String,
     /// Where in the file, when known.
     pub offset: Option<u64>,
-    /// "missing", "size", "checksum", "unreadable", "symlink", "framing", "pages", "manifest",
+    /// "missing", "size", "checksum", "unreadable", "symlink", "container", "framing", "pages", "manifest",
     /// "incomplete" or "gpu" (the GPU index, a data file or a chunk).
     pub kind: String,
     /// The whole message, starting with the file name.

@@ -140,7 +140,16 @@ fn check_images(
             .iter()
             .any(|p| p.file == e.file && (p.offset == e.offset || p.kind == "missing"))
         {
-            problems.push(problem(&e.file, e.offset, "framing", e.message.clone()));
+            // In an archive, the engine's description of the container; every other
+            // view error is about a CRIU image's framing.
+            let kind = if [crate::archive::CONFIG_DUMP, crate::archive::SPEC_DUMP]
+                .contains(&e.file.as_str())
+            {
+                "container"
+            } else {
+                "framing"
+            };
+            problems.push(problem(&e.file, e.offset, kind, e.message.clone()));
         }
     }
     images_checked
