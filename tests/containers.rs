@@ -880,14 +880,18 @@ fn cuda_container_checkpoint_survives_a_killed_helper() {
     let killer = kill_dump_helper_after(&c, Duration::from_millis(700));
     let out = c.checkpoint(&archive, &[]);
     killer.join().unwrap();
+    assert_given_back_after_failed_checkpoint(&c, &out, "the guard to unlock the processes");
+}
+
+/// A checkpoint that failed: the container runs on, its kernels step again within a
+/// minute (`what` waited for) and every buffer verifies.
+fn assert_given_back_after_failed_checkpoint(c: &GpuContainer, out: &Output, what: &str) {
     assert!(!out.status.success(), "the checkpoint succeeded");
     assert!(c.running(), "the container stopped");
     let steps = c.steps();
-    wait_for(
-        Duration::from_secs(60),
-        "the guard to unlock the processes",
-        || (c.steps() > steps + 10).then_some(()),
-    );
+    wait_for(Duration::from_secs(60), what, || {
+        (c.steps() > steps + 10).then_some(())
+    });
     assert!(c.verify(1), "a buffer differs after the failed checkpoint");
 }
 
@@ -1034,28 +1038,12 @@ fn nvidia_model_container_checkpoint_survives_a_killed_helper() {
     }
     let c = GpuContainer::start_with_driver("nv-kill", &[], "nvidia");
     let archive = setup().dir.join("nv-kill.tar.zst");
-    let contexts: Vec<PathBuf> = fs::read_dir(c.sim.0.join("contexts"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let contexts = common::sim_contexts(&c.sim.0);
     assert_eq!(contexts.len(), 2, "one context per process");
-    let killer = kill_dump_helper_when(&c, move || {
-        contexts.iter().all(|c| {
-            fs::read_to_string(c.join(gpucr_abi::sim::DRIVER_STATE_FILE))
-                .is_ok_and(|s| !s.contains("running"))
-        })
-    });
+    let killer = kill_dump_helper_when(&c, move || common::sim_drivers_hold(&contexts));
     let out = c.checkpoint(&archive, &[]);
     killer.join().unwrap();
-    assert!(!out.status.success(), "the checkpoint succeeded");
-    assert!(c.running(), "the container stopped");
-    let steps = c.steps();
-    wait_for(
-        Duration::from_secs(60),
-        "the guard to resume the processes",
-        || (c.steps() > steps + 10).then_some(()),
-    );
-    assert!(c.verify(1), "a buffer differs after the failed checkpoint");
+    assert_given_back_after_failed_checkpoint(&c, &out, "the guard to resume the processes");
 }
 
 /// A restore onto GPUs that cannot hold the image is refused before CRIU restores

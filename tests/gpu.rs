@@ -535,10 +535,7 @@ fn nvidia_model_sigkill_during_a_dump_is_undone_by_the_guard() {
         ],
     );
     let steps_before = tree.steps();
-    let contexts: Vec<std::path::PathBuf> = fs::read_dir(sim.0.join("contexts"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let contexts = sim_contexts(&sim.0);
     assert_eq!(contexts.len(), 2, "one context per process");
     let mut gpucr = spawn_gpucr(
         &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
@@ -547,15 +544,7 @@ fn nvidia_model_sigkill_during_a_dump_is_undone_by_the_guard() {
     wait_for(
         Duration::from_secs(30),
         "both processes to be locked",
-        || {
-            contexts
-                .iter()
-                .all(|c| {
-                    fs::read_to_string(c.join(gpucr_abi::sim::DRIVER_STATE_FILE))
-                        .is_ok_and(|s| !s.contains("running"))
-                })
-                .then_some(())
-        },
+        || sim_drivers_hold(&contexts).then_some(()),
     );
     gpucr.kill().unwrap();
     gpucr.wait().unwrap();

@@ -21,10 +21,25 @@ pub struct GivenBack {
     pub result: Result<Vec<&'static str>, GpuError>,
 }
 
+/// The records `parse` reads from a guard's `lines`, each process once (its last
+/// record wins, `pid` telling whose it is); lines that are not records are skipped.
+pub fn last_records<T>(
+    lines: &[String],
+    parse: impl Fn(&str) -> Option<T>,
+    pid: impl Fn(&T) -> i32,
+) -> Vec<T> {
+    let mut records: Vec<T> = Vec::new();
+    for record in lines.iter().filter_map(|l| parse(l)) {
+        records.retain(|r| pid(r) != pid(&record));
+        records.push(record);
+    }
+    records
+}
+
 /// Those of `tasks` that are still the process recorded (`id` gives its pid and
 /// [`target::start_time`]), once CRIU has let them go (no tracer), waiting up to
 /// `wait`. Tasks that are gone, or whose pid is another process's now, are left out.
-pub fn live_once_untraced<T: Copy>(
+pub fn live_once_untraced<T: Clone>(
     tasks: &[T],
     id: impl Fn(&T) -> (i32, u64),
     wait: Duration,
@@ -34,7 +49,7 @@ pub fn live_once_untraced<T: Copy>(
             let (pid, start) = id(t);
             target::start_time(pid) == Some(start)
         };
-        tasks.iter().filter(same).copied().collect()
+        tasks.iter().filter(same).cloned().collect()
     };
     crate::guard::until_untraced(wait, Duration::from_millis(50), || {
         live().iter().map(|t| id(t).0).collect()
@@ -109,6 +124,17 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(live_once_untraced(&[(pid, start)], ids, wait).is_empty());
+    }
+
+    #[test]
+    fn each_pid_once_its_last_record_winning() {
+        let lines: Vec<String> = ["7 a", "garbage", "7 b", "8 c"].map(String::from).into();
+        let parse = |l: &str| {
+            let (pid, what) = l.split_once(' ')?;
+            Some((pid.parse::<i32>().ok()?, what.to_owned()))
+        };
+        let found = last_records(&lines, parse, |r| r.0);
+        assert_eq!(found, [(7, "b".to_owned()), (8, "c".to_owned())]);
     }
 
     #[test]

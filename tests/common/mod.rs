@@ -397,6 +397,24 @@ fn wait_for_opt<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
+/// The context directories of the simulator's processes under `sim_root`, one per
+/// process holding its device.
+pub fn sim_contexts(sim_root: &Path) -> Vec<PathBuf> {
+    fs::read_dir(sim_root.join("contexts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
+/// True once the NVIDIA model's driver of every context in `contexts` has answered a
+/// request and none says it runs: each process is locked or checkpointed.
+pub fn sim_drivers_hold(contexts: &[PathBuf]) -> bool {
+    contexts.iter().all(|c| {
+        fs::read_to_string(c.join(gpucr_abi::sim::DRIVER_STATE_FILE))
+            .is_ok_and(|s| !s.contains("running"))
+    })
+}
+
 /// Copy every regular file of `from` into `to` (a snapshot of the workload's state).
 pub fn copy_files(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();

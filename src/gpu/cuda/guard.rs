@@ -102,12 +102,7 @@ impl Task {
 /// The processes the records name, each once (its last record wins); lines that are
 /// not records are skipped.
 pub fn tasks(lines: &[String]) -> Vec<Task> {
-    let mut tasks: Vec<Task> = Vec::new();
-    for task in lines.iter().filter_map(|l| Task::parse(l)) {
-        tasks.retain(|t| t.pid != task.pid);
-        tasks.push(task);
-    }
-    tasks
+    give_back::last_records(lines, Task::parse, |t| t.pid)
 }
 
 /// Give every task that is still the same process back to its first state, once CRIU

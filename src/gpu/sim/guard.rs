@@ -94,24 +94,18 @@ impl Task {
 /// The processes the records name, each once (its last record wins); lines that are
 /// not records are skipped.
 pub fn tasks(lines: &[String]) -> Vec<Task> {
-    let mut tasks: Vec<Task> = Vec::new();
-    for task in lines.iter().filter_map(|l| Task::parse(l)) {
-        tasks.retain(|t| t.pid != task.pid);
-        tasks.push(task);
-    }
-    tasks
+    give_back::last_records(lines, Task::parse, |t| t.pid)
 }
 
 /// Resume every task that is still the same process, once CRIU has let it go (waiting
 /// up to `wait`), one thread per process. Tasks that are gone are left out.
 pub fn give_back_all(tasks: &[Task], wait: Duration) -> Result<Vec<GivenBack>, GpuError> {
     let timeout = nv_driver::timeout_from_env()?;
-    let indexes: Vec<usize> = (0..tasks.len()).collect();
-    let live = give_back::live_once_untraced(&indexes, |&i| (tasks[i].pid, tasks[i].start), wait);
+    let live = give_back::live_once_untraced(tasks, |t| (t.pid, t.start), wait);
     Ok(give_back::each(
         &live,
-        |&i| tasks[i].pid,
-        |&i| resume_settled(&tasks[i], timeout, SETTLE_WAIT),
+        |t| t.pid,
+        |t| resume_settled(t, timeout, SETTLE_WAIT),
     ))
 }
 
@@ -156,13 +150,9 @@ mod tests {
     }
 
     #[test]
-    fn each_pid_once_its_last_record_winning() {
-        let lines: Vec<String> = ["task 7 1 /a", "garbage", "task 7 1 /b", "task 8 1 /c"]
-            .map(String::from)
-            .into();
-        let found = tasks(&lines);
-        assert_eq!(found.len(), 2);
-        assert_eq!(found[0].context, Path::new("/b"));
+    fn the_last_record_of_a_pid_wins() {
+        let lines: Vec<String> = ["task 7 1 /a", "task 7 1 /b"].map(String::from).into();
+        assert_eq!(tasks(&lines)[0].context, Path::new("/b"));
     }
 
     /// A driver that answers only on the second request: the guard asks again.
