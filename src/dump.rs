@@ -116,12 +116,11 @@ impl ExitCode for DumpError {
             DumpError::CriuConfig(e) => e.exit_code(),
             DumpError::ImageDir(_) => exit_code::IMAGE_DIR,
             DumpError::Criu { error, .. } | DumpError::CriuSetup(error) => error.exit_code(),
-            DumpError::Checksum { .. }
-            | DumpError::Manifest(_)
-            | DumpError::Gpu(_)
-            | DumpError::Topology(_)
-            | DumpError::Helper { .. }
-            | DumpError::HelperSetup(_) => exit_code::FAILURE,
+            DumpError::Gpu(e) => e.exit_code(),
+            DumpError::Helper { error, .. } | DumpError::HelperSetup(error) => error.exit_code(),
+            DumpError::Checksum { .. } | DumpError::Manifest(_) | DumpError::Topology(_) => {
+                exit_code::FAILURE
+            }
             DumpError::GiveBack { .. } => exit_code::GIVE_BACK_FAILED,
             DumpError::Interrupted { .. } => exit_code::INTERRUPTED,
         }

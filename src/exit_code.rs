@@ -36,6 +36,10 @@ pub const TOPOLOGY_INCOMPATIBLE: u8 = 9;
 /// `dump --leave-running`: the image is complete, but a task of the tree that lives on
 /// may not have its device back (a driver's restore or unlock failed after the dump).
 pub const GIVE_BACK_FAILED: u8 = 10;
+/// A GPU step failed: the device or its driver refused, or did not finish in time, a
+/// lock, a checkpoint, a restore or a resume of a task. A dump leaves the tree running
+/// and the image incomplete; a restore leaves no process.
+pub const DEVICE_FAILED: u8 = 11;
 /// SIGINT, SIGTERM or SIGHUP stopped a dump (the tree keeps running, the image is marked
 /// incomplete) or a restore (no restored process is left): 128 + SIGINT, as a shell
 /// reports a command Ctrl-C stopped.
@@ -75,6 +79,10 @@ pub const ALL: &[(u8, &str)] = &[
     (
         GIVE_BACK_FAILED,
         "dump --leave-running: image complete, but a task may not have its GPU back",
+    ),
+    (
+        DEVICE_FAILED,
+        "a GPU driver or device step failed (a dump leaves the tree running, a restore no process)",
     ),
     (
         INTERRUPTED,

@@ -218,12 +218,16 @@ impl ExitCode for RestoreError {
             RestoreError::CriuConfig(e) => e.exit_code(),
             RestoreError::CriuAdvised { error, .. } => error.exit_code(),
             RestoreError::PidTaken { source, .. } => source.exit_code(),
-            RestoreError::Gpu(_) | RestoreError::TopologyRead(_) => exit_code::FAILURE,
+            // The image's device state that does not parse is damage; a device or
+            // driver failing is the backend's code.
+            RestoreError::Gpu(GpuError::Malformed { .. }) => exit_code::IMAGE_DAMAGED,
+            RestoreError::Gpu(e) => e.exit_code(),
+            RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
             RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
             RestoreError::Helper(e) => match e.as_ref() {
-                HelperError::Transfer(t) => t.exit_code(),
-                _ => exit_code::FAILURE,
+                HelperError::Gpu(GpuError::Malformed { .. }) => exit_code::IMAGE_DAMAGED,
+                other => other.exit_code(),
             },
         }
     }
@@ -567,7 +571,7 @@ pub fn restore(
         signal_tree(root, nix::sys::signal::Signal::SIGKILL);
         let _ = waitpid(Pid::from_raw(root), None);
         let error = gpu_error.unwrap_or_else(|| {
-            HelperError::Failed("a restored task's device did not come back".into())
+            HelperError::Device("a restored task's device did not come back".into())
         });
         return Err(RestoreError::Helper(Box::new(error)));
     }

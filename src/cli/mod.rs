@@ -43,6 +43,7 @@ Exit status:
     8  image incomplete (no manifest, or the dump failed)
     9  GPU topology incompatible
    10  dump --leave-running: image complete, but a task may not have its GPU back
+   11  a GPU driver or device step failed (a dump leaves the tree running, a restore no process)
   130  interrupted (SIGINT/SIGTERM/SIGHUP): a dump leaves the tree running, a restore leaves no process
 `gpucr restore` without --detach exits with the restored tree's own status.";
 

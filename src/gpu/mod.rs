@@ -46,12 +46,29 @@ pub enum GpuError {
     Malformed { path: PathBuf, detail: String },
     #[error("pid {pid}: {detail}")]
     Task { pid: i32, detail: String },
+    /// The driver itself failed (its initialisation answered an error).
+    #[error("the GPU driver failed: {detail}")]
+    Driver { detail: String },
     #[error("{variable}={value:?}: {detail}")]
     Config {
         variable: &'static str,
         value: String,
         detail: String,
     },
+}
+
+impl crate::exit_code::ExitCode for GpuError {
+    /// A task's device or driver failing is [`crate::exit_code::DEVICE_FAILED`]; the
+    /// rest (files, settings, device state that does not parse) is the caller's to
+    /// judge, [`crate::exit_code::FAILURE`] here.
+    fn exit_code(&self) -> u8 {
+        match self {
+            GpuError::Task { .. } | GpuError::Driver { .. } => crate::exit_code::DEVICE_FAILED,
+            GpuError::Io { .. } | GpuError::Malformed { .. } | GpuError::Config { .. } => {
+                crate::exit_code::FAILURE
+            }
+        }
+    }
 }
 
 impl GpuError {

@@ -12,7 +12,7 @@ use crate::transfer::{BufferSink, BufferSource};
 /// Fail when `GPUCR_FAULT` names `step`.
 pub fn check(step: FaultStep) -> Result<(), HelperError> {
     if step.injected() {
-        return Err(HelperError::Failed(step.message()));
+        return Err(HelperError::Device(step.message()));
     }
     Ok(())
 }

@@ -53,6 +53,27 @@ pub enum HelperError {
     Transfer(#[from] TransferError),
     #[error("device state: {0}")]
     Failed(String),
+    /// A task's device did not come back, or the plugin's part of a device step failed.
+    #[error("{0}")]
+    Device(String),
     #[error(transparent)]
     Lifecycle(#[from] lifecycle::LifecycleError),
+}
+
+impl crate::exit_code::ExitCode for HelperError {
+    /// A device or driver failure is [`crate::exit_code::DEVICE_FAILED`], damage found
+    /// while moving device memory is the transfer's own code; anything else is
+    /// [`crate::exit_code::FAILURE`].
+    fn exit_code(&self) -> u8 {
+        match self {
+            HelperError::Gpu(e) => e.exit_code(),
+            HelperError::Transfer(e) => e.exit_code(),
+            HelperError::Device(_) => crate::exit_code::DEVICE_FAILED,
+            HelperError::NoPlugin { .. }
+            | HelperError::Io { .. }
+            | HelperError::Socket { .. }
+            | HelperError::Failed(_)
+            | HelperError::Lifecycle(_) => crate::exit_code::FAILURE,
+        }
+    }
 }

@@ -350,7 +350,7 @@ impl Helper {
         };
         match lock(tasks).first_not_resumed() {
             None => Ok(()),
-            Some((ns_pid, stage)) => Err(HelperError::Failed(format!(
+            Some((ns_pid, stage)) => Err(HelperError::Device(format!(
                 "task {ns_pid} was not brought back on its device: it is {} \
                  (RESUME_DEVICES_LATE did not go through for it)",
                 stage.name()
@@ -779,7 +779,7 @@ fn handle(
         }
         (Mode::Restore { tasks, .. }, request::Kind::ResumeFailed(r)) => {
             lock(tasks).resume_failed(r.pid);
-            Err(HelperError::Failed(format!(
+            Err(HelperError::Device(format!(
                 "RESUME_DEVICES_LATE for pid {} failed in the plugin: {}",
                 r.pid, r.error
             )))

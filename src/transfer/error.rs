@@ -221,6 +221,14 @@ impl ExitCode for TransferError {
     fn exit_code(&self) -> u8 {
         if self.is_damage() {
             exit_code::IMAGE_DAMAGED
+        } else if matches!(
+            self,
+            TransferError::Source { .. }
+                | TransferError::Sink { .. }
+                | TransferError::SinkLength { .. }
+        ) {
+            // The device's memory could not be read (dump) or written (restore).
+            exit_code::DEVICE_FAILED
         } else if matches!(self, TransferError::Cancelled { .. }) {
             exit_code::INTERRUPTED
         } else {

@@ -824,7 +824,8 @@ fn a_failing_copy_engine_fails_the_dump_and_leaves_no_index() {
         }
         other => panic!("unexpected {other}"),
     }
-    assert_eq!(e.exit_code(), crate::exit_code::FAILURE);
+    // The device's memory could not be read: a device failure, not gpucr's.
+    assert_eq!(e.exit_code(), crate::exit_code::DEVICE_FAILED);
     let again = writer
         .add(BufferKey::new(2, 0), Box::new(MemSource(Arc::new(vec![1]))))
         .unwrap_err();

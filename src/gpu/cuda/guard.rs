@@ -117,11 +117,7 @@ pub fn give_back_all(
     if live.is_empty() {
         return Ok(Vec::new());
     }
-    let driver = Driver::load().map_err(|e| GpuError::Config {
-        variable: gpucr_cuda_driver::ENV_LIBRARY,
-        value: std::env::var(gpucr_cuda_driver::ENV_LIBRARY).unwrap_or_default(),
-        detail: e.to_string(),
-    })?;
+    let driver = super::load_driver()?;
     Ok(give_back::each(
         &live,
         |t| t.pid,

@@ -165,14 +165,26 @@ fn driver_error(pid: i32) -> impl FnOnce(gpucr_cuda_driver::Error) -> GpuError {
     }
 }
 
-impl CudaBackend {
-    /// Load the driver (`libcuda.so.1`, or `GPUCR_CUDA_LIBRARY`) and initialise it.
-    pub fn load() -> Result<CudaBackend, GpuError> {
-        let driver = Driver::load().map_err(|e| GpuError::Config {
+/// Load the driver: a driver that answers its initialisation with an error
+/// ([`GpuError::Driver`]) is told from one that cannot be used at all (missing, too
+/// old: [`GpuError::Config`], naming `GPUCR_CUDA_LIBRARY`).
+pub(crate) fn load_driver() -> Result<Driver, GpuError> {
+    Driver::load().map_err(|e| match e {
+        gpucr_cuda_driver::Error::Cuda(_) => GpuError::Driver {
+            detail: e.to_string(),
+        },
+        e => GpuError::Config {
             variable: gpucr_cuda_driver::ENV_LIBRARY,
             value: std::env::var(gpucr_cuda_driver::ENV_LIBRARY).unwrap_or_default(),
             detail: e.to_string(),
-        })?;
+        },
+    })
+}
+
+impl CudaBackend {
+    /// Load the driver (`libcuda.so.1`, or `GPUCR_CUDA_LIBRARY`) and initialise it.
+    pub fn load() -> Result<CudaBackend, GpuError> {
+        let driver = load_driver()?;
         Ok(CudaBackend {
             driver: Arc::new(driver),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
