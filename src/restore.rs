@@ -218,18 +218,24 @@ impl ExitCode for RestoreError {
             RestoreError::CriuConfig(e) => e.exit_code(),
             RestoreError::CriuAdvised { error, .. } => error.exit_code(),
             RestoreError::PidTaken { source, .. } => source.exit_code(),
-            // The image's device state that does not parse is damage; a device or
-            // driver failing is the backend's code.
-            RestoreError::Gpu(GpuError::Malformed { .. }) => exit_code::IMAGE_DAMAGED,
-            RestoreError::Gpu(e) => e.exit_code(),
+            RestoreError::Gpu(e) => restored_gpu_code(e),
             RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
             RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
             RestoreError::Helper(e) => match e.as_ref() {
-                HelperError::Gpu(GpuError::Malformed { .. }) => exit_code::IMAGE_DAMAGED,
+                HelperError::Gpu(e) => restored_gpu_code(e),
                 other => other.exit_code(),
             },
         }
+    }
+}
+
+/// The exit code of a backend's error in a restore: device state of the image that does
+/// not parse is damage; a device or driver failing is the backend's own code.
+fn restored_gpu_code(e: &GpuError) -> u8 {
+    match e {
+        GpuError::Malformed { .. } => exit_code::IMAGE_DAMAGED,
+        e => e.exit_code(),
     }
 }
 
