@@ -22,7 +22,8 @@ pub const TARGET: u8 = 3;
 /// CRIU cannot be used: not installed, not executable, too old, or it died or broke the
 /// RPC protocol.
 pub const CRIU_UNAVAILABLE: u8 = 4;
-/// CRIU ran and reported that the dump or restore failed.
+/// CRIU ran and reported that the dump or restore failed (for a reason of its own, or of
+/// gpucr's plugin other than a device's: see [`DEVICE_FAILED`]).
 pub const CRIU_FAILED: u8 = 5;
 /// The image directory cannot be written: not empty (without `--force`), not writable,
 /// not a directory.

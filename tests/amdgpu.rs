@@ -159,6 +159,12 @@ fn file_id(task: usize, file: usize) -> i32 {
     (task * 16 + file + 1) as i32
 }
 
+/// A hook's failure as CRIU's log shows it, after "gpucr: ": its kind's mark, then what
+/// failed ("device error: fake ProcessInfo ...").
+fn marked(e: gpucr_plugin::flow::HookFailure) -> String {
+    format!("{}{}", e.kind.mark(), e.message)
+}
+
 /// Dump `tasks` into `dir` as CRIU and gpucr would: the device state of each task.
 fn dump(
     m: &Machine,
@@ -181,7 +187,7 @@ fn dump(
     .unwrap();
     let half = AmdgpuHalf::new(m.kernel.kfd(me()));
     let steps = || -> Result<Vec<TaskDevice>, String> {
-        let fail = |e: gpucr_plugin::flow::HookFailure| e.message;
+        let fail = marked;
         for t in tasks {
             pause_devices_with(&half, t.fake.pid).map_err(fail)?;
         }
@@ -263,7 +269,7 @@ fn restore_tasks(
     tasks: &[TaskDevice],
     dumped: &[&Task],
 ) -> Result<Vec<Restored>, String> {
-    let fail = |e: gpucr_plugin::flow::HookFailure| e.message;
+    let fail = marked;
     let mut restored = Vec::new();
     for (task, original) in tasks.iter().zip(dumped) {
         // Inside the restored task.
@@ -555,12 +561,19 @@ fn a_failure_at_each_dump_step_leaves_the_queues_running() {
         FakeOp::Submit,
         FakeOp::Wait,
     ];
+    let plugin_half_ops = [FakeOp::TaskKfd, FakeOp::ProcessInfo, FakeOp::Checkpoint];
     for op in steps {
         let (m, t) = small_machine();
         m.kernel.fail_next(op, libc::EIO);
         let dir = tempfile::tempdir().unwrap();
         let err = dump(&m, m.backend(SHORT), &[&t], dir.path()).unwrap_err();
         assert!(err.contains(&format!("fake {op:?}")), "{op:?}: {err}");
+        // KFD failing under the plugin half is the device's failure (gpucr exits 11
+        // when CRIU fails because of it); the helper's own failures reach gpucr
+        // directly.
+        if plugin_half_ops.contains(&op) {
+            assert!(err.starts_with("device error: "), "{op:?}: {err}");
+        }
         assert_eq!(
             m.kernel.queues(t.fake.kfd.as_fd()),
             Some(Queues::Running),
@@ -638,6 +651,12 @@ fn a_helper_gone_mid_dump_leaves_the_queues_running() {
         "{}",
         err.message
     );
+    assert_eq!(
+        err.kind,
+        gpucr_abi::PluginFailureKind::Plugin,
+        "{}",
+        err.message
+    );
     exit_with(&half, stage::DUMP, -1);
     assert_eq!(m.kernel.queues(t.fake.kfd.as_fd()), Some(Queues::Running));
     let unpaused = m
@@ -681,6 +700,10 @@ fn a_failure_at_each_restore_step_leaves_nothing_running() {
         match op {
             Some(op) => assert!(err.contains(&format!("fake {op:?}")), "{op:?}: {err}"),
             None => assert!(err.contains("did not signal within"), "{err}"),
+        }
+        if op.is_some_and(|op| [FakeOp::OpenRender, FakeOp::Restore, FakeOp::Resume].contains(&op))
+        {
+            assert!(err.starts_with("device error: "), "{op:?}: {err}");
         }
         assert!(!restored_running(&m), "{op:?}: a restored task runs");
         // The dumped process was left alone.

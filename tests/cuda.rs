@@ -558,16 +558,6 @@ enum Injected {
 }
 
 impl Injected {
-    /// The exit code of the dump or restore it fails: every driver call and every step
-    /// of gpucr's helper is a device failure (11); a hook of gpucr's plugin that fails
-    /// inside CRIU makes CRIU fail the operation (5).
-    fn exit_code(self) -> i32 {
-        match self {
-            Injected::Fault("plugin-pause" | "plugin-checkpoint") => 5,
-            Injected::Fault(_) | Injected::Driver(_) => 11,
-        }
-    }
-
     /// The environment of the gpucr run.
     fn env(self, fake: &FakeCuda) -> Vec<(&str, &str)> {
         let mut env = fake.env();
@@ -588,6 +578,11 @@ impl Injected {
         }
     }
 }
+
+/// A driver call, a step of gpucr's helper, or a hook of gpucr's plugin inside CRIU:
+/// every injected failure is a device's (`GPUCR_FAULT` models a driver error or a broken
+/// device), so each ends with this exit code.
+const DEVICE_FAILED: i32 = 11;
 
 /// The dump steps the cuda backend goes through (it has no buffers to copy and no
 /// device files), and every driver function gpucr calls in a dump.
@@ -657,7 +652,7 @@ fn cuda_fault_at_every_step_loses_nothing() {
         let steps_before = tree.steps();
         let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &step.env(&fake));
         assert_failed_because(&out, &failed, "dump.log", step);
-        assert_eq!(out.status.code(), Some(step.exit_code()), "{step:?}");
+        assert_eq!(out.status.code(), Some(DEVICE_FAILED), "{step:?}");
         assert!(
             !failed.join("gpucr.json").exists(),
             "{step:?}: a complete image"
@@ -689,7 +684,7 @@ fn cuda_fault_at_every_step_loses_nothing() {
             &step.env(&fake),
         );
         assert_failed_because(&out, &image, "restore.log", step);
-        assert_eq!(out.status.code(), Some(step.exit_code()), "{step:?}");
+        assert_eq!(out.status.code(), Some(DEVICE_FAILED), "{step:?}");
         wait_for(
             std::time::Duration::from_secs(10),
             &format!("{step:?}: no restored process to be left"),

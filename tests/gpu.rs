@@ -1039,19 +1039,6 @@ impl Injected {
         let _ = fs::remove_file(sim.0.join("driver-fail"));
     }
 
-    /// The exit code of the dump or restore it fails: a device step gpucr's helper ran,
-    /// or a task's device not coming back, is a device failure; a hook of gpucr's plugin
-    /// that fails inside CRIU makes CRIU fail the operation (the plugin's reason heads
-    /// the message).
-    fn exit_code(self) -> i32 {
-        match self {
-            Injected::Fault("plugin-pause" | "plugin-checkpoint" | "plugin-recreate") => {
-                CRIU_FAILED
-            }
-            Injected::Fault(_) | Injected::Driver(_) => DEVICE_FAILED,
-        }
-    }
-
     /// What the failure says, in gpucr's message or CRIU's log.
     fn needle(self) -> String {
         match self {
@@ -1130,7 +1117,7 @@ fn faults_at_every_step(driver: &str) {
         let out = gpucr_env(&["dump", &pid, failed.to_str().unwrap()], &env);
         Injected::disarm(&sim);
         assert_failed_because(&out, &failed, "dump.log", &step);
-        assert_eq!(out.status.code(), Some(step.exit_code()), "{step:?}");
+        assert_eq!(out.status.code(), Some(DEVICE_FAILED), "{step:?}");
         assert!(
             failed.join("gpucr-incomplete.json").exists(),
             "{step:?}: not marked incomplete"
@@ -1153,7 +1140,7 @@ fn faults_at_every_step(driver: &str) {
         let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
         Injected::disarm(&sim);
         assert_failed_because(&out, &image, "restore.log", &step);
-        assert_eq!(out.status.code(), Some(step.exit_code()), "{step:?}");
+        assert_eq!(out.status.code(), Some(DEVICE_FAILED), "{step:?}");
         wait_for(
             Duration::from_secs(10),
             &format!("{step:?}: no restored process to be left"),

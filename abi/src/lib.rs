@@ -40,10 +40,48 @@ pub const PLUGIN_NAME: &str = "gpucr";
 pub const PLUGIN_FILE: &str = "gpucr_plugin.so";
 /// The name cargo gives the built cdylib.
 pub const PLUGIN_BUILD_FILE: &str = "libgpucr_plugin.so";
-/// What marks the plugin's failures in CRIU's log: each is logged as
-/// "gpucr: error: WHAT", where WHAT starts with the hook's name ("PAUSE_DEVICES: ...")
-/// for a hook that failed, and with [`PLUGIN_EXIT_STEP`] for a step of the `exit` hook.
-pub const PLUGIN_ERROR_MARK: &str = "error: ";
+/// What kind of failure the plugin logged. Each is logged as "gpucr: MARK WHAT" (see
+/// [`PluginFailureKind::mark`]), where WHAT starts with the hook's name
+/// ("PAUSE_DEVICES: ...") for a hook that failed, and with [`PLUGIN_EXIT_STEP`] for a
+/// step of the `exit` hook. When CRIU fails because of such a hook, the kind decides
+/// gpucr's exit code: a device failure is the device's, not CRIU's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginFailureKind {
+    /// The plugin itself could not do its part: its helper connection, CRIU's
+    /// interfaces, a thread of the task it had to stop or let run.
+    Plugin,
+    /// A device or its driver refused or broke: a KFD ioctl, a device file, a driver
+    /// that exported nothing.
+    Device,
+    /// What the image describes cannot be used: device state that does not parse, a
+    /// path outside the backend's root.
+    Image,
+}
+
+impl PluginFailureKind {
+    pub const ALL: [PluginFailureKind; 3] = [
+        PluginFailureKind::Plugin,
+        PluginFailureKind::Device,
+        PluginFailureKind::Image,
+    ];
+
+    /// What follows "gpucr: " in the log line of a failure of this kind.
+    pub fn mark(self) -> &'static str {
+        match self {
+            PluginFailureKind::Plugin => "error: ",
+            PluginFailureKind::Device => "device error: ",
+            PluginFailureKind::Image => "image error: ",
+        }
+    }
+
+    /// The kind and what failed, from the text after "gpucr: " of a log line; None when
+    /// that line reports no failure.
+    pub fn parse(text: &str) -> Option<(PluginFailureKind, &str)> {
+        PluginFailureKind::ALL
+            .into_iter()
+            .find_map(|kind| Some((kind, text.strip_prefix(kind.mark())?)))
+    }
+}
 /// What starts a failure of the plugin's `exit` hook (giving the tree its devices back):
 /// it comes after CRIU's own outcome, so it never explains a failed dump.
 pub const PLUGIN_EXIT_STEP: &str = "after the dump: ";

@@ -1,4 +1,8 @@
-//! Process trees as /proc shows them, for gpucr and its plugin alike.
+//! Processes as /proc shows them (their trees and their mappings), for gpucr and its
+//! plugin alike.
+
+use std::io;
+use std::path::PathBuf;
 
 /// The threads of `pid` (`/proc/PID/task`), none once it is gone.
 pub fn threads(pid: i32) -> Vec<i32> {
@@ -36,9 +40,117 @@ pub fn tree_pids(pid: i32) -> Vec<i32> {
     out
 }
 
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// The offset into the mapped file, in bytes.
+    pub offset: u64,
+    /// The mapped file, as the kernel writes its path: everything after the inode
+    /// field, spaces included (a file deleted since ends in " (deleted)"). None for
+    /// anonymous memory and the kernel's own areas (`[heap]`, `[stack]`, `[vdso]`).
+    pub path: Option<PathBuf>,
+}
+
+/// Parse one line of `/proc/PID/maps`: "START-END PERMS OFFSET DEV INODE   PATH". The
+/// path is the rest of the line after the padding, so a path with spaces stays whole.
+pub fn parse_mapping(line: &str) -> Option<Mapping> {
+    let (range, rest) = line.split_once(' ')?;
+    let (_perms, rest) = rest.split_once(' ')?;
+    let (offset, rest) = rest.split_once(' ')?;
+    let (_device, rest) = rest.split_once(' ')?;
+    let path = rest.split_once(' ').map_or("", |(_inode, path)| path);
+    let path = path.trim_start_matches(' ');
+    let (start, end) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        path: path.starts_with('/').then(|| PathBuf::from(path)),
+    })
+}
+
+/// The mappings of `pid`, in address order.
+pub fn mappings(pid: i32) -> io::Result<Vec<Mapping>> {
+    let maps = std::fs::read_to_string(maps_path(pid))?;
+    Ok(maps.lines().filter_map(parse_mapping).collect())
+}
+
+/// The files `pid` maps, each as often as it is mapped.
+pub fn mapped_files(pid: i32) -> io::Result<Vec<PathBuf>> {
+    Ok(mappings(pid)?.into_iter().filter_map(|m| m.path).collect())
+}
+
+/// `/proc/PID/maps`, for error messages.
+pub fn maps_path(pid: i32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/maps"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mapping_line_keeps_its_whole_path() {
+        let line =
+            "7fee80042000-7fee80043000 rw-s 00001000 fe:00 10011426                   /tmp/a b/c";
+        assert_eq!(
+            parse_mapping(line),
+            Some(Mapping {
+                start: 0x7fee80042000,
+                end: 0x7fee80043000,
+                offset: 0x1000,
+                path: Some(PathBuf::from("/tmp/a b/c")),
+            })
+        );
+        let deleted = "7f00-7f01 rw-s 00000000 00:01 5  /memfd:x (deleted)";
+        assert_eq!(
+            parse_mapping(deleted).unwrap().path,
+            Some(PathBuf::from("/memfd:x (deleted)"))
+        );
+        for anonymous in [
+            "7ffd1000-7ffd2000 rw-p 00000000 00:00 0                          [stack]",
+            "55d0-55d1 rw-p 00000000 00:00 0 ",
+            "55d0-55d1 rw-p 00000000 00:00 0",
+        ] {
+            let m = parse_mapping(anonymous).unwrap();
+            assert_eq!(m.path, None, "{anonymous}");
+        }
+        assert_eq!(parse_mapping("garbage"), None);
+        assert_eq!(parse_mapping("zz-1 r--p 0 00:00 0"), None);
+    }
+
+    #[test]
+    fn a_file_mapped_here_under_a_path_with_spaces_is_found() {
+        let dir = std::env::temp_dir().join(format!("gpucr procfs {}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mapped file");
+        std::fs::write(&path, [7u8; 4096]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a fresh private read-only mapping of a whole open file, unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        let files = mapped_files(std::process::id() as i32).unwrap();
+        let found = mappings(std::process::id() as i32)
+            .unwrap()
+            .into_iter()
+            .find(|m| m.start == addr as u64);
+        // SAFETY: the mapping made above, of 4096 bytes, no longer used.
+        unsafe { libc::munmap(addr, 4096) };
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(files.contains(&path), "{files:?}");
+        assert_eq!(found.unwrap().path, Some(path));
+    }
 
     #[test]
     fn a_child_is_in_its_parents_tree() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use gpucr_abi::amdgpu_drm::*;
 use gpucr_abi::kfd::*;
+use gpucr_abi::procfs::{self, Mapping};
 
 use crate::kernel::{
     DeviceKind, DeviceMapping, Drm, KernelError, Kfd, KfdCheckpoint, NodeInfo, ProcessInfo,
@@ -137,10 +138,14 @@ impl Kfd for RealKfd {
     }
 
     fn device_mappings(&self, pid: i32) -> Result<Vec<DeviceMapping>, KernelError> {
-        let path = format!("/proc/{pid}/maps");
-        let maps = std::fs::read_to_string(&path)
-            .map_err(|e| KernelError::new("read", &path, errno(&e)))?;
-        Ok(maps.lines().filter_map(parse_mapping).collect())
+        let mappings = procfs::mappings(pid).map_err(|e| {
+            KernelError::new(
+                "read",
+                procfs::maps_path(pid).display().to_string(),
+                errno(&e),
+            )
+        })?;
+        Ok(mappings.iter().filter_map(device_mapping).collect())
     }
 
     fn open_kfd(&self) -> Result<OwnedFd, KernelError> {
@@ -253,21 +258,17 @@ impl Kfd for RealKfd {
 }
 
 /// A line of /proc/PID/maps, if it maps /dev/kfd or a render node.
-fn parse_mapping(line: &str) -> Option<DeviceMapping> {
-    let mut fields = line.split_whitespace();
-    let range = fields.next()?;
-    let offset = u64::from_str_radix(fields.nth(1)?, 16).ok()?;
-    let path = fields.nth(2)?;
+fn device_mapping(mapping: &Mapping) -> Option<DeviceMapping> {
+    let path = mapping.path.as_deref()?.to_str()?;
     let kind = if path == KFD_PATH {
         DeviceKind::Kfd
     } else {
         let minor = path.strip_prefix("/dev/dri/renderD")?.parse().ok()?;
         DeviceKind::Render { minor }
     };
-    let start = u64::from_str_radix(range.split_once('-')?.0, 16).ok()?;
     Some(DeviceMapping {
-        start,
-        offset,
+        start: mapping.start,
+        offset: mapping.offset,
         kind,
     })
 }
@@ -603,6 +604,10 @@ mod tests {
             assert!(err.to_string().contains("/dev/dri/renderD255"), "{err}");
         }
         assert!(kfd.device_mappings(me).unwrap().is_empty());
+    }
+
+    fn parse_mapping(line: &str) -> Option<DeviceMapping> {
+        device_mapping(&procfs::parse_mapping(line)?)
     }
 
     #[test]

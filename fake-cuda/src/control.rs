@@ -39,13 +39,11 @@ pub fn find_context(pid: i32) -> Result<PathBuf, CUresult> {
     if pid <= 0 {
         return Err(result::INVALID_VALUE);
     }
-    let maps =
-        fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|_| result::INVALID_VALUE)?;
-    maps.lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
-        .map(Path::new)
+    let files = gpucr_abi::procfs::mapped_files(pid).map_err(|_| result::INVALID_VALUE)?;
+    files
+        .iter()
         .find(|p| p.file_name().is_some_and(|n| n == CONTROL_FILE))
-        .and_then(Path::parent)
+        .and_then(|p| p.parent())
         .map(Path::to_path_buf)
         // No fake context: not a CUDA process, which the driver answers with
         // CUDA_ERROR_INVALID_VALUE.

@@ -6,6 +6,7 @@
 use std::ffi::{c_char, c_int, c_uint, CString};
 
 use gpucr_abi::plugin_abi::log_level;
+use gpucr_abi::PluginFailureKind;
 
 type AddInventoryPlugin = unsafe extern "C" fn(name: *const c_char) -> c_int;
 type CheckAndRemove = unsafe extern "C" fn(name: *const c_char, len: c_int) -> bool;
@@ -112,13 +113,17 @@ pub fn warn(text: &str) {
     log(log_level::WARN, &format!("warning: {text}"));
 }
 
-/// A failure, at CRIU's ERROR level, marked so that gpucr finds it in the log:
-/// "gpucr: error: HOOK: what failed" (see `gpucr_abi::PLUGIN_ERROR_MARK`).
+/// A failure of the plugin's own part, at CRIU's ERROR level, marked so that gpucr finds
+/// it in the log: "gpucr: error: HOOK: what failed".
 pub fn error(text: &str) {
-    log(
-        log_level::ERROR,
-        &format!("{}{text}", gpucr_abi::PLUGIN_ERROR_MARK),
-    );
+    failure(PluginFailureKind::Plugin, text);
+}
+
+/// A failure of `kind`, at CRIU's ERROR level, marked so that gpucr finds it in the log
+/// and knows its kind: "gpucr: device error: HOOK: what failed" (see
+/// `gpucr_abi::PluginFailureKind::mark`).
+pub fn failure(kind: PluginFailureKind, text: &str) {
+    log(log_level::ERROR, &format!("{}{text}", kind.mark()));
 }
 
 /// CRIU's `criu_get_image_dir()`: the image directory's fd in CRIU's table; None outside

@@ -13,6 +13,7 @@ use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::{Component, Path, PathBuf};
 
 use gpucr_abi::proto::DeviceSpec;
+use gpucr_abi::PluginFailureKind;
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{fchmod, mkdirat, Mode};
 
@@ -23,12 +24,31 @@ pub struct DeviceError {
     pub path: PathBuf,
     #[source]
     pub source: io::Error,
+    /// The path is not beneath the backend's root: the image names it, not the device.
+    pub outside_root: bool,
+}
+
+impl DeviceError {
+    /// A path outside the root is the image's fault; anything else, the device's.
+    pub fn kind(&self) -> PluginFailureKind {
+        if self.outside_root {
+            PluginFailureKind::Image
+        } else {
+            PluginFailureKind::Device
+        }
+    }
+
+    /// The errno CRIU gets back.
+    pub fn errno(&self) -> i32 {
+        self.source.raw_os_error().unwrap_or(libc::EIO)
+    }
 }
 
 fn at(path: &Path) -> impl FnOnce(io::Error) -> DeviceError + '_ {
     move |source| DeviceError {
         path: path.to_path_buf(),
         source,
+        outside_root: false,
     }
 }
 
@@ -36,6 +56,18 @@ fn errno_at(path: &Path) -> impl FnOnce(nix::Error) -> DeviceError + '_ {
     move |e| DeviceError {
         path: path.to_path_buf(),
         source: e.into(),
+        outside_root: false,
+    }
+}
+
+/// An `openat2` beneath the root that failed: a symlink on the way (ELOOP, or ENOTDIR
+/// where a directory was asked for) or a step out of the root (EXDEV) is a path the
+/// image must not name; anything else, the device's.
+fn resolved_at(path: &Path) -> impl FnOnce(nix::Error) -> DeviceError + '_ {
+    use nix::errno::Errno::{ELOOP, ENOTDIR, EXDEV};
+    move |e| DeviceError {
+        outside_root: matches!(e, ELOOP | ENOTDIR | EXDEV),
+        ..errno_at(path)(e)
     }
 }
 
@@ -48,6 +80,7 @@ fn outside(path: &Path, root: &str) -> DeviceError {
     DeviceError {
         path: path.to_path_buf(),
         source: io::Error::new(io::ErrorKind::PermissionDenied, detail),
+        outside_root: true,
     }
 }
 
@@ -105,7 +138,7 @@ impl<'a> Beneath<'a> {
                 name.as_os_str(),
                 Self::how(OFlag::O_PATH | OFlag::O_DIRECTORY, 0),
             )
-            .map_err(errno_at(path))?;
+            .map_err(resolved_at(path))?;
         }
         Ok(())
     }
@@ -113,7 +146,7 @@ impl<'a> Beneath<'a> {
     /// Open `path` beneath the root with `flags` (and `mode` when it is created).
     fn open_file(&self, path: &Path, flags: OFlag, mode: u32) -> Result<File, DeviceError> {
         let rel = self.relative(path)?;
-        let fd = openat2(&self.dir, rel, Self::how(flags, mode)).map_err(errno_at(path))?;
+        let fd = openat2(&self.dir, rel, Self::how(flags, mode)).map_err(resolved_at(path))?;
         Ok(File::from(fd))
     }
 }
@@ -293,6 +326,7 @@ mod tests {
             });
             let err = recreate(&spec).unwrap_err();
             assert!(err.to_string().contains(path.as_str()), "{err}");
+            assert_eq!(err.kind(), PluginFailureKind::Image, "{err}");
             assert!(
                 !root.join("fine").exists(),
                 "{path}: created before the check"
@@ -301,13 +335,19 @@ mod tests {
         // A symlink under the root passes the lexical check (only files inside the root
         // may have been created by then); openat2 refuses to follow it.
         let spec = spec_in(&root, &root.join("link/keep").display().to_string());
-        assert!(recreate(&spec).is_err());
+        assert_eq!(
+            recreate(&spec).unwrap_err().kind(),
+            PluginFailureKind::Image
+        );
         let dirs = DeviceSpec {
             root: root.display().to_string(),
             directories: vec![root.join("link/sub").display().to_string()],
             ..Default::default()
         };
-        assert!(recreate(&dirs).is_err());
+        assert_eq!(
+            recreate(&dirs).unwrap_err().kind(),
+            PluginFailureKind::Image
+        );
         assert_eq!(fs::read(victim.join("keep")).unwrap(), b"precious");
         assert!(!victim.join("sub").exists());
         let no_root = spec_in(Path::new(""), &root.join("b0").display().to_string());
@@ -326,7 +366,8 @@ mod tests {
                 device_path: path.into(),
                 ..Default::default()
             };
-            assert!(open_device(&spec).is_err(), "{path}");
+            let err = open_device(&spec).unwrap_err();
+            assert_eq!(err.kind(), PluginFailureKind::Image, "{path}");
         }
     }
 
@@ -351,6 +392,8 @@ mod tests {
                 .starts_with(&format!("{}: ", missing.display())),
             "{err}"
         );
+        assert_eq!(err.kind(), PluginFailureKind::Device, "{err}");
+        assert_eq!(err.errno(), libc::ENOENT);
         fs::remove_dir_all(&root).unwrap();
     }
 }

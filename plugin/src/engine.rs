@@ -221,7 +221,11 @@ fn step(step: Step, ret: i32) -> Result<(), HookFailure> {
 }
 
 fn failure(errno: i32, message: String) -> HookFailure {
-    HookFailure { errno, message }
+    HookFailure {
+        errno,
+        kind: gpucr_abi::PluginFailureKind::Plugin,
+        message,
+    }
 }
 
 /// Which backend's device the tree rooted at `root` holds, looked up cheaply (its
@@ -260,11 +264,7 @@ fn probe(root: i32) -> Option<&'static str> {
 
 /// Whether `pid` maps a file whose path `matches`.
 fn maps(pid: i32, matches: impl Fn(&Path) -> bool) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
-        maps.lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
-            .any(|file| matches(Path::new(file)))
-    })
+    gpucr_abi::procfs::mapped_files(pid).is_ok_and(|files| files.iter().any(|f| matches(f)))
 }
 
 /// Whether `pid` has a file open whose path `matches`.

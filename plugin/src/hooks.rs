@@ -16,7 +16,7 @@ use gpucr_abi::proto::{
     ResumeFailed,
 };
 use gpucr_abi::wire::MAX_FDS;
-use gpucr_abi::{PLUGIN_EXIT_STEP, PLUGIN_NAME};
+use gpucr_abi::{PluginFailureKind, PLUGIN_EXIT_STEP, PLUGIN_NAME};
 
 use crate::half::{self, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
@@ -39,25 +39,31 @@ static DUMPED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 #[derive(Debug)]
 pub struct HookFailure {
     pub errno: i32,
+    pub kind: PluginFailureKind,
     pub message: String,
 }
 
 /// Fail with an injected fault when `GPUCR_FAULT` names `step` (tests of the failure
-/// paths; see `gpucr_abi::fault`).
+/// paths; see `gpucr_abi::fault`): a device failure, as a driver error or a broken
+/// device there would be.
 fn fault(step: FaultStep) -> Result<(), HookFailure> {
     if step.injected() {
         return Err(HookFailure {
             errno: libc::EIO,
+            kind: PluginFailureKind::Device,
             message: step.message(),
         });
     }
     Ok(())
 }
 
+/// The helper's connection broke, or the helper refused (its own failure is what gpucr
+/// reports then): the plugin's part.
 impl From<HelperError> for HookFailure {
     fn from(e: HelperError) -> Self {
         HookFailure {
             errno: e.errno(),
+            kind: PluginFailureKind::Plugin,
             message: e.to_string(),
         }
     }
@@ -66,7 +72,8 @@ impl From<HelperError> for HookFailure {
 impl From<device::DeviceError> for HookFailure {
     fn from(e: device::DeviceError) -> Self {
         HookFailure {
-            errno: e.source.raw_os_error().unwrap_or(libc::EIO),
+            errno: e.errno(),
+            kind: e.kind(),
             message: e.to_string(),
         }
     }
@@ -76,6 +83,7 @@ impl From<&HalfError> for HookFailure {
     fn from(e: &HalfError) -> Self {
         HookFailure {
             errno: e.errno,
+            kind: e.kind,
             message: e.message.clone(),
         }
     }
@@ -93,7 +101,7 @@ fn guard(name: &str, f: impl FnOnce() -> Result<c_int, HookFailure>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(ret)) => ret,
         Ok(Err(failure)) => {
-            criu::error(&format!("{name}: {}", failure.message));
+            criu::failure(failure.kind, &format!("{name}: {}", failure.message));
             -failure.errno.max(1)
         }
         Err(_) => {
@@ -403,6 +411,7 @@ pub fn resume_devices_late_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_i
     if !unresumed::begin(pid) {
         return Err(HookFailure {
             errno: libc::ECANCELED,
+            kind: PluginFailureKind::Device,
             message: format!(
                 "pid {pid} not resumed: another task of the tree did not get its device back"
             ),
@@ -500,6 +509,7 @@ mod tests {
     fn errors_keep_their_errno_and_panics_become_eio() {
         let failure = |errno| HookFailure {
             errno,
+            kind: PluginFailureKind::Device,
             message: "boom".into(),
         };
         assert_eq!(guard("t", || Err(failure(libc::ENOSPC))), -libc::ENOSPC);

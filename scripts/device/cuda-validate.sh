@@ -450,8 +450,11 @@ if wanted faults; then
         check_intact "$state" 1 || fail "fault $step: checksums before"
         GPUCR_FAULT=$step limit "$gpucr" dump "$pid" "$img" > "$details/dump-fault-$step.txt" 2>&1
         rc=$?
+        # Every injected fault is a device's failure: exit 11 (DEVICE_FAILED).
         if [ $rc = 0 ]; then
             fail "fault $step: the dump succeeded"
+        elif [ $rc != 11 ]; then
+            fail "fault $step: dump failed with exit $rc, not 11"
         elif check_intact "$state" 2; then
             note "PASS fault $step: dump failed (exit $rc), the job runs on, tensors intact"
         else
@@ -473,6 +476,9 @@ if wanted faults; then
         sleep 1
         if [ $rc = 0 ]; then
             fail "fault $step: the restore succeeded"
+        elif [ $rc != 11 ]; then
+            fail "fault $step: restore failed with exit $rc, not 11"
+            pkill -KILL -f "torch_tensors.py --state $state"
         elif tree_gone "$state"; then
             note "PASS fault $step: restore failed (exit $rc), no process left"
         else

@@ -3,6 +3,9 @@
 use std::io;
 use std::path::PathBuf;
 
+use gpucr_abi::PluginFailureKind;
+
+use super::PluginFailure;
 use crate::exit_code::{self, ExitCode};
 
 /// What went wrong talking to CRIU.
@@ -40,7 +43,7 @@ pub enum CriuError {
         errno: Option<i32>,
         errmsg: Option<String>,
         /// The hook failure of gpucr's plugin that made CRIU give up, if one did.
-        plugin_failure: Option<String>,
+        plugin_failure: Option<Box<PluginFailure>>,
         log: Option<PathBuf>,
         log_tail: Vec<String>,
     },
@@ -49,8 +52,14 @@ pub enum CriuError {
 impl ExitCode for CriuError {
     /// The process exit code this error maps to.
     fn exit_code(&self) -> u8 {
+        // CRIU fails whatever made one of gpucr's hooks fail; a device that refused, or
+        // an image whose device state cannot be used, is said as such.
         match self {
-            CriuError::Failed { .. } => exit_code::CRIU_FAILED,
+            CriuError::Failed { plugin_failure, .. } => match plugin_failure.as_ref() {
+                Some(f) if f.kind == PluginFailureKind::Device => exit_code::DEVICE_FAILED,
+                Some(f) if f.kind == PluginFailureKind::Image => exit_code::IMAGE_DAMAGED,
+                _ => exit_code::CRIU_FAILED,
+            },
             _ => exit_code::CRIU_UNAVAILABLE,
         }
     }
@@ -60,7 +69,9 @@ impl CriuError {
     /// The hook failure of gpucr's plugin that made CRIU fail, if one did.
     pub fn plugin_failure(&self) -> Option<&str> {
         match self {
-            CriuError::Failed { plugin_failure, .. } => plugin_failure.as_deref(),
+            CriuError::Failed { plugin_failure, .. } => {
+                plugin_failure.as_ref().map(|f| f.what.as_str())
+            }
             _ => None,
         }
     }
@@ -70,7 +81,7 @@ fn failed_message(
     request: &str,
     errno: &Option<i32>,
     errmsg: &Option<String>,
-    plugin_failure: &Option<String>,
+    plugin_failure: &Option<Box<PluginFailure>>,
     log: &Option<PathBuf>,
     log_tail: &[String],
 ) -> String {
@@ -80,7 +91,9 @@ fn failed_message(
     // often harmless (an rlimit it could not raise); the last real error in the log says
     // what stopped it.
     match (plugin_failure, last_error(log_tail), errmsg) {
-        (Some(failure), _, _) => text.push_str(&format!(": gpucr's plugin failed in {failure}")),
+        (Some(failure), _, _) => {
+            text.push_str(&format!(": gpucr's plugin failed in {}", failure.what))
+        }
         (None, Some(line), _) => text.push_str(&format!(": {line}")),
         (None, None, Some(msg)) if !msg.trim().is_empty() => {
             text.push_str(&format!(": {}", msg.trim()))
@@ -213,7 +226,10 @@ mod tests {
             "(00.06) Error (compel/src/lib/infect.c:417): Unable to detach from 9".to_owned(),
             "(00.07) Error (criu/cr-dump.c:1975): Dumping FAILED.".to_owned(),
         ];
-        let failure = Some("PAUSE_DEVICES: the driver refused".to_owned());
+        let failure = Some(Box::new(PluginFailure {
+            kind: PluginFailureKind::Device,
+            what: "PAUSE_DEVICES: the driver refused".to_owned(),
+        }));
         let text = failed_message(
             "dump",
             &None,
@@ -227,6 +243,36 @@ mod tests {
                 "criu dump failed: gpucr's plugin failed in PAUSE_DEVICES: the driver refused\n"
             ),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_failed_hook_decides_the_exit_code_by_its_kind() {
+        let failed = |kind: Option<PluginFailureKind>| CriuError::Failed {
+            request: "restore",
+            errno: None,
+            errmsg: None,
+            plugin_failure: kind.map(|kind| {
+                Box::new(PluginFailure {
+                    kind,
+                    what: "RESTORE_EXT_FILE: why".into(),
+                })
+            }),
+            log: None,
+            log_tail: Vec::new(),
+        };
+        assert_eq!(failed(None).exit_code(), exit_code::CRIU_FAILED);
+        assert_eq!(
+            failed(Some(PluginFailureKind::Plugin)).exit_code(),
+            exit_code::CRIU_FAILED
+        );
+        assert_eq!(
+            failed(Some(PluginFailureKind::Device)).exit_code(),
+            exit_code::DEVICE_FAILED
+        );
+        assert_eq!(
+            failed(Some(PluginFailureKind::Image)).exit_code(),
+            exit_code::IMAGE_DAMAGED
         );
     }
 }

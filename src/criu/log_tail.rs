@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use gpucr_abi::{PLUGIN_ERROR_MARK, PLUGIN_EXIT_STEP, PLUGIN_NAME};
+use gpucr_abi::{PluginFailureKind, PLUGIN_EXIT_STEP, PLUGIN_NAME};
 
 /// Read at most the last 64 KiB of `path` and return its last `lines` lines. Errors and
 /// warnings are what a user needs; a missing log gives an empty list.
@@ -33,12 +33,20 @@ pub fn log_tail(path: &Path, lines: usize) -> Vec<String> {
         .collect()
 }
 
-/// The first hook failure gpucr's plugin logged in `path` ("PAUSE_DEVICES: why"): CRIU
-/// gives up when a hook fails, so what it logs afterwards (tasks it cannot detach
-/// from, its closing FAILED line) follows from this. Failures of the plugin's `exit`
-/// steps ("after the dump: ...") are left out: they happen after CRIU's own failure.
-pub fn plugin_failure(path: &Path) -> Option<String> {
-    let prefix = format!("{PLUGIN_NAME}: {PLUGIN_ERROR_MARK}");
+/// A hook of gpucr's plugin that failed: what failed ("PAUSE_DEVICES: why") and whose
+/// failure it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginFailure {
+    pub kind: PluginFailureKind,
+    pub what: String,
+}
+
+/// The first hook failure gpucr's plugin logged in `path`: CRIU gives up when a hook
+/// fails, so what it logs afterwards (tasks it cannot detach from, its closing FAILED
+/// line) follows from this. Failures of the plugin's `exit` steps ("after the dump:
+/// ...") are left out: they happen after CRIU's own failure.
+pub fn plugin_failure(path: &Path) -> Option<PluginFailure> {
+    let prefix = format!("{PLUGIN_NAME}: ");
     let file = File::open(path).ok()?;
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
@@ -52,9 +60,15 @@ pub fn plugin_failure(path: &Path) -> Option<String> {
         let Some(at) = text.find(&prefix) else {
             continue;
         };
-        let what = text[at + prefix.len()..].trim();
+        let Some((kind, what)) = PluginFailureKind::parse(&text[at + prefix.len()..]) else {
+            continue;
+        };
+        let what = what.trim();
         if !what.is_empty() && !what.starts_with(PLUGIN_EXIT_STEP.trim_end()) {
-            return Some(what.to_owned());
+            return Some(PluginFailure {
+                kind,
+                what: what.to_owned(),
+            });
         }
     }
 }
@@ -77,8 +91,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            plugin_failure(f.path()).as_deref(),
-            Some("CHECKPOINT_DEVICES: the helper refused: broken")
+            plugin_failure(f.path()),
+            Some(PluginFailure {
+                kind: PluginFailureKind::Plugin,
+                what: "CHECKPOINT_DEVICES: the helper refused: broken".into()
+            })
         );
         let quiet = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(
@@ -88,6 +105,30 @@ mod tests {
         .unwrap();
         assert_eq!(plugin_failure(quiet.path()), None);
         assert_eq!(plugin_failure(Path::new("/nonexistent/dump.log")), None);
+    }
+
+    #[test]
+    fn each_kind_of_failure_is_told_apart() {
+        for kind in PluginFailureKind::ALL {
+            let f = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(
+                f.path(),
+                format!(
+                    "(00.01) gpucr: PAUSE_DEVICES: locked\n\
+                     (00.02) gpucr: {}RESTORE_EXT_FILE: why\n",
+                    kind.mark()
+                ),
+            )
+            .unwrap();
+            assert_eq!(
+                plugin_failure(f.path()),
+                Some(PluginFailure {
+                    kind,
+                    what: "RESTORE_EXT_FILE: why".into()
+                }),
+                "{kind:?}"
+            );
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub use config::{
     CriuConfigError, CriuOption,
 };
 pub use error::CriuError;
-pub use log_tail::{log_tail, plugin_failure};
+pub use log_tail::{log_tail, plugin_failure, PluginFailure};
 pub use request::{
     has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
 };

@@ -204,7 +204,7 @@ impl Swrk {
                     request: name,
                     errno: resp.cr_errno,
                     errmsg: resp.cr_errmsg,
-                    plugin_failure: log.and_then(plugin_failure),
+                    plugin_failure: log.and_then(plugin_failure).map(Box::new),
                     log: log.map(Path::to_path_buf),
                     log_tail: log.map(|l| log_tail(l, LOG_TAIL_LINES)).unwrap_or_default(),
                 });

@@ -97,12 +97,19 @@ impl std::fmt::Debug for AmdgpuHalf {
     }
 }
 
+/// KFD or a render node refused: the device's failure.
 fn kernel(e: KernelError) -> HalfError {
-    HalfError::new(e.errno, e.to_string())
+    HalfError::device(e.errno, e.to_string())
 }
 
+/// The restore's device state does not fit together: the image's.
 fn bad(detail: String) -> HalfError {
-    HalfError::new(libc::EINVAL, detail)
+    HalfError::image(libc::EINVAL, detail)
+}
+
+/// KFD answered, but without what it must hand over: the device's failure.
+fn short(detail: String) -> HalfError {
+    HalfError::device(libc::EIO, detail)
 }
 
 impl AmdgpuHalf {
@@ -157,7 +164,7 @@ impl AmdgpuHalf {
             match (bo.has_contents(), fd) {
                 (true, Some(fd)) => fds.push(fd),
                 (true, None) => {
-                    return Err(bad(format!(
+                    return Err(short(format!(
                         "pid {pid}: KFD exported no dmabuf for the buffer at {:#x}",
                         bo.addr
                     )))
@@ -210,7 +217,7 @@ impl AmdgpuHalf {
         let kfd = self.kfd.open_kfd().map_err(kernel)?;
         let (major, minor) = self.kfd.version(kfd.as_fd()).map_err(kernel)?;
         if major != KFD_CRIU_MIN_VERSION.0 || minor < KFD_CRIU_MIN_VERSION.1 {
-            return Err(HalfError::new(
+            return Err(HalfError::device(
                 libc::ENOTSUP,
                 format!(
                     "KFD {major}.{minor} cannot restore (CRIU support needs 1.{} or later)",
@@ -273,7 +280,7 @@ impl AmdgpuHalf {
             match (bo.has_contents(), fd) {
                 (true, Some(fd)) => buffers.push(File::from(fd)),
                 (true, None) => {
-                    return Err(bad(format!(
+                    return Err(short(format!(
                         "KFD RESTORE exported no dmabuf for the buffer at {:#x}",
                         bo.addr
                     )))

@@ -38,31 +38,45 @@ impl SimHalf {
 
     /// The context directories `pid` maps files from.
     fn mapped_contexts(&self, pid: i32) -> Result<BTreeSet<PathBuf>, HalfError> {
-        let maps = read(&format!("/proc/{pid}/maps"))?;
-        Ok(maps
-            .lines()
-            .filter_map(|line| line.split_whitespace().nth(5))
+        let files = gpucr_abi::procfs::mapped_files(pid).map_err(|e| {
+            let path = gpucr_abi::procfs::maps_path(pid);
+            proc_error(&path.display().to_string(), e)
+        })?;
+        Ok(files
+            .iter()
             .filter_map(|file| {
-                let rel = Path::new(file).strip_prefix(&self.contexts).ok()?;
+                let rel = file.strip_prefix(&self.contexts).ok()?;
                 Some(self.contexts.join(rel.components().next()?))
             })
             .collect())
     }
 }
 
+/// A file of /proc about the task: failing to read it is the plugin's failure.
 fn read(path: &str) -> Result<String, HalfError> {
-    fs::read_to_string(path).map_err(|e| io_error(Path::new(path), e))
+    fs::read_to_string(path).map_err(|e| proc_error(path, e))
 }
 
-fn io_error(path: &Path, e: std::io::Error) -> HalfError {
+fn proc_error(path: &str, e: std::io::Error) -> HalfError {
     HalfError::new(
+        e.raw_os_error().unwrap_or(libc::EIO),
+        format!("{path}: {e}"),
+    )
+}
+
+/// A file of the simulated device (its context, a buffer) cannot be read: the device's
+/// failure.
+fn io_error(path: &Path, e: std::io::Error) -> HalfError {
+    HalfError::device(
         e.raw_os_error().unwrap_or(libc::EIO),
         format!("{}: {e}", path.display()),
     )
 }
 
+/// The simulated device's state of `pid` is not what its driver keeps: the device's
+/// failure.
 fn bad(pid: i32, detail: String) -> HalfError {
-    HalfError::new(libc::EINVAL, format!("pid {pid}: {detail}"))
+    HalfError::device(libc::EINVAL, format!("pid {pid}: {detail}"))
 }
 
 impl PluginHalf for SimHalf {

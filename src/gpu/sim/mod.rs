@@ -178,12 +178,11 @@ impl SimBackend {
 
     /// The sim context directories `pid` maps buffers from.
     fn mapped_contexts(&self, pid: i32) -> Result<BTreeSet<PathBuf>, GpuError> {
-        let path = PathBuf::from(format!("/proc/{pid}/maps"));
-        let maps = fs::read_to_string(&path).map_err(GpuError::io(&path))?;
-        Ok(maps
-            .lines()
-            .filter_map(|line| line.split_whitespace().nth(5))
-            .filter_map(|file| self.root.context_of(Path::new(file)))
+        let files = gpucr_abi::procfs::mapped_files(pid)
+            .map_err(GpuError::io(&gpucr_abi::procfs::maps_path(pid)))?;
+        Ok(files
+            .iter()
+            .filter_map(|file| self.root.context_of(file))
             .collect())
     }
 }
