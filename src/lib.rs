@@ -24,6 +24,7 @@ pub mod niceness;
 pub mod progress;
 pub mod restore;
 pub mod restore_guard;
+pub mod stderr;
 pub mod target;
 pub mod transfer;
 pub mod units;

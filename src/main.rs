@@ -35,9 +35,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("gpucr: error: {err}");
+            gpucr::errln!("gpucr: error: {err}");
             for cause in err.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                gpucr::errln!("  caused by: {cause}");
             }
             ExitCode::from(cmd::exit_code_for(&err))
         }

@@ -120,8 +120,8 @@ impl Progress {
 
     fn println(&self, line: &str) {
         match &self.bar {
-            Some(bar) => bar.suspend(|| eprintln!("{line}")),
-            None => eprintln!("{line}"),
+            Some(bar) => bar.suspend(|| crate::errln!("{line}")),
+            None => crate::errln!("{line}"),
         }
     }
 }

@@ -293,6 +293,45 @@ fn criu_that_dies_is_reported() {
 
 /// A device CRIU cannot dump: the dump fails, the tree keeps running, the image is
 /// marked incomplete, and restore refuses it.
+/// A standard error that cannot be written (`gpucr ... 2>&1 | head -1`, its reader
+/// gone) is never a panic: the lines are lost, the command's own outcome and exit
+/// status stand, for a failure and for a dump that happens.
+#[test]
+fn stderr_that_cannot_be_written_is_no_panic() {
+    let run = |args: &[&str]| {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        drop(read);
+        Command::new(env!("CARGO_BIN_EXE_gpucr"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(write))
+            .status()
+            .unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("img");
+    let image = image.to_str().unwrap();
+    assert_eq!(run(&["dump", "99999999", image]).code(), Some(TARGET));
+    assert_eq!(
+        run(&["inspect", tmp.path().join("none").to_str().unwrap()]).code(),
+        Some(IMAGE_INCOMPLETE)
+    );
+    let _lock = criu_lock();
+    let tree = Tree::start(&tmp.path().join("state"), &[]);
+    let pid = tree.pid.to_string();
+    let status = run(&[
+        "dump",
+        "-v",
+        "--leave-running",
+        "--tcp-established",
+        &pid,
+        image,
+    ]);
+    assert_eq!(status.code(), Some(0));
+    assert!(Path::new(image).join("gpucr.json").exists());
+    assert!(alive(tree.pid));
+}
+
 #[test]
 fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
     let _lock = criu_lock();

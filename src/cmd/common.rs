@@ -21,9 +21,9 @@ pub fn network_lock(arg: NetworkLockArg) -> NetworkLock {
 /// The phase timeline on stderr: what took how long.
 pub fn print_timeline(events: &[TimedEvent], total_ms: f64) {
     for (from, to, ms) in spans(events) {
-        eprintln!("  {:>10.1} ms  {from} -> {to}", ms);
+        crate::errln!("  {:>10.1} ms  {from} -> {to}", ms);
     }
-    eprintln!("  {:>10.1} ms  total", total_ms);
+    crate::errln!("  {:>10.1} ms  total", total_ms);
 }
 
 /// Write a command's result to standard output. A reader that stopped reading (`gpucr
@@ -42,6 +42,6 @@ pub fn print_out(text: impl AsRef<[u8]>) -> anyhow::Result<()> {
 /// be written is a warning on stderr, not a failure.
 pub fn report_out(text: impl AsRef<[u8]>) {
     if let Err(e) = print_out(text) {
-        eprintln!("gpucr: warning: {e:#}");
+        crate::errln!("gpucr: warning: {e:#}");
     }
 }

@@ -44,7 +44,7 @@ pub fn report(name: &str, what: &str, images_dir: &Path, given: &[GivenBack]) ->
          processes back: {}",
         summary(given)
     );
-    eprintln!("gpucr {name}: {reason}");
+    crate::errln!("gpucr {name}: {reason}");
     if !images_dir.join(MANIFEST_FILE).exists() {
         let _ = dir::mark_incomplete(images_dir, &reason);
     }

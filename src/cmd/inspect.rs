@@ -22,7 +22,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
     let (mut report, verdict) = match found {
         Ok(found) => found,
         Err(e) => {
-            eprintln!("gpucr: error: {e}");
+            crate::errln!("gpucr: error: {e}");
             return Ok(e.exit_code());
         }
     };
@@ -51,7 +51,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
     print_out(rendered)?;
     if !args.output.json && report.verify.is_none() {
         for e in &report.errors {
-            eprintln!("gpucr: error: {}", e.message);
+            crate::errln!("gpucr: error: {}", e.message);
         }
     }
     Ok(code)

@@ -46,7 +46,7 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
                 args.criu_libdir.display()
             );
         }
-        eprintln!("gpucr: warning: installing beside {names}: {why}");
+        crate::errln!("gpucr: warning: installing beside {names}: {why}");
     }
     let plugin = locate_plugin()?;
     let settings = args.criu_libdir.join(SETTINGS_FILE);

@@ -59,7 +59,7 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         if args.detach {
             report_out(format!("{}\n", outcome.pid));
         } else {
-            eprintln!("restored pid {} from {}", outcome.pid, args.dir.display());
+            crate::errln!("restored pid {} from {}", outcome.pid, args.dir.display());
         }
         print_timeline(&events, total_ms);
         if let Some((stats, timings)) = &outcome.gpu {
@@ -77,17 +77,17 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
 /// restored the tasks: where the two overlap, the GPU copy ran in parallel with CRIU.
 fn print_gpu_fill(events: &[TimedEvent], stats: &GpuStats, timings: &[TaskTiming]) {
     let at = |name: &str| events.iter().find(|e| e.name == name).map(|e| e.at_ms);
-    eprintln!(
+    crate::errln!(
         "  GPU memory: {} buffers, {}",
         stats.buffers,
         crate::units::size(stats.raw_bytes)
     );
     let criu = at("pre-restore").zip(at("post-restore"));
     if let Some((from, to)) = criu {
-        eprintln!("    CRIU restoring the tasks   {from:>8.1} ms -> {to:>8.1} ms");
+        crate::errln!("    CRIU restoring the tasks   {from:>8.1} ms -> {to:>8.1} ms");
     }
     for t in timings {
-        eprintln!(
+        crate::errln!(
             "    task {:>5}: {:>10} filled {:>8.1} ms -> {:>8.1} ms",
             t.ns_pid,
             crate::units::size(t.bytes),
@@ -100,7 +100,7 @@ fn print_gpu_fill(events: &[TimedEvent], stats: &GpuStats, timings: &[TaskTiming
     if let (Some((criu_from, criu_to)), Some(from), Some(to)) = (criu, fill_from, fill_to) {
         let overlap = to.min(criu_to) - from.max(criu_from);
         if overlap > 0.0 {
-            eprintln!(
+            crate::errln!(
                 "    GPU memory was filled while CRIU restored the tasks for {overlap:.1} ms"
             );
         }

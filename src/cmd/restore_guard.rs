@@ -17,7 +17,7 @@ pub fn run(_args: &RestoreGuardArgs) -> anyhow::Result<u8> {
     let killed = kill_half_restored(root, UNTRACED_WAIT);
     if !killed.is_empty() {
         let pids: Vec<String> = killed.iter().map(i32::to_string).collect();
-        eprintln!(
+        crate::errln!(
             "gpucr restore-guard: gpucr ended during the restore before the tree's devices \
              were back; the half-restored tree was killed (pids {})",
             pids.join(", ")

@@ -122,7 +122,7 @@ fn log_step(
     started: std::time::Instant,
     answer: &Result<(), String>,
 ) {
-    eprintln!(
+    crate::errln!(
         "gpucr engine-helper: {step:?} answered in {:.1} ms: {}",
         started.elapsed().as_secs_f64() * 1e3,
         answer.as_ref().map_or_else(|e| e.as_str(), |()| "ok")

@@ -562,7 +562,7 @@ pub fn detect(
                 match sim::guard::Guard::start(dir) {
                     Ok(guard) => sim.set_guard(guard),
                     Err(e) => {
-                        eprintln!(
+                        crate::errln!(
                             "gpucr: warning: cannot start the simulator's give-back guard: {e}"
                         )
                     }
@@ -591,7 +591,7 @@ pub fn detect(
         // leave the job locked.
         match cuda::guard::Guard::start(dir, cuda.staging()) {
             Ok(guard) => cuda.set_guard(guard),
-            Err(e) => eprintln!("gpucr: warning: cannot start the CUDA give-back guard: {e}"),
+            Err(e) => crate::errln!("gpucr: warning: cannot start the CUDA give-back guard: {e}"),
         }
     }
     Ok(Some(std::sync::Arc::new(cuda)))
