@@ -49,7 +49,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l tcp-established -d 
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l shell-job -d 'The tree is a shell job: it shares a session or controlling terminal with the caller'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l ext-unix-sk -d 'Allow unix sockets connected to peers outside the tree'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l file-locks -d 'Dump file locks (flock, POSIX and OFD locks)'
-complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l force -d 'Write into DIR even when it is not empty (a previous image\'s files are removed)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l force -d 'Write into DIR even when it is not empty: a previous image\'s files are removed, and a DIR that also holds anything else is refused with nothing removed'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s v -l verbose -d 'More detail: -v shows every CRIU phase and raises CRIU\'s log level to 4 (debug)'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s h -l help -d 'Print help (see more with \'--help\')'

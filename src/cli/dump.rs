@@ -61,7 +61,8 @@ pub struct DumpArgs {
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u32>,
 
-    /// Write into DIR even when it is not empty (a previous image's files are removed).
+    /// Write into DIR even when it is not empty: a previous image's files are removed,
+    /// and a DIR that also holds anything else is refused with nothing removed.
     #[arg(long)]
     pub force: bool,
 

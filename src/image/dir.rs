@@ -18,6 +18,11 @@ use crate::exit_code::{self, ExitCode};
 pub enum ImageDirError {
     #[error("{path}: not empty (holds {first:?}); use --force to overwrite an image there")]
     NotEmpty { path: PathBuf, first: String },
+    #[error(
+        "{path}: holds {first:?}, which is not part of an image: --force overwrites a \
+         previous image only, and nothing was removed"
+    )]
+    NotOnlyAnImage { path: PathBuf, first: String },
     #[error("{path}: exists and is not a directory")]
     NotADirectory { path: PathBuf },
     #[error("{path}: cannot create the image directory")]
@@ -254,11 +259,68 @@ fn is_previous_image_file(name: &str) -> bool {
         || name == "gpu"
 }
 
-fn remove_previous_image(dir: &Path) -> Result<(), ImageDirError> {
-    for name in sorted_entries(dir)? {
-        if !is_previous_image_file(&name) {
-            continue;
+/// The names gpucr's GPU memory part (`gpu/`) consists of, as '/'-separated paths
+/// below it: the data files, the index (and its temporary name) and the device state.
+fn is_previous_gpu_file(rel: &str) -> bool {
+    let is_data = |name: &str| {
+        name.strip_prefix("data-")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let is_state = |name: &str| {
+        name.strip_prefix("task-")
+            .and_then(|n| n.strip_suffix(".bin"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match rel.split_once('/') {
+        None => is_data(rel) || rel == "index" || rel == "index.tmp" || rel == "state",
+        Some(("state", name)) => is_state(name) || name.ends_with(".tmp"),
+        Some(_) => false,
+    }
+}
+
+/// The first entry of `dir` that `--force` must not remove: anything but a previous
+/// image's files, inside `gpu/` too.
+fn first_foreign_entry(dir: &Path, names: &[String]) -> Result<Option<String>, ImageDirError> {
+    for name in names {
+        if !is_previous_image_file(name) {
+            return Ok(Some(name.clone()));
         }
+        if name == "gpu" && fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_dir()) {
+            let mut below = Vec::new();
+            walk_all(&dir.join(name), "", &mut below)?;
+            if let Some(other) = below.into_iter().find(|rel| !is_previous_gpu_file(rel)) {
+                return Ok(Some(format!("gpu/{other}")));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Every entry below `dir` (directories too), as '/'-separated paths after `prefix`.
+fn walk_all(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), ImageDirError> {
+    for name in sorted_entries(dir)? {
+        let rel = format!("{prefix}{name}");
+        let path = dir.join(&name);
+        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        out.push(rel.clone());
+        if is_dir {
+            walk_all(&path, &format!("{rel}/"), out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Remove a previous image from `dir` (`--force`), or nothing at all when `dir` holds
+/// anything else: a refusal never comes after part of the directory is gone.
+fn remove_previous_image(dir: &Path) -> Result<(), ImageDirError> {
+    let names = sorted_entries(dir)?;
+    if let Some(first) = first_foreign_entry(dir, &names)? {
+        return Err(ImageDirError::NotOnlyAnImage {
+            path: dir.into(),
+            first,
+        });
+    }
+    for name in names {
         let path = dir.join(&name);
         let result = if path.is_dir() {
             fs::remove_dir_all(&path)
@@ -367,12 +429,43 @@ mod tests {
     }
 
     #[test]
-    fn force_keeps_files_that_are_not_part_of_an_image() {
+    fn force_removes_nothing_where_a_file_is_not_part_of_an_image() {
         let tmp = tempfile::tempdir().unwrap();
+        let image = ["pages-1.img", "core-5.img", "dump.log", "gpucr.json"];
+        for name in image {
+            fs::write(tmp.path().join(name), b"x").unwrap();
+        }
         fs::write(tmp.path().join("notes.txt"), b"x").unwrap();
         let err = prepare_for_dump(tmp.path(), true).unwrap_err();
-        assert!(matches!(err, ImageDirError::NotEmpty { .. }), "{err}");
-        assert!(tmp.path().join("notes.txt").exists());
+        assert!(matches!(err, ImageDirError::NotOnlyAnImage { .. }), "{err}");
+        assert!(err.to_string().contains("\"notes.txt\""), "{err}");
+        assert!(err.to_string().contains("nothing was removed"), "{err}");
+        for name in image.iter().chain(&["notes.txt"]) {
+            assert!(tmp.path().join(name).exists(), "{name} removed");
+        }
+    }
+
+    #[test]
+    fn force_removes_nothing_where_gpu_holds_a_file_of_its_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gpu = tmp.path().join("gpu");
+        fs::create_dir_all(gpu.join("state")).unwrap();
+        for name in ["data-0000", "data-0001", "index", "state/task-1.bin"] {
+            fs::write(gpu.join(name), b"x").unwrap();
+        }
+        fs::write(tmp.path().join("pages-1.img"), b"x").unwrap();
+        fs::write(gpu.join("mine.txt"), b"precious").unwrap();
+        let err = prepare_for_dump(tmp.path(), true).unwrap_err();
+        assert!(err.to_string().contains("\"gpu/mine.txt\""), "{err}");
+        assert!(tmp.path().join("pages-1.img").exists());
+        assert_eq!(fs::read(gpu.join("mine.txt")).unwrap(), b"precious");
+        fs::remove_file(gpu.join("mine.txt")).unwrap();
+        fs::write(gpu.join("state/notes"), b"x").unwrap();
+        let err = prepare_for_dump(tmp.path(), true).unwrap_err();
+        assert!(err.to_string().contains("\"gpu/state/notes\""), "{err}");
+        fs::remove_file(gpu.join("state/notes")).unwrap();
+        prepare_for_dump(tmp.path(), true).unwrap();
+        assert!(sorted_entries(tmp.path()).unwrap().is_empty());
     }
 
     #[test]
