@@ -15,6 +15,7 @@ use crate::image::checksum;
 use crate::image::dir::{self, ImageDirError};
 use crate::image::follow::{Follower, Prefixes};
 use crate::image::manifest::{self, FileRecord, Manifest, ManifestError, Timings};
+use crate::image::room::{self, ManifestRoom, RoomError};
 use crate::image::{self, DUMP_LOG};
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
@@ -83,6 +84,12 @@ pub enum DumpError {
     },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    #[error("{error}\n  the image in {dir} is incomplete; {running}")]
+    ManifestRoom {
+        error: Box<RoomError>,
+        dir: PathBuf,
+        running: String,
+    },
     #[error(transparent)]
     Gpu(#[from] GpuError),
     #[error("cannot record the GPU topology")]
@@ -114,13 +121,12 @@ impl ExitCode for DumpError {
         match self {
             DumpError::Target(e) => e.exit_code(),
             DumpError::CriuConfig(e) => e.exit_code(),
-            DumpError::ImageDir(_) => exit_code::IMAGE_DIR,
+            DumpError::ImageDir(_) | DumpError::ManifestRoom { .. } => exit_code::IMAGE_DIR,
             DumpError::Criu { error, .. } | DumpError::CriuSetup(error) => error.exit_code(),
             DumpError::Gpu(e) => e.exit_code(),
             DumpError::Helper { error, .. } | DumpError::HelperSetup(error) => error.exit_code(),
-            DumpError::Checksum { .. } | DumpError::Manifest(_) | DumpError::Topology(_) => {
-                exit_code::FAILURE
-            }
+            DumpError::Manifest(e) => e.exit_code(),
+            DumpError::Checksum { .. } | DumpError::Topology(_) => exit_code::FAILURE,
             DumpError::GiveBack { .. } => exit_code::GIVE_BACK_FAILED,
             DumpError::Interrupted { .. } => exit_code::INTERRUPTED,
         }
@@ -210,6 +216,8 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let follower = Follower::start(opts.dir.clone(), is_pages_file);
     let mut gpu_manifest = None;
     let mut gpu_error = None;
+    let mut manifest_room = None;
+    let mut room_error = None;
     // A signal cancels the GPU copy at once; the next notification fails the dump.
     let _cancel_on_interrupt = gpu.as_ref().map(|g| {
         let canceller = g.canceller();
@@ -247,6 +255,20 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
                 }
             }
         }
+        // The tree is let go after post-dump (killed, unless --leave-running): the
+        // manifest's room is taken while it is held, so that a full file system fails
+        // the dump and leaves the tree running instead of losing both.
+        if n.script == "post-dump" {
+            let gpu_bytes = gpu_manifest.as_ref().map_or(0, gpu_section_bytes);
+            match ManifestRoom::take(&opts.dir, room::needed(&opts.dir, gpu_bytes)) {
+                Ok(taken) => manifest_room = Some(taken),
+                Err(e) => {
+                    let text = e.to_string();
+                    room_error = Some(e);
+                    return Err(text);
+                }
+            }
+        }
         Ok(())
     });
     // Where the tree lives on and the end of the dump could not give it every device
@@ -275,6 +297,15 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
         drop(swrk);
         return Err(DumpError::Helper {
+            error: Box::new(error),
+            dir: opts.dir.clone(),
+            running: running(),
+        });
+    }
+    if let Some(error) = room_error {
+        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
+        drop(swrk);
+        return Err(DumpError::ManifestRoom {
             error: Box::new(error),
             dir: opts.dir.clone(),
             running: running(),
@@ -343,6 +374,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             criu_version: version.to_string(),
             options,
             gpu: gpu_facts,
+            room: manifest_room,
         },
         progress,
     )?;
@@ -378,6 +410,8 @@ pub struct ImageFacts<'a> {
     /// The backend's local topology (being read since the dump started) and what its
     /// helper collected, for a dump with GPU state.
     pub gpu: Option<(gpu::LocalTopology, &'a gpu::GpuManifest)>,
+    /// The room taken for the manifest before the tree was let go, if it was.
+    pub room: Option<ManifestRoom>,
 }
 
 /// CRIU has written the image: checksum every file (`known` holds the blocks already
@@ -442,12 +476,18 @@ pub fn write_manifest(
         total_ms: progress.elapsed_ms(),
         events: progress.events().to_vec(),
     };
-    manifest.write(dir)?;
+    manifest.write_in(dir, facts.room)?;
     Ok(DumpOutcome {
         manifest,
         image_bytes,
         pages_bytes,
     })
+}
+
+/// The size of the manifest's GPU section for `m`, as JSON.
+fn gpu_section_bytes(m: &gpu::GpuManifest) -> u64 {
+    serde_json::to_vec_pretty(&image::gpu::GpuSection::from_runtime(m))
+        .map_or(0, |v| v.len() as u64)
 }
 
 /// "No space left on device" when the file system holding `dir` is (nearly) full: CRIU

@@ -332,6 +332,74 @@ fn stderr_that_cannot_be_written_is_no_panic() {
     assert!(alive(tree.pid));
 }
 
+/// Space used on the file system holding `path`, in bytes.
+fn used_bytes(path: &Path) -> u64 {
+    let stat = nix::sys::statvfs::statvfs(path).unwrap();
+    (stat.blocks() - stat.blocks_free()) as u64 * stat.fragment_size() as u64
+}
+
+/// A file system with room for CRIU's image but not for the manifest: the dump fails
+/// while the tree is still held (exit 6), the tree keeps running and the image is
+/// marked incomplete; a dump that kills its tree no longer loses both.
+#[test]
+fn a_full_file_system_fails_the_dump_before_the_tree_is_killed() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = Tree::start(&tmp.path().join("state"), &["--memory-mib", "1"]);
+    let pid = tree.pid.to_string();
+    let mount = |dir: &Path, bytes: u64| {
+        fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
+            .arg("tmpfs")
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount a tmpfs (root needed)");
+    };
+    let umount = |dir: &Path| {
+        let _ = Command::new("umount").arg(dir).status();
+    };
+    // What the image takes, measured on a file system with room.
+    let roomy = tmp.path().join("roomy");
+    mount(&roomy, 1 << 30);
+    let empty = used_bytes(&roomy);
+    let out = gpucr(&[
+        "dump",
+        "--leave-running",
+        "--tcp-established",
+        &pid,
+        roomy.join("img").to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    let manifest = fs::metadata(roomy.join("img/gpucr.json")).unwrap().len();
+    let image = used_bytes(&roomy) - empty;
+    umount(&roomy);
+    // Room for that image but one page of its manifest (which takes more than one):
+    // CRIU's files fit, the manifest does not.
+    assert!(manifest > 4096, "{manifest}");
+    let full = tmp.path().join("full");
+    mount(&full, image - 4096);
+    let dir = full.join("img");
+    let out = gpucr(&["dump", "--tcp-established", &pid, dir.to_str().unwrap()]);
+    let listing = fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let incomplete = dir.join("gpucr-incomplete.json").exists();
+    let manifest_written = dir.join("gpucr.json").exists();
+    umount(&full);
+    assert_fails_with(&out, IMAGE_DIR, "no room for the manifest");
+    assert!(
+        stderr(&out).contains(&format!("pid {pid} is still running")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(alive(tree.pid), "the tree was killed");
+    assert!(!manifest_written, "{listing:?}");
+    assert!(incomplete, "not marked incomplete: {listing:?}");
+    tree.wait_ticks(2);
+}
+
 #[test]
 fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
     let _lock = criu_lock();

@@ -102,6 +102,7 @@ pub fn serve(
                             criu_version: criu_version.clone(),
                             options: engine_options(),
                             gpu: finished.as_ref().zip(topology.take()).map(|(m, t)| (t, m)),
+                            room: None,
                         };
                         let known = follower.take().map(Follower::finish).unwrap_or_default();
                         write_manifest(dir, &known, facts, &mut progress)

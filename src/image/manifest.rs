@@ -76,14 +76,15 @@ pub fn read_error_code(source: &io::Error) -> u8 {
 }
 
 impl ExitCode for ManifestError {
-    /// No manifest: the image is incomplete; one that cannot be read or written: the
-    /// machine failed; anything else (a manifest that is not a regular file included):
-    /// the image is damaged.
+    /// No manifest: the image is incomplete; one that cannot be read: the machine
+    /// failed; one that cannot be written: the image directory is not usable (full,
+    /// read-only); anything else (a manifest that is not a regular file included): the
+    /// image is damaged.
     fn exit_code(&self) -> u8 {
         match self {
             ManifestError::Missing { .. } => exit_code::IMAGE_INCOMPLETE,
             ManifestError::Read { source, .. } => read_error_code(source),
-            ManifestError::Write { .. } => exit_code::FAILURE,
+            ManifestError::Write { .. } => exit_code::IMAGE_DIR,
             ManifestError::Malformed { .. }
             | ManifestError::WrongFormat { .. }
             | ManifestError::TooNew { .. }
@@ -276,6 +277,16 @@ impl Manifest {
 
     /// Write the manifest into `dir` atomically.
     pub fn write(&self, dir: &Path) -> Result<(), ManifestError> {
+        self.write_in(dir, None)
+    }
+
+    /// Write the manifest into `dir` atomically, into the `room` taken for it where
+    /// there is one (see [`super::room`]).
+    pub fn write_in(
+        &self,
+        dir: &Path,
+        room: Option<super::room::ManifestRoom>,
+    ) -> Result<(), ManifestError> {
         let path = Self::path_in(dir);
         let err = |source| ManifestError::Write {
             path: path.clone(),
@@ -285,7 +296,10 @@ impl Manifest {
             .map_err(io::Error::other)
             .map_err(err)?;
         text.push(b'\n');
-        write_atomically(&path, &text).map_err(err)
+        match room {
+            Some(room) => room.write(&path, &text).map_err(err),
+            None => write_atomically(&path, &text).map_err(err),
+        }
     }
 }
 

@@ -8,6 +8,7 @@ pub mod dir;
 pub mod follow;
 pub mod gpu;
 pub mod manifest;
+pub mod room;
 pub mod verify;
 
 pub use dir::ImageDirError;

@@ -1,0 +1,207 @@
+//! Room for the manifest, taken before a dump lets its tree go.
+//!
+//! The manifest is written last, once CRIU is done, and a dump that kills its tree
+//! has killed it by then. On a file system that CRIU's image filled, the manifest
+//! could not be written: the tree was gone and its image incomplete. The dump takes
+//! the manifest's room at CRIU's post-dump, while the tree is still frozen; where
+//! there is none, the dump fails there and the tree keeps running.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{fallocate, FallocateFlags};
+
+use super::checksum::block_count;
+use super::dir::image_files;
+use super::MANIFEST_FILE;
+
+/// What the manifest needs besides its per-file records: the header, the target, the
+/// options, the topology and the timeline.
+const FIXED_ROOM: u64 = 64 << 10;
+/// A file's record without its block digests, its path aside (pretty JSON).
+const FILE_RECORD_ROOM: u64 = 256;
+/// One block digest in a file's record (pretty JSON: indentation, quotes, 16 digits).
+const BLOCK_DIGEST_ROOM: u64 = 48;
+
+/// The manifest's room was not there.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{path}: no room for the manifest ({bytes} bytes): the image cannot be completed \
+     on this file system"
+)]
+pub struct RoomError {
+    pub path: PathBuf,
+    pub bytes: u64,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Room for the manifest, taken in its temporary file; given back (the file removed)
+/// when it is dropped unused.
+#[derive(Debug)]
+pub struct ManifestRoom {
+    file: File,
+    path: PathBuf,
+    bytes: u64,
+    used: bool,
+}
+
+/// The temporary file the manifest is written to before it is renamed into place.
+pub fn temporary_path(dir: &Path) -> PathBuf {
+    dir.join(format!(".{MANIFEST_FILE}.tmp"))
+}
+
+/// How much room the manifest of the image CRIU has written into `dir` may need, at
+/// most, with a GPU section of `gpu_bytes` as JSON: twice an estimate from the files
+/// and their sizes.
+pub fn needed(dir: &Path, gpu_bytes: u64) -> u64 {
+    let files = image_files(dir).unwrap_or_default();
+    let records: u64 = files
+        .iter()
+        .map(|name| {
+            let size = fs::metadata(dir.join(name)).map(|m| m.len()).unwrap_or(0);
+            FILE_RECORD_ROOM + name.len() as u64 + BLOCK_DIGEST_ROOM * block_count(size) as u64
+        })
+        .sum();
+    2 * (FIXED_ROOM + records + gpu_bytes)
+}
+
+impl ManifestRoom {
+    /// Take `bytes` of room in `dir` for its manifest.
+    pub fn take(dir: &Path, bytes: u64) -> Result<ManifestRoom, RoomError> {
+        let path = temporary_path(dir);
+        let err = |source| RoomError {
+            path: path.clone(),
+            bytes,
+            source,
+        };
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(err)?;
+        if let Err(source) = allocate(&file, bytes) {
+            let _ = fs::remove_file(&path);
+            return Err(err(source));
+        }
+        Ok(ManifestRoom {
+            file,
+            path,
+            bytes,
+            used: false,
+        })
+    }
+
+    /// How many bytes were taken.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Write `text` into the room, cut the rest off, fsync it, rename it to `path` and
+    /// fsync the directory: the manifest is in place, atomically.
+    pub fn write(mut self, path: &Path, text: &[u8]) -> io::Result<()> {
+        self.used = true;
+        self.file.write_all_at(text, 0)?;
+        self.file.set_len(text.len() as u64)?;
+        self.file.sync_all()?;
+        fs::rename(&self.path, path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        File::open(dir)?.sync_all()
+    }
+}
+
+impl Drop for ManifestRoom {
+    fn drop(&mut self) {
+        if !self.used {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Allocate `bytes` for `file`: `fallocate` where the file system has it, else zeros
+/// written out.
+fn allocate(file: &File, bytes: u64) -> io::Result<()> {
+    let len = i64::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    match fallocate(file.as_fd(), FallocateFlags::empty(), 0, len) {
+        Ok(()) => Ok(()),
+        Err(Errno::EOPNOTSUPP) => {
+            let zeros = vec![0u8; 64 << 10];
+            let mut at = 0u64;
+            while at < bytes {
+                let n = (bytes - at).min(zeros.len() as u64) as usize;
+                file.write_all_at(&zeros[..n], at)?;
+                at += n as u64;
+            }
+            file.sync_data()
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use super::*;
+
+    #[test]
+    fn the_room_becomes_the_manifest_and_an_unused_one_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let room = ManifestRoom::take(dir.path(), 100_000).unwrap();
+        let tmp = temporary_path(dir.path());
+        assert_eq!(fs::metadata(&tmp).unwrap().len(), 100_000);
+        let path = dir.path().join(MANIFEST_FILE);
+        room.write(&path, b"{}\n").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"{}\n");
+        assert!(!tmp.exists());
+        drop(ManifestRoom::take(dir.path(), 4096).unwrap());
+        assert!(!tmp.exists(), "an unused room is given back");
+    }
+
+    #[test]
+    fn the_estimate_grows_with_the_files_and_their_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = needed(dir.path(), 0);
+        assert_eq!(empty, 2 * FIXED_ROOM);
+        let pages = File::create(dir.path().join("pages-1.img")).unwrap();
+        pages.set_len(10 * (4 << 20)).unwrap();
+        let with_pages = needed(dir.path(), 1000);
+        assert_eq!(
+            with_pages,
+            2 * (FIXED_ROOM
+                + FILE_RECORD_ROOM
+                + "pages-1.img".len() as u64
+                + 10 * BLOCK_DIGEST_ROOM
+                + 1000)
+        );
+    }
+
+    /// On a full file system the room is refused and nothing is left behind.
+    #[test]
+    fn no_room_on_a_full_file_system_leaves_nothing() {
+        let mount = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(mount.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            // Not root: the unit can still be shown on a size nothing can hold.
+            let err = ManifestRoom::take(mount.path(), u64::MAX / 2).unwrap_err();
+            assert!(
+                err.to_string().contains("no room for the manifest"),
+                "{err}"
+            );
+            return;
+        }
+        let err = ManifestRoom::take(mount.path(), 1 << 20).unwrap_err();
+        let _ = Command::new("umount").arg(mount.path()).status();
+        assert_eq!(err.source.raw_os_error(), Some(libc::ENOSPC), "{err}");
+        assert!(err.to_string().contains(".gpucr.json.tmp"), "{err}");
+    }
+}
