@@ -58,6 +58,11 @@ fn usage_errors_exit_2() {
         "invalid value",
     );
     assert_fails_with(&gpucr(&["frobnicate"]), USAGE, "unrecognized subcommand");
+    assert_fails_with(
+        &gpucr(&["dump", "--timeout", "0", "1", "/tmp/x"]),
+        USAGE,
+        "invalid value '0' for '--timeout <SECS>'",
+    );
     assert_success(&gpucr(&["--help"]));
     assert!(stdout(&gpucr(&["--version"])).starts_with("gpucr "));
 }

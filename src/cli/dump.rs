@@ -58,7 +58,7 @@ pub struct DumpArgs {
     pub network_lock: Option<NetworkLockArg>,
 
     /// Give up when the tree cannot be frozen within SECS seconds (CRIU's --timeout).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
     pub timeout: Option<u32>,
 
     /// Write into DIR even when it is not empty: a previous image's files are removed,

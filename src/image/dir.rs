@@ -101,7 +101,8 @@ impl ImagePath {
 /// write (and truncate) one image's files, nor one while gpucr hashes them through
 /// mappings (a file truncated under a mapping ends the process with SIGBUS).
 pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<Flock<File>, ImageDirError> {
-    match fs::symlink_metadata(dir) {
+    // A symlink to a directory is that directory, as for mkdir -p and cd.
+    match fs::metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             DirBuilder::new()
                 .recursive(true)
@@ -466,6 +467,20 @@ mod tests {
         fs::remove_file(gpu.join("state/notes")).unwrap();
         prepare_for_dump(tmp.path(), true).unwrap();
         assert!(sorted_entries(tmp.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_symlink_to_a_directory_is_that_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        prepare_for_dump(&link, false).unwrap();
+        assert_eq!(fs::metadata(&real).unwrap().mode() & 0o777, 0o700);
+        let dangling = tmp.path().join("dangling");
+        std::os::unix::fs::symlink(tmp.path().join("gone"), &dangling).unwrap();
+        assert!(prepare_for_dump(&dangling, false).is_err());
     }
 
     #[test]
