@@ -127,12 +127,14 @@ pub enum RestoreError {
         "pid {pid} of the image's tree is in use on this machine ({holder}): CRIU gives a \
          restored tree its own pids, so they must be free (a tree dumped in a PID namespace \
          of its own, as in a container, gets a new namespace and never collides). End that \
-         process, or wait for it to exit, and restore again; nothing was restored\n{source}"
+         process, or wait for it to exit, and restore again; nothing was restored\n{criu}"
     )]
     PidTaken {
         pid: i32,
         holder: String,
-        source: Box<CriuError>,
+        /// CRIU's failure, shown in full inside the message (not as its cause, which
+        /// would print it twice).
+        criu: Box<CriuError>,
     },
 }
 
@@ -153,7 +155,7 @@ fn pid_taken(error: CriuError) -> RestoreError {
     RestoreError::PidTaken {
         pid,
         holder: pid_holder(pid),
-        source: Box::new(error),
+        criu: Box::new(error),
     }
 }
 
@@ -167,7 +169,7 @@ fn advise(error: CriuError, manifest: &Manifest, configured: bool) -> RestoreErr
             .options
             .criu_config
             .as_ref()
-            .filter(|_| !configured)?;
+            .filter(|c| !configured && !c.options.is_empty())?;
         Some(format!(
             "the dump took CRIU options from {} ({}); a restore does not reuse them: give \
              it those it needs with --criu-config",
@@ -217,7 +219,7 @@ impl ExitCode for RestoreError {
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::CriuConfig(e) => e.exit_code(),
             RestoreError::CriuAdvised { error, .. } => error.exit_code(),
-            RestoreError::PidTaken { source, .. } => source.exit_code(),
+            RestoreError::PidTaken { criu, .. } => criu.exit_code(),
             RestoreError::Gpu(e) => restored_gpu_code(e),
             RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,

@@ -216,6 +216,13 @@ fn a_restore_onto_a_taken_pid_names_the_holder() {
         &format!("pid {pid} of the image's tree is in use on this machine (by sleep)"),
     );
     assert!(stderr(&out).contains("nothing was restored"));
+    // CRIU's failure is shown once, inside the message, not again as its cause.
+    assert_eq!(
+        stderr(&out).matches("Can't fork for").count(),
+        2,
+        "the headline and the log tail: {}",
+        stderr(&out)
+    );
     let sleeping: Vec<_> = fs::read_dir("/proc")
         .unwrap()
         .flatten()
