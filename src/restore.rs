@@ -22,7 +22,7 @@ use crate::image::RESTORE_LOG;
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
 use crate::restore_guard::RestoreGuard;
-use crate::transfer::{GpuStats, TransferConfig};
+use crate::transfer::{ChunkProblem, GpuStats, TransferConfig, TransferError};
 
 /// What to restore and how. The boolean flags force an option on; the others come from
 /// the manifest.
@@ -35,7 +35,7 @@ pub struct RestoreOptions {
     pub file_locks: bool,
     pub criu: Option<PathBuf>,
     pub verbose: bool,
-    /// Hash every file before CRIU starts, instead of hashing the memory pages while
+    /// Hash every file and check every GPU chunk before CRIU starts, instead of while
     /// CRIU restores (the tree is never resumed before they are verified either way).
     pub verify_first: bool,
     /// How GPU memory is moved (threads, staging memory).
@@ -82,6 +82,13 @@ pub enum RestoreError {
         dir: PathBuf,
         problems: Vec<Problem>,
     },
+    #[error("{}", damaged_gpu_message(.dir, .problems))]
+    GpuDamaged {
+        dir: PathBuf,
+        problems: Vec<ChunkProblem>,
+    },
+    #[error("{}: refusing to restore the image: {source}", .dir.display())]
+    GpuImage { dir: PathBuf, source: TransferError },
     #[error(transparent)]
     Verify(#[from] VerifyError),
     #[error(transparent)]
@@ -212,7 +219,9 @@ impl ExitCode for RestoreError {
             | RestoreError::Verify(_)
             | RestoreError::BadOption { .. }
             | RestoreError::UnsafePath { .. }
-            | RestoreError::GpuSection { .. } => exit_code::IMAGE_DAMAGED,
+            | RestoreError::GpuSection { .. }
+            | RestoreError::GpuDamaged { .. } => exit_code::IMAGE_DAMAGED,
+            RestoreError::GpuImage { source, .. } => source.exit_code(),
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::CriuConfig(e) => e.exit_code(),
@@ -259,6 +268,43 @@ fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
         text.push_str(&format!("\n  {p}"));
     }
     text
+}
+
+fn damaged_gpu_message(dir: &Path, problems: &[ChunkProblem]) -> String {
+    let mut text = format!(
+        "{}: the image's GPU memory is damaged; refusing to restore it",
+        dir.display()
+    );
+    for p in problems {
+        text.push_str(&format!("\n  {p}"));
+    }
+    text
+}
+
+/// Check every chunk of the image's GPU memory against `gpu/index` (as
+/// `gpucr inspect --verify` does), for `--verify-first`: a damaged chunk is refused
+/// before CRIU starts. Nothing to do for an image without GPU state. A signal that sets
+/// `stop` ends the check with [`RestoreError::Interrupted`].
+fn verify_gpu_first(
+    dir: &Path,
+    manifest: &Manifest,
+    stop: &AtomicBool,
+) -> Result<(), RestoreError> {
+    if manifest.gpu.is_none() {
+        return Ok(());
+    }
+    match crate::transfer::verify_image_until(dir, verify::default_threads(), stop) {
+        Ok(problems) if problems.is_empty() => Ok(()),
+        Ok(problems) => Err(RestoreError::GpuDamaged {
+            dir: dir.to_path_buf(),
+            problems,
+        }),
+        Err(TransferError::Cancelled { .. }) => Err(interrupted()),
+        Err(source) => Err(RestoreError::GpuImage {
+            dir: dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// An image's manifest, read and its files checked, and this machine's GPU topology
@@ -350,7 +396,8 @@ fn topology_ahead(manifest: &Manifest, sysfs_root: Option<&Path>) -> Option<Loca
 /// second thread while CRIU restores, and CRIU's post-restore notification, which comes
 /// before any restored task runs, is answered only once they are verified: a damaged
 /// pages file makes CRIU abort and kill the half-made tree. With `verify_first`,
-/// everything is hashed before CRIU starts.
+/// everything is hashed before CRIU starts, and every GPU chunk is checked against the
+/// GPU index too (otherwise each is checked as it is read, while CRIU restores).
 pub fn restore(
     opts: &RestoreOptions,
     progress: &mut Progress,
@@ -379,6 +426,9 @@ pub fn restore(
         &stop_verifying,
         opts.sysfs_root.as_deref(),
     )?;
+    if opts.verify_first {
+        verify_gpu_first(&opts.dir, &manifest, &stop_verifying)?;
+    }
     progress.event("verified", "image verified");
     let mut bulk = (!opts.verify_first).then(|| {
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
