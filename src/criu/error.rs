@@ -35,8 +35,19 @@ pub enum CriuError {
     Socket(#[source] io::Error),
     #[error("criu broke the RPC protocol: {detail}")]
     Protocol { detail: String },
-    #[error("criu exited before answering ({status})")]
-    Died { status: String },
+    #[error("criu ({}) exited before answering ({status})", .path.display())]
+    Died { path: PathBuf, status: String },
+    #[error(
+        "criu ({}) did not answer its first request within {seconds} s of its start: it \
+         was killed. Is it CRIU (`{} --version`), and does it run on this machine?",
+        .path.display(), .path.display()
+    )]
+    StartTimeout { path: PathBuf, seconds: f64 },
+    #[error(
+        "interrupted by {signal} while criu ({}) was starting: it was killed; nothing was done",
+        .path.display()
+    )]
+    Interrupted { path: PathBuf, signal: &'static str },
     #[error("{}", failed_message(.request, .errno, .errmsg, .plugin_failure, .log, .log_tail))]
     Failed {
         request: &'static str,
@@ -60,6 +71,7 @@ impl ExitCode for CriuError {
                 Some(f) if f.kind == PluginFailureKind::Image => exit_code::IMAGE_DAMAGED,
                 _ => exit_code::CRIU_FAILED,
             },
+            CriuError::Interrupted { .. } => exit_code::INTERRUPTED,
             _ => exit_code::CRIU_UNAVAILABLE,
         }
     }

@@ -26,7 +26,7 @@ pub use request::{
     has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
 };
 pub use start::{criu_log_level, start_criu};
-pub use swrk::{Notify, Swrk};
+pub use swrk::{Notify, Swrk, START_TIMEOUT};
 pub use version::{check_supported, CriuVersion, MIN_VERSION, SOCKETS_OK_VERSION};
 
 /// The protobuf messages of CRIU's RPC protocol (`proto/criu/rpc.proto`).
