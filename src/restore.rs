@@ -527,6 +527,7 @@ pub fn restore(
         },
         inherit: inherit_fds,
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
+        config_origin: opts.criu_config.as_deref(),
     };
     let log = opts.dir.join(RESTORE_LOG);
     let mut gpu_error = None;

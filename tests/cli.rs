@@ -378,6 +378,54 @@ fn sigint_while_criu_hangs_at_its_start_ends_gpucr_at_once() {
     }
 }
 
+/// `--criu-config` lines CRIU would refuse before it opens its log (so that its failure
+/// named neither the file nor the line), or would misread, are refused before anything
+/// is touched, with the file, the line and why.
+#[test]
+fn criu_config_lines_criu_refuses_are_refused_up_front() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("job.conf");
+    let image = tmp.path().join("i");
+    let pid = target.pid();
+    for (text, line, why) in [
+        (
+            "tcp-close\nbogusoption\n",
+            2,
+            "`bogusoption` is not an option of CRIU 4.2",
+        ),
+        ("ghost-limit\n", 1, "`ghost-limit` needs a value"),
+        ("# x\ntcp-close yes\n", 2, "`tcp-close` takes no value"),
+        (
+            "manage-cgroups bogus\n",
+            1,
+            "`manage-cgroups` takes one of none",
+        ),
+        ("external\n", 1, "`external` needs a value"),
+        (
+            "ghost-limit abc\n",
+            1,
+            "`ghost-limit` takes a size in bytes",
+        ),
+    ] {
+        fs::write(&config, text).unwrap();
+        for command in ["dump", "restore"] {
+            let mut args = vec![command, "--criu-config", config.to_str().unwrap()];
+            if command == "dump" {
+                args.push(&pid);
+            }
+            args.push(image.to_str().unwrap());
+            let out = gpucr(&args);
+            assert_fails_with(
+                &out,
+                USAGE,
+                &format!("--criu-config {}, line {line}: {why}", config.display()),
+            );
+            assert!(!image.exists(), "{command}: nothing is touched");
+        }
+    }
+}
+
 /// A device CRIU cannot dump: the dump fails, the tree keeps running, the image is
 /// marked incomplete, and restore refuses it.
 #[test]

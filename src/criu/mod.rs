@@ -10,6 +10,7 @@ mod binary;
 mod config;
 mod error;
 mod log_tail;
+mod options;
 mod request;
 mod start;
 mod swrk;
@@ -21,7 +22,7 @@ pub use config::{
     CriuConfigError, CriuOption,
 };
 pub use error::CriuError;
-pub use log_tail::{log_tail, plugin_failure, PluginFailure};
+pub use log_tail::{log_tail, plugin_failure, LogStamp, PluginFailure};
 pub use request::{
     has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
 };

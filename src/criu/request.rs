@@ -146,6 +146,8 @@ pub struct DumpRequest<'a> {
     /// CRIU options from `--criu-config`, checked (see [`super::CriuConfig`]): the path
     /// CRIU reads them from.
     pub config_file: Option<String>,
+    /// The `--criu-config` file they came from, named when CRIU refuses the request.
+    pub config_origin: Option<&'a Path>,
 }
 
 /// A RESTORE request.
@@ -159,6 +161,8 @@ pub struct RestoreRequest<'a> {
     pub inherit: Vec<(String, i32)>,
     /// As [`DumpRequest::config_file`].
     pub config_file: Option<String>,
+    /// As [`DumpRequest::config_origin`].
+    pub config_origin: Option<&'a Path>,
 }
 
 impl CommonOptions {
@@ -264,6 +268,7 @@ mod tests {
             common,
             inherit: vec![],
             config_file: None,
+            config_origin: None,
         }
         .to_rpc();
         let o = req.opts.unwrap();
@@ -277,6 +282,7 @@ mod tests {
             common: super::tests::common(),
             inherit: vec![],
             config_file: None,
+            config_origin: None,
         }
         .to_rpc()
         .opts
@@ -297,6 +303,7 @@ mod tests {
             timeout: Some(7),
             common: common(),
             config_file: Some("/proc/self/fd/9".into()),
+            config_origin: None,
         }
         .to_rpc();
         assert_eq!(req.r#type, rpc::CriuReqType::Dump as i32);
@@ -325,6 +332,7 @@ mod tests {
             common: common(),
             inherit: vec![("gpucr-helper".into(), 7)],
             config_file: Some("/proc/self/fd/8".into()),
+            config_origin: None,
         }
         .to_rpc();
         let o = req.opts.unwrap();

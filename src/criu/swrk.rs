@@ -15,7 +15,7 @@ use prost::Message;
 
 use super::request::{request, DumpRequest, RestoreRequest};
 use super::rpc::{self, CriuReqType};
-use super::{log_tail, plugin_failure, CriuError, CriuVersion};
+use super::{log_tail, plugin_failure, CriuError, CriuVersion, LogStamp};
 
 /// How many lines of CRIU's log a failure shows.
 const LOG_TAIL_LINES: usize = 12;
@@ -201,7 +201,7 @@ impl Swrk {
                 ..Default::default()
             }),
         );
-        match self.call(req, "check", None, &mut |_| Ok(())) {
+        match self.call(req, "check", None, None, &mut |_| Ok(())) {
             Ok(_) => Ok(true),
             Err(CriuError::Failed { .. }) => Ok(false),
             Err(e) => Err(e),
@@ -215,8 +215,14 @@ impl Swrk {
         log: &Path,
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<(), CriuError> {
-        self.call(req.to_rpc(), "dump", Some(log), on_notify)
-            .map(|_| ())
+        self.call(
+            req.to_rpc(),
+            "dump",
+            Some(log),
+            req.config_origin,
+            on_notify,
+        )
+        .map(|_| ())
     }
 
     /// Restore a tree; returns the restored root's pid (a child of this process).
@@ -226,7 +232,13 @@ impl Swrk {
         log: &Path,
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<i32, CriuError> {
-        let resp = self.call(req.to_rpc(), "restore", Some(log), on_notify)?;
+        let resp = self.call(
+            req.to_rpc(),
+            "restore",
+            Some(log),
+            req.config_origin,
+            on_notify,
+        )?;
         resp.restore
             .map(|r| r.pid)
             .ok_or_else(|| CriuError::Protocol {
@@ -242,15 +254,21 @@ impl Swrk {
         Ok(())
     }
 
-    /// Send a request and answer notifications until the final response arrives.
+    /// Send a request and answer notifications until the final response arrives. A
+    /// failure shows the end of `log` if this request wrote it; if it did not, CRIU
+    /// refused the request before opening it, and the failure names `config` (the
+    /// `--criu-config` file whose options the request carried) and CRIU's stderr.
     fn call(
         &mut self,
         req: rpc::CriuReq,
         name: &'static str,
         log: Option<&Path>,
+        config: Option<&Path>,
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<rpc::CriuResp, CriuError> {
         let kind = req.r#type;
+        // A log left by an earlier run is never shown as this one's.
+        let log_before = log.and_then(LogStamp::of);
         self.send(&req)?;
         loop {
             let resp = self.recv()?;
@@ -273,6 +291,15 @@ impl Swrk {
                 )));
             }
             if !resp.success {
+                if let Some(log) = log.filter(|l| !LogStamp::written_since(l, log_before)) {
+                    return Err(CriuError::Refused {
+                        request: name,
+                        errno: resp.cr_errno,
+                        log: log.to_path_buf(),
+                        config: config.map(Path::to_path_buf),
+                        stderr: self.stderr_text(),
+                    });
+                }
                 return Err(CriuError::Failed {
                     request: name,
                     errno: resp.cr_errno,
