@@ -18,6 +18,7 @@ use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
 use crate::image::dir::{self, ImageDirError, ImagePath};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
+use crate::image::workdir::{self, WorkDirError};
 use crate::image::RESTORE_LOG;
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
@@ -93,6 +94,8 @@ pub enum RestoreError {
     Verify(#[from] VerifyError),
     #[error(transparent)]
     ImageDir(#[from] ImageDirError),
+    #[error(transparent)]
+    WorkDir(#[from] WorkDirError),
     #[error(transparent)]
     Criu(#[from] CriuError),
     #[error(transparent)]
@@ -223,6 +226,7 @@ impl ExitCode for RestoreError {
             | RestoreError::GpuDamaged { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::GpuImage { source, .. } => source.exit_code(),
             RestoreError::ImageDir(_) => exit_code::FAILURE,
+            RestoreError::WorkDir(e) => e.exit_code(),
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::CriuConfig(e) => e.exit_code(),
             RestoreError::CriuAdvised { error, .. } => error.exit_code(),
@@ -478,6 +482,17 @@ pub fn restore(
         .as_ref()
         .map(|(_, _, s)| s.criu_inherit())
         .unwrap_or_default();
+    // CRIU's log and statistics: into the image directory (the last restore's removed,
+    // so that a failure never shows its log), or a private directory when it is
+    // read-only.
+    let work = workdir::for_restore(&opts.dir)?;
+    if work.is_private() {
+        progress.note(&format!(
+            "{} is not writable: CRIU's log and statistics go to {}",
+            opts.dir.display(),
+            work.path.display()
+        ));
+    }
     let (mut swrk, _) = start_criu(
         opts.criu.as_deref(),
         &env,
@@ -515,6 +530,7 @@ pub fn restore(
     let dir_fd = dir::open_dir(&opts.dir)?;
     let request = RestoreRequest {
         images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
+        work_dir: work.fd.as_ref().map(std::os::fd::AsFd::as_fd),
         log_file: RESTORE_LOG,
         common: CommonOptions {
             tcp_established: opts.tcp_established || dumped.tcp_established,
@@ -529,7 +545,7 @@ pub fn restore(
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
         config_origin: opts.criu_config.as_deref(),
     };
-    let log = opts.dir.join(RESTORE_LOG);
+    let log = work.path.join(RESTORE_LOG);
     let mut gpu_error = None;
     // A signal cancels the GPU copies at once; until post-restore has been answered, the
     // next notification fails the restore and CRIU kills what it had begun. Past it the

@@ -9,6 +9,7 @@ pub mod follow;
 pub mod gpu;
 pub mod manifest;
 pub mod verify;
+pub mod workdir;
 
 pub use dir::ImageDirError;
 pub use manifest::{Manifest, ManifestError};
