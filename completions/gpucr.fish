@@ -93,7 +93,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l tcp-established 
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l shell-job -d 'Restore as a shell job (on by default when the image was dumped as one)'
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l ext-unix-sk -d 'Allow unix sockets connected to peers outside the tree'
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l file-locks -d 'Restore file locks'
-complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l verify-first -d 'Hash every image file before CRIU starts. By default the memory pages are hashed while CRIU restores, and the tree is resumed only once they are verified'
+complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l verify-first -d 'Hash every image file, and check every GPU memory chunk against the GPU index, before CRIU starts. By default the memory pages are hashed and the GPU chunks checked while CRIU restores, and the tree is resumed only once they are verified'
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l no-parallel-restore -d 'Read GPU memory only once each task\'s buffers exist and fill them before the task goes on (CRIU 4.1\'s sequential way; for comparison). By default gpucr streams the image from the start while CRIU restores the rest'
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -s v -l verbose -d 'More detail: -v shows every CRIU phase and raises CRIU\'s log level to 4 (debug)'
 complete -c gpucr -n "__fish_gpucr_using_subcommand restore" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'

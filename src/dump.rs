@@ -202,6 +202,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         leave_running: opts.leave_running,
         timeout: opts.timeout,
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
+        config_origin: opts.criu_config.as_deref(),
         common: CommonOptions {
             tcp_established: opts.tcp_established,
             shell_job: opts.shell_job,

@@ -105,6 +105,12 @@ impl Progress {
         self.println(&format!("gpucr: warning: {text}"));
     }
 
+    /// Print a note (something the user should know, not wrong) without tearing the
+    /// spinner.
+    pub fn note(&self, text: &str) {
+        self.println(&format!("gpucr: note: {text}"));
+    }
+
     /// The events recorded so far.
     pub fn events(&self) -> &[TimedEvent] {
         &self.events

@@ -18,11 +18,12 @@ use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
 use crate::image::dir::{self, ImageDirError, ImagePath};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
+use crate::image::workdir::{self, WorkDirError};
 use crate::image::RESTORE_LOG;
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
 use crate::restore_guard::RestoreGuard;
-use crate::transfer::{GpuStats, TransferConfig};
+use crate::transfer::{ChunkProblem, GpuStats, TransferConfig, TransferError};
 
 /// What to restore and how. The boolean flags force an option on; the others come from
 /// the manifest.
@@ -35,7 +36,7 @@ pub struct RestoreOptions {
     pub file_locks: bool,
     pub criu: Option<PathBuf>,
     pub verbose: bool,
-    /// Hash every file before CRIU starts, instead of hashing the memory pages while
+    /// Hash every file and check every GPU chunk before CRIU starts, instead of while
     /// CRIU restores (the tree is never resumed before they are verified either way).
     pub verify_first: bool,
     /// How GPU memory is moved (threads, staging memory).
@@ -82,10 +83,19 @@ pub enum RestoreError {
         dir: PathBuf,
         problems: Vec<Problem>,
     },
+    #[error("{}", damaged_gpu_message(.dir, .problems))]
+    GpuDamaged {
+        dir: PathBuf,
+        problems: Vec<ChunkProblem>,
+    },
+    #[error("{}: refusing to restore the image: {source}", .dir.display())]
+    GpuImage { dir: PathBuf, source: TransferError },
     #[error(transparent)]
     Verify(#[from] VerifyError),
     #[error(transparent)]
     ImageDir(#[from] ImageDirError),
+    #[error(transparent)]
+    WorkDir(#[from] WorkDirError),
     #[error(transparent)]
     Criu(#[from] CriuError),
     #[error(transparent)]
@@ -214,8 +224,11 @@ impl ExitCode for RestoreError {
             | RestoreError::Verify(_)
             | RestoreError::BadOption { .. }
             | RestoreError::UnsafePath { .. }
-            | RestoreError::GpuSection { .. } => exit_code::IMAGE_DAMAGED,
+            | RestoreError::GpuSection { .. }
+            | RestoreError::GpuDamaged { .. } => exit_code::IMAGE_DAMAGED,
+            RestoreError::GpuImage { source, .. } => source.exit_code(),
             RestoreError::ImageDir(_) => exit_code::FAILURE,
+            RestoreError::WorkDir(e) => e.exit_code(),
             RestoreError::Criu(e) => e.exit_code(),
             RestoreError::CriuConfig(e) => e.exit_code(),
             RestoreError::CriuAdvised { error, .. } => error.exit_code(),
@@ -261,6 +274,43 @@ fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
         text.push_str(&format!("\n  {p}"));
     }
     text
+}
+
+fn damaged_gpu_message(dir: &Path, problems: &[ChunkProblem]) -> String {
+    let mut text = format!(
+        "{}: the image's GPU memory is damaged; refusing to restore it",
+        dir.display()
+    );
+    for p in problems {
+        text.push_str(&format!("\n  {p}"));
+    }
+    text
+}
+
+/// Check every chunk of the image's GPU memory against `gpu/index` (as
+/// `gpucr inspect --verify` does), for `--verify-first`: a damaged chunk is refused
+/// before CRIU starts. Nothing to do for an image without GPU state. A signal that sets
+/// `stop` ends the check with [`RestoreError::Interrupted`].
+fn verify_gpu_first(
+    dir: &Path,
+    manifest: &Manifest,
+    stop: &AtomicBool,
+) -> Result<(), RestoreError> {
+    if manifest.gpu.is_none() {
+        return Ok(());
+    }
+    match crate::transfer::verify_image_until(dir, verify::default_threads(), stop) {
+        Ok(problems) if problems.is_empty() => Ok(()),
+        Ok(problems) => Err(RestoreError::GpuDamaged {
+            dir: dir.to_path_buf(),
+            problems,
+        }),
+        Err(TransferError::Cancelled { .. }) => Err(interrupted()),
+        Err(source) => Err(RestoreError::GpuImage {
+            dir: dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// An image's manifest, read and its files checked, and this machine's GPU topology
@@ -352,7 +402,8 @@ fn topology_ahead(manifest: &Manifest, sysfs_root: Option<&Path>) -> Option<Loca
 /// second thread while CRIU restores, and CRIU's post-restore notification, which comes
 /// before any restored task runs, is answered only once they are verified: a damaged
 /// pages file makes CRIU abort and kill the half-made tree. With `verify_first`,
-/// everything is hashed before CRIU starts.
+/// everything is hashed before CRIU starts, and every GPU chunk is checked against the
+/// GPU index too (otherwise each is checked as it is read, while CRIU restores).
 pub fn restore(
     opts: &RestoreOptions,
     progress: &mut Progress,
@@ -381,6 +432,9 @@ pub fn restore(
         &stop_verifying,
         opts.sysfs_root.as_deref(),
     )?;
+    if opts.verify_first {
+        verify_gpu_first(&opts.dir, &manifest, &stop_verifying)?;
+    }
     progress.event("verified", "image verified");
     let mut bulk = (!opts.verify_first).then(|| {
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
@@ -430,6 +484,17 @@ pub fn restore(
         .as_ref()
         .map(|(_, _, s)| s.criu_inherit())
         .unwrap_or_default();
+    // CRIU's log and statistics: into the image directory (the last restore's removed,
+    // so that a failure never shows its log), or a private directory when it is
+    // read-only.
+    let work = workdir::for_restore(&opts.dir)?;
+    if work.is_private() {
+        progress.note(&format!(
+            "{} is not writable: CRIU's log and statistics go to {}",
+            opts.dir.display(),
+            work.path.display()
+        ));
+    }
     let (mut swrk, _) = start_criu(
         opts.criu.as_deref(),
         &env,
@@ -467,6 +532,7 @@ pub fn restore(
     let dir_fd = dir::open_dir(&opts.dir)?;
     let request = RestoreRequest {
         images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
+        work_dir: work.fd.as_ref().map(std::os::fd::AsFd::as_fd),
         log_file: RESTORE_LOG,
         common: CommonOptions {
             tcp_established: opts.tcp_established || dumped.tcp_established,
@@ -479,8 +545,9 @@ pub fn restore(
         },
         inherit: inherit_fds,
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
+        config_origin: opts.criu_config.as_deref(),
     };
-    let log = opts.dir.join(RESTORE_LOG);
+    let log = work.path.join(RESTORE_LOG);
     let mut gpu_error = None;
     // A signal cancels the GPU copies at once; until post-restore has been answered, the
     // next notification fails the restore and CRIU kills what it had begun. Past it the

@@ -351,3 +351,126 @@ fn criu_config_passes_options_gpucr_has_no_flag_for() {
         "the parent saw its TCP peer gone"
     );
 }
+
+/// A read-only bind mount, unmounted when dropped.
+struct ReadOnlyMount(std::path::PathBuf);
+
+impl ReadOnlyMount {
+    fn new(from: &std::path::Path, at: &std::path::Path) -> ReadOnlyMount {
+        fs::create_dir_all(at).unwrap();
+        let run = |args: &[&str]| {
+            let status = std::process::Command::new("mount")
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(status.success(), "mount {args:?}");
+        };
+        run(&["--bind", from.to_str().unwrap(), at.to_str().unwrap()]);
+        let mount = ReadOnlyMount(at.to_path_buf());
+        run(&["-o", "remount,bind,ro", at.to_str().unwrap()]);
+        mount
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The private directory a restore from a read-only image names for CRIU's log.
+fn private_work_dir(stderr: &str) -> std::path::PathBuf {
+    let (_, rest) = stderr
+        .split_once("CRIU's log and statistics go to ")
+        .unwrap_or_else(|| panic!("no private work directory named: {stderr}"));
+    std::path::PathBuf::from(rest.lines().next().unwrap().trim())
+}
+
+/// A read-only image directory restores: CRIU writes its log and statistics into a
+/// private 0700 directory that gpucr names, and the image is left as it was. A log left
+/// by an earlier restore is never shown as this run's: not when CRIU fails after
+/// writing its own log, nor when CRIU refuses the request before it opens one (which
+/// names the --criu-config file whose options the request carried).
+#[test]
+fn a_read_only_image_restores_and_no_stale_log_is_shown() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let snapshot = tmp.path().join("snapshot");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &[]);
+    assert_success(&gpucr(&[
+        "dump",
+        "--tcp-established",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]));
+    kill_and_wait(tree.pid);
+    copy_files(&state, &snapshot);
+    let dumped_ticks = tree.last("parent").num("tick");
+    let stale = "(00.01) Error (criu/stale.c:1): STALE line of an earlier restore\n";
+    fs::write(image.join("restore.log"), stale).unwrap();
+
+    let ro = ReadOnlyMount::new(&image, &tmp.path().join("ro"));
+    let out = gpucr(&["restore", "-d", ro.0.to_str().unwrap()]);
+    let restored = Restored::from_output(&out);
+    let work = private_work_dir(&stderr(&out));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&work).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert!(work.join("restore.log").exists());
+    assert!(work.join("stats-restore").exists());
+    assert_eq!(
+        fs::read_to_string(image.join("restore.log")).unwrap(),
+        stale
+    );
+    tree.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+    assert!(tree.last("parent").num("tick") > dumped_ticks + 2);
+    drop(restored);
+    fs::remove_dir_all(&work).unwrap();
+
+    // The journals grew since the dump, which CRIU refuses, having written its log.
+    let out = gpucr(&["restore", "-d", ro.0.to_str().unwrap()]);
+    assert_fails_with(&out, 5, "criu restore failed");
+    let work = private_work_dir(&stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("full log: {}", work.join("restore.log").display())),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("STALE"), "{}", stderr(&out));
+    fs::remove_dir_all(&work).unwrap();
+    drop(ro);
+
+    // CRIU refuses an option value before it opens its log: the earlier restore's log
+    // is neither shown nor left behind, and the config file is named.
+    let config = tmp.path().join("veth.conf");
+    fs::write(&config, "veth-pair no-equals-sign\n").unwrap();
+    copy_files(&snapshot, &state);
+    let out = gpucr(&[
+        "restore",
+        "-d",
+        "--criu-config",
+        config.to_str().unwrap(),
+        image.to_str().unwrap(),
+    ]);
+    assert_fails_with(&out, 5, "CRIU refused the request before it opened its log");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "the request carried the CRIU options of --criu-config {}",
+            config.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("STALE") && !err.contains("full log"), "{err}");
+    assert!(!image.join("restore.log").exists());
+}

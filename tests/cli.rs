@@ -287,13 +287,148 @@ fn criu_that_dies_is_reported() {
     assert_fails_with(
         &out,
         CRIU_UNAVAILABLE,
-        "criu exited before answering (exit status: 1",
+        &format!(
+            "criu ({}) exited before answering (exit status: 1",
+            fake.display()
+        ),
     );
     assert!(
         stderr(&out).contains("crashing on purpose"),
         "{}",
         stderr(&out)
     );
+    // A binary that is no CRIU at all is named too.
+    let out = gpucr(&[
+        "dump",
+        "--criu",
+        "/bin/true",
+        &target.pid(),
+        tmp.path().join("i").to_str().unwrap(),
+    ]);
+    assert_fails_with(
+        &out,
+        CRIU_UNAVAILABLE,
+        "criu (/bin/true) exited before answering (exit status: 0)",
+    );
+}
+
+/// A criu that hangs before its first answer does not hang gpucr for Ctrl-C: SIGINT
+/// (and SIGTERM) end the wait at once with exit 130, and the hung binary, with what it
+/// started, is killed.
+#[test]
+fn sigint_while_criu_hangs_at_its_start_ends_gpucr_at_once() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("hung-criu");
+    let marker = tmp.path().join("hung-criu-started");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nsleep 41 &\ntouch {}\nexec sleep 42\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    for signal in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
+        let _ = fs::remove_file(&marker);
+        let started = std::time::Instant::now();
+        let child = spawn_gpucr(
+            &[
+                "dump",
+                "--criu",
+                script.to_str().unwrap(),
+                &target.pid(),
+                tmp.path().join("i").to_str().unwrap(),
+            ],
+            &[],
+        );
+        wait_for(
+            std::time::Duration::from_secs(10),
+            "the hung criu to start",
+            || marker.exists().then_some(()),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        signal_child(&child, signal);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "gpucr waited for the hung criu: {:?}",
+            started.elapsed()
+        );
+        assert_fails_with(
+            &out,
+            130,
+            &format!(
+                "while criu ({}) was starting: it was killed",
+                script.display()
+            ),
+        );
+        wait_for(
+            std::time::Duration::from_secs(5),
+            "the hung criu and its child to be killed",
+            || {
+                let left = Command::new("pgrep")
+                    .args(["-f", "^sleep 4[12]$"])
+                    .output()
+                    .unwrap();
+                left.stdout.is_empty().then_some(())
+            },
+        );
+        assert!(!tmp.path().join("i").exists(), "nothing was done");
+    }
+}
+
+/// `--criu-config` lines CRIU would refuse before it opens its log (so that its failure
+/// named neither the file nor the line), or would misread, are refused before anything
+/// is touched, with the file, the line and why.
+#[test]
+fn criu_config_lines_criu_refuses_are_refused_up_front() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("job.conf");
+    let image = tmp.path().join("i");
+    let pid = target.pid();
+    for (text, line, why) in [
+        (
+            "tcp-close\nbogusoption\n",
+            2,
+            "`bogusoption` is not an option of CRIU 4.2",
+        ),
+        ("ghost-limit\n", 1, "`ghost-limit` needs a value"),
+        ("# x\ntcp-close yes\n", 2, "`tcp-close` takes no value"),
+        (
+            "manage-cgroups bogus\n",
+            1,
+            "`manage-cgroups` takes one of none",
+        ),
+        ("external\n", 1, "`external` needs a value"),
+        (
+            "ghost-limit abc\n",
+            1,
+            "`ghost-limit` takes a size in bytes",
+        ),
+    ] {
+        fs::write(&config, text).unwrap();
+        for command in ["dump", "restore"] {
+            let mut args = vec![command, "--criu-config", config.to_str().unwrap()];
+            if command == "dump" {
+                args.push(&pid);
+            }
+            args.push(image.to_str().unwrap());
+            let out = gpucr(&args);
+            assert_fails_with(
+                &out,
+                USAGE,
+                &format!("--criu-config {}, line {line}: {why}", config.display()),
+            );
+            assert!(!image.exists(), "{command}: nothing is touched");
+        }
+    }
 }
 
 /// A device CRIU cannot dump: the dump fails, the tree keeps running, the image is

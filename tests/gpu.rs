@@ -298,6 +298,37 @@ fn bad_gpu_chunk_aborts_the_restore_cleanly() {
     );
 }
 
+/// With --verify-first a damaged GPU chunk is refused before CRIU starts: the file and
+/// the chunk are named, and no CRIU ran (it would have written restore.log).
+#[test]
+fn verify_first_refuses_a_bad_gpu_chunk_before_criu_starts() {
+    let _lock = criu_lock();
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree: _tree,
+    } = dumped("verifyfirst", &["--parent-mib", "16", "--child-mib", "0"]);
+    let data = image.join("gpu/data-0000");
+    let mut bytes = fs::read(&data).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    fs::write(&data, bytes).unwrap();
+    let out = restore(
+        &sim,
+        &["-v", "--detach", "--verify-first", image.to_str().unwrap()],
+    );
+    assert_fails_with(&out, IMAGE_DAMAGED, "gpu/data-0000: chunk ");
+    let err = stderr(&out);
+    assert!(err.contains("checksum mismatch"), "{err}");
+    assert!(!err.contains("image verified"), "{err}");
+    assert!(!err.contains("CRIU 4"), "CRIU was started: {err}");
+    assert!(
+        !image.join("restore.log").exists(),
+        "CRIU was started: {err}"
+    );
+}
+
 /// CRIU fails after the helper started copying (the tree also holds /dev/kvm): the dump
 /// fails, the tree keeps running with its device, the image is marked incomplete.
 #[test]

@@ -44,8 +44,9 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub file_locks: bool,
 
-    /// Hash every image file before CRIU starts. By default the memory pages are hashed
-    /// while CRIU restores, and the tree is resumed only once they are verified.
+    /// Hash every image file, and check every GPU memory chunk against the GPU index,
+    /// before CRIU starts. By default the memory pages are hashed and the GPU chunks
+    /// checked while CRIU restores, and the tree is resumed only once they are verified.
     #[arg(long)]
     pub verify_first: bool,
 

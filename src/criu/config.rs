@@ -12,6 +12,9 @@
 //!   lock, page servers, incremental dumps, ...), are refused with the gpucr flag to use
 //!   instead. CRIU applies a config file over every RPC setting, so one such line would
 //!   quietly override gpucr's;
+//! - every option must be one of CRIU 4.2's (`criu::options`), with a value where CRIU
+//!   needs one and none where it takes none, and a value of the form CRIU parses where
+//!   it parses a number or one of a set of words;
 //! - CRIU itself ignores a config file that does not exist; gpucr names it.
 //!
 //! What is left (`ghost-limit`, `tcp-close`, `link-remap`, `external`,
@@ -22,6 +25,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use super::options;
 use crate::exit_code::{self, ExitCode};
 
 /// Why a `--criu-config` file cannot be used.
@@ -97,13 +101,10 @@ fn needs_quotes(value: &str) -> bool {
     value.is_empty() || value.contains([' ', '\t', '"'])
 }
 
-/// CRIU 4.2's options whose value is optional (getopt's `optional_argument`): such a
-/// value must follow `=`, so it cannot be quoted.
-const OPTIONAL_VALUE: &[&str] = &["cpu-cap", "manage-cgroups"];
-
-/// True when `name` (or the option it abbreviates) takes an optional value.
+/// True when `name` (or the option it abbreviates) takes an optional value (getopt's
+/// `optional_argument`): such a value must follow `=`, so it cannot be quoted.
 fn takes_optional_value(name: &str) -> bool {
-    OPTIONAL_VALUE.iter().any(|o| o.starts_with(name))
+    matches!(options::resolve(name), Ok((_, options::Arg::Optional)))
 }
 
 /// A checked `--criu-config` file.
@@ -335,6 +336,12 @@ impl CriuConfig {
                     option: option.name,
                     instead,
                 });
+            }
+            // CRIU refuses an option it does not know, or a value where it takes none or
+            // none where it needs one, before it opens its log; it reads some malformed
+            // values without a word (`ghost-limit abc`: a limit of 0).
+            if let Some(reason) = options::check(&option.name, option.value.as_deref()) {
+                return Err(syntax(&reason));
             }
             options.push(option);
         }
@@ -652,6 +659,47 @@ mod tests {
             "manage-cgroups",
         ] {
             assert!(managed(passed).is_none(), "{passed}");
+        }
+    }
+
+    /// The option table the lines are checked against is CRIU 4.2.1's, every name and
+    /// every `no-` form: each resolves, and passes or fails by its value alone.
+    #[test]
+    fn the_option_table_is_criu_4_2s() {
+        for word in CRIU_4_2_OPTIONS.split_whitespace() {
+            let name = word.trim_end_matches('?');
+            assert_eq!(options::resolve(name).unwrap().0, name);
+            let negated = format!("no-{name}");
+            if word.ends_with('?') {
+                assert_eq!(options::resolve(&negated).unwrap().0, negated);
+            }
+        }
+    }
+
+    /// Lines CRIU refuses before it opens its log (so the failure named neither the
+    /// file nor the line) or misreads are refused with the file and the line.
+    #[test]
+    fn options_criu_refuses_are_refused_with_their_line() {
+        for (text, line, why) in [
+            ("tcp-close\nbogusoption\n", 2, "not an option of CRIU 4.2"),
+            ("ghost-limit\n", 1, "`ghost-limit` needs a value"),
+            ("tcp-close yes\n", 1, "`tcp-close` takes no value"),
+            ("manage-cgroups bogus\n", 1, "`manage-cgroups` takes one of"),
+            ("\nexternal\n", 2, "`external` needs a value"),
+            ("ghost-limit abc\n", 1, "would read it as 0 bytes"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(
+                matches!(e, CriuConfigError::Syntax { line: l, .. } if l == line),
+                "{text:?}: {e:?}"
+            );
+            let message = e.to_string();
+            assert!(
+                message.starts_with(&format!("--criu-config /etc/x.conf, line {line}: "))
+                    && message.contains(why),
+                "{text:?}: {message}"
+            );
+            assert_eq!(e.exit_code(), exit_code::USAGE);
         }
     }
 

@@ -35,8 +35,30 @@ pub enum CriuError {
     Socket(#[source] io::Error),
     #[error("criu broke the RPC protocol: {detail}")]
     Protocol { detail: String },
-    #[error("criu exited before answering ({status})")]
-    Died { status: String },
+    #[error("criu ({}) exited before answering ({status})", .path.display())]
+    Died { path: PathBuf, status: String },
+    #[error(
+        "criu ({}) did not answer its first request within {seconds} s of its start: it \
+         was killed. Is it CRIU (`{} --version`), and does it run on this machine?",
+        .path.display(), .path.display()
+    )]
+    StartTimeout { path: PathBuf, seconds: f64 },
+    #[error(
+        "interrupted by {signal} while criu ({}) was starting: it was killed; nothing was done",
+        .path.display()
+    )]
+    Interrupted { path: PathBuf, signal: &'static str },
+    #[error("{}", refused_message(.request, .errno, .log, .config, .stderr))]
+    Refused {
+        request: &'static str,
+        errno: Option<i32>,
+        /// The log CRIU was to write, and did not.
+        log: PathBuf,
+        /// The `--criu-config` file whose options the request carried, if any.
+        config: Option<PathBuf>,
+        /// What CRIU wrote on its stderr, where it logs until its log is open.
+        stderr: String,
+    },
     #[error("{}", failed_message(.request, .errno, .errmsg, .plugin_failure, .log, .log_tail))]
     Failed {
         request: &'static str,
@@ -60,6 +82,8 @@ impl ExitCode for CriuError {
                 Some(f) if f.kind == PluginFailureKind::Image => exit_code::IMAGE_DAMAGED,
                 _ => exit_code::CRIU_FAILED,
             },
+            CriuError::Refused { .. } => exit_code::CRIU_FAILED,
+            CriuError::Interrupted { .. } => exit_code::INTERRUPTED,
             _ => exit_code::CRIU_UNAVAILABLE,
         }
     }
@@ -112,6 +136,43 @@ fn failed_message(
     }
     if let Some(log) = log {
         text.push_str(&format!("\n  full log: {}", log.display()));
+    }
+    text
+}
+
+/// How many lines of CRIU's stderr a refusal shows.
+const STDERR_LINES: usize = 12;
+
+fn refused_message(
+    request: &str,
+    errno: &Option<i32>,
+    log: &std::path::Path,
+    config: &Option<PathBuf>,
+    stderr: &str,
+) -> String {
+    let mut text = format!("criu {request} failed");
+    if let Some(errno) = errno.filter(|e| *e != 0) {
+        text.push_str(&format!(" ({})", io::Error::from_raw_os_error(errno)));
+    }
+    text.push_str(&format!(
+        ": CRIU refused the request before it opened its log (there is no {} of this \
+         run): it could not take the request's options, or open the image directory or \
+         its log",
+        log.display()
+    ));
+    if let Some(config) = config {
+        text.push_str(&format!(
+            "\n  the request carried the CRIU options of --criu-config {}",
+            config.display()
+        ));
+    }
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    if !lines.is_empty() {
+        text.push_str("\n  CRIU's stderr:");
+        for line in &lines[lines.len().saturating_sub(STDERR_LINES)..] {
+            text.push_str("\n    ");
+            text.push_str(line);
+        }
     }
     text
 }
@@ -244,6 +305,38 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// CRIU refused before it opened its log: no log is pointed at, the config file is
+    /// named, and CRIU's stderr (where it logged the reason) is shown.
+    #[test]
+    fn a_refusal_before_the_log_names_no_log_but_the_config_file() {
+        let refused = CriuError::Refused {
+            request: "dump",
+            errno: Some(56),
+            log: PathBuf::from("/img/dump.log"),
+            config: Some(PathBuf::from("/etc/job.conf")),
+            stderr: "\nError (criu/config.c:1): unrecognized option '--bogus'\n".into(),
+        };
+        let text = refused.to_string();
+        assert!(
+            text.starts_with("criu dump failed (Invalid request code (os error 56)): CRIU refused the request before it opened its log (there is no /img/dump.log of this run)"),
+            "{text}"
+        );
+        assert!(!text.contains("full log"), "{text}");
+        assert!(
+            text.contains(
+                "\n  the request carried the CRIU options of --criu-config /etc/job.conf"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "CRIU's stderr:\n    Error (criu/config.c:1): unrecognized option '--bogus'"
+            ),
+            "{text}"
+        );
+        assert_eq!(refused.exit_code(), exit_code::CRIU_FAILED);
     }
 
     #[test]

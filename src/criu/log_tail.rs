@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use gpucr_abi::{PluginFailureKind, PLUGIN_EXIT_STEP, PLUGIN_NAME};
@@ -31,6 +32,38 @@ pub fn log_tail(path: &Path, lines: usize) -> Vec<String> {
         .iter()
         .map(|l| l.to_string())
         .collect()
+}
+
+/// One version of a log file: which file it is and when it last changed. A log whose
+/// stamp is the same after a request as before it was not written by that request (CRIU
+/// truncates its log when it opens it, which changes its times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl LogStamp {
+    /// The stamp of the file at `path`; None when there is none.
+    pub fn of(path: &Path) -> Option<LogStamp> {
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(LogStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+
+    /// Whether the log at `path` was written since `before` was taken (None: it did not
+    /// exist then).
+    pub fn written_since(path: &Path, before: Option<LogStamp>) -> bool {
+        LogStamp::of(path).is_some_and(|now| Some(now) != before)
+    }
 }
 
 /// A hook of gpucr's plugin that failed: what failed ("PAUSE_DEVICES: why") and whose
@@ -137,6 +170,23 @@ mod tests {
         std::fs::write(f.path(), "a\nb\n\nc\nd\n").unwrap();
         assert_eq!(log_tail(f.path(), 2), ["c", "d"]);
         assert_eq!(log_tail(f.path(), 10), ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_log_counts_as_written_only_when_it_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("restore.log");
+        assert!(!LogStamp::written_since(&log, None));
+        std::fs::write(&log, "an old run\n").unwrap();
+        assert!(LogStamp::written_since(&log, None), "created since");
+        let before = LogStamp::of(&log);
+        assert!(!LogStamp::written_since(&log, before), "an old log");
+        // What CRIU does when it opens its log: truncate, then write.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&log, "a new run\n").unwrap();
+        assert!(LogStamp::written_since(&log, before));
+        std::fs::remove_file(&log).unwrap();
+        assert!(!LogStamp::written_since(&log, before), "gone");
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod binary;
 mod config;
 mod error;
 mod log_tail;
+mod options;
 mod request;
 mod start;
 mod swrk;
@@ -21,12 +22,12 @@ pub use config::{
     CriuConfigError, CriuOption,
 };
 pub use error::CriuError;
-pub use log_tail::{log_tail, plugin_failure, PluginFailure};
+pub use log_tail::{log_tail, plugin_failure, LogStamp, PluginFailure};
 pub use request::{
     has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
 };
 pub use start::{criu_log_level, start_criu};
-pub use swrk::{Notify, Swrk};
+pub use swrk::{Notify, Swrk, START_TIMEOUT};
 pub use version::{check_supported, CriuVersion, MIN_VERSION, SOCKETS_OK_VERSION};
 
 /// The protobuf messages of CRIU's RPC protocol (`proto/criu/rpc.proto`).

@@ -146,12 +146,18 @@ pub struct DumpRequest<'a> {
     /// CRIU options from `--criu-config`, checked (see [`super::CriuConfig`]): the path
     /// CRIU reads them from.
     pub config_file: Option<String>,
+    /// The `--criu-config` file they came from, named when CRIU refuses the request.
+    pub config_origin: Option<&'a Path>,
 }
 
 /// A RESTORE request.
 #[derive(Debug)]
 pub struct RestoreRequest<'a> {
     pub images_dir: BorrowedFd<'a>,
+    /// Where CRIU writes its log and statistics (`work_dir_fd`), when not in the image
+    /// directory (a read-only one).
+    pub work_dir: Option<BorrowedFd<'a>>,
+    /// The log file name, relative to the work directory (the image directory if none).
     pub log_file: &'a str,
     pub common: CommonOptions,
     /// Descriptors CRIU inherited from gpucr, by key and number in CRIU's table: CRIU
@@ -159,6 +165,8 @@ pub struct RestoreRequest<'a> {
     pub inherit: Vec<(String, i32)>,
     /// As [`DumpRequest::config_file`].
     pub config_file: Option<String>,
+    /// As [`DumpRequest::config_origin`].
+    pub config_origin: Option<&'a Path>,
 }
 
 impl CommonOptions {
@@ -209,6 +217,7 @@ impl RestoreRequest<'_> {
             })
             .collect();
         opts.config_file = self.config_file.clone();
+        opts.work_dir_fd = self.work_dir.map(|fd| fd.as_raw_fd());
         request(rpc::CriuReqType::Restore, Some(opts))
     }
 }
@@ -264,6 +273,8 @@ mod tests {
             common,
             inherit: vec![],
             config_file: None,
+            config_origin: None,
+            work_dir: None,
         }
         .to_rpc();
         let o = req.opts.unwrap();
@@ -277,6 +288,8 @@ mod tests {
             common: super::tests::common(),
             inherit: vec![],
             config_file: None,
+            config_origin: None,
+            work_dir: None,
         }
         .to_rpc()
         .opts
@@ -297,6 +310,7 @@ mod tests {
             timeout: Some(7),
             common: common(),
             config_file: Some("/proc/self/fd/9".into()),
+            config_origin: None,
         }
         .to_rpc();
         assert_eq!(req.r#type, rpc::CriuReqType::Dump as i32);
@@ -325,15 +339,39 @@ mod tests {
             common: common(),
             inherit: vec![("gpucr-helper".into(), 7)],
             config_file: Some("/proc/self/fd/8".into()),
+            config_origin: None,
+            work_dir: None,
         }
         .to_rpc();
         let o = req.opts.unwrap();
+        assert_eq!(o.work_dir_fd, None);
         assert_eq!(o.rst_sibling, Some(true));
         assert_eq!(o.pid, None);
         assert_eq!(o.inherit_fd.len(), 1);
         assert_eq!(o.inherit_fd[0].key, "gpucr-helper");
         assert_eq!(o.inherit_fd[0].fd, 7);
         assert_eq!(o.config_file.as_deref(), Some("/proc/self/fd/8"));
+    }
+
+    /// A read-only image directory: CRIU writes its log and statistics into the work
+    /// directory gpucr names.
+    #[test]
+    fn restore_request_names_a_work_dir_when_given_one() {
+        let (images, work) = (File::open("/").unwrap(), File::open("/tmp").unwrap());
+        let o = RestoreRequest {
+            images_dir: images.as_fd(),
+            work_dir: Some(work.as_fd()),
+            log_file: "restore.log",
+            common: common(),
+            inherit: vec![],
+            config_file: None,
+            config_origin: None,
+        }
+        .to_rpc()
+        .opts
+        .unwrap();
+        assert_eq!(o.images_dir_fd, images.as_raw_fd());
+        assert_eq!(o.work_dir_fd, Some(work.as_raw_fd()));
     }
 
     #[test]

@@ -7,13 +7,16 @@ use std::path::Path;
 use nix::sys::utsname::uname;
 
 use super::config::{default_config_files, unread_config_note, ConfigHandover};
+use super::swrk::START_TIMEOUT;
 use super::{check_supported, locate, CriuError, CriuVersion, Swrk};
 use crate::progress::Progress;
 
 /// Start `criu swrk` with `env`, the `inherit`ed descriptors and the checked options of
 /// `--criu-config` (`config`), check its version and print the socket warning where it
 /// applies. Without `config`, a note names CRIU's own config files that hold options:
-/// the CRIU gpucr runs does not read them.
+/// the CRIU gpucr runs does not read them. A CRIU that does not answer within
+/// [`START_TIMEOUT`], or a signal while it is awaited (gpucr's interrupt handling), kills
+/// it and ends the start with an error.
 pub fn start_criu(
     explicit: Option<&Path>,
     env: &[(OsString, OsString)],
@@ -32,7 +35,9 @@ pub fn start_criu(
         }
     }
     let mut swrk = Swrk::spawn(&path, env, &fds)?;
-    let version = swrk.version()?;
+    // A hung binary must not hang gpucr, nor make it deaf to Ctrl-C: the first answer
+    // is awaited for START_TIMEOUT at most, and a signal ends the wait at once.
+    let version = swrk.version_within(START_TIMEOUT, &crate::interrupt::requested)?;
     let kernel = uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default();

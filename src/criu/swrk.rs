@@ -6,19 +6,26 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 use prost::Message;
 
 use super::request::{request, DumpRequest, RestoreRequest};
 use super::rpc::{self, CriuReqType};
-use super::{log_tail, plugin_failure, CriuError, CriuVersion};
+use super::{log_tail, plugin_failure, CriuError, CriuVersion, LogStamp};
 
 /// How many lines of CRIU's log a failure shows.
 const LOG_TAIL_LINES: usize = 12;
 /// Responses larger than this are a protocol error (CRIU's are a few hundred bytes).
 const MAX_RESPONSE: usize = 1 << 20;
+/// How long `criu swrk` may take to answer its first request (VERSION), which CRIU
+/// answers in milliseconds: a binary that does not is hung, or no CRIU.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the wait for CRIU's first answer looks for an interrupt.
+const START_POLL: Duration = Duration::from_millis(50);
 
 /// A notification CRIU sent during a request ("pre-dump", "post-restore", ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,15 +113,81 @@ impl Swrk {
         &self.path
     }
 
-    /// Ask for CRIU's version, keeping the session open for the next request.
+    /// Ask for CRIU's version, keeping the session open for the next request; CRIU
+    /// must answer within [`START_TIMEOUT`].
     pub fn version(&mut self) -> Result<CriuVersion, CriuError> {
+        self.version_within(START_TIMEOUT, &|| None)
+    }
+
+    /// Ask for CRIU's version, the first request of a session: a CRIU that has not
+    /// answered within `timeout` is killed ([`CriuError::StartTimeout`]), and so is one
+    /// whose answer is still awaited when `interrupted` (asked every 50 ms) names a
+    /// signal ([`CriuError::Interrupted`]).
+    pub fn version_within(
+        &mut self,
+        timeout: Duration,
+        interrupted: &dyn Fn() -> Option<i32>,
+    ) -> Result<CriuVersion, CriuError> {
         let mut req = request(CriuReqType::Version, None);
         req.keep_open = Some(true);
-        let resp = self.call(req, "version", None, &mut |_| Ok(()))?;
+        self.send(&req)?;
+        self.wait_for_answer(timeout, interrupted)?;
+        let resp = self.recv()?;
+        if resp.r#type != CriuReqType::Version as i32 {
+            return Err(self.protocol_error(format!(
+                "answer of type {} to a VERSION request",
+                resp.r#type
+            )));
+        }
+        if !resp.success {
+            return Err(CriuError::Failed {
+                request: "version",
+                errno: resp.cr_errno,
+                errmsg: resp.cr_errmsg,
+                plugin_failure: None,
+                log: None,
+                log_tail: Vec::new(),
+            });
+        }
         let version = resp.version.ok_or_else(|| CriuError::Protocol {
             detail: "VERSION answer without a version".into(),
         })?;
         Ok(CriuVersion::from_rpc(&version))
+    }
+
+    /// Wait until CRIU's socket has something to read (an answer, or CRIU gone), for at
+    /// most `timeout`, giving up at once when `interrupted` names a signal. Giving up
+    /// kills CRIU and whatever it started (its process group, of its own).
+    fn wait_for_answer(
+        &mut self,
+        timeout: Duration,
+        interrupted: &dyn Fn() -> Option<i32>,
+    ) -> Result<(), CriuError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(signal) = interrupted() {
+                self.kill_group();
+                return Err(CriuError::Interrupted {
+                    path: self.path.clone(),
+                    signal: crate::interrupt::name(signal),
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.kill_group();
+                return Err(CriuError::StartTimeout {
+                    path: self.path.clone(),
+                    seconds: timeout.as_secs_f64(),
+                });
+            }
+            let slice = u16::try_from(left.min(START_POLL).as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(slice.max(1))) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => return Ok(()),
+                Err(e) => return Err(CriuError::Socket(e.into())),
+            }
+        }
     }
 
     /// Ask CRIU to check the kernel's support (`criu check`). gpucr never gates on the
@@ -128,7 +201,7 @@ impl Swrk {
                 ..Default::default()
             }),
         );
-        match self.call(req, "check", None, &mut |_| Ok(())) {
+        match self.call(req, "check", None, None, &mut |_| Ok(())) {
             Ok(_) => Ok(true),
             Err(CriuError::Failed { .. }) => Ok(false),
             Err(e) => Err(e),
@@ -142,8 +215,14 @@ impl Swrk {
         log: &Path,
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<(), CriuError> {
-        self.call(req.to_rpc(), "dump", Some(log), on_notify)
-            .map(|_| ())
+        self.call(
+            req.to_rpc(),
+            "dump",
+            Some(log),
+            req.config_origin,
+            on_notify,
+        )
+        .map(|_| ())
     }
 
     /// Restore a tree; returns the restored root's pid (a child of this process).
@@ -153,7 +232,13 @@ impl Swrk {
         log: &Path,
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<i32, CriuError> {
-        let resp = self.call(req.to_rpc(), "restore", Some(log), on_notify)?;
+        let resp = self.call(
+            req.to_rpc(),
+            "restore",
+            Some(log),
+            req.config_origin,
+            on_notify,
+        )?;
         resp.restore
             .map(|r| r.pid)
             .ok_or_else(|| CriuError::Protocol {
@@ -169,15 +254,21 @@ impl Swrk {
         Ok(())
     }
 
-    /// Send a request and answer notifications until the final response arrives.
+    /// Send a request and answer notifications until the final response arrives. A
+    /// failure shows the end of `log` if this request wrote it; if it did not, CRIU
+    /// refused the request before opening it, and the failure names `config` (the
+    /// `--criu-config` file whose options the request carried) and CRIU's stderr.
     fn call(
         &mut self,
         req: rpc::CriuReq,
         name: &'static str,
         log: Option<&Path>,
+        config: Option<&Path>,
         on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
     ) -> Result<rpc::CriuResp, CriuError> {
         let kind = req.r#type;
+        // A log left by an earlier run is never shown as this one's.
+        let log_before = log.and_then(LogStamp::of);
         self.send(&req)?;
         loop {
             let resp = self.recv()?;
@@ -200,6 +291,15 @@ impl Swrk {
                 )));
             }
             if !resp.success {
+                if let Some(log) = log.filter(|l| !LogStamp::written_since(l, log_before)) {
+                    return Err(CriuError::Refused {
+                        request: name,
+                        errno: resp.cr_errno,
+                        log: log.to_path_buf(),
+                        config: config.map(Path::to_path_buf),
+                        stderr: self.stderr_text(),
+                    });
+                }
                 return Err(CriuError::Failed {
                     request: name,
                     errno: resp.cr_errno,
@@ -273,7 +373,10 @@ impl Swrk {
         } else {
             format!("{status}; stderr: {stderr}")
         };
-        CriuError::Died { status }
+        CriuError::Died {
+            path: self.path.clone(),
+            status,
+        }
     }
 
     /// A protocol violation: kill CRIU, it cannot be trusted to go on.
@@ -287,6 +390,21 @@ impl Swrk {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Kill CRIU and every process of its process group (a wrapper script's children
+    /// too), before it restored anything: only at its start.
+    fn kill_group(&mut self) {
+        if let Some(child) = &self.child {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // CRIU leads a process group of its own (`spawn`), whose id is its pid.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        self.kill();
     }
 
     /// What CRIU wrote to stderr, once it has exited and its pipe drained (waits at most
@@ -330,5 +448,123 @@ impl std::fmt::Debug for Swrk {
 impl From<CriuError> for io::Error {
     fn from(e: CriuError) -> io::Error {
         io::Error::other(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+    use crate::exit_code::{self, ExitCode};
+
+    /// A script standing in for criu that never answers: it starts a child of its own,
+    /// writes both pids to `pids`, and sleeps.
+    fn hung_criu(dir: &Path) -> (PathBuf, PathBuf) {
+        let script = dir.join("hung-criu");
+        let pids = dir.join("pids");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\nsleep 30 &\necho $! $$ > {}.tmp\nmv {0}.tmp {0}\nexec sleep 31\n",
+                pids.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (script, pids)
+    }
+
+    fn wait_for_pids(pids: &Path) -> Vec<i32> {
+        for _ in 0..500 {
+            if let Ok(text) = std::fs::read_to_string(pids) {
+                return text
+                    .split_whitespace()
+                    .map(|p| p.parse().unwrap())
+                    .collect();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the script did not start");
+    }
+
+    fn gone(pid: i32) -> bool {
+        // Reaped, or a zombie of a parent that is gone (the background child's parent
+        // was the script, whose pid exec'd into sleep and was reaped).
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    #[test]
+    fn a_criu_that_does_not_answer_in_time_is_killed_with_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let (script, pids) = hung_criu(dir.path());
+        let mut swrk = Swrk::spawn(&script, &[], &[]).unwrap();
+        let pids = wait_for_pids(&pids);
+        let started = Instant::now();
+        let e = swrk
+            .version_within(Duration::from_millis(300), &|| None)
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(matches!(e, CriuError::StartTimeout { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains(&format!(
+                "criu ({}) did not answer its first request within 0.3 s",
+                script.display()
+            )),
+            "{e}"
+        );
+        assert_eq!(e.exit_code(), exit_code::CRIU_UNAVAILABLE);
+        for _ in 0..200 {
+            if pids.iter().all(|&p| gone(p)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(pids.iter().all(|&p| gone(p)), "{pids:?} still run");
+    }
+
+    #[test]
+    fn an_interrupt_ends_the_wait_for_criu_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (script, pids) = hung_criu(dir.path());
+        let mut swrk = Swrk::spawn(&script, &[], &[]).unwrap();
+        let pids = wait_for_pids(&pids);
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let started = Instant::now();
+        let e = swrk
+            .version_within(Duration::from_secs(60), &|| {
+                // The signal comes while CRIU is awaited.
+                (asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 3)
+                    .then_some(libc::SIGTERM)
+            })
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "interrupted by SIGTERM while criu ({}) was starting: it was killed; \
+                 nothing was done",
+                script.display()
+            )
+        );
+        assert_eq!(e.exit_code(), exit_code::INTERRUPTED);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(pids.iter().all(|&p| gone(p)), "{pids:?} still run");
+    }
+
+    #[test]
+    fn a_binary_that_exits_at_once_is_named() {
+        let mut swrk = Swrk::spawn(Path::new("/bin/true"), &[], &[]).unwrap();
+        let e = swrk.version().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "criu (/bin/true) exited before answering (exit status: 0)"
+        );
+        assert_eq!(e.exit_code(), exit_code::CRIU_UNAVAILABLE);
     }
 }

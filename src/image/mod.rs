@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod manifest;
 pub mod room;
 pub mod verify;
+pub mod workdir;
 
 pub use dir::ImageDirError;
 pub use manifest::{Manifest, ManifestError};

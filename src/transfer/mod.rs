@@ -40,7 +40,7 @@ pub use index::{read_index, BufferEntry, ChunkEntry, DataFileEntry, Encoding, Gp
 pub use restorer::{Restorer, QUEUE_DEPTH};
 pub use source::{BufferKey, BufferSink, BufferSource, FileRange};
 pub use stats::GpuStats;
-pub use verify::{verify_image, DataStreamVerifier};
+pub use verify::{verify_image, verify_image_until, DataStreamVerifier};
 pub use writer::DumpWriter;
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! `gpucr inspect --verify` for GPU memory: the index, every data file, every chunk.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
 
@@ -15,6 +15,16 @@ use super::index::{read_index, Encoding, GpuIndex};
 /// every stored chunk is read, its checksums compared and compressed chunks
 /// decompressed. Returns the damaged chunks, in index order (empty: intact).
 pub fn verify_image(dir: &Path, threads: usize) -> Result<Vec<ChunkProblem>, TransferError> {
+    verify_image_until(dir, threads, &AtomicBool::new(false))
+}
+
+/// [`verify_image`], giving up with [`TransferError::Cancelled`] soon after `stop` is set
+/// (within one chunk per thread), however large the image.
+pub fn verify_image_until(
+    dir: &Path,
+    threads: usize,
+    stop: &AtomicBool,
+) -> Result<Vec<ChunkProblem>, TransferError> {
     let index = read_index(dir)?;
     let mut files = Vec::with_capacity(index.files.len());
     for n in 0..index.files.len() {
@@ -33,6 +43,9 @@ pub fn verify_image(dir: &Path, threads: usize) -> Result<Vec<ChunkProblem>, Tra
                 let mut unpacker = Unpacker::new();
                 let mut out = Vec::new();
                 loop {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
                     let c = next.fetch_add(1, Ordering::Relaxed);
                     let Some(entry) = index.chunks.get(c) else {
                         return;
@@ -52,6 +65,11 @@ pub fn verify_image(dir: &Path, threads: usize) -> Result<Vec<ChunkProblem>, Tra
             });
         }
     });
+    if stop.load(Ordering::SeqCst) {
+        return Err(TransferError::Cancelled {
+            reason: "the verification was stopped".into(),
+        });
+    }
     let mut problems = problems.into_inner().unwrap_or_else(|e| e.into_inner());
     problems.sort_by_key(|p| p.chunk);
     Ok(problems)
