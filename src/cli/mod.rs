@@ -36,9 +36,9 @@ Exit status:
     1  unexpected internal error
     2  usage error (bad flag, value or argument)
     3  target process not found, a kernel thread, or not permitted
-    4  CRIU missing, too old, or it broke the RPC protocol
+    4  CRIU missing, too old, it broke the RPC protocol, or did not answer within 30 s
     5  CRIU reported that the dump or restore failed
-    6  image directory not usable (not empty, not writable)
+    6  image directory not usable (not empty, not writable, no room for the manifest)
     7  image damaged (checksum, size or format mismatch)
     8  image incomplete (no manifest, or the dump failed)
     9  GPU topology incompatible
