@@ -99,6 +99,56 @@ fn dump_of_a_kernel_thread_fails_with_target_code() {
     assert_fails_with(&out, TARGET, "pid 2: kthreadd is a kernel thread");
 }
 
+/// A thread id is not a process: refused up front (CRIU would abort on it) with the
+/// thread's process named, nothing created, and the tree left running.
+#[test]
+fn dump_of_a_thread_names_its_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let tree = Tree::start(&state, &[]);
+    let tasks = |pid: i32| -> Vec<i32> {
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|dir| {
+                dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let children = |pid: i32| -> Vec<i32> {
+        fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let mut pending = vec![tree.pid];
+    let mut found = None;
+    while let Some(pid) = pending.pop() {
+        if let Some(tid) = tasks(pid).into_iter().find(|&tid| tid != pid) {
+            found = Some((pid, tid));
+            break;
+        }
+        pending.extend(children(pid));
+    }
+    let (process, tid) = found.expect("the workload has threads");
+    let dir = tmp.path().join("img");
+    let out = gpucr(&["dump", &tid.to_string(), dir.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        TARGET,
+        &format!("pid {tid} is a thread of process {process} ("),
+    );
+    assert!(
+        stderr(&out).contains(&format!("not a process; dump {process}")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.exists(), "nothing is created for a thread");
+    tree.wait_ticks(1);
+    assert!(alive(tree.pid));
+}
+
 #[test]
 fn dump_into_a_non_empty_dir_is_refused() {
     let target = Sleeper::start();
