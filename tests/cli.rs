@@ -149,6 +149,16 @@ fn dump_of_a_thread_names_its_process() {
     assert!(alive(tree.pid));
 }
 
+/// 0 and negative numbers are no process id at all: a usage error, not a missing target.
+#[test]
+fn dump_of_a_pid_below_1_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("img");
+    let dir = dir.to_str().unwrap();
+    assert_fails_with(&gpucr(&["dump", "0", dir]), USAGE, "from 1 up");
+    assert_fails_with(&gpucr(&["dump", "--", "-5", dir]), USAGE, "from 1 up");
+}
+
 #[test]
 fn dump_into_a_non_empty_dir_is_refused() {
     let target = Sleeper::start();
