@@ -437,6 +437,19 @@ fn errors_name_the_file() {
         stderr(&out)
     );
 
+    // --sysfs-root that is missing or a file is a usage error, not "no GPUs here".
+    let file = dir.path().join("file");
+    fs::write(&file, "").unwrap();
+    for root in [dir.path().join("nonexistent"), file] {
+        let out = gpucr(&["check-topology", "--sysfs-root", path(&root)], &[]);
+        assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&root.display().to_string()),
+            "{}",
+            stderr(&out)
+        );
+    }
+
     // A broken sysfs file under the root.
     let root = tempfile::tempdir().unwrap();
     let node = root.path().join("sys/class/kfd/kfd/topology/nodes/0");
