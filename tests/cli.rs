@@ -519,9 +519,9 @@ fn damaged_images_are_refused_and_never_run() {
     let dir = fifo_manifest.to_str().unwrap();
     for (args, code) in [
         (&["restore", dir][..], IMAGE_DAMAGED),
-        // Without --verify, inspect shows an image whose manifest it cannot read as one
-        // without a manifest (docs/inspect.md): incomplete.
-        (&["inspect", dir], IMAGE_INCOMPLETE),
+        // A manifest that is there but cannot be read damages the image, with or
+        // without --verify.
+        (&["inspect", dir], IMAGE_DAMAGED),
         (&["inspect", "--verify", dir], IMAGE_DAMAGED),
         (&["check-topology", dir], IMAGE_DAMAGED),
     ] {
