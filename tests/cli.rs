@@ -83,6 +83,37 @@ fn install_plugin_beside_criu_gpu_plugins_is_refused() {
     assert!(dir.path().join("gpucr_plugin.so").is_file());
 }
 
+/// `install-plugin` refuses a --criu-libdir that is a file (exit 6, naming it), and a
+/// --setting whose value engine mode would refuse (exit 2, naming the setting), writing
+/// nothing.
+#[test]
+fn install_plugin_refuses_a_file_as_libdir_and_bad_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plugins");
+    fs::write(&file, b"").unwrap();
+    let file = file.to_str().unwrap();
+    let out = gpucr(&["install-plugin", "--criu-libdir", file]);
+    assert_fails_with(&out, IMAGE_DIR, &format!("{file}: not a directory"));
+    let out = gpucr(&["install-plugin", "--uninstall", "--criu-libdir", file]);
+    assert_fails_with(&out, IMAGE_DIR, &format!("{file}: not a directory"));
+
+    let libdir = dir.path().join("libdir");
+    for (setting, named) in [
+        ("GPUCR_JOBS=abc", "GPUCR_JOBS=\"abc\""),
+        ("GPUCR_COMPRESS=zstd:99", "GPUCR_COMPRESS=\"zstd:99\""),
+    ] {
+        let out = gpucr(&[
+            "install-plugin",
+            "--criu-libdir",
+            libdir.to_str().unwrap(),
+            "--setting",
+            setting,
+        ]);
+        assert_fails_with(&out, USAGE, named);
+        assert!(!libdir.exists(), "{setting}: nothing is written");
+    }
+}
+
 #[test]
 fn dump_of_a_missing_pid_fails_with_target_code() {
     let tmp = tempfile::tempdir().unwrap();
