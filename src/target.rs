@@ -26,6 +26,12 @@ pub enum TargetError {
          nothing to checkpoint"
     )]
     Exited { pid: i32, comm: String },
+    #[error("pid {pid} is a thread of process {process} ({comm}), not a process; dump {process}")]
+    Thread {
+        pid: i32,
+        process: i32,
+        comm: String,
+    },
     #[error("pid {pid}: that is gpucr itself")]
     Itself { pid: i32 },
     #[error(
@@ -79,12 +85,21 @@ pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
     if fields.first().is_some_and(|state| has_exited(state)) {
         return Err(TargetError::Exited { pid, comm });
     }
+    // /proc/TID answers for any thread too; CRIU needs the thread-group leader.
+    let process = thread_group(pid)?;
     let me = std::process::id() as i32;
-    if pid == me {
+    if pid == me || process == me {
         return Err(TargetError::Itself { pid });
     }
-    if ancestors_of(me).contains(&pid) {
+    if ancestors_of(me).contains(&process) {
         return Err(TargetError::Ancestor { pid, comm });
+    }
+    if process != pid {
+        let comm = read_proc(process, "stat")
+            .ok()
+            .and_then(|stat| parse_stat(&stat).map(|(comm, _)| comm))
+            .unwrap_or(comm);
+        return Err(TargetError::Thread { pid, process, comm });
     }
     if !may_checkpoint() {
         return Err(TargetError::NotPermitted { pid });
@@ -129,6 +144,25 @@ pub fn tracer(pid: i32) -> Option<i32> {
         .find_map(|l| l.strip_prefix("TracerPid:"))
         .and_then(|v| v.trim().parse::<i32>().ok())
         .filter(|&tracer| tracer != 0)
+}
+
+/// The thread group (process) `pid` belongs to (`Tgid` in `/proc/PID/status`): `pid`
+/// itself for a process, its process for any other thread.
+fn thread_group(pid: i32) -> Result<i32, TargetError> {
+    let status = read_proc(pid, "status")?;
+    parse_tgid(&status).ok_or_else(|| TargetError::Proc {
+        pid,
+        path: proc_path(pid, "status"),
+        source: io::Error::new(io::ErrorKind::InvalidData, "no Tgid line"),
+    })
+}
+
+/// The `Tgid:` of a `/proc/PID/status` text.
+fn parse_tgid(status: &str) -> Option<i32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A `/proc/PID/stat` state of a task that has exited: Z (zombie) or X (dead).
@@ -270,6 +304,33 @@ mod tests {
         child.wait().unwrap();
         assert!(!is_running(pid));
         assert!(is_running(std::process::id() as i32));
+    }
+
+    #[test]
+    fn tgid_is_read_from_status() {
+        assert_eq!(parse_tgid("Name:\tx\nTgid:\t412\nPid:\t415\n"), Some(412));
+        assert_eq!(parse_tgid("Name:\tx\n"), None);
+        let me = std::process::id() as i32;
+        assert_eq!(thread_group(me).unwrap(), me);
+    }
+
+    /// A thread id names no process: refused with its process named (here gpucr's own
+    /// thread, so as gpucr itself), before CRIU would abort on it.
+    #[test]
+    fn a_thread_of_gpucr_is_gpucr_itself() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let me = std::process::id() as i32;
+        assert_ne!(tid, me);
+        assert_eq!(thread_group(tid).unwrap(), me);
+        assert!(matches!(validate(tid), Err(TargetError::Itself { pid }) if pid == tid));
+        done_tx.send(()).unwrap();
+        thread.join().unwrap();
     }
 
     #[test]

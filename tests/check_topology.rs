@@ -53,16 +53,49 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A valid manifest (every field `gpucr restore` needs) with `topology`.
+fn manifest(topology: Option<&Topology>) -> serde_json::Value {
+    serde_json::json!({
+        "format": "gpucr-image",
+        "format_version": 2,
+        "gpucr_version": "0.1.0",
+        "criu_version": "4.2.1",
+        "created": "2026-01-01T00:00:00Z",
+        "host": {"hostname": "h", "kernel": "6.12.0", "arch": "x86_64", "page_size": 4096},
+        "backend": "none",
+        "target": {"pid": 42, "comm": "w", "cmdline": ["w"]},
+        "options": {"leave_running": false, "tcp_established": false, "shell_job": false,
+                    "ext_unix_sk": false, "file_locks": false, "network_lock": "skip"},
+        "checksum_algorithm": "xxh3-blocks-4m",
+        "files": [],
+        "timings": {"total_ms": 1.0, "events": []},
+        "topology": topology,
+    })
+}
+
+/// A GPU section (`gpu`) of `backend` whose one task uses `gpus`.
+fn gpu_section(backend: &str, gpus: &[&str]) -> serde_json::Value {
+    serde_json::json!({
+        "backend": backend,
+        "tasks": [{
+            "ns_pid": 1, "host_pid": 100, "gpus": gpus, "device_files": [],
+            "state": {"file": "gpu/state/task-1.bin", "format": "sim/1", "size": 0},
+            "buffers": [], "operations": [],
+        }],
+        "stats": {"buffers": 0, "raw_bytes": 0, "stored_bytes": 0, "zero_chunks": 0,
+                  "raw_chunks": 0, "compressed_chunks": 0, "seconds": 0.0},
+        "timings": [],
+    })
+}
+
 /// An image directory whose manifest holds `topology` (and fields this command ignores).
 fn image(topology: Option<&Topology>) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let manifest = serde_json::json!({
-        "format": "gpucr",
-        "format_version": 1,
-        "files": [],
-        "topology": topology,
-    });
-    fs::write(dir.path().join("gpucr.json"), manifest.to_string()).unwrap();
+    fs::write(
+        dir.path().join("gpucr.json"),
+        manifest(topology).to_string(),
+    )
+    .unwrap();
     dir
 }
 
@@ -157,10 +190,7 @@ fn a_sim_image_is_checked_against_the_sim_root() {
         let manifest = path(img.path()).to_owned() + "/gpucr.json";
         let mut value: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(&manifest).unwrap()).unwrap();
-        value["gpu"] = serde_json::json!({
-            "backend": backend,
-            "tasks": [{"gpus": ["kfd:15718"]}],
-        });
+        value["gpu"] = gpu_section(backend, &["kfd:15718"]);
         fs::write(&manifest, value.to_string()).unwrap();
         img
     };
@@ -404,7 +434,9 @@ fn image_without_gpu_state() {
     }
     // A manifest without the field at all (written before the topology was stored).
     let dir = tempfile::tempdir().unwrap();
-    fs::write(dir.path().join("gpucr.json"), r#"{"format": "gpucr"}"#).unwrap();
+    let mut value = manifest(None);
+    value.as_object_mut().unwrap().remove("topology");
+    fs::write(dir.path().join("gpucr.json"), value.to_string()).unwrap();
     let out = gpucr(&["check-topology", path(dir.path()), "--json"], &[]);
     assert_eq!(out.status.code(), Some(SUCCESS));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -424,7 +456,9 @@ fn errors_name_the_file() {
         stderr(&out)
     );
 
-    fs::write(&manifest, r#"{"topology": {"kfd_nodes": 3}}"#).unwrap();
+    let mut value = self::manifest(None);
+    value["topology"] = serde_json::json!({"kfd_nodes": 3});
+    fs::write(&manifest, value.to_string()).unwrap();
     let out = gpucr(&["check-topology", path(dir.path())], &[]);
     assert_eq!(
         out.status.code(),
@@ -432,10 +466,57 @@ fn errors_name_the_file() {
         "malformed manifest: image damaged"
     );
     assert!(
-        stderr(&out).contains("has no valid `topology`"),
+        stderr(&out).contains(&format!(
+            "{}: malformed manifest at line 1",
+            manifest.display()
+        )),
         "{}",
         stderr(&out)
     );
+
+    // What inspect and restore refuse is no "compatible with any machine": another
+    // format, a newer version, an empty object, a wrong type in any field.
+    let mut wrong_type = self::manifest(None);
+    wrong_type["created"] = serde_json::json!(12);
+    for (text, says) in [
+        (
+            r#"{"format": "other"}"#.to_string(),
+            "field `format` is \"other\"",
+        ),
+        (
+            {
+                let mut v = self::manifest(None);
+                v["format_version"] = serde_json::json!(99);
+                v.to_string()
+            },
+            "field `format_version` is 99",
+        ),
+        ("{}".to_string(), "field `format` is \"\""),
+        (wrong_type.to_string(), "malformed manifest at line 1"),
+    ] {
+        fs::write(&manifest, &text).unwrap();
+        let out = gpucr(&["check-topology", path(dir.path())], &[]);
+        assert_eq!(out.status.code(), Some(7), "{text}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains(&format!("{}: {says}", manifest.display())),
+            "{text}: {}",
+            stderr(&out)
+        );
+        assert!(stdout(&out).is_empty(), "{}", stdout(&out));
+    }
+
+    // --sysfs-root that is missing or a file is a usage error, not "no GPUs here".
+    let file = dir.path().join("file");
+    fs::write(&file, "").unwrap();
+    for root in [dir.path().join("nonexistent"), file] {
+        let out = gpucr(&["check-topology", "--sysfs-root", path(&root)], &[]);
+        assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&root.display().to_string()),
+            "{}",
+            stderr(&out)
+        );
+    }
 
     // A broken sysfs file under the root.
     let root = tempfile::tempdir().unwrap();

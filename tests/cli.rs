@@ -88,6 +88,37 @@ fn install_plugin_beside_criu_gpu_plugins_is_refused() {
     assert!(dir.path().join("gpucr_plugin.so").is_file());
 }
 
+/// `install-plugin` refuses a --criu-libdir that is a file (exit 6, naming it), and a
+/// --setting whose value engine mode would refuse (exit 2, naming the setting), writing
+/// nothing.
+#[test]
+fn install_plugin_refuses_a_file_as_libdir_and_bad_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plugins");
+    fs::write(&file, b"").unwrap();
+    let file = file.to_str().unwrap();
+    let out = gpucr(&["install-plugin", "--criu-libdir", file]);
+    assert_fails_with(&out, IMAGE_DIR, &format!("{file}: not a directory"));
+    let out = gpucr(&["install-plugin", "--uninstall", "--criu-libdir", file]);
+    assert_fails_with(&out, IMAGE_DIR, &format!("{file}: not a directory"));
+
+    let libdir = dir.path().join("libdir");
+    for (setting, named) in [
+        ("GPUCR_JOBS=abc", "GPUCR_JOBS=\"abc\""),
+        ("GPUCR_COMPRESS=zstd:99", "GPUCR_COMPRESS=\"zstd:99\""),
+    ] {
+        let out = gpucr(&[
+            "install-plugin",
+            "--criu-libdir",
+            libdir.to_str().unwrap(),
+            "--setting",
+            setting,
+        ]);
+        assert_fails_with(&out, USAGE, named);
+        assert!(!libdir.exists(), "{setting}: nothing is written");
+    }
+}
+
 #[test]
 fn dump_of_a_missing_pid_fails_with_target_code() {
     let tmp = tempfile::tempdir().unwrap();
@@ -102,6 +133,66 @@ fn dump_of_a_kernel_thread_fails_with_target_code() {
     let tmp = tempfile::tempdir().unwrap();
     let out = gpucr(&["dump", "2", tmp.path().join("img").to_str().unwrap()]);
     assert_fails_with(&out, TARGET, "pid 2: kthreadd is a kernel thread");
+}
+
+/// A thread id is not a process: refused up front (CRIU would abort on it) with the
+/// thread's process named, nothing created, and the tree left running.
+#[test]
+fn dump_of_a_thread_names_its_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    fs::create_dir(&state).unwrap();
+    let tree = Tree::start(&state, &[]);
+    let tasks = |pid: i32| -> Vec<i32> {
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|dir| {
+                dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let children = |pid: i32| -> Vec<i32> {
+        fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let mut pending = vec![tree.pid];
+    let mut found = None;
+    while let Some(pid) = pending.pop() {
+        if let Some(tid) = tasks(pid).into_iter().find(|&tid| tid != pid) {
+            found = Some((pid, tid));
+            break;
+        }
+        pending.extend(children(pid));
+    }
+    let (process, tid) = found.expect("the workload has threads");
+    let dir = tmp.path().join("img");
+    let out = gpucr(&["dump", &tid.to_string(), dir.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        TARGET,
+        &format!("pid {tid} is a thread of process {process} ("),
+    );
+    assert!(
+        stderr(&out).contains(&format!("not a process; dump {process}")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.exists(), "nothing is created for a thread");
+    tree.wait_ticks(1);
+    assert!(alive(tree.pid));
+}
+
+/// 0 and negative numbers are no process id at all: a usage error, not a missing target.
+#[test]
+fn dump_of_a_pid_below_1_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("img");
+    let dir = dir.to_str().unwrap();
+    assert_fails_with(&gpucr(&["dump", "0", dir]), USAGE, "from 1 up");
+    assert_fails_with(&gpucr(&["dump", "--", "-5", dir]), USAGE, "from 1 up");
 }
 
 #[test]
@@ -706,9 +797,9 @@ fn damaged_images_are_refused_and_never_run() {
     let dir = fifo_manifest.to_str().unwrap();
     for (args, code) in [
         (&["restore", dir][..], IMAGE_DAMAGED),
-        // Without --verify, inspect shows an image whose manifest it cannot read as one
-        // without a manifest (docs/inspect.md): incomplete.
-        (&["inspect", dir], IMAGE_INCOMPLETE),
+        // A manifest that is there but cannot be read damages the image, with or
+        // without --verify.
+        (&["inspect", dir], IMAGE_DAMAGED),
         (&["inspect", "--verify", dir], IMAGE_DAMAGED),
         (&["check-topology", dir], IMAGE_DAMAGED),
     ] {

@@ -505,6 +505,40 @@ fn verify_finds_a_missing_manifest() {
     );
 }
 
+/// A manifest that is there but cannot be read (truncated, not JSON, a field of the
+/// wrong type) damages the image: inspect names the file and the parse error and exits
+/// 7, as --verify does, instead of calling the manifest missing.
+#[test]
+fn a_broken_manifest_is_damage_not_absence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy_image(tmp.path());
+    let manifest = dir.join("gpucr.json");
+    let good = fs::read_to_string(&manifest).unwrap();
+    let wrong_type = good.replacen("\"format_version\": 2", "\"format_version\": \"2\"", 1);
+    assert_ne!(wrong_type, good);
+    for broken in [&good[..good.len() / 2], "not json", wrong_type.as_str()] {
+        fs::write(&manifest, broken).unwrap();
+        let out = gpucr(&["inspect", dir.to_str().unwrap()]);
+        assert_code(&out, 7);
+        let text = stdout(&out);
+        assert!(
+            text.contains("Complete: no (the image is damaged: "),
+            "{text}"
+        );
+        assert!(!text.contains("no manifest"), "{text}");
+        assert!(
+            stderr(&out).contains(&format!(
+                "{}: malformed manifest at line ",
+                manifest.display()
+            )),
+            "{}",
+            stderr(&out)
+        );
+        let out = gpucr(&["inspect", "--verify", dir.to_str().unwrap()]);
+        assert_code(&out, 7);
+    }
+}
+
 #[test]
 fn verify_finds_garbage_in_the_inventory() {
     let tmp = tempfile::tempdir().unwrap();

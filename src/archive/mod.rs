@@ -83,23 +83,40 @@ impl crate::exit_code::ExitCode for ArchiveError {
     }
 }
 
+/// What [`read_checkpoint_file`] found.
+#[derive(Debug, Default)]
+pub struct CheckpointFile {
+    /// The file's content; None when the image has no such file.
+    pub content: Option<Vec<u8>>,
+    /// The image has a file under `checkpoint/gpu/` (GPU memory) before the file, or at
+    /// all when there is no such file.
+    pub has_gpu_dir: bool,
+}
+
 /// Read the file `file` of the image in the archive at `path` (the member
-/// `checkpoint/FILE`, at most `limit` bytes); None when the image has no such file.
-/// Stops reading once it is found. An archive with nothing under `checkpoint/` is not a
-/// checkpoint archive ([`ArchiveError::NoCheckpoint`]).
+/// `checkpoint/FILE`, at most `limit` bytes). Stops reading once it is found. An archive
+/// with no file under `checkpoint/` is not a checkpoint archive
+/// ([`ArchiveError::NoCheckpoint`]): members whose names `inspect` skips (`..`, empty
+/// components) and directories count for nothing, as they do there.
 pub fn read_checkpoint_file(
     path: &std::path::Path,
     file: &str,
     limit: u64,
-) -> Result<Option<Vec<u8>>, ArchiveError> {
+) -> Result<CheckpointFile, ArchiveError> {
     let name = format!("{CHECKPOINT_DIR}/{file}");
-    let mut found = None;
+    let gpu_prefix = format!("{}/", crate::transfer::GPU_DIR);
+    let mut found = CheckpointFile::default();
     let mut image_seen = false;
     let result = scan::each_member(path, |member, size, kind, reader| {
-        image_seen |= member
-            .strip_prefix(CHECKPOINT_DIR)
-            .is_some_and(|rest| rest.starts_with('/'));
-        if member != name || kind != "file" {
+        if kind != "file" {
+            return Ok(scan::Flow::Next);
+        }
+        let Some(rel) = scan::checkpoint_file(member) else {
+            return Ok(scan::Flow::Next);
+        };
+        image_seen = true;
+        found.has_gpu_dir |= rel.starts_with(&gpu_prefix);
+        if member != name {
             return Ok(scan::Flow::Next);
         }
         if size > limit {
@@ -116,7 +133,7 @@ pub fn read_checkpoint_file(
             member: Some(member.to_string()),
             source,
         })?;
-        found = Some(bytes);
+        found.content = Some(bytes);
         Ok(scan::Flow::Stop)
     });
     result?;
@@ -126,4 +143,67 @@ pub fn read_checkpoint_file(
         });
     }
     Ok(found)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// A plain tar at `path` of `(name, content)` files, the names written as given
+    /// (`..` included, which tar's own path setters refuse).
+    pub(crate) fn raw_tar(path: &Path, members: &[(&str, &[u8])]) {
+        let mut tar = tar::Builder::new(std::fs::File::create(path).unwrap());
+        for (name, content) in members {
+            let mut h = tar::Header::new_old();
+            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            h.set_size(content.len() as u64);
+            h.set_mode(0o600);
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_cksum();
+            tar.append(&h, *content).unwrap();
+        }
+        tar.into_inner().unwrap();
+    }
+
+    #[test]
+    fn a_member_inspect_skips_makes_no_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar");
+        raw_tar(&path, &[("checkpoint/../../y", b"x")]);
+        let err = read_checkpoint_file(&path, "gpucr.json", 1 << 20).unwrap_err();
+        assert!(matches!(err, ArchiveError::NoCheckpoint { .. }), "{err}");
+        assert_eq!(
+            crate::exit_code::ExitCode::exit_code(&err),
+            crate::exit_code::IMAGE_DAMAGED
+        );
+    }
+
+    #[test]
+    fn gpu_memory_without_the_file_is_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar");
+        raw_tar(&path, &[("checkpoint/inventory.img", b"x")]);
+        let found = read_checkpoint_file(&path, "gpucr.json", 1 << 20).unwrap();
+        assert!(found.content.is_none() && !found.has_gpu_dir);
+        raw_tar(
+            &path,
+            &[
+                ("checkpoint/inventory.img", b"x"),
+                ("checkpoint/gpu/data-0", b"y"),
+            ],
+        );
+        let found = read_checkpoint_file(&path, "gpucr.json", 1 << 20).unwrap();
+        assert!(found.content.is_none() && found.has_gpu_dir);
+        raw_tar(
+            &path,
+            &[
+                ("checkpoint/gpucr.json", b"{}"),
+                ("checkpoint/gpu/data-0", b"y"),
+            ],
+        );
+        let found = read_checkpoint_file(&path, "gpucr.json", 1 << 20).unwrap();
+        assert_eq!(found.content.as_deref(), Some(&b"{}"[..]));
+    }
 }

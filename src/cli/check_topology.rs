@@ -44,7 +44,7 @@ pub struct TopologyCheckArgs {
     /// DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the
     /// simulator's root, or a copy of another machine's files. An image of simulated GPUs
     /// is checked against GPUCR_SIM_ROOT when this is not given.
-    #[arg(long, value_name = "DIR", env = "GPUCR_SYSFS_ROOT")]
+    #[arg(long, value_name = "DIR", env = "GPUCR_SYSFS_ROOT", value_parser = existing_dir)]
     pub sysfs_root: Option<PathBuf>,
 
     /// Do not apply the topology check NAME (repeatable). CRIU's variables KFD_FW_VER_CHECK,
@@ -52,6 +52,20 @@ pub struct TopologyCheckArgs {
     /// KFD_NUMA_CHECK and KFD_CAPABILITY_CHECK (0/NO off, 1/YES on) switch the same checks.
     #[arg(long = "skip-check", value_name = "NAME", value_parser = check_name())]
     pub skip_check: Vec<CheckName>,
+}
+
+/// A directory that exists: a root that is missing or not a directory (a typo) would
+/// read as a machine without GPUs.
+fn existing_dir(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    match std::fs::metadata(&path) {
+        Ok(meta) if meta.is_dir() => Ok(path),
+        Ok(_) => Err(format!("{text}: not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("{text}: no such directory"))
+        }
+        Err(e) => Err(format!("{text}: {e}")),
+    }
 }
 
 fn check_name() -> impl TypedValueParser<Value = CheckName> {
@@ -76,6 +90,8 @@ mod tests {
 
     #[test]
     fn skip_check_is_repeatable_and_validated() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path().to_str().unwrap();
         let args = parse(&[
             "gpucr",
             "check-topology",
@@ -84,7 +100,7 @@ mod tests {
             "fw_version",
             "--skip-check=numa",
             "--sysfs-root",
-            "/tmp/root",
+            root,
             "--json",
         ])
         .unwrap();
@@ -94,10 +110,34 @@ mod tests {
         );
         assert_eq!(
             args.topology.sysfs_root.as_deref(),
-            Some(std::path::Path::new("/tmp/root"))
+            Some(std::path::Path::new(root))
         );
         assert!(args.output.json);
         let err = parse(&["gpucr", "check-topology", "--skip-check", "firmware"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+    }
+
+    /// A --sysfs-root that is missing or not a directory is a usage error naming it,
+    /// for every subcommand that takes it, not "no GPUs here".
+    #[test]
+    fn sysfs_root_must_be_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let file = file.to_str().unwrap();
+        let missing = dir.path().join("nonexistent");
+        let missing = missing.to_str().unwrap();
+        for (root, why) in [(missing, "no such directory"), (file, "not a directory")] {
+            for command in [
+                &["gpucr", "check-topology", "--sysfs-root", root][..],
+                &["gpucr", "restore", "img", "--sysfs-root", root][..],
+            ] {
+                let err = Cli::try_parse_from(command).unwrap_err();
+                assert_eq!(err.exit_code(), 2, "{command:?}");
+                let text = err.to_string();
+                assert!(text.contains(&format!("{root}: {why}")), "{text}");
+                assert!(text.contains("--sysfs-root"), "{text}");
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use crate::transfer::Compression;
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct DumpArgs {
     /// The root of the process tree to checkpoint.
-    #[arg(value_name = "PID")]
+    #[arg(value_name = "PID", value_parser = parse_pid)]
     pub pid: i32,
 
     /// The image directory to write.
@@ -88,6 +88,15 @@ pub struct DumpArgs {
     pub output: OutputArgs,
 }
 
+/// A process id: a number from 1 up (0 and negative numbers never name a process).
+fn parse_pid(text: &str) -> Result<i32, String> {
+    match text.trim().parse::<i64>() {
+        Ok(pid) if pid >= 1 => i32::try_from(pid).map_err(|_| "not a process id: too large".into()),
+        Ok(_) => Err("no process has this id: process ids are numbers from 1 up".into()),
+        Err(_) => Err("not a process id: expected a number from 1 up".into()),
+    }
+}
+
 /// `--cuda-staging`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CudaStagingArg {
@@ -104,5 +113,31 @@ impl CudaStagingArg {
             CudaStagingArg::Host => crate::gpu::cuda::Staging::Host,
             CudaStagingArg::Custom => crate::gpu::cuda::Staging::Custom,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Result<i32, clap::Error> {
+        match Cli::try_parse_from(args)?.command {
+            Command::Dump(args) => Ok(args.pid),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pid_is_a_number_from_1_up() {
+        assert_eq!(parse(&["gpucr", "dump", "4242", "d"]).unwrap(), 4242);
+        for bad in ["0", "-5", "2147483648", "abc", ""] {
+            let err = parse(&["gpucr", "dump", "--", bad, "d"]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+            assert_eq!(err.exit_code(), 2, "{bad}");
+        }
+        let err = parse(&["gpucr", "dump", "0", "d"]).unwrap_err().to_string();
+        assert!(err.contains("from 1 up"), "{err}");
     }
 }

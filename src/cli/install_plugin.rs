@@ -46,7 +46,8 @@ pub struct InstallPluginArgs {
     pub force: bool,
 }
 
-/// `NAME=VALUE` with a `GPUCR_*` or `CUDA_VISIBLE_DEVICES` name and a one-line value.
+/// `NAME=VALUE` with a `GPUCR_*` or `CUDA_VISIBLE_DEVICES` name and a one-line value,
+/// the value of a setting gpucr reads checked as engine mode reads it.
 fn parse_setting(text: &str) -> Result<(String, String), String> {
     let (name, value) = text
         .split_once('=')
@@ -59,5 +60,31 @@ fn parse_setting(text: &str) -> Result<(String, String), String> {
     if value.contains('\n') {
         return Err(format!("{name}: the value must be one line"));
     }
+    // Engine mode would refuse a bad value only at the next checkpoint, inside CRIU.
+    crate::engine::check_setting(name, value).map_err(|e| e.to_string())?;
     Ok((name.to_owned(), value.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_setting;
+
+    #[test]
+    fn settings_are_checked_as_engine_mode_reads_them() {
+        assert_eq!(
+            parse_setting("GPUCR_JOBS=4").unwrap(),
+            ("GPUCR_JOBS".into(), "4".into())
+        );
+        assert!(parse_setting("GPUCR_COMPRESS=zstd:19").is_ok());
+        assert!(parse_setting("GPUCR_SIM_ROOT=/x").is_ok());
+        for (text, named) in [
+            ("GPUCR_JOBS=abc", "GPUCR_JOBS=\"abc\""),
+            ("GPUCR_COMPRESS=zstd:99", "GPUCR_COMPRESS=\"zstd:99\""),
+            ("GPUCR_DEVICE_TIMEOUT=0", "GPUCR_DEVICE_TIMEOUT=\"0\""),
+            ("KFD_NUMA_CHECK=perhaps", "KFD_NUMA_CHECK=\"perhaps\""),
+        ] {
+            let err = parse_setting(text).unwrap_err();
+            assert!(err.starts_with(named), "{text}: {err}");
+        }
+    }
 }

@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use gpucr_topology::{check_local, read_local, Checks, GpuTable, Report, Topology};
-use serde::Deserialize;
 
 use super::common::print_out;
 use crate::cli::{CheckTopologyArgs, TopologyCheckArgs};
 use crate::exit_code;
 use crate::image::dir::ImagePath;
+use crate::image::{Manifest, ManifestError};
 
 /// The manifest's file name in an image directory.
 const MANIFEST: &str = "gpucr.json";
@@ -66,14 +66,16 @@ pub enum CheckTopologyError {
     /// The archive cannot be read.
     #[error(transparent)]
     Archive(#[from] crate::archive::ArchiveError),
-    /// The manifest is not JSON, or its `topology` is not a topology.
-    #[error("{} has no valid `topology`", path.display())]
-    ManifestMalformed {
-        /// The manifest's path.
+    /// The manifest is not one this gpucr reads (not JSON, a field missing or of the
+    /// wrong type, another format, a newer version), as `inspect` and `restore` find.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// An archive with GPU memory (`checkpoint/gpu/`) but no manifest: the dump did not
+    /// finish.
+    #[error("{}: missing, but the image holds GPU memory (gpu/): the dump did not finish", path.display())]
+    ArchiveManifestMissing {
+        /// The manifest's path in the archive.
         path: PathBuf,
-        /// The parse error.
-        #[source]
-        source: serde_json::Error,
     },
 }
 
@@ -81,41 +83,17 @@ impl crate::exit_code::ExitCode for CheckTopologyError {
     /// The process exit code for this error.
     fn exit_code(&self) -> u8 {
         match self {
-            CheckTopologyError::ManifestMissing { .. } | CheckTopologyError::NotFound { .. } => {
-                exit_code::IMAGE_INCOMPLETE
-            }
+            CheckTopologyError::ManifestMissing { .. }
+            | CheckTopologyError::ArchiveManifestMissing { .. }
+            | CheckTopologyError::NotFound { .. } => exit_code::IMAGE_INCOMPLETE,
             CheckTopologyError::ManifestRead { source, .. } => {
                 crate::image::manifest::read_error_code(source)
             }
-            CheckTopologyError::ManifestMalformed { .. }
-            | CheckTopologyError::NotAnImage { .. } => exit_code::IMAGE_DAMAGED,
+            CheckTopologyError::NotAnImage { .. } => exit_code::IMAGE_DAMAGED,
+            CheckTopologyError::Manifest(e) => e.exit_code(),
             CheckTopologyError::Archive(e) => e.exit_code(),
         }
     }
-}
-
-/// The manifest fields this command needs.
-#[derive(Deserialize)]
-struct ManifestTopology {
-    #[serde(default)]
-    topology: Option<Topology>,
-    #[serde(default)]
-    gpu: Option<GpuTasks>,
-}
-
-/// The backend (`gpu.backend`) and the GPUs the tasks use (`gpu.tasks[].gpus`).
-#[derive(Deserialize)]
-struct GpuTasks {
-    #[serde(default)]
-    backend: Option<String>,
-    #[serde(default)]
-    tasks: Vec<TaskGpus>,
-}
-
-#[derive(Deserialize)]
-struct TaskGpus {
-    #[serde(default)]
-    gpus: Vec<String>,
 }
 
 /// What an image says about GPUs: the topology recorded at the dump (`None` without
@@ -157,17 +135,20 @@ pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> 
             }
         }
     })?;
-    parse_topology(&text, path)
+    parse_topology(&text, &path)
 }
 
 /// The topology in the manifest `checkpoint/gpucr.json` of the archive at `archive`,
 /// read as a stream up to the manifest. An archive without one (a container
-/// checkpointed without gpucr) holds no GPU state gpucr knows of.
+/// checkpointed without gpucr) holds no GPU state gpucr knows of, unless it holds GPU
+/// memory: then the dump did not finish.
 fn read_archive_topology(archive: &Path) -> Result<ImageGpus, CheckTopologyError> {
     let name = format!("{}/{MANIFEST}", crate::archive::CHECKPOINT_DIR);
     let path = archive.join(&name);
-    match crate::archive::read_checkpoint_file(archive, MANIFEST, MAX_MANIFEST)? {
-        Some(text) => parse_topology(&text, path),
+    let found = crate::archive::read_checkpoint_file(archive, MANIFEST, MAX_MANIFEST)?;
+    match found.content {
+        Some(text) => parse_topology(&text, &path),
+        None if found.has_gpu_dir => Err(CheckTopologyError::ArchiveManifestMissing { path }),
         None => Ok(ImageGpus::default()),
     }
 }
@@ -175,17 +156,19 @@ fn read_archive_topology(archive: &Path) -> Result<ImageGpus, CheckTopologyError
 /// The largest manifest read from an archive.
 const MAX_MANIFEST: u64 = 256 << 20;
 
-fn parse_topology(text: &[u8], path: PathBuf) -> Result<ImageGpus, CheckTopologyError> {
-    let manifest: ManifestTopology = serde_json::from_slice(text)
-        .map_err(|source| CheckTopologyError::ManifestMalformed { path, source })?;
-    let gpu = manifest.gpu.unwrap_or(GpuTasks {
-        backend: None,
-        tasks: Vec::new(),
-    });
+/// The GPUs of the manifest `text`, read whole as `inspect` and `restore` read it: a
+/// manifest they refuse (another format, a newer version, a field missing or of the
+/// wrong type) is refused here too.
+fn parse_topology(text: &[u8], path: &Path) -> Result<ImageGpus, CheckTopologyError> {
+    let manifest = Manifest::parse(text, path)?;
+    let (backend, used) = match &manifest.gpu {
+        Some(gpu) => (Some(gpu.backend.clone()), gpu.used_gpus()),
+        None => (None, Vec::new()),
+    };
     Ok(ImageGpus {
         topology: manifest.topology.filter(Topology::has_gpus),
-        used: crate::image::gpu::distinct_gpus(gpu.tasks.iter().map(|t| &t.gpus)),
-        backend: gpu.backend,
+        used,
+        backend,
     })
 }
 
@@ -288,17 +271,152 @@ mod tests {
         );
     }
 
+    /// A valid manifest (`image::manifest::tests::sample`) with `changes` applied.
+    fn manifest_with(changes: serde_json::Value) -> Vec<u8> {
+        let mut value = serde_json::to_value(crate::image::manifest::tests::sample()).unwrap();
+        for (key, field) in changes.as_object().unwrap() {
+            value[key] = field.clone();
+        }
+        serde_json::to_vec(&value).unwrap()
+    }
+
+    /// A GPU section whose tasks use `gpus`.
+    fn gpu_section(backend: &str, gpus: &[&[&str]]) -> serde_json::Value {
+        let tasks: Vec<serde_json::Value> = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, gpus)| {
+                serde_json::json!({
+                    "ns_pid": i + 1, "host_pid": 100 + i, "gpus": gpus, "device_files": [],
+                    "state": {"file": format!("gpu/state/task-{}.bin", i + 1), "format": "sim/1", "size": 0},
+                    "buffers": [], "operations": [],
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "backend": backend,
+            "tasks": tasks,
+            "stats": {"buffers": 0, "raw_bytes": 0, "stored_bytes": 0, "zero_chunks": 0,
+                      "raw_chunks": 0, "compressed_chunks": 0, "seconds": 0.0},
+            "timings": [],
+        })
+    }
+
     #[test]
     fn an_image_whose_gpus_have_no_recorded_topology_says_so() {
-        let manifest = br#"{"topology": {"kfd_nodes": [], "nvidia_gpus": []},
-            "gpu": {"tasks": [{"gpus": ["nvidia:GPU-b"]}, {"gpus": ["nvidia:GPU-a", "nvidia:GPU-b"]}]}}"#;
-        let image = parse_topology(manifest, PathBuf::from("gpucr.json")).unwrap();
+        let manifest = manifest_with(serde_json::json!({
+            "topology": {"kfd_nodes": [], "nvidia_gpus": []},
+            "gpu": gpu_section("cuda", &[&["nvidia:GPU-b"], &["nvidia:GPU-a", "nvidia:GPU-b"]]),
+        }));
+        let image = parse_topology(&manifest, Path::new("gpucr.json")).unwrap();
         assert!(image.topology.is_none());
         assert_eq!(image.used, ["nvidia:GPU-a", "nvidia:GPU-b"]);
+        assert_eq!(image.backend.as_deref(), Some("cuda"));
         assert!(no_topology(&image.used).starts_with(
             "the image's tasks use GPUs (nvidia:GPU-a, nvidia:GPU-b), but the dump recorded no topology"
         ));
-        let plain = parse_topology(b"{}", PathBuf::from("gpucr.json")).unwrap();
-        assert!(plain.topology.is_none() && plain.used.is_empty());
+        let plain = parse_topology(
+            &manifest_with(serde_json::json!({})),
+            Path::new("gpucr.json"),
+        )
+        .unwrap();
+        assert!(plain.topology.is_none() && plain.used.is_empty() && plain.backend.is_none());
+    }
+
+    /// What `inspect` and `restore` refuse as no gpucr image, damaged or too new, this
+    /// refuses too, with the same exit code and the file and field named; it is never
+    /// "compatible with any machine".
+    #[test]
+    fn a_manifest_inspect_and_restore_refuse_is_refused() {
+        use crate::exit_code::ExitCode;
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (
+                manifest_with(serde_json::json!({"format": "other"})),
+                "gpucr.json: field `format` is \"other\", not \"gpucr-image\"",
+            ),
+            (
+                manifest_with(serde_json::json!({"format_version": 99})),
+                "gpucr.json: field `format_version` is 99",
+            ),
+            (b"{}".to_vec(), "gpucr.json: field `format` is \"\""),
+            (
+                manifest_with(
+                    serde_json::json!({"target": {"pid": "x", "comm": "w", "cmdline": []}}),
+                ),
+                "gpucr.json: malformed manifest at line 1",
+            ),
+            (
+                manifest_with(serde_json::json!({"created": null})),
+                "gpucr.json: malformed manifest at line 1",
+            ),
+            (
+                {
+                    let mut v: serde_json::Value =
+                        serde_json::from_slice(&manifest_with(serde_json::json!({}))).unwrap();
+                    v.as_object_mut().unwrap().remove("host");
+                    serde_json::to_vec(&v).unwrap()
+                },
+                "missing field `host`",
+            ),
+        ];
+        for (text, says) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join(MANIFEST), &text).unwrap();
+            let err = read_image_topology(dir.path()).unwrap_err();
+            assert_eq!(err.exit_code(), exit_code::IMAGE_DAMAGED, "{err}");
+            let inspect = Manifest::read(dir.path()).unwrap_err();
+            assert_eq!(err.exit_code(), inspect.exit_code());
+            assert!(err.to_string().contains(says), "{err}");
+            assert!(
+                err.to_string()
+                    .starts_with(&dir.path().join(MANIFEST).display().to_string()),
+                "{err}"
+            );
+        }
+    }
+
+    /// An archive inspect calls no checkpoint archive, or incomplete, is one here too.
+    #[test]
+    fn archives_inspect_refuses_are_refused() {
+        use crate::archive::tests::raw_tar;
+        use crate::exit_code::ExitCode;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar");
+        raw_tar(&path, &[("checkpoint/../../y", b"x")]);
+        let err = read_image_topology(&path).unwrap_err();
+        assert_eq!(err.exit_code(), exit_code::IMAGE_DAMAGED);
+        assert!(
+            err.to_string()
+                .contains("not a container checkpoint archive"),
+            "{err}"
+        );
+
+        raw_tar(&path, &[("checkpoint/gpu/data-0", b"y")]);
+        let err = read_image_topology(&path).unwrap_err();
+        assert_eq!(err.exit_code(), exit_code::IMAGE_INCOMPLETE);
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}/checkpoint/gpucr.json: missing",
+                path.display()
+            )),
+            "{err}"
+        );
+
+        raw_tar(
+            &path,
+            &[("checkpoint/gpucr.json", br#"{"format": "other"}"#)],
+        );
+        let err = read_image_topology(&path).unwrap_err();
+        assert_eq!(err.exit_code(), exit_code::IMAGE_DAMAGED);
+        assert!(
+            err.to_string()
+                .contains("checkpoint/gpucr.json: field `format`"),
+            "{err}"
+        );
+
+        // A container checkpointed without gpucr holds no GPU state.
+        raw_tar(&path, &[("checkpoint/inventory.img", b"x")]);
+        let image = read_image_topology(&path).unwrap();
+        assert!(image.topology.is_none() && image.used.is_empty());
     }
 }

@@ -32,7 +32,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
             status.exit_code()
         }
         None if !report.errors.is_empty() => {
-            if report.image.complete {
+            if report.image.complete || report.image.manifest_damaged {
                 exit_code::IMAGE_DAMAGED
             } else {
                 exit_code::IMAGE_INCOMPLETE

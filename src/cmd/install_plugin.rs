@@ -3,7 +3,7 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use gpucr_abi::engine::{criu_gpu_plugins_in, ENV_BIN, SETTINGS_FILE};
@@ -11,10 +11,42 @@ use gpucr_abi::PLUGIN_FILE;
 
 use super::common::print_out;
 use crate::cli::InstallPluginArgs;
-use crate::exit_code;
+use crate::exit_code::{self, ExitCode};
 use crate::helper::locate_plugin;
 
+/// Why the plugin directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallPluginError {
+    /// The directory, or the nearest of its parents that exists, is not a directory.
+    #[error("{}: not a directory (--criu-libdir names CRIU's plugin directory)", path.display())]
+    NotADirectory {
+        /// The path that is not a directory.
+        path: PathBuf,
+    },
+}
+
+impl ExitCode for InstallPluginError {
+    fn exit_code(&self) -> u8 {
+        exit_code::IMAGE_DIR
+    }
+}
+
+/// Refuse a plugin directory that is a file, or lies below one: the directory itself
+/// when it exists, else the nearest parent that does, must be a directory.
+fn check_libdir(dir: &Path) -> Result<(), InstallPluginError> {
+    let existing = dir
+        .ancestors()
+        .find(|p| !p.as_os_str().is_empty() && fs::symlink_metadata(p).is_ok());
+    match existing {
+        Some(path) if !path.is_dir() => Err(InstallPluginError::NotADirectory {
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
+    check_libdir(&args.criu_libdir)?;
     let dest = args.criu_libdir.join(PLUGIN_FILE);
     if args.uninstall {
         let _ = fs::remove_file(args.criu_libdir.join(SETTINGS_FILE));
@@ -103,4 +135,30 @@ fn write_settings(path: &Path, settings: &[(String, String)]) -> anyhow::Result<
     fs::rename(&temp, path)
         .with_context(|| format!("cannot move {} to {}", temp.display(), path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_libdir_that_is_a_file_is_no_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        fs::write(&file, b"").unwrap();
+        for dir in [file.clone(), file.join("below")] {
+            let err = check_libdir(&dir).unwrap_err();
+            assert_eq!(err.exit_code(), exit_code::IMAGE_DIR);
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{}: not a directory (--criu-libdir names CRIU's plugin directory)",
+                    file.display()
+                )
+            );
+        }
+        check_libdir(tmp.path()).unwrap();
+        check_libdir(&tmp.path().join("new/sub")).unwrap();
+        check_libdir(Path::new("relative/new")).unwrap();
+    }
 }

@@ -35,6 +35,7 @@ pub fn exit_code_for(err: &anyhow::Error) -> u8 {
                 .or_else(|| code_of::<ManifestError>(cause))
                 .or_else(|| code_of::<check_topology::CheckTopologyError>(cause))
                 .or_else(|| code_of::<crate::archive::ArchiveError>(cause))
+                .or_else(|| code_of::<install_plugin::InstallPluginError>(cause))
         })
         .unwrap_or(FAILURE)
 }

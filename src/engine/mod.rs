@@ -22,7 +22,7 @@ mod status;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-pub use settings::{EngineSettings, SettingsError};
+pub use settings::{check_setting, EngineSettings, SettingsError};
 pub use status::StatusPipe;
 
 use crate::cli::{EngineHelperArgs, EngineStage};

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use gpucr_topology::{CheckName, Checks};
+
 use crate::transfer::{Compression, TransferConfig};
 
 /// `--compress` of `gpucr dump` (default zstd).
@@ -42,42 +44,85 @@ impl EngineSettings {
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<EngineSettings, SettingsError> {
-        let bad = |variable, value: &str, detail: String| SettingsError {
-            variable,
-            value: value.to_owned(),
-            detail,
-        };
         let mut transfer = TransferConfig::default();
         if let Some(text) = lookup(ENV_COMPRESS) {
-            transfer.compression = text
-                .trim()
-                .parse::<Compression>()
-                .map_err(|e| bad(ENV_COMPRESS, &text, e.to_string()))?;
+            transfer.compression = parse_compress(&text)?;
         }
         if let Some(text) = lookup(ENV_JOBS) {
-            transfer.jobs = match text.trim().parse::<usize>() {
-                Ok(n) if (1..=1024).contains(&n) => n,
-                _ => return Err(bad(ENV_JOBS, &text, "not a number from 1 to 1024".into())),
-            };
+            transfer.jobs = parse_jobs(&text)?;
         }
         let device_timeout = match lookup(ENV_DEVICE_TIMEOUT) {
             None => Duration::from_secs(120),
-            Some(text) => match text.trim().parse::<u64>() {
-                Ok(s) if (1..=86400).contains(&s) => Duration::from_secs(s),
-                _ => {
-                    return Err(bad(
-                        ENV_DEVICE_TIMEOUT,
-                        &text,
-                        "not a number of seconds from 1 to 86400".into(),
-                    ))
-                }
-            },
+            Some(text) => parse_device_timeout(&text)?,
         };
         Ok(EngineSettings {
             transfer,
             device_timeout,
             cuda_visible_devices: lookup(ENV_CUDA_VISIBLE_DEVICES),
         })
+    }
+}
+
+/// Check the value of the setting `name` as engine mode will read it (`gpucr
+/// install-plugin --setting`): the knobs of `gpucr dump` and `gpucr restore` with the
+/// rules of their flags, and CRIU's `KFD_*_CHECK` switches. Other names pass unchecked.
+pub fn check_setting(name: &str, value: &str) -> Result<(), SettingsError> {
+    match name {
+        ENV_COMPRESS => parse_compress(value).map(drop),
+        ENV_JOBS => parse_jobs(value).map(drop),
+        ENV_DEVICE_TIMEOUT => parse_device_timeout(value).map(drop),
+        _ => check_topology_switch(name, value),
+    }
+}
+
+/// A `KFD_*_CHECK` switch, read as the topology check reads it (1/YES on, 0/NO off).
+fn check_topology_switch(name: &str, value: &str) -> Result<(), SettingsError> {
+    let Some(variable) = CheckName::ALL
+        .iter()
+        .filter_map(|check| check.env_var())
+        .find(|&variable| variable == name)
+    else {
+        return Ok(());
+    };
+    let checks = Checks::from_lookup(|wanted| (wanted == variable).then(|| value.to_owned()), &[]);
+    match checks.warnings().first() {
+        None => Ok(()),
+        Some(_) => Err(bad(variable, value, "expected YES/NO or 1/0".into())),
+    }
+}
+
+fn bad(variable: &'static str, value: &str, detail: String) -> SettingsError {
+    SettingsError {
+        variable,
+        value: value.to_owned(),
+        detail,
+    }
+}
+
+/// `GPUCR_COMPRESS`, as `--compress` reads it.
+fn parse_compress(text: &str) -> Result<Compression, SettingsError> {
+    text.trim()
+        .parse::<Compression>()
+        .map_err(|e| bad(ENV_COMPRESS, text, e.to_string()))
+}
+
+/// `GPUCR_JOBS`, as `--jobs` reads it.
+fn parse_jobs(text: &str) -> Result<usize, SettingsError> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(bad(ENV_JOBS, text, "not a number from 1 to 1024".into())),
+    }
+}
+
+/// `GPUCR_DEVICE_TIMEOUT`, as `--device-timeout` reads it.
+fn parse_device_timeout(text: &str) -> Result<Duration, SettingsError> {
+    match text.trim().parse::<u64>() {
+        Ok(s) if (1..=86400).contains(&s) => Ok(Duration::from_secs(s)),
+        _ => Err(bad(
+            ENV_DEVICE_TIMEOUT,
+            text,
+            "not a number of seconds from 1 to 86400".into(),
+        )),
     }
 }
 
@@ -133,5 +178,38 @@ mod tests {
             assert_eq!(e.variable, var);
             assert!(e.to_string().starts_with(&format!("{var}=")), "{e}");
         }
+    }
+
+    #[test]
+    fn install_checks_a_setting_as_engine_mode_reads_it() {
+        for (name, value) in [
+            (ENV_COMPRESS, "zstd:3"),
+            (ENV_JOBS, "8"),
+            (ENV_DEVICE_TIMEOUT, "600"),
+            ("KFD_NUMA_CHECK", "no"),
+            (ENV_CUDA_VISIBLE_DEVICES, "GPU-x,1"),
+            ("GPUCR_SIM_ROOT", "/anything"),
+        ] {
+            check_setting(name, value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+        }
+        for (name, value) in [
+            (ENV_COMPRESS, "zstd:99"),
+            (ENV_JOBS, "abc"),
+            (ENV_JOBS, "0"),
+            (ENV_DEVICE_TIMEOUT, "-1"),
+            ("KFD_FW_VER_CHECK", "maybe"),
+        ] {
+            let e = check_setting(name, value).unwrap_err();
+            assert_eq!(e.variable, name);
+            assert!(e.to_string().starts_with(&format!("{name}=")), "{e}");
+        }
+        // What install refuses is what engine mode would refuse.
+        let err = settings(&[(ENV_COMPRESS, "zstd:99")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            check_setting(ENV_COMPRESS, "zstd:99")
+                .unwrap_err()
+                .to_string()
+        );
     }
 }

@@ -56,14 +56,18 @@ pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, Insp
         });
     }
     let mut errors = Vec::new();
+    // Present but unreadable: the image is damaged, not missing its manifest.
+    let mut unreadable_manifest = None;
     let manifest = match read_manifest(source) {
         Ok(m) => Some(m),
         Err(ManifestError::Missing { .. }) => None,
         Err(e) => {
+            let message = super::with_causes(&e);
+            unreadable_manifest = Some(message.clone());
             errors.push(ReportError {
                 file: MANIFEST_FILE.into(),
                 offset: None,
-                message: super::with_causes(&e),
+                message,
             });
             None
         }
@@ -157,6 +161,10 @@ pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, Insp
         (None, None) if source.has_file(INCOMPLETE_FILE) => {
             Some("the dump failed (see gpucr-incomplete.json)".into())
         }
+        (None, None) if unreadable_manifest.is_some() => Some(format!(
+            "the image is damaged: {}",
+            unreadable_manifest.as_deref().unwrap_or_default()
+        )),
         // A container checkpointed by its engine without gpucr (no GPU): CRIU's images
         // are the whole checkpoint.
         (None, None) if source.is_archive() && !source.has_dir(crate::transfer::GPU_DIR) => None,
@@ -166,10 +174,13 @@ pub fn collect_from(source: &ImageSource, opts: &Options) -> Result<Report, Insp
         ),
         (Some(_), None) => None,
     };
+    let manifest_damaged =
+        manifest.is_none() && unreadable_manifest.is_some() && !source.has_file(INCOMPLETE_FILE);
     let image = ImageSummary {
         dir: dir.display().to_string(),
         complete: incomplete_reason.is_none(),
         incomplete_reason,
+        manifest_damaged,
         format_version: manifest.as_ref().map(|m| m.format_version),
         gpucr_version: manifest.as_ref().map(|m| m.gpucr_version.clone()),
         criu_version: manifest.as_ref().map(|m| m.criu_version.clone()),
@@ -494,4 +505,79 @@ fn sizes(source: &ImageSource) -> Sizes {
 
 fn hex(v: u64) -> String {
     format!("{v:#x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn report_of(dir: &Path) -> Report {
+        let opts = Options {
+            pid: None,
+            page_size: 4096,
+        };
+        collect(dir, &opts).unwrap()
+    }
+
+    /// A manifest that is present but not a manifest damages the image; it is not
+    /// reported as missing.
+    #[test]
+    fn a_manifest_that_cannot_be_read_is_damage_not_absence() {
+        for (text, says) in [
+            (
+                "{\"format\": \"gpucr-image\", ",
+                "malformed manifest at line 1",
+            ),
+            ("not json", "malformed manifest at line 1, column 2"),
+            ("{\"format\": \"other\"}", "field `format` is \"other\""),
+            (
+                "{\"format\": \"gpucr-image\", \"format_version\": 99}",
+                "field `format_version` is 99",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join(MANIFEST_FILE), text).unwrap();
+            let report = report_of(dir.path());
+            assert!(report.image.manifest_damaged, "{text}");
+            assert!(!report.image.complete);
+            let reason = report.image.incomplete_reason.clone().unwrap();
+            assert!(reason.starts_with("the image is damaged: "), "{reason}");
+            assert!(
+                reason.contains(MANIFEST_FILE) && reason.contains(says),
+                "{reason}"
+            );
+            assert!(!reason.contains("no manifest"), "{reason}");
+            assert!(report.errors.iter().any(|e| e.file == MANIFEST_FILE));
+            let text = super::super::text::render(&report, &super::super::Views::default());
+            assert!(!text.contains("no manifest"), "{text}");
+            assert!(
+                text.contains("unknown (the manifest cannot be read)"),
+                "{text}"
+            );
+
+            // A failed dump's marker still makes it incomplete.
+            fs::write(
+                dir.path().join(INCOMPLETE_FILE),
+                "{\"reason\": \"criu failed\"}",
+            )
+            .unwrap();
+            let report = report_of(dir.path());
+            assert!(!report.image.manifest_damaged);
+            assert_eq!(
+                report.image.incomplete_reason.as_deref(),
+                Some("criu failed")
+            );
+        }
+        // No manifest at all is still what it was.
+        let dir = tempfile::tempdir().unwrap();
+        let report = report_of(dir.path());
+        assert!(!report.image.manifest_damaged);
+        assert!(report
+            .image
+            .incomplete_reason
+            .unwrap()
+            .starts_with("no manifest (gpucr.json)"));
+    }
 }

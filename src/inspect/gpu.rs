@@ -10,7 +10,7 @@ use super::model::{
     GpuTaskState, Problem, ReportError,
 };
 use super::source::ImageSource;
-use crate::image::Manifest;
+use crate::image::{Manifest, MANIFEST_FILE};
 use crate::transfer::{
     read_index, verify_image, BufferKey, GpuIndex, TransferError, GPU_DIR, INDEX_FILE,
 };
@@ -75,6 +75,9 @@ pub fn gpu_info(
         info.note = match backend.as_deref() {
             Some("none") => "no GPU state is recorded: the tree used no GPU".into(),
             Some(b) => format!("no GPU state is recorded (backend {b})"),
+            None if source.has_file(MANIFEST_FILE) => {
+                "GPU state unknown (the manifest cannot be read)".into()
+            }
             None => "no GPU state is recorded (no manifest)".into(),
         };
         return (info, None);

@@ -60,8 +60,14 @@ pub struct ImageSummary {
     pub dir: String,
     /// True when the manifest is present and no failed dump marked the image.
     pub complete: bool,
-    /// Why the image is incomplete (no manifest, or the reason a failed dump recorded).
+    /// Why the image is incomplete (no manifest, a manifest that cannot be read, or the
+    /// reason a failed dump recorded).
     pub incomplete_reason: Option<String>,
+    /// The manifest is present but cannot be read, and that alone keeps the image from
+    /// being complete: the image is damaged, not incomplete (not in the JSON: `errors`
+    /// names the manifest).
+    #[serde(skip)]
+    pub manifest_damaged: bool,
     /// The manifest's `format_version`; null without a manifest.
     pub format_version: Option<u32>,
     pub gpucr_version: Option<String>,

@@ -166,6 +166,7 @@ fn summary(root: &mut Node, r: &Report) {
     }
     let versions = match (&i.gpucr_version, &i.criu_version) {
         (Some(g), Some(c)) => format!("gpucr {g}, CRIU {c}"),
+        _ if i.manifest_damaged => "gpucr: unknown (the manifest cannot be read)".to_string(),
         _ => "gpucr: unknown (no manifest)".to_string(),
     };
     let images = i
