@@ -57,16 +57,16 @@ pub const ALL: &[(u8, &str)] = &[
     (USAGE, "usage error (bad flag, value or argument)"),
     (
         TARGET,
-        "target process not found, a kernel thread, or not permitted",
+        "target process not found, a kernel thread or a thread (not a process), or not permitted",
     ),
     (
         CRIU_UNAVAILABLE,
-        "CRIU missing, too old, or it broke the RPC protocol",
+        "CRIU missing, too old, it broke the RPC protocol, or it did not answer within 30 s",
     ),
     (CRIU_FAILED, "CRIU reported that the dump or restore failed"),
     (
         IMAGE_DIR,
-        "image directory not usable (not empty, not writable)",
+        "image directory not usable (not empty, not writable, not a directory, no room for the manifest)",
     ),
     (
         IMAGE_DAMAGED,
