@@ -4,6 +4,7 @@
 mod common;
 
 use std::fs;
+use std::path::{Path, PathBuf};
 
 use common::*;
 
@@ -109,15 +110,22 @@ fn leave_running_keeps_the_tree_running() {
     );
 }
 
-/// One image restores twice (the workload's own files are put back as they were at the
-/// dump: CRIU checks their sizes, it does not carry their contents).
-#[test]
-fn one_image_restores_twice() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    let snapshot = tmp.path().join("snapshot");
-    let image = tmp.path().join("image");
+/// A workload tree dumped into `tmp/image` (and killed), with its state files as they
+/// were at the dump kept in `tmp/snapshot` (CRIU checks their sizes at restore).
+struct Dumped {
+    /// The dumped tree, killed; its journal goes on once it is restored.
+    tree: Tree,
+    state: PathBuf,
+    snapshot: PathBuf,
+    image: PathBuf,
+    /// The parent's tick count at the dump.
+    dumped_ticks: u64,
+}
+
+fn dumped_and_killed(tmp: &Path) -> Dumped {
+    let state = tmp.join("state");
+    let snapshot = tmp.join("snapshot");
+    let image = tmp.join("image");
     let tree = Tree::start(&state, &[]);
     assert_success(&gpucr(&[
         "dump",
@@ -128,6 +136,28 @@ fn one_image_restores_twice() {
     kill_and_wait(tree.pid);
     copy_files(&state, &snapshot);
     let dumped_ticks = tree.last("parent").num("tick");
+    Dumped {
+        tree,
+        state,
+        snapshot,
+        image,
+        dumped_ticks,
+    }
+}
+
+/// One image restores twice (the workload's own files are put back as they were at the
+/// dump: CRIU checks their sizes, it does not carry their contents).
+#[test]
+fn one_image_restores_twice() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let Dumped {
+        tree,
+        state,
+        snapshot,
+        image,
+        dumped_ticks,
+    } = dumped_and_killed(tmp.path());
 
     for round in 0..2 {
         copy_files(&snapshot, &state);
@@ -398,19 +428,13 @@ fn private_work_dir(stderr: &str) -> std::path::PathBuf {
 fn a_read_only_image_restores_and_no_stale_log_is_shown() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state");
-    let snapshot = tmp.path().join("snapshot");
-    let image = tmp.path().join("image");
-    let tree = Tree::start(&state, &[]);
-    assert_success(&gpucr(&[
-        "dump",
-        "--tcp-established",
-        &tree.pid.to_string(),
-        image.to_str().unwrap(),
-    ]));
-    kill_and_wait(tree.pid);
-    copy_files(&state, &snapshot);
-    let dumped_ticks = tree.last("parent").num("tick");
+    let Dumped {
+        tree,
+        state,
+        snapshot,
+        image,
+        dumped_ticks,
+    } = dumped_and_killed(tmp.path());
     let stale = "(00.01) Error (criu/stale.c:1): STALE line of an earlier restore\n";
     fs::write(image.join("restore.log"), stale).unwrap();
 
