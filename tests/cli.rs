@@ -860,6 +860,47 @@ fn damaged_images_are_refused_and_never_run() {
     }
     assert!(!linked.join("restore.log").exists());
 
+    // The manifest itself a symbolic link to an intact copy elsewhere: damaged the same
+    // way, the link and its target named, by restore (before CRIU starts), inspect
+    // --verify (kind "symlink") and check-topology.
+    let linked = variant("symlinked-manifest");
+    let manifest = linked.join("gpucr.json");
+    let aside = tmp.path().join("gpucr-aside.json");
+    fs::rename(&manifest, &aside).unwrap();
+    std::os::unix::fs::symlink(&aside, &manifest).unwrap();
+    let needle = format!(
+        "{}: a symbolic link (to {}), not the manifest the dump wrote",
+        manifest.display(),
+        aside.display()
+    );
+    let dir = linked.to_str().unwrap();
+    for args in [
+        &["restore", dir][..],
+        &["inspect", "--verify", dir],
+        &["check-topology", dir],
+    ] {
+        let out = bounded(args);
+        assert_eq!(
+            out.status.code(),
+            Some(IMAGE_DAMAGED),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(said.contains(&needle), "{args:?}: {said}");
+    }
+    assert!(!linked.join("restore.log").exists());
+    let out = bounded(&["inspect", "--verify", "--json", dir]);
+    assert_eq!(out.status.code(), Some(IMAGE_DAMAGED));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = report["verify"]["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["file"] == "gpucr.json" && p["kind"] == "symlink"),
+        "{problems:?}"
+    );
+
     // A flipped byte in the memory pages. By default they are hashed while CRIU restores
     // and the post-restore notification is refused: CRIU kills the half-made tree before
     // it ever runs. With --verify-first the image is refused before CRIU starts.
