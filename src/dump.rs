@@ -142,6 +142,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         .map(CriuConfig::read)
         .transpose()?;
     let target = target::validate(opts.pid)?;
+    target::check_untraced(opts.pid)?;
     let setup = gpu::DumpSetup {
         freeze_timeout: opts
             .timeout

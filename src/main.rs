@@ -2,12 +2,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use gpucr::cli::{Cli, Command};
+use gpucr::cli::{self, Command};
 use gpucr::{cmd, exit_code};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
             // --help and --version print to stdout and succeed; real errors exit USAGE.

@@ -44,6 +44,15 @@ pub enum TargetError {
          (run gpucr with sudo)"
     )]
     NotPermitted { pid: i32 },
+    #[error(
+        "pid {pid} is traced by pid {tracer} ({tracer_comm}): a process can have one tracer, \
+         and CRIU must be it; detach {tracer} and dump again"
+    )]
+    Traced {
+        pid: i32,
+        tracer: i32,
+        tracer_comm: String,
+    },
     #[error("pid {pid}: cannot read {path}")]
     Proc {
         pid: i32,
@@ -138,7 +147,40 @@ pub fn start_time(pid: i32) -> Option<u64> {
 /// The process tracing `pid` (`TracerPid` in `/proc/PID/status`; CRIU traces a tree
 /// while it dumps it), None when no one does or `pid` is gone.
 pub fn tracer(pid: i32) -> Option<i32> {
-    let status = read_proc(pid, "status").ok()?;
+    parse_tracer(&read_proc(pid, "status").ok()?)
+}
+
+/// Check that no task of the tree rooted at `root` (every thread of every process) is
+/// traced: CRIU must trace each of them itself, and a task has one tracer (a debugger,
+/// `strace -p`). Refused up front, the tree untouched, rather than left to CRIU, which
+/// fails halfway with a message about detaching.
+pub fn check_untraced(root: i32) -> Result<(), TargetError> {
+    for process in gpucr_abi::procfs::tree_pids(root) {
+        for task in gpucr_abi::procfs::threads(process) {
+            let Some(tracer) = task_tracer(process, task) else {
+                continue;
+            };
+            let tracer_comm = fs::read_to_string(proc_path(tracer, "comm"))
+                .map(|c| c.trim_end().to_owned())
+                .unwrap_or_else(|_| "gone".to_owned());
+            return Err(TargetError::Traced {
+                pid: task,
+                tracer,
+                tracer_comm,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The tracer of thread `task` of `process`, None when it has none or is gone.
+fn task_tracer(process: i32, task: i32) -> Option<i32> {
+    let status = fs::read_to_string(format!("/proc/{process}/task/{task}/status")).ok()?;
+    parse_tracer(&status)
+}
+
+/// The `TracerPid:` of a `/proc/PID/status` text, None when 0 (untraced).
+fn parse_tracer(status: &str) -> Option<i32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("TracerPid:"))
@@ -304,6 +346,89 @@ mod tests {
         child.wait().unwrap();
         assert!(!is_running(pid));
         assert!(is_running(std::process::id() as i32));
+    }
+
+    /// A process with a tracer of its own (here a thread of the test, as a debugger or
+    /// `strace -p` would be) is refused with the tracer named, and stays traced; so is a
+    /// process whose child is traced.
+    #[test]
+    fn a_traced_process_or_child_is_refused_with_its_tracer() {
+        assert_eq!(parse_tracer("Name:\tx\nTracerPid:\t0\n"), None);
+        assert_eq!(parse_tracer("TracerPid:\t77\n"), Some(77));
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let root = shell.id() as i32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let child = loop {
+            let tree = gpucr_abi::procfs::tree_pids(root);
+            if let Some(&child) = tree.get(1) {
+                break child;
+            }
+            assert!(std::time::Instant::now() < deadline, "sleep never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        check_untraced(root).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let tracing = std::thread::Builder::new()
+            .name("tracer-test".into())
+            .spawn(move || {
+                // SAFETY: PTRACE_SEIZE takes a pid and no memory of ours; it does not
+                // stop the tracee. The tracee is let go when this thread exits.
+                let rc = unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_SEIZE,
+                        child,
+                        std::ptr::null_mut::<libc::c_void>(),
+                        0,
+                    )
+                };
+                tx.send((rc, nix::unistd::gettid().as_raw())).unwrap();
+                let _ = done_rx.recv();
+            })
+            .unwrap();
+        let (rc, tid) = rx.recv().unwrap();
+        assert_eq!(rc, 0, "PTRACE_SEIZE: {}", io::Error::last_os_error());
+        for pid in [root, child] {
+            match check_untraced(pid) {
+                Err(e @ TargetError::Traced { .. }) => {
+                    let TargetError::Traced {
+                        pid: traced,
+                        tracer,
+                        ref tracer_comm,
+                    } = e
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!((traced, tracer), (child, tid));
+                    assert_eq!(tracer_comm, "tracer-test");
+                    assert_eq!(
+                        e.to_string(),
+                        format!(
+                            "pid {child} is traced by pid {tid} (tracer-test): a process can \
+                             have one tracer, and CRIU must be it; detach {tid} and dump again"
+                        )
+                    );
+                    assert_eq!(e.exit_code(), exit_code::TARGET);
+                }
+                other => panic!("{pid}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            tracer(child),
+            Some(tid),
+            "the check left the tracer attached"
+        );
+        done_tx.send(()).unwrap();
+        tracing.join().unwrap();
+        shell.kill().unwrap();
+        shell.wait().unwrap();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 
     #[test]

@@ -134,6 +134,40 @@ fn table_of_local_gpus() {
     );
 }
 
+/// A flag's variable set but empty (`GPUCR_SYSFS_ROOT= gpucr ...`) counts as unset, not
+/// as an empty value of the flag; an empty value given as the flag is still refused.
+#[test]
+fn an_empty_variable_counts_as_unset() {
+    let unset = gpucr(&["check-topology", "--json"], &[]);
+    let empty = gpucr(&["check-topology", "--json"], &[("GPUCR_SYSFS_ROOT", "")]);
+    assert_eq!(
+        empty.status.code(),
+        unset.status.code(),
+        "{}",
+        stderr(&empty)
+    );
+    assert_ne!(empty.status.code(), Some(USAGE), "{}", stderr(&empty));
+    assert_eq!(stdout(&empty), stdout(&unset));
+    assert_eq!(stderr(&empty), stderr(&unset));
+
+    // Neither is GPUCR_CRIU (nor GPUCR_CRIU_CONFIG) a flag given empty: the dump goes on
+    // to the target check.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("img");
+    let out = gpucr(
+        &["dump", "99999999", path(&dir)],
+        &[("GPUCR_CRIU", ""), ("GPUCR_CRIU_CONFIG", "")],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pid 99999999: no such process"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpucr(&["check-topology", "--sysfs-root", ""], &[]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+}
+
 #[test]
 fn table_as_json() {
     let root = fixture("mi100-4x-xgmi");

@@ -185,6 +185,62 @@ fn dump_of_a_thread_names_its_process() {
     assert!(alive(tree.pid));
 }
 
+/// A process another tracer holds (a debugger, `strace -p`; here a thread of the test)
+/// cannot be seized by CRIU: refused up front with the tracer named, nothing created,
+/// and the process left running under its tracer.
+#[test]
+fn dump_of_a_traced_process_names_its_tracer() {
+    // Without the check CRIU would run.
+    let _lock = criu_lock();
+    let target = Sleeper::start();
+    let pid = target.0.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let tracing = std::thread::Builder::new()
+        .name("test-tracer".into())
+        .spawn(move || {
+            // SAFETY: PTRACE_SEIZE takes a pid and no memory of ours and does not stop
+            // the tracee; the kernel lets it go when this thread exits.
+            let rc = unsafe {
+                libc::ptrace(
+                    libc::PTRACE_SEIZE,
+                    pid,
+                    std::ptr::null_mut::<libc::c_void>(),
+                    0,
+                )
+            };
+            tx.send((
+                rc,
+                std::io::Error::last_os_error(),
+                nix::unistd::gettid().as_raw(),
+            ))
+            .unwrap();
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+    let (rc, error, tracer) = rx.recv().unwrap();
+    assert_eq!(rc, 0, "PTRACE_SEIZE: {error}");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("img");
+    let out = gpucr(&["dump", &pid.to_string(), dir.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        TARGET,
+        &format!(
+            "pid {pid} is traced by pid {tracer} (test-tracer): a process can have one \
+             tracer, and CRIU must be it; detach {tracer} and dump again"
+        ),
+    );
+    assert!(!dir.exists(), "nothing is created for a traced target");
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(
+        status.contains(&format!("TracerPid:\t{tracer}\n")),
+        "the tracer is left attached: {status}"
+    );
+    done_tx.send(()).unwrap();
+    tracing.join().unwrap();
+}
+
 /// 0 and negative numbers are no process id at all: a usage error, not a missing target.
 #[test]
 fn dump_of_a_pid_below_1_is_a_usage_error() {
@@ -859,6 +915,47 @@ fn damaged_images_are_refused_and_never_run() {
         assert!(said.contains(&needle), "{args:?}: {said}");
     }
     assert!(!linked.join("restore.log").exists());
+
+    // The manifest itself a symbolic link to an intact copy elsewhere: damaged the same
+    // way, the link and its target named, by restore (before CRIU starts), inspect
+    // --verify (kind "symlink") and check-topology.
+    let linked = variant("symlinked-manifest");
+    let manifest = linked.join("gpucr.json");
+    let aside = tmp.path().join("gpucr-aside.json");
+    fs::rename(&manifest, &aside).unwrap();
+    std::os::unix::fs::symlink(&aside, &manifest).unwrap();
+    let needle = format!(
+        "{}: a symbolic link (to {}), not the manifest the dump wrote",
+        manifest.display(),
+        aside.display()
+    );
+    let dir = linked.to_str().unwrap();
+    for args in [
+        &["restore", dir][..],
+        &["inspect", "--verify", dir],
+        &["check-topology", dir],
+    ] {
+        let out = bounded(args);
+        assert_eq!(
+            out.status.code(),
+            Some(IMAGE_DAMAGED),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(said.contains(&needle), "{args:?}: {said}");
+    }
+    assert!(!linked.join("restore.log").exists());
+    let out = bounded(&["inspect", "--verify", "--json", dir]);
+    assert_eq!(out.status.code(), Some(IMAGE_DAMAGED));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = report["verify"]["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["file"] == "gpucr.json" && p["kind"] == "symlink"),
+        "{problems:?}"
+    );
 
     // A flipped byte in the memory pages. By default they are hashed while CRIU restores
     // and the post-restore notification is refused: CRIU kills the half-made tree before

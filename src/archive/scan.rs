@@ -152,12 +152,12 @@ pub fn scan(path: &Path, opts: &ScanOptions) -> Result<Scan, ArchiveError> {
             }
         } else {
             if size > KEEP_FILE_LIMIT || kept + size > KEEP_TOTAL_LIMIT {
-                return Err(ArchiveError::TooLarge {
-                    path: path.to_path_buf(),
-                    member: name.to_string(),
+                return Err(ArchiveError::too_large(
+                    path,
+                    name,
                     size,
-                    limit: KEEP_FILE_LIMIT.min(KEEP_TOTAL_LIMIT - kept),
-                });
+                    KEEP_FILE_LIMIT.min(KEEP_TOTAL_LIMIT - kept),
+                ));
             }
             kept += size;
             Handling::Keep(Vec::with_capacity(size as usize))
@@ -302,7 +302,7 @@ pub fn each_member(
 ) -> Result<Compression, ArchiveError> {
     let (compression, stream) = open(path)?;
     let mut archive = tar::Archive::new(stream);
-    let read_err = |member: Option<String>, source: io::Error, first: bool| {
+    let read_err = |member: Option<&str>, source: io::Error, first: bool| {
         // A plain file whose first header does not parse was never a tar archive (the
         // tar reader's own message then quotes the file's bytes).
         if first && compression == Compression::None {
@@ -310,11 +310,7 @@ pub fn each_member(
                 path: path.to_path_buf(),
             }
         } else {
-            ArchiveError::Read {
-                path: path.to_path_buf(),
-                member,
-                source,
-            }
+            ArchiveError::read(path, member, source)
         }
     };
     let entries = archive.entries().map_err(|e| read_err(None, e, true))?;
@@ -360,13 +356,7 @@ fn stream(
             Ok(0) => return Ok(()),
             Ok(n) => sink(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(source) => {
-                return Err(ArchiveError::Read {
-                    path: path.to_path_buf(),
-                    member: Some(name.to_string()),
-                    source,
-                })
-            }
+            Err(source) => return Err(ArchiveError::read(path, Some(name), source)),
         }
     }
 }
@@ -380,12 +370,7 @@ fn read_limited(
     reader: &mut dyn Read,
 ) -> Result<Vec<u8>, ArchiveError> {
     if size > limit {
-        return Err(ArchiveError::TooLarge {
-            path: path.to_path_buf(),
-            member: name.to_string(),
-            size,
-            limit,
-        });
+        return Err(ArchiveError::too_large(path, name, size, limit));
     }
     let mut bytes = Vec::with_capacity(size as usize);
     stream(path, name, reader, |piece| bytes.extend_from_slice(piece))?;

@@ -15,7 +15,9 @@ mod restore;
 mod restore_guard;
 mod sim_guard;
 
-use clap::{Parser, Subcommand};
+use std::ffi::OsStr;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use check_topology::CheckTopologyArgs;
 pub use check_topology::TopologyCheckArgs;
@@ -35,7 +37,7 @@ Exit status:
     0  success (check-topology: compatible; inspect --verify: intact)
     1  unexpected internal error
     2  usage error (bad flag, value or argument)
-    3  target process not found, a kernel thread or a thread (not a process), or not permitted
+    3  target process not found, a kernel thread or a thread (not a process), traced by another process, or not permitted
     4  CRIU missing, too old, it broke the RPC protocol, or it did not answer within 30 s
     5  CRIU reported that the dump or restore failed
     6  image directory not usable (not empty, not writable, not a directory, no room for the manifest)
@@ -82,6 +84,38 @@ pub enum Command {
     SimGuard(SimGuardArgs),
 }
 
+/// Parse gpucr's command line. An environment variable that backs a flag (`GPUCR_CRIU`,
+/// `GPUCR_SYSFS_ROOT`, ...) and is set but empty counts as unset, as a shell's `VAR=`
+/// means, instead of as an empty value of the flag.
+pub fn try_parse() -> Result<Cli, clap::Error> {
+    let mut command = command_with_env(|name| std::env::var_os(name).is_some_and(|v| v.is_empty()));
+    let mut matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
+}
+
+/// The clap tree, every argument whose environment variable `is_empty` says is empty
+/// no longer read from it.
+fn command_with_env(is_empty: impl Fn(&OsStr) -> bool + Copy) -> clap::Command {
+    forget_empty_variables(Cli::command(), is_empty)
+}
+
+fn forget_empty_variables(
+    command: clap::Command,
+    is_empty: impl Fn(&OsStr) -> bool + Copy,
+) -> clap::Command {
+    let command = command.mut_args(|arg| match arg.get_env() {
+        Some(name) if is_empty(name) => arg.env(None::<&str>),
+        _ => arg,
+    });
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    names.into_iter().fold(command, |command, name| {
+        command.mut_subcommand(name, |sub| forget_empty_variables(sub, is_empty))
+    })
+}
+
 /// The long help text listing the exit codes, shared with the man pages.
 pub fn exit_status_help() -> &'static str {
     EXIT_STATUS_HELP
@@ -89,14 +123,41 @@ pub fn exit_status_help() -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
-
     use super::*;
     use crate::exit_code;
 
     #[test]
     fn clap_tree_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// An empty variable no longer backs its flag; the others still do.
+    #[test]
+    fn empty_flag_variables_count_as_unset() {
+        let env_of = |command: &clap::Command, sub: &str, id: &str| {
+            command
+                .find_subcommand(sub)
+                .unwrap()
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap()
+                .get_env()
+                .map(|v| v.to_owned())
+        };
+        let all = command_with_env(|_| false);
+        assert_eq!(env_of(&all, "dump", "criu").unwrap(), "GPUCR_CRIU");
+        assert_eq!(
+            env_of(&all, "check-topology", "sysfs_root").unwrap(),
+            "GPUCR_SYSFS_ROOT"
+        );
+        let some = command_with_env(|name| name == "GPUCR_CRIU");
+        assert_eq!(env_of(&some, "dump", "criu"), None);
+        assert_eq!(env_of(&some, "restore", "criu"), None);
+        assert_eq!(
+            env_of(&some, "dump", "criu_config").unwrap(),
+            "GPUCR_CRIU_CONFIG"
+        );
+        some.debug_assert();
     }
 
     #[test]

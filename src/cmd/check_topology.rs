@@ -125,6 +125,7 @@ pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> 
         ImagePath::Directory => {}
     }
     let path = dir.join(MANIFEST);
+    crate::image::manifest::refuse_symlink(&path)?;
     let text = gpucr_criu_image::store::read_regular(&path).map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound {
             CheckTopologyError::ManifestMissing { path: path.clone() }

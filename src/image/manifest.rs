@@ -56,12 +56,30 @@ pub enum ManifestError {
          with the gpucr that dumped it (`gpucr_version`), or dump the tree again"
     )]
     OldGpuFormat { path: PathBuf, found: u32 },
+    #[error(
+        "{path}: a symbolic link (to {target}), not the manifest the dump wrote: the image \
+         is damaged"
+    )]
+    Symlink { path: PathBuf, target: PathBuf },
     #[error("{path}: cannot write the manifest")]
     Write {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
+}
+
+/// Refuse a manifest at `path` that is a symbolic link (dangling or not), as an image
+/// file that is one is refused ([`super::verify::ProblemKind::Symlink`]): gpucr writes a
+/// regular file, and a link's target is not in the image, nor in a copy of it.
+pub fn refuse_symlink(path: &Path) -> Result<(), ManifestError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(ManifestError::Symlink {
+            path: path.to_path_buf(),
+            target: fs::read_link(path).unwrap_or_default(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The exit code for a manifest that exists but cannot be read: one that is not a
@@ -88,7 +106,8 @@ impl ExitCode for ManifestError {
             ManifestError::Malformed { .. }
             | ManifestError::WrongFormat { .. }
             | ManifestError::TooNew { .. }
-            | ManifestError::OldGpuFormat { .. } => exit_code::IMAGE_DAMAGED,
+            | ManifestError::OldGpuFormat { .. }
+            | ManifestError::Symlink { .. } => exit_code::IMAGE_DAMAGED,
         }
     }
 }
@@ -223,6 +242,7 @@ impl Manifest {
     /// Read and validate the manifest of `dir`.
     pub fn read(dir: &Path) -> Result<Manifest, ManifestError> {
         let path = Self::path_in(dir);
+        refuse_symlink(&path)?;
         let text = match gpucr_criu_image::store::read_regular(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -368,6 +388,36 @@ pub(crate) mod tests {
         m.write(dir.path()).unwrap();
         assert_eq!(Manifest::read(dir.path()).unwrap(), m);
         assert!(!dir.path().join(".gpucr.json.tmp").exists());
+    }
+
+    /// A manifest that is a symbolic link, to an intact manifest or to nothing, is
+    /// damage with the link and its target named, not read through.
+    #[test]
+    fn a_symlinked_manifest_is_damage() {
+        let real = tempfile::tempdir().unwrap();
+        sample().write(real.path()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let link = Manifest::path_in(dir.path());
+        let target = Manifest::path_in(real.path());
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = Manifest::read(dir.path()).unwrap_err();
+        assert!(matches!(err, ManifestError::Symlink { .. }), "{err}");
+        assert_eq!(err.exit_code(), exit_code::IMAGE_DAMAGED);
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: a symbolic link (to {}), not the manifest the dump wrote: the image is \
+                 damaged",
+                link.display(),
+                target.display()
+            )
+        );
+        fs::remove_file(&target).unwrap();
+        let err = Manifest::read(dir.path()).unwrap_err();
+        assert!(
+            matches!(err, ManifestError::Symlink { .. }),
+            "dangling: {err}"
+        );
     }
 
     #[test]

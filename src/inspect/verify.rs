@@ -78,6 +78,9 @@ pub fn verify(
                 ),
             ));
         }
+        Err(e @ ManifestError::Symlink { .. }) => {
+            problems.push(problem(MANIFEST_FILE, None, "symlink", with_causes(&e)))
+        }
         Err(e) => problems.push(problem(MANIFEST_FILE, None, "manifest", with_causes(&e))),
     }
     if let Some(reason) = image_dir::incomplete_reason(dir) {
