@@ -787,6 +787,21 @@ fn damaged_images_are_refused_and_never_run() {
     );
     assert!(!truncated.join("restore.log").exists());
 
+    // A CRIU image added after the dump (CRIU reads some only when they exist) would be
+    // restored from unverified bytes: refused, as inspect --verify reports it.
+    let added = variant("added");
+    fs::write(added.join("tcp-stream-7.img"), b"not from the dump").unwrap();
+    let out = gpucr(&["restore", added.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        IMAGE_DAMAGED,
+        "tcp-stream-7.img: a CRIU image the manifest does not list",
+    );
+    assert!(!added.join("restore.log").exists());
+    let out = gpucr(&["inspect", "--verify", "--json", added.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(IMAGE_DAMAGED));
+    assert!(stdout(&out).contains("\"unlisted\""), "{}", stdout(&out));
+
     let flipped = variant("flipped");
     let core = first(&flipped, "core-");
     let mut bytes = fs::read(&core).unwrap();

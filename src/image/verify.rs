@@ -24,6 +24,8 @@ pub enum VerifyError {
     DuplicateName { path: PathBuf, name: String },
     #[error("verification was stopped before it finished")]
     Stopped,
+    #[error("cannot list the image directory")]
+    List(#[source] Box<super::ImageDirError>),
 }
 
 /// One thing wrong with an image file.
@@ -49,6 +51,10 @@ pub enum ProblemKind {
     /// symbolic link: its bytes are not in the image, which CRIU and gpucr never write
     /// so, and a copy of the directory would not carry them.
     Symlink { link: String, target: PathBuf },
+    /// A CRIU image (`*.img`) in the directory that the manifest does not list: added
+    /// after the dump. CRIU reads some images only when they exist, so it would be
+    /// restored from unverified bytes.
+    Unlisted,
 }
 
 impl fmt::Display for Problem {
@@ -78,6 +84,11 @@ impl fmt::Display for Problem {
                 f,
                 "{file}: {link} is a symbolic link (to {}), not the directory the dump wrote",
                 target.display()
+            ),
+            ProblemKind::Unlisted => write!(
+                f,
+                "{file}: a CRIU image the manifest does not list (added after the dump); \
+                 CRIU would read it unverified"
             ),
         }
     }
@@ -191,6 +202,15 @@ pub fn verify_files_until(
             Ok(_) => {}
         }
     }
+    if scope != Scope::BulkFiles {
+        problems.extend(unlisted_images(
+            super::dir::image_files(dir)
+                .map_err(|source| VerifyError::List(Box::new(source)))?
+                .iter()
+                .map(String::as_str),
+            &listed,
+        ));
+    }
     let paths: Vec<&Path> = to_hash.iter().map(|(_, p)| p.as_path()).collect();
     let digests = checksum::digest_image_files_until(&paths, threads, stop);
     if stop.load(Ordering::SeqCst) {
@@ -227,7 +247,9 @@ pub fn verify_digests(
             found: manifest.checksum_algorithm.clone(),
         });
     }
-    let mut problems = Vec::new();
+    let listed: std::collections::HashSet<&String> =
+        manifest.files.iter().map(|r| &r.path).collect();
+    let mut problems = unlisted_images(sizes.keys().map(String::as_str), &listed);
     for record in &manifest.files {
         if !is_safe_relative(&record.path) {
             return Err(VerifyError::UnsafeName {
@@ -263,6 +285,22 @@ pub fn verify_digests(
     }
     problems.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(problems)
+}
+
+/// The CRIU images (`*.img`, at the top of the image directory) among `present` (paths
+/// relative to it) that the manifest does not list.
+fn unlisted_images<'a>(
+    present: impl Iterator<Item = &'a str>,
+    listed: &std::collections::HashSet<&String>,
+) -> Vec<Problem> {
+    present
+        .filter(|name| !name.contains('/') && name.ends_with(".img"))
+        .filter(|name| !listed.contains(&name.to_string()))
+        .map(|name| Problem {
+            file: name.to_owned(),
+            kind: ProblemKind::Unlisted,
+        })
+        .collect()
 }
 
 /// The number of threads to hash with: the machine's cores.
@@ -361,6 +399,50 @@ mod tests {
             problem.to_string(),
             "gpu2/data: gpu2 is a symbolic link (to /x), not the directory the dump wrote"
         );
+    }
+
+    /// A CRIU image added after the dump is damage, in a directory and in an archive's
+    /// listing alike; other files (a user's notes, gpucr's own) are not.
+    #[test]
+    fn an_image_the_manifest_does_not_list_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("core-1.img"), b"abc").unwrap();
+        let mut manifest = crate::image::manifest::tests::sample();
+        let core = checksum::digest_file(&dir.path().join("core-1.img")).unwrap();
+        manifest.files[0].checksum = core.checksum();
+        assert_eq!(verify_files(dir.path(), &manifest, 1).unwrap(), vec![]);
+        std::fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+        std::fs::write(dir.path().join("restore.log"), b"log").unwrap();
+        assert_eq!(verify_files(dir.path(), &manifest, 1).unwrap(), vec![]);
+        std::fs::write(dir.path().join("tcp-stream-1.img"), b"added").unwrap();
+        let problems = verify_files(dir.path(), &manifest, 1).unwrap();
+        let unlisted = Problem {
+            file: "tcp-stream-1.img".into(),
+            kind: ProblemKind::Unlisted,
+        };
+        assert_eq!(problems, vec![unlisted.clone()]);
+        assert!(
+            unlisted
+                .to_string()
+                .contains("does not list (added after the dump)"),
+            "{unlisted}"
+        );
+        // The bulk pass leaves listing to the first one.
+        let bulk = verify_files_until(
+            dir.path(),
+            &manifest,
+            1,
+            Scope::BulkFiles,
+            &AtomicBool::new(false),
+        );
+        assert_eq!(bulk.unwrap(), vec![]);
+        let sizes: BTreeMap<String, u64> = [("core-1.img", 3), ("tcp-stream-1.img", 5)]
+            .into_iter()
+            .map(|(n, s)| (n.to_owned(), s))
+            .collect();
+        let digests = [("core-1.img".to_owned(), core)].into_iter().collect();
+        let problems = verify_digests(Path::new("gpucr.json"), &manifest, &sizes, &digests);
+        assert_eq!(problems.unwrap(), vec![unlisted]);
     }
 
     #[test]

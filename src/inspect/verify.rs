@@ -176,6 +176,7 @@ fn manifest_problem(p: &crate::image::Problem) -> Problem {
         ProblemKind::Size { expected, actual } => ("size", Some((*actual).min(*expected))),
         ProblemKind::Content { offset, .. } => ("checksum", Some(*offset)),
         ProblemKind::Symlink { .. } => ("symlink", None),
+        ProblemKind::Unlisted => ("unlisted", None),
     };
     problem(&p.file, offset, kind, p.to_string())
 }
