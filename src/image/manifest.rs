@@ -292,7 +292,25 @@ impl Manifest {
                 });
             }
         }
-        serde_json::from_slice(text).map_err(malformed)
+        // The whole manifest, with the path of the field that does not fit named
+        // (`files[3].size: invalid type ...`): serde alone gives line and column only.
+        let mut json = serde_json::Deserializer::from_slice(text);
+        let manifest: Manifest = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+            let field = e.path().to_string();
+            let inner = e.into_inner();
+            ManifestError::Malformed {
+                path: path.to_path_buf(),
+                line: inner.line(),
+                column: inner.column(),
+                message: if field == "." {
+                    inner.to_string()
+                } else {
+                    format!("field `{field}`: {inner}")
+                },
+            }
+        })?;
+        json.end().map_err(malformed)?;
+        Ok(manifest)
     }
 
     /// Write the manifest into `dir` atomically.
@@ -445,6 +463,21 @@ pub(crate) mod tests {
             text.starts_with("x/gpucr.json: malformed manifest at line 2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named_with_its_path() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["files"][0]["size"] = "three".into();
+        let text = serde_json::to_vec_pretty(&v).unwrap();
+        let err = Manifest::parse(&text, Path::new("m/gpucr.json")).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with("m/gpucr.json: malformed manifest at line ")
+                && message.contains("field `files[0].size`: invalid type: string \"three\""),
+            "{message}"
+        );
+        assert_eq!(err.exit_code(), exit_code::IMAGE_DAMAGED);
     }
 
     #[test]
