@@ -858,6 +858,20 @@ fn damaged_images_are_refused_and_never_run() {
             .output()
             .unwrap()
     };
+    // Each command exits IMAGE_DAMAGED and says `needle` on stdout or stderr.
+    let each_refuses_as_damaged = |commands: &[&[&str]], needle: &str| {
+        for args in commands {
+            let out = bounded(args);
+            assert_eq!(
+                out.status.code(),
+                Some(IMAGE_DAMAGED),
+                "{args:?}: {}",
+                stderr(&out)
+            );
+            let said = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(said.contains(needle), "{args:?}: {said}");
+        }
+    };
     let fifo_manifest = variant("fifo-manifest");
     fs::remove_file(fifo_manifest.join("gpucr.json")).unwrap();
     nix::unistd::mkfifo(
@@ -918,17 +932,7 @@ fn damaged_images_are_refused_and_never_run() {
     let name = core.file_name().unwrap().to_str().unwrap();
     let needle = format!("{name}: a symbolic link (to {})", aside.display());
     let dir = linked.to_str().unwrap();
-    for args in [&["restore", dir][..], &["inspect", "--verify", dir]] {
-        let out = bounded(args);
-        assert_eq!(
-            out.status.code(),
-            Some(IMAGE_DAMAGED),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-        let said = format!("{}{}", stdout(&out), stderr(&out));
-        assert!(said.contains(&needle), "{args:?}: {said}");
-    }
+    each_refuses_as_damaged(&[&["restore", dir], &["inspect", "--verify", dir]], &needle);
     assert!(!linked.join("restore.log").exists());
 
     // The manifest itself a symbolic link to an intact copy elsewhere: damaged the same
@@ -945,21 +949,14 @@ fn damaged_images_are_refused_and_never_run() {
         aside.display()
     );
     let dir = linked.to_str().unwrap();
-    for args in [
-        &["restore", dir][..],
-        &["inspect", "--verify", dir],
-        &["check-topology", dir],
-    ] {
-        let out = bounded(args);
-        assert_eq!(
-            out.status.code(),
-            Some(IMAGE_DAMAGED),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-        let said = format!("{}{}", stdout(&out), stderr(&out));
-        assert!(said.contains(&needle), "{args:?}: {said}");
-    }
+    each_refuses_as_damaged(
+        &[
+            &["restore", dir],
+            &["inspect", "--verify", dir],
+            &["check-topology", dir],
+        ],
+        &needle,
+    );
     assert!(!linked.join("restore.log").exists());
     let out = bounded(&["inspect", "--verify", "--json", dir]);
     assert_eq!(out.status.code(), Some(IMAGE_DAMAGED));
