@@ -181,11 +181,7 @@ fn task_tracer(process: i32, task: i32) -> Option<i32> {
 
 /// The `TracerPid:` of a `/proc/PID/status` text, None when 0 (untraced).
 fn parse_tracer(status: &str) -> Option<i32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("TracerPid:"))
-        .and_then(|v| v.trim().parse::<i32>().ok())
-        .filter(|&tracer| tracer != 0)
+    status_field(status, "TracerPid").filter(|&tracer| tracer != 0)
 }
 
 /// The thread group (process) `pid` belongs to (`Tgid` in `/proc/PID/status`): `pid`
@@ -201,9 +197,14 @@ fn thread_group(pid: i32) -> Result<i32, TargetError> {
 
 /// The `Tgid:` of a `/proc/PID/status` text.
 fn parse_tgid(status: &str) -> Option<i32> {
+    status_field(status, "Tgid")
+}
+
+/// The number a `NAME:` line of a `/proc/PID/status` text holds.
+fn status_field(status: &str, name: &str) -> Option<i32> {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())
 }
 

@@ -88,17 +88,15 @@ pub enum Command {
 /// `GPUCR_SYSFS_ROOT`, ...) and is set but empty counts as unset, as a shell's `VAR=`
 /// means, instead of as an empty value of the flag.
 pub fn try_parse() -> Result<Cli, clap::Error> {
-    let mut command = command_with_env(|name| std::env::var_os(name).is_some_and(|v| v.is_empty()));
+    let mut command = forget_empty_variables(Cli::command(), |name| {
+        std::env::var_os(name).is_some_and(|v| v.is_empty())
+    });
     let mut matches = command.try_get_matches_from_mut(std::env::args_os())?;
     Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
 }
 
-/// The clap tree, every argument whose environment variable `is_empty` says is empty
-/// no longer read from it.
-fn command_with_env(is_empty: impl Fn(&OsStr) -> bool + Copy) -> clap::Command {
-    forget_empty_variables(Cli::command(), is_empty)
-}
-
+/// `command` (and its subcommands), every argument whose environment variable
+/// `is_empty` says is empty no longer read from it.
 fn forget_empty_variables(
     command: clap::Command,
     is_empty: impl Fn(&OsStr) -> bool + Copy,
@@ -144,13 +142,13 @@ mod tests {
                 .get_env()
                 .map(|v| v.to_owned())
         };
-        let all = command_with_env(|_| false);
+        let all = forget_empty_variables(Cli::command(), |_| false);
         assert_eq!(env_of(&all, "dump", "criu").unwrap(), "GPUCR_CRIU");
         assert_eq!(
             env_of(&all, "check-topology", "sysfs_root").unwrap(),
             "GPUCR_SYSFS_ROOT"
         );
-        let some = command_with_env(|name| name == "GPUCR_CRIU");
+        let some = forget_empty_variables(Cli::command(), |name| name == "GPUCR_CRIU");
         assert_eq!(env_of(&some, "dump", "criu"), None);
         assert_eq!(env_of(&some, "restore", "criu"), None);
         assert_eq!(

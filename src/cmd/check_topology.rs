@@ -124,19 +124,14 @@ pub fn read_image_topology(dir: &Path) -> Result<ImageGpus, CheckTopologyError> 
         }
         ImagePath::Directory => {}
     }
-    let path = dir.join(MANIFEST);
-    crate::image::manifest::refuse_symlink(&path)?;
-    let text = gpucr_criu_image::store::read_regular(&path).map_err(|source| {
-        if source.kind() == io::ErrorKind::NotFound {
-            CheckTopologyError::ManifestMissing { path: path.clone() }
-        } else {
-            CheckTopologyError::ManifestRead {
-                path: path.clone(),
-                source,
-            }
-        }
+    // Read as inspect and restore read it (a symlink refused), with this command's
+    // words for a manifest that is missing or cannot be read.
+    let manifest = Manifest::read(dir).map_err(|e| match e {
+        ManifestError::Missing { path } => CheckTopologyError::ManifestMissing { path },
+        ManifestError::Read { path, source } => CheckTopologyError::ManifestRead { path, source },
+        other => other.into(),
     })?;
-    parse_topology(&text, &path)
+    Ok(gpus_of(manifest))
 }
 
 /// The topology in the manifest `checkpoint/gpucr.json` of the archive at `archive`,
@@ -161,16 +156,20 @@ const MAX_MANIFEST: u64 = 256 << 20;
 /// manifest they refuse (another format, a newer version, a field missing or of the
 /// wrong type) is refused here too.
 fn parse_topology(text: &[u8], path: &Path) -> Result<ImageGpus, CheckTopologyError> {
-    let manifest = Manifest::parse(text, path)?;
+    Ok(gpus_of(Manifest::parse(text, path)?))
+}
+
+/// The topology the manifest records and the GPUs its tasks use.
+fn gpus_of(manifest: Manifest) -> ImageGpus {
     let (backend, used) = match &manifest.gpu {
         Some(gpu) => (Some(gpu.backend.clone()), gpu.used_gpus()),
         None => (None, Vec::new()),
     };
-    Ok(ImageGpus {
+    ImageGpus {
         topology: manifest.topology.filter(Topology::has_gpus),
         used,
         backend,
-    })
+    }
 }
 
 /// Checks `saved` against this machine's topology as `gpucr restore` would: read under

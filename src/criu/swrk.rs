@@ -133,22 +133,7 @@ impl Swrk {
         self.send(&req)?;
         self.wait_for_answer(timeout, interrupted)?;
         let resp = self.recv()?;
-        if resp.r#type != CriuReqType::Version as i32 {
-            return Err(self.protocol_error(format!(
-                "answer of type {} to a VERSION request",
-                resp.r#type
-            )));
-        }
-        if !resp.success {
-            return Err(CriuError::Failed {
-                request: "version",
-                errno: resp.cr_errno,
-                errmsg: resp.cr_errmsg,
-                plugin_failure: None,
-                log: None,
-                log_tail: Vec::new(),
-            });
-        }
+        let resp = self.final_answer(resp, req.r#type, "version", None, None, None)?;
         let version = resp.version.ok_or_else(|| CriuError::Protocol {
             detail: "VERSION answer without a version".into(),
         })?;
@@ -284,33 +269,49 @@ impl Swrk {
                 self.send(&ack)?;
                 continue;
             }
-            if resp.r#type != kind {
-                return Err(self.protocol_error(format!(
-                    "answer of type {} to a request of type {kind}",
-                    resp.r#type
-                )));
-            }
-            if !resp.success {
-                if let Some(log) = log.filter(|l| !LogStamp::written_since(l, log_before)) {
-                    return Err(CriuError::Refused {
-                        request: name,
-                        errno: resp.cr_errno,
-                        log: log.to_path_buf(),
-                        config: config.map(Path::to_path_buf),
-                        stderr: self.stderr_text(),
-                    });
-                }
-                return Err(CriuError::Failed {
-                    request: name,
-                    errno: resp.cr_errno,
-                    errmsg: resp.cr_errmsg,
-                    plugin_failure: log.and_then(plugin_failure).map(Box::new),
-                    log: log.map(Path::to_path_buf),
-                    log_tail: log.map(|l| log_tail(l, LOG_TAIL_LINES)).unwrap_or_default(),
-                });
-            }
+            return self.final_answer(resp, kind, name, log, log_before, config);
+        }
+    }
+
+    /// CRIU's final answer `resp` to the request `name` of type `kind`, or why it
+    /// failed: the end of `log` if this request wrote it (`log_before` is its state
+    /// before); if it did not, CRIU refused the request before opening it, and the
+    /// failure names `config` and CRIU's stderr.
+    fn final_answer(
+        &mut self,
+        resp: rpc::CriuResp,
+        kind: i32,
+        name: &'static str,
+        log: Option<&Path>,
+        log_before: Option<LogStamp>,
+        config: Option<&Path>,
+    ) -> Result<rpc::CriuResp, CriuError> {
+        if resp.r#type != kind {
+            return Err(self.protocol_error(format!(
+                "answer of type {} to a request of type {kind}",
+                resp.r#type
+            )));
+        }
+        if resp.success {
             return Ok(resp);
         }
+        if let Some(log) = log.filter(|l| !LogStamp::written_since(l, log_before)) {
+            return Err(CriuError::Refused {
+                request: name,
+                errno: resp.cr_errno,
+                log: log.to_path_buf(),
+                config: config.map(Path::to_path_buf),
+                stderr: self.stderr_text(),
+            });
+        }
+        Err(CriuError::Failed {
+            request: name,
+            errno: resp.cr_errno,
+            errmsg: resp.cr_errmsg,
+            plugin_failure: log.and_then(plugin_failure).map(Box::new),
+            log: log.map(Path::to_path_buf),
+            log_tail: log.map(|l| log_tail(l, LOG_TAIL_LINES)).unwrap_or_default(),
+        })
     }
 
     fn send(&mut self, req: &rpc::CriuReq) -> Result<(), CriuError> {

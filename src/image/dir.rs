@@ -175,7 +175,7 @@ pub fn open_dir(dir: &Path) -> Result<File, ImageDirError> {
 /// marker, as sorted '/'-separated relative paths.
 pub fn image_files(dir: &Path) -> Result<Vec<String>, ImageDirError> {
     let mut out = Vec::new();
-    walk(dir, "", &mut out)?;
+    walk(dir, "", Entries::Files, &mut out)?;
     out.retain(|p| p != MANIFEST_FILE && p != INCOMPLETE_FILE && !p.ends_with(".tmp"));
     out.sort();
     Ok(out)
@@ -208,7 +208,23 @@ pub fn incomplete_reason(dir: &Path) -> Option<String> {
     Some(value.get("reason")?.as_str()?.to_owned())
 }
 
-fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), ImageDirError> {
+/// Which entries [`walk`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entries {
+    /// Regular files only.
+    Files,
+    /// Everything: directories, links and special files too.
+    All,
+}
+
+/// The `entries` below `dir`, as '/'-separated paths relative to it after `prefix`, in
+/// no particular order.
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    entries: Entries,
+    out: &mut Vec<String>,
+) -> Result<(), ImageDirError> {
     let read_err = |source| ImageDirError::Read {
         path: dir.into(),
         source,
@@ -223,8 +239,11 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), ImageDirE
         };
         let kind = entry.file_type().map_err(read_err)?;
         if kind.is_dir() {
-            walk(&entry.path(), &rel, out)?;
-        } else if kind.is_file() {
+            if entries == Entries::All {
+                out.push(rel.clone());
+            }
+            walk(&entry.path(), &rel, entries, out)?;
+        } else if kind.is_file() || entries == Entries::All {
             out.push(rel);
         }
     }
@@ -288,27 +307,14 @@ fn first_foreign_entry(dir: &Path, names: &[String]) -> Result<Option<String>, I
         }
         if name == "gpu" && fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_dir()) {
             let mut below = Vec::new();
-            walk_all(&dir.join(name), "", &mut below)?;
+            walk(&dir.join(name), "", Entries::All, &mut below)?;
+            below.sort();
             if let Some(other) = below.into_iter().find(|rel| !is_previous_gpu_file(rel)) {
                 return Ok(Some(format!("gpu/{other}")));
             }
         }
     }
     Ok(None)
-}
-
-/// Every entry below `dir` (directories too), as '/'-separated paths after `prefix`.
-fn walk_all(dir: &Path, prefix: &str, out: &mut Vec<String>) -> Result<(), ImageDirError> {
-    for name in sorted_entries(dir)? {
-        let rel = format!("{prefix}{name}");
-        let path = dir.join(&name);
-        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        out.push(rel.clone());
-        if is_dir {
-            walk_all(&path, &format!("{rel}/"), out)?;
-        }
-    }
-    Ok(())
 }
 
 /// Remove a previous image from `dir` (`--force`), or nothing at all when `dir` holds

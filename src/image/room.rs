@@ -17,6 +17,7 @@ use nix::fcntl::{fallocate, FallocateFlags};
 
 use super::checksum::block_count;
 use super::dir::image_files;
+use super::manifest::{put_in_place, temporary_path};
 use super::MANIFEST_FILE;
 
 /// What the manifest needs besides its per-file records: the header, the target, the
@@ -46,13 +47,7 @@ pub struct RoomError {
 pub struct ManifestRoom {
     file: File,
     path: PathBuf,
-    bytes: u64,
     used: bool,
-}
-
-/// The temporary file the manifest is written to before it is renamed into place.
-pub fn temporary_path(dir: &Path) -> PathBuf {
-    dir.join(format!(".{MANIFEST_FILE}.tmp"))
 }
 
 /// How much room the manifest of the image CRIU has written into `dir` may need, at
@@ -73,7 +68,7 @@ pub fn needed(dir: &Path, gpu_bytes: u64) -> u64 {
 impl ManifestRoom {
     /// Take `bytes` of room in `dir` for its manifest.
     pub fn take(dir: &Path, bytes: u64) -> Result<ManifestRoom, RoomError> {
-        let path = temporary_path(dir);
+        let path = temporary_path(&dir.join(MANIFEST_FILE));
         let err = |source| RoomError {
             path: path.clone(),
             bytes,
@@ -92,14 +87,8 @@ impl ManifestRoom {
         Ok(ManifestRoom {
             file,
             path,
-            bytes,
             used: false,
         })
-    }
-
-    /// How many bytes were taken.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
     }
 
     /// Write `text` into the room, cut the rest off, fsync it, rename it to `path` and
@@ -108,10 +97,7 @@ impl ManifestRoom {
         self.used = true;
         self.file.write_all_at(text, 0)?;
         self.file.set_len(text.len() as u64)?;
-        self.file.sync_all()?;
-        fs::rename(&self.path, path)?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        File::open(dir)?.sync_all()
+        put_in_place(&self.file, &self.path, path)
     }
 }
 
@@ -153,7 +139,7 @@ mod tests {
     fn the_room_becomes_the_manifest_and_an_unused_one_goes() {
         let dir = tempfile::tempdir().unwrap();
         let room = ManifestRoom::take(dir.path(), 100_000).unwrap();
-        let tmp = temporary_path(dir.path());
+        let tmp = temporary_path(&dir.path().join(MANIFEST_FILE));
         assert_eq!(fs::metadata(&tmp).unwrap().len(), 100_000);
         let path = dir.path().join(MANIFEST_FILE);
         room.write(&path, b"{}\n").unwrap();

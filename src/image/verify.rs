@@ -154,7 +154,11 @@ pub fn verify_files_until(
         });
     }
     let mut listed = std::collections::HashSet::with_capacity(manifest.files.len());
-    if let Some(twice) = manifest.files.iter().find(|r| !listed.insert(&r.path)) {
+    if let Some(twice) = manifest
+        .files
+        .iter()
+        .find(|r| !listed.insert(r.path.as_str()))
+    {
         return Err(VerifyError::DuplicateName {
             path: manifest_path,
             name: twice.path.clone(),
@@ -247,8 +251,8 @@ pub fn verify_digests(
             found: manifest.checksum_algorithm.clone(),
         });
     }
-    let listed: std::collections::HashSet<&String> =
-        manifest.files.iter().map(|r| &r.path).collect();
+    let listed: std::collections::HashSet<&str> =
+        manifest.files.iter().map(|r| r.path.as_str()).collect();
     let mut problems = unlisted_images(sizes.keys().map(String::as_str), &listed);
     for record in &manifest.files {
         if !is_safe_relative(&record.path) {
@@ -291,11 +295,11 @@ pub fn verify_digests(
 /// relative to it) that the manifest does not list.
 fn unlisted_images<'a>(
     present: impl Iterator<Item = &'a str>,
-    listed: &std::collections::HashSet<&String>,
+    listed: &std::collections::HashSet<&str>,
 ) -> Vec<Problem> {
     present
         .filter(|name| !name.contains('/') && name.ends_with(".img"))
-        .filter(|name| !listed.contains(&name.to_string()))
+        .filter(|name| !listed.contains(name))
         .map(|name| Problem {
             file: name.to_owned(),
             kind: ProblemKind::Unlisted,
