@@ -119,6 +119,67 @@ fn install_plugin_refuses_a_file_as_libdir_and_bad_settings() {
     }
 }
 
+/// `install-plugin` checks the backends' variables with the parsers the backends read
+/// them with at the dump or restore, and refuses a `GPUCR_*` name engine mode does not
+/// read (a misspelt one), naming the ones it reads: exit 2, the setting named, nothing
+/// written. Good values are written to the settings file.
+#[test]
+fn install_plugin_refuses_bad_backend_settings_and_unknown_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let libdir = dir.path().join("libdir");
+    let install = |settings: &[&str]| {
+        let mut args = vec!["install-plugin", "--criu-libdir", libdir.to_str().unwrap()];
+        for s in settings {
+            args.extend(["--setting", s]);
+        }
+        gpucr(&args)
+    };
+    for (setting, named) in [
+        (
+            "GPUCR_AMDGPU_RINGS=x",
+            "GPUCR_AMDGPU_RINGS=\"x\": \"x\" is not an SDMA ring number (0-31)",
+        ),
+        (
+            "GPUCR_SIM_COPY_BW=fast",
+            "GPUCR_SIM_COPY_BW=\"fast\": \"fast\" is not a bandwidth",
+        ),
+        (
+            "GPUCR_AMDGPU_FENCE_TIMEOUT=30",
+            "GPUCR_AMDGPU_FENCE_TIMEOUT=\"30\": time unit needed",
+        ),
+        (
+            "GPUCR_SIM_DRIVER_TIMEOUT=0",
+            "GPUCR_SIM_DRIVER_TIMEOUT=\"0\": not a positive number of seconds",
+        ),
+        (
+            "GPUCR_COMPRES=zstd",
+            "GPUCR_COMPRES: not a setting engine mode reads; the GPUCR_* settings are \
+             GPUCR_BIN, GPUCR_ENGINE, GPUCR_ENGINE_LOG, GPUCR_COMPRESS,",
+        ),
+    ] {
+        let out = install(&["GPUCR_JOBS=2", setting]);
+        assert_fails_with(&out, USAGE, named);
+        assert!(!libdir.exists(), "{setting}: nothing is written");
+    }
+
+    let out = install(&[
+        "GPUCR_AMDGPU_RINGS=0,1",
+        "GPUCR_AMDGPU_FENCE_TIMEOUT=45s",
+        "GPUCR_SIM_COPY_BW=20MiB",
+        "GPUCR_SIM_DRIVER_TIMEOUT=2.5",
+    ]);
+    assert_success(&out);
+    let written = fs::read_to_string(libdir.join("gpucr_plugin.conf")).unwrap();
+    for line in [
+        "GPUCR_AMDGPU_RINGS=0,1\n",
+        "GPUCR_AMDGPU_FENCE_TIMEOUT=45s\n",
+        "GPUCR_SIM_COPY_BW=20MiB\n",
+        "GPUCR_SIM_DRIVER_TIMEOUT=2.5\n",
+    ] {
+        assert!(written.contains(line), "{line:?} in {written}");
+    }
+}
+
 #[test]
 fn dump_of_a_missing_pid_fails_with_target_code() {
     let tmp = tempfile::tempdir().unwrap();

@@ -27,10 +27,11 @@ pub struct InstallPluginArgs {
     pub criu_libdir: PathBuf,
 
     /// A setting for engine mode, NAME=VALUE, written to the settings file beside the
-    /// plugin: GPUCR_COMPRESS, GPUCR_JOBS, GPUCR_DEVICE_TIMEOUT, GPUCR_SIM_ROOT,
-    /// GPUCR_SIM_DEVICE, CUDA_VISIBLE_DEVICES, the KFD_*_CHECK topology switches,
-    /// GPUCR_ENGINE=0 (keep out of every CRIU gpucr did not start) and the other GPUCR_*
-    /// variables. Repeatable.
+    /// plugin: GPUCR_COMPRESS, GPUCR_JOBS, GPUCR_DEVICE_TIMEOUT, CUDA_VISIBLE_DEVICES,
+    /// the KFD_*_CHECK topology switches, GPUCR_ENGINE=0 (keep out of every CRIU gpucr
+    /// did not start) and the other GPUCR_* variables engine mode reads (the backends'
+    /// GPUCR_AMDGPU_*, GPUCR_SIM_*, GPUCR_CUDA_LIBRARY, ...). A value engine mode would
+    /// refuse, or a GPUCR_* name it does not read, is refused here. Repeatable.
     #[arg(long, value_name = "NAME=VALUE", value_parser = parse_setting)]
     pub setting: Vec<(String, String)>,
 
@@ -46,8 +47,9 @@ pub struct InstallPluginArgs {
     pub force: bool,
 }
 
-/// `NAME=VALUE` with a `GPUCR_*` or `CUDA_VISIBLE_DEVICES` name and a one-line value,
-/// the value of a setting gpucr reads checked as engine mode reads it.
+/// `NAME=VALUE` with a `GPUCR_*`, `KFD_*` or `CUDA_VISIBLE_DEVICES` name and a one-line
+/// value: a `GPUCR_*` name must be one engine mode reads, and the value of a setting
+/// gpucr reads is checked as engine mode reads it.
 fn parse_setting(text: &str) -> Result<(String, String), String> {
     let (name, value) = text
         .split_once('=')
@@ -82,6 +84,9 @@ mod tests {
             ("GPUCR_COMPRESS=zstd:99", "GPUCR_COMPRESS=\"zstd:99\""),
             ("GPUCR_DEVICE_TIMEOUT=0", "GPUCR_DEVICE_TIMEOUT=\"0\""),
             ("KFD_NUMA_CHECK=perhaps", "KFD_NUMA_CHECK=\"perhaps\""),
+            ("GPUCR_AMDGPU_RINGS=x", "GPUCR_AMDGPU_RINGS=\"x\""),
+            ("GPUCR_SIM_COPY_BW=fast", "GPUCR_SIM_COPY_BW=\"fast\""),
+            ("GPUCR_COMPRES=zstd", "GPUCR_COMPRES: not a setting"),
         ] {
             let err = parse_setting(text).unwrap_err();
             assert!(err.starts_with(named), "{text}: {err}");

@@ -1,11 +1,14 @@
 //! Engine mode's settings, from the helper's environment (CRIU's own, completed by the
 //! plugin from `gpucr_plugin.conf`): the same knobs `gpucr dump` and `gpucr restore`
-//! take as flags.
+//! take as flags, and the variables the plugin and the backends read.
 
 use std::time::Duration;
 
+use gpucr_abi::engine::{ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG};
+use gpucr_abi::fault::ENV_FAULT;
 use gpucr_topology::{CheckName, Checks};
 
+use crate::gpu::{amdgpu, sim};
 use crate::transfer::{Compression, TransferConfig};
 
 /// `--compress` of `gpucr dump` (default zstd).
@@ -17,13 +20,47 @@ pub const ENV_DEVICE_TIMEOUT: &str = "GPUCR_DEVICE_TIMEOUT";
 /// The NVIDIA GPUs a restore may map onto, with CUDA's rules.
 pub const ENV_CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 
-/// A setting with a value engine mode cannot use.
+/// The `GPUCR_*` variables engine mode reads: the plugin inside CRIU, the helper it
+/// starts, the backends and the CUDA driver library the helper loads.
+pub const KNOWN_VARIABLES: [&str; 14] = [
+    ENV_BIN,
+    ENV_ENGINE,
+    ENV_ENGINE_LOG,
+    ENV_COMPRESS,
+    ENV_JOBS,
+    ENV_DEVICE_TIMEOUT,
+    gpucr_cuda_driver::ENV_LIBRARY,
+    amdgpu::ENV_FENCE_TIMEOUT,
+    amdgpu::ENV_RINGS,
+    sim::ENV_ROOT,
+    sim::ENV_DEVICE,
+    sim::ENV_COPY_BW,
+    sim::nv_driver::ENV_DRIVER_TIMEOUT,
+    ENV_FAULT,
+];
+
+/// The variables of the fake CUDA driver library (`gpucr-fake-cuda`, docs/cuda.md),
+/// which the helper loads when `GPUCR_CUDA_LIBRARY` names it.
+pub const FAKE_CUDA_PREFIX: &str = "GPUCR_FAKE_CUDA_";
+
+/// A setting engine mode cannot use.
 #[derive(Debug, thiserror::Error)]
-#[error("{variable}={value:?}: {detail}")]
-pub struct SettingsError {
-    pub variable: &'static str,
-    pub value: String,
-    pub detail: String,
+pub enum SettingsError {
+    /// A value the variable's reader refuses.
+    #[error("{variable}={value:?}: {detail}")]
+    Value {
+        variable: &'static str,
+        value: String,
+        detail: String,
+    },
+    /// A `GPUCR_*` name nothing in engine mode reads (a misspelt one would otherwise
+    /// leave its default in force without a word).
+    #[error(
+        "{name}: not a setting engine mode reads; the GPUCR_* settings are {}, and \
+         {FAKE_CUDA_PREFIX}* for the fake CUDA driver",
+        KNOWN_VARIABLES.join(", ")
+    )]
+    Unknown { name: String },
 }
 
 /// What engine mode runs with.
@@ -63,16 +100,51 @@ impl EngineSettings {
     }
 }
 
-/// Check the value of the setting `name` as engine mode will read it (`gpucr
-/// install-plugin --setting`): the knobs of `gpucr dump` and `gpucr restore` with the
-/// rules of their flags, and CRIU's `KFD_*_CHECK` switches. Other names pass unchecked.
+/// Check the setting `name` as engine mode will read it (`gpucr install-plugin
+/// --setting`): the knobs of `gpucr dump` and `gpucr restore` with the rules of their
+/// flags, the backends' variables with the backends' own parsers, and CRIU's
+/// `KFD_*_CHECK` switches. A `GPUCR_*` name engine mode does not read is refused; the
+/// values of the other known names (paths, `GPUCR_ENGINE`, `CUDA_VISIBLE_DEVICES`) pass
+/// unchecked.
 pub fn check_setting(name: &str, value: &str) -> Result<(), SettingsError> {
     match name {
         ENV_COMPRESS => parse_compress(value).map(drop),
         ENV_JOBS => parse_jobs(value).map(drop),
         ENV_DEVICE_TIMEOUT => parse_device_timeout(value).map(drop),
+        amdgpu::ENV_FENCE_TIMEOUT => check_with(
+            amdgpu::ENV_FENCE_TIMEOUT,
+            value,
+            amdgpu::parse_fence_timeout,
+        ),
+        amdgpu::ENV_RINGS => check_with(amdgpu::ENV_RINGS, value, amdgpu::parse_rings),
+        sim::ENV_COPY_BW => check_with(sim::ENV_COPY_BW, value, sim::parse_bandwidth),
+        sim::nv_driver::ENV_DRIVER_TIMEOUT => check_with(
+            sim::nv_driver::ENV_DRIVER_TIMEOUT,
+            value,
+            sim::nv_driver::parse_timeout,
+        ),
+        _ if name.starts_with("GPUCR_") => {
+            if KNOWN_VARIABLES.contains(&name) || name.starts_with(FAKE_CUDA_PREFIX) {
+                Ok(())
+            } else {
+                Err(SettingsError::Unknown {
+                    name: name.to_owned(),
+                })
+            }
+        }
         _ => check_topology_switch(name, value),
     }
+}
+
+/// `value` read by `parse`, the parser the variable's reader uses at run time.
+fn check_with<T>(
+    variable: &'static str,
+    value: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<(), SettingsError> {
+    parse(value)
+        .map(drop)
+        .map_err(|detail| bad(variable, value, detail))
 }
 
 /// A `KFD_*_CHECK` switch, read as the topology check reads it (1/YES on, 0/NO off).
@@ -92,7 +164,7 @@ fn check_topology_switch(name: &str, value: &str) -> Result<(), SettingsError> {
 }
 
 fn bad(variable: &'static str, value: &str, detail: String) -> SettingsError {
-    SettingsError {
+    SettingsError::Value {
         variable,
         value: value.to_owned(),
         detail,
@@ -143,6 +215,13 @@ mod tests {
         })
     }
 
+    fn variable_of(e: &SettingsError) -> &str {
+        match e {
+            SettingsError::Value { variable, .. } => variable,
+            SettingsError::Unknown { name } => name,
+        }
+    }
+
     #[test]
     fn defaults_are_those_of_the_commands() {
         let s = settings(&[]).unwrap();
@@ -175,7 +254,7 @@ mod tests {
             (ENV_DEVICE_TIMEOUT, "0"),
         ] {
             let e = settings(&[(var, value)]).unwrap_err();
-            assert_eq!(e.variable, var);
+            assert_eq!(variable_of(&e), var);
             assert!(e.to_string().starts_with(&format!("{var}=")), "{e}");
         }
     }
@@ -200,7 +279,7 @@ mod tests {
             ("KFD_FW_VER_CHECK", "maybe"),
         ] {
             let e = check_setting(name, value).unwrap_err();
-            assert_eq!(e.variable, name);
+            assert_eq!(variable_of(&e), name);
             assert!(e.to_string().starts_with(&format!("{name}=")), "{e}");
         }
         // What install refuses is what engine mode would refuse.
@@ -211,5 +290,109 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         );
+    }
+
+    /// The backends' variables are checked by the parsers their readers use when a dump
+    /// or a restore runs, and a refusal names the variable and the value as the backend
+    /// would.
+    #[test]
+    fn install_checks_the_backends_variables_with_their_parsers() {
+        for (name, value) in [
+            (amdgpu::ENV_FENCE_TIMEOUT, "45s"),
+            (amdgpu::ENV_FENCE_TIMEOUT, "2min"),
+            (amdgpu::ENV_RINGS, "0"),
+            (amdgpu::ENV_RINGS, " 0, 1 "),
+            (sim::ENV_COPY_BW, "1.6GB/s"),
+            (sim::ENV_COPY_BW, "20MiB"),
+            (sim::nv_driver::ENV_DRIVER_TIMEOUT, "10"),
+            (sim::nv_driver::ENV_DRIVER_TIMEOUT, "0.5"),
+        ] {
+            check_setting(name, value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+        }
+        for (name, value, detail) in [
+            (
+                amdgpu::ENV_FENCE_TIMEOUT,
+                "soon",
+                "expected number at 0 (a duration such as 30s or 2min)",
+            ),
+            (amdgpu::ENV_FENCE_TIMEOUT, "30", "time unit needed"),
+            (
+                amdgpu::ENV_RINGS,
+                "x",
+                "\"x\" is not an SDMA ring number (0-31)",
+            ),
+            (
+                amdgpu::ENV_RINGS,
+                "0,32",
+                "\"32\" is not an SDMA ring number (0-31)",
+            ),
+            (sim::ENV_COPY_BW, "fast", "\"fast\" is not a bandwidth"),
+            (sim::ENV_COPY_BW, "1PB/s", "unknown unit \"PB\""),
+            (sim::ENV_COPY_BW, "0MB/s", "must be a positive bandwidth"),
+            (
+                sim::nv_driver::ENV_DRIVER_TIMEOUT,
+                "0",
+                "not a positive number of seconds",
+            ),
+            (
+                sim::nv_driver::ENV_DRIVER_TIMEOUT,
+                "ten",
+                "not a positive number of seconds",
+            ),
+            (
+                sim::nv_driver::ENV_DRIVER_TIMEOUT,
+                "1e30",
+                "not a positive number of seconds",
+            ),
+        ] {
+            let e = check_setting(name, value).unwrap_err();
+            assert_eq!(variable_of(&e), name);
+            let text = e.to_string();
+            assert!(text.starts_with(&format!("{name}={value:?}: ")), "{text}");
+            assert!(text.contains(detail), "{text}");
+        }
+    }
+
+    /// A `GPUCR_*` name engine mode does not read is refused, naming the ones it reads;
+    /// every name it does read, and the fake CUDA driver's, pass.
+    #[test]
+    fn install_refuses_a_gpucr_name_engine_mode_does_not_read() {
+        for name in KNOWN_VARIABLES {
+            assert!(name.starts_with("GPUCR_"), "{name}");
+        }
+        for name in [
+            ENV_COMPRESS,
+            "GPUCR_BIN",
+            "GPUCR_ENGINE",
+            "GPUCR_ENGINE_LOG",
+            "GPUCR_CUDA_LIBRARY",
+            "GPUCR_SIM_ROOT",
+            "GPUCR_SIM_DEVICE",
+            "GPUCR_FAULT",
+            "GPUCR_FAKE_CUDA_DIR",
+            "GPUCR_FAKE_CUDA_STEP_MS",
+            "KFD_SOMETHING_ELSE",
+        ] {
+            let value = if name == ENV_COMPRESS { "zstd" } else { "/x" };
+            check_setting(name, value).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        for name in [
+            "GPUCR_COMPRES",
+            "GPUCR_HELPER_FD",
+            "GPUCR_BACKEND",
+            "GPUCR_",
+        ] {
+            let e = check_setting(name, "zstd").unwrap_err();
+            assert!(matches!(&e, SettingsError::Unknown { name: n } if n == name));
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!("{name}: not a setting engine mode reads")),
+                "{text}"
+            );
+            for known in KNOWN_VARIABLES {
+                assert!(text.contains(known), "{known}: {text}");
+            }
+            assert!(text.contains("GPUCR_FAKE_CUDA_*"), "{text}");
+        }
     }
 }

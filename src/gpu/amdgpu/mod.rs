@@ -89,10 +89,10 @@ impl AmdgpuBackend {
     pub fn load() -> Result<AmdgpuBackend, GpuError> {
         let timeout = match std::env::var(ENV_FENCE_TIMEOUT) {
             Ok(text) if !text.trim().is_empty() => {
-                humantime::parse_duration(text.trim()).map_err(|e| GpuError::Config {
+                parse_fence_timeout(&text).map_err(|detail| GpuError::Config {
                     variable: ENV_FENCE_TIMEOUT,
                     value: text.clone(),
-                    detail: e.to_string(),
+                    detail,
                 })?
             }
             _ => DEFAULT_FENCE_TIMEOUT,
@@ -235,8 +235,16 @@ impl AmdgpuBackend {
     }
 }
 
-/// `GPUCR_AMDGPU_RINGS`: "0", "0,1".
-fn parse_rings(text: &str) -> Result<Vec<u32>, String> {
+/// `GPUCR_AMDGPU_FENCE_TIMEOUT`: a humantime duration ("30s", "2min"). Engine mode's
+/// settings are checked with it too (`gpucr install-plugin --setting`).
+pub fn parse_fence_timeout(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e} (a duration such as 30s or 2min)"))
+}
+
+/// `GPUCR_AMDGPU_RINGS`: "0", "0,1". Engine mode's settings are checked with it too
+/// (`gpucr install-plugin --setting`).
+pub fn parse_rings(text: &str) -> Result<Vec<u32>, String> {
     text.split(',')
         .map(|r| {
             r.trim()

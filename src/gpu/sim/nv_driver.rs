@@ -54,19 +54,26 @@ impl DriverOp {
 /// The timeout from the environment.
 pub fn timeout_from_env() -> Result<Duration, GpuError> {
     match std::env::var(ENV_DRIVER_TIMEOUT) {
-        Ok(text) if !text.trim().is_empty() => text
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| GpuError::Config {
+        Ok(text) if !text.trim().is_empty() => {
+            parse_timeout(&text).map_err(|detail| GpuError::Config {
                 variable: ENV_DRIVER_TIMEOUT,
                 value: text.clone(),
-                detail: "not a positive number of seconds".into(),
-            }),
+                detail,
+            })
+        }
         _ => Ok(DEFAULT_TIMEOUT),
     }
+}
+
+/// `GPUCR_SIM_DRIVER_TIMEOUT`: a positive number of seconds, fractions allowed. Engine
+/// mode's settings are checked with it too (`gpucr install-plugin --setting`).
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| "not a positive number of seconds".to_owned())
 }
 
 /// Ask the driver of the context in `dir` to do `op`, and wait for its answer.
