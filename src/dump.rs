@@ -487,7 +487,7 @@ pub fn write_manifest(
 }
 
 /// The size of the manifest's GPU section for `m`, as JSON.
-fn gpu_section_bytes(m: &gpu::GpuManifest) -> u64 {
+pub fn gpu_section_bytes(m: &gpu::GpuManifest) -> u64 {
     serde_json::to_vec_pretty(&image::gpu::GpuSection::from_runtime(m))
         .map_or(0, |v| v.len() as u64)
 }

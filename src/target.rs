@@ -44,15 +44,8 @@ pub enum TargetError {
          (run gpucr with sudo)"
     )]
     NotPermitted { pid: i32 },
-    #[error(
-        "pid {pid} is traced by pid {tracer} ({tracer_comm}): a process can have one tracer, \
-         and CRIU must be it; detach {tracer} and dump again"
-    )]
-    Traced {
-        pid: i32,
-        tracer: i32,
-        tracer_comm: String,
-    },
+    #[error(transparent)]
+    Traced(#[from] gpucr_abi::procfs::Traced),
     #[error("pid {pid}: cannot read {path}")]
     Proc {
         pid: i32,
@@ -147,7 +140,7 @@ pub fn start_time(pid: i32) -> Option<u64> {
 /// The process tracing `pid` (`TracerPid` in `/proc/PID/status`; CRIU traces a tree
 /// while it dumps it), None when no one does or `pid` is gone.
 pub fn tracer(pid: i32) -> Option<i32> {
-    parse_tracer(&read_proc(pid, "status").ok()?)
+    gpucr_abi::procfs::parse_tracer(&read_proc(pid, "status").ok()?)
 }
 
 /// Check that no task of the tree rooted at `root` (every thread of every process) is
@@ -155,33 +148,10 @@ pub fn tracer(pid: i32) -> Option<i32> {
 /// `strace -p`). Refused up front, the tree untouched, rather than left to CRIU, which
 /// fails halfway with a message about detaching.
 pub fn check_untraced(root: i32) -> Result<(), TargetError> {
-    for process in gpucr_abi::procfs::tree_pids(root) {
-        for task in gpucr_abi::procfs::threads(process) {
-            let Some(tracer) = task_tracer(process, task) else {
-                continue;
-            };
-            let tracer_comm = fs::read_to_string(proc_path(tracer, "comm"))
-                .map(|c| c.trim_end().to_owned())
-                .unwrap_or_else(|_| "gone".to_owned());
-            return Err(TargetError::Traced {
-                pid: task,
-                tracer,
-                tracer_comm,
-            });
-        }
+    match gpucr_abi::procfs::traced_task(root) {
+        Some(traced) => Err(traced.into()),
+        None => Ok(()),
     }
-    Ok(())
-}
-
-/// The tracer of thread `task` of `process`, None when it has none or is gone.
-fn task_tracer(process: i32, task: i32) -> Option<i32> {
-    let status = fs::read_to_string(format!("/proc/{process}/task/{task}/status")).ok()?;
-    parse_tracer(&status)
-}
-
-/// The `TracerPid:` of a `/proc/PID/status` text, None when 0 (untraced).
-fn parse_tracer(status: &str) -> Option<i32> {
-    status_field(status, "TracerPid").filter(|&tracer| tracer != 0)
 }
 
 /// The thread group (process) `pid` belongs to (`Tgid` in `/proc/PID/status`): `pid`
@@ -354,8 +324,6 @@ mod tests {
     /// process whose child is traced.
     #[test]
     fn a_traced_process_or_child_is_refused_with_its_tracer() {
-        assert_eq!(parse_tracer("Name:\tx\nTracerPid:\t0\n"), None);
-        assert_eq!(parse_tracer("TracerPid:\t77\n"), Some(77));
         let mut shell = std::process::Command::new("sh")
             .args(["-c", "sleep 30 & wait"])
             .spawn()
@@ -394,17 +362,12 @@ mod tests {
         assert_eq!(rc, 0, "PTRACE_SEIZE: {}", io::Error::last_os_error());
         for pid in [root, child] {
             match check_untraced(pid) {
-                Err(e @ TargetError::Traced { .. }) => {
-                    let TargetError::Traced {
-                        pid: traced,
-                        tracer,
-                        ref tracer_comm,
-                    } = e
-                    else {
+                Err(e @ TargetError::Traced(_)) => {
+                    let TargetError::Traced(ref traced) = e else {
                         unreachable!()
                     };
-                    assert_eq!((traced, tracer), (child, tid));
-                    assert_eq!(tracer_comm, "tracer-test");
+                    assert_eq!((traced.pid, traced.tracer), (child, tid));
+                    assert_eq!(traced.tracer_comm, "tracer-test");
                     assert_eq!(
                         e.to_string(),
                         format!(

@@ -265,6 +265,179 @@ fn plain_criu_cannot_dump_the_device() {
     assert!(alive(tree.pid));
 }
 
+/// gpucr's plugin installed into `dir/criu-libs` by the documented command, as for a
+/// container engine's CRIU, with the simulator's root and `settings`; returns the
+/// plugin directory.
+fn install_plugin(dir: &Path, sim: &SimRoot, settings: &[&str]) -> std::path::PathBuf {
+    let libs = dir.join("criu-libs");
+    let sim_root = format!("GPUCR_SIM_ROOT={}", sim.0.display());
+    let mut args = vec!["install-plugin", "--criu-libdir", libs.to_str().unwrap()];
+    for setting in std::iter::once(sim_root.as_str()).chain(settings.iter().copied()) {
+        args.extend(["--setting", setting]);
+    }
+    assert_success(&gpucr(&args));
+    libs
+}
+
+/// Engine mode without a container engine: the machine's CRIU, run directly with the
+/// plugins of `libs` (`--libdir`), dumps `pid` into `images` (made here), its log
+/// (returned) in a work directory of its own beside it, so a full image directory
+/// does not lose it.
+fn criu_dump_with_plugin(
+    libs: &Path,
+    pid: i32,
+    images: &Path,
+    extra: &[&str],
+) -> (std::process::Output, String) {
+    fs::create_dir_all(images).unwrap();
+    let work = images.with_extension("work");
+    fs::create_dir_all(&work).unwrap();
+    let out = Command::new("criu")
+        .args([
+            "dump",
+            "-t",
+            &pid.to_string(),
+            "-D",
+            images.to_str().unwrap(),
+        ])
+        .args(["-W", work.to_str().unwrap(), "-o", "dump.log", "-v3"])
+        .args(["-L", libs.to_str().unwrap()])
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let log = fs::read_to_string(work.join("dump.log")).unwrap_or_default();
+    (out, log)
+}
+
+/// A tmpfs of `bytes` at `dir` (made here).
+fn mount_tmpfs(dir: &Path, bytes: u64) {
+    fs::create_dir_all(dir).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount a tmpfs (root needed)");
+}
+
+fn umount(dir: &Path) {
+    let _ = Command::new("umount").arg(dir).status();
+}
+
+/// Engine mode on a file system with room for the GPU memory but not for the manifest:
+/// the plugin's last step that CRIU honours (the first device file, where the copy is
+/// finished) takes the manifest's room, so CRIU's dump fails there, CRIU's log names the
+/// image directory and says there is no room, and the tree keeps running with every
+/// byte; no manifest is written. Before, the room was only looked for in CRIU's exit
+/// hook, after CRIU had decided to kill the tree.
+#[test]
+fn engine_mode_without_room_for_the_manifest_fails_the_dump_and_the_tree_runs_on() {
+    let _lock = criu_lock();
+    let Started {
+        tmp,
+        sim,
+        image: _image,
+        tree,
+    } = started("engine-room", &["--parent-mib", "8", "--child-mib", "4"]);
+    // Uncompressed, so the GPU memory takes the same room every time.
+    let libs = install_plugin(tmp.path(), &sim, &["GPUCR_COMPRESS=none"]);
+    // What the GPU memory takes, measured on a file system with room.
+    let roomy = tmp.path().join("roomy");
+    mount_tmpfs(&roomy, 1 << 30);
+    let (out, log) =
+        criu_dump_with_plugin(&libs, tree.pid, &roomy.join("img"), &["--leave-running"]);
+    let gpu_bytes: u64 = fs::read_dir(roomy.join("img/gpu"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| std::os::unix::fs::MetadataExt::blocks(&e.metadata().unwrap()) * 512)
+                .sum()
+        })
+        .unwrap_or(0);
+    let manifest = roomy.join("img/gpucr.json").exists();
+    umount(&roomy);
+    assert!(out.status.success(), "{log}");
+    assert!(manifest, "{log}");
+    assert!(gpu_bytes >= 12 << 20, "{gpu_bytes}");
+    // The GPU memory fits, with less than the manifest's room to spare.
+    let full = tmp.path().join("full");
+    mount_tmpfs(&full, gpu_bytes + (96 << 10));
+    let dir = full.join("img");
+    let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &dir, &[]);
+    let manifest_written = dir.join("gpucr.json").exists();
+    umount(&full);
+    assert!(!out.status.success(), "{log}");
+    let refusal = log
+        .lines()
+        .find(|l| l.contains("gpucr: error:") && l.contains("no room for the manifest"))
+        .unwrap_or_else(|| panic!("no refusal in CRIU's log:\n{log}"));
+    assert!(refusal.contains(dir.to_str().unwrap()), "{refusal}");
+    assert!(!manifest_written);
+    assert!(alive(tree.pid), "the tree was killed");
+    tree.wait_ticks(2);
+    assert!(tree.verify(1), "the tree's buffers are intact");
+}
+
+/// Engine mode on a tree one of whose processes another tracer holds (a debugger,
+/// `strace -p`; here a thread of the test): CRIU would fail to seize it with a message
+/// that names no tracer. The plugin refuses the tree at its first hook, before its
+/// helper starts or anything is paused, and CRIU's log names the process and its
+/// tracer, as `gpucr dump` does; the tree runs on.
+#[test]
+fn engine_mode_refuses_a_traced_tree_naming_the_tracer() {
+    let _lock = criu_lock();
+    let Started {
+        tmp,
+        sim,
+        image,
+        tree,
+    } = started("engine-traced", &["--parent-mib", "8", "--child-mib", "4"]);
+    let libs = install_plugin(tmp.path(), &sim, &[]);
+    let child = gpucr_abi::procfs::tree_pids(tree.pid)[1];
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let tracing = std::thread::Builder::new()
+        .name("test-tracer".into())
+        .spawn(move || {
+            // SAFETY: PTRACE_SEIZE takes a pid and no memory of ours and does not stop
+            // the tracee; the kernel lets it go when this thread exits.
+            let rc = unsafe {
+                libc::ptrace(
+                    libc::PTRACE_SEIZE,
+                    child,
+                    std::ptr::null_mut::<libc::c_void>(),
+                    0,
+                )
+            };
+            tx.send((
+                rc,
+                std::io::Error::last_os_error(),
+                nix::unistd::gettid().as_raw(),
+            ))
+            .unwrap();
+            let _ = done_rx.recv();
+        })
+        .unwrap();
+    let (rc, error, tracer) = rx.recv().unwrap();
+    assert_eq!(rc, 0, "PTRACE_SEIZE: {error}");
+    let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &image, &[]);
+    done_tx.send(()).unwrap();
+    tracing.join().unwrap();
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains(&format!(
+            "gpucr: error: PAUSE_DEVICES: pid {child} is traced by pid {tracer} \
+             (test-tracer): a process can have one tracer, and CRIU must be it; detach \
+             {tracer} and dump again"
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("starting gpucr's helper"), "{log}");
+    assert!(alive(tree.pid));
+    tree.wait_ticks(2);
+    assert!(tree.verify(1), "the tree's buffers are intact");
+}
+
 /// A damaged GPU chunk aborts the restore, names the chunk, and leaves no process.
 #[test]
 fn bad_gpu_chunk_aborts_the_restore_cleanly() {

@@ -40,6 +40,52 @@ pub fn tree_pids(pid: i32) -> Vec<i32> {
     out
 }
 
+/// A task of a tree that a process traces (a debugger, `strace -p`). CRIU must trace
+/// every task it dumps itself, and a task has one tracer: CRIU's own failure to seize
+/// it says nothing about why, so gpucr (and its plugin in a CRIU gpucr did not start)
+/// refuses such a tree with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "pid {pid} is traced by pid {tracer} ({tracer_comm}): a process can have one tracer, \
+     and CRIU must be it; detach {tracer} and dump again"
+)]
+pub struct Traced {
+    /// The traced task (a thread id where a thread other than its process's first is
+    /// traced).
+    pub pid: i32,
+    pub tracer: i32,
+    /// The tracer's name, "gone" once it has exited.
+    pub tracer_comm: String,
+}
+
+/// The first traced task of the tree rooted at `root` (every thread of every process),
+/// None when no task of it is traced.
+pub fn traced_task(root: i32) -> Option<Traced> {
+    tree_pids(root).into_iter().find_map(|process| {
+        threads(process).into_iter().find_map(|task| {
+            let status = std::fs::read_to_string(format!("/proc/{process}/task/{task}/status"));
+            let tracer = parse_tracer(&status.ok()?)?;
+            let tracer_comm = std::fs::read_to_string(format!("/proc/{tracer}/comm"))
+                .map(|c| c.trim_end().to_owned())
+                .unwrap_or_else(|_| "gone".to_owned());
+            Some(Traced {
+                pid: task,
+                tracer,
+                tracer_comm,
+            })
+        })
+    })
+}
+
+/// The `TracerPid:` of a `/proc/PID/status` text, None when 0 (untraced) or missing.
+pub fn parse_tracer(status: &str) -> Option<i32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&tracer| tracer != 0)
+}
+
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
@@ -90,6 +136,14 @@ pub fn maps_path(pid: i32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tracer_is_read_from_status() {
+        assert_eq!(parse_tracer("Name:\tx\nTracerPid:\t0\n"), None);
+        assert_eq!(parse_tracer("TracerPid:\t77\n"), Some(77));
+        assert_eq!(parse_tracer("Name:\tx\n"), None);
+        assert_eq!(traced_task(std::process::id() as i32), None);
+    }
 
     #[test]
     fn a_mapping_line_keeps_its_whole_path() {

@@ -6,6 +6,9 @@
 //! * At a dump's PAUSE_DEVICES it looks, cheaply, whether the tree holds a device gpucr
 //!   handles. Only then does it start gpucr's helper (`GPUCR_BIN engine-helper dump`)
 //!   over a socketpair it makes; a tree without one is dumped as without the plugin.
+//!   A tree with one, one of whose tasks another process traces, is refused there
+//!   with the tracer named, before anything is paused (CRIU would fail to seize the
+//!   task afterwards, naming no tracer).
 //! * At a restore's init, for an image that names gpucr in CRIU's inventory, it starts
 //!   `engine-helper restore`, which verifies the image and checks the topology before
 //!   CRIU restores anything, and hands the connector to CRIU as an inherit_fd, so that
@@ -164,6 +167,13 @@ pub fn start_dump(root: i32) -> Result<bool, HookFailure> {
     let Some(backend) = probe(root) else {
         return Ok(false);
     };
+    // CRIU seizes the tasks after this hook: a task another process traces makes it
+    // fail with "Unseizable non-zombie", which names no tracer, once the helper has
+    // paused the tree. Refused here instead, before anything is touched, as `gpucr
+    // dump` refuses it.
+    if let Some(traced) = gpucr_abi::procfs::traced_task(root) {
+        return Err(failure(libc::EPERM, traced.to_string()));
+    }
     criu::info(&format!(
         "engine mode: pid {root}'s tree holds a {backend} device; starting gpucr's helper"
     ));

@@ -3,13 +3,14 @@
 //!
 //! * CHECKPOINT_DEVICES (every task, tree frozen): the copy of each task's device memory
 //!   starts, as under `gpucr dump`.
-//! * FINISH_COPY, at the first device file CRIU dumps: every copy is waited for and the
-//!   device state written. A failure fails that hook, so CRIU's dump fails and the tree
-//!   runs on. (CRIU ignores what its plugins' exit hook returns: the copy cannot be
-//!   left to the end.)
+//! * FINISH_COPY, at the first device file CRIU dumps: every copy is waited for, the
+//!   device state written, and the manifest's room taken (what `gpucr dump` does at
+//!   post-dump, which an engine's CRIU does not tell gpucr of). A failure fails that
+//!   hook, so CRIU's dump fails and the tree runs on. (CRIU ignores what its plugins'
+//!   exit hook returns: neither can be left to the end.)
 //! * DUMP_DONE, from the plugin's exit hook: the image's files are checksummed and the
-//!   manifest written, which completes the image; after a failed dump the image is
-//!   marked incomplete instead.
+//!   manifest written into its room, which completes the image; after a failed dump the
+//!   image is marked incomplete instead.
 //!
 //! The tree always gets its devices back after the dump (CRIU does not tell its plugins
 //! whether it will kill the tree or leave it running).
@@ -25,9 +26,10 @@ use super::{
     criu_alive, criu_version, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT,
 };
 use crate::cli::EngineHelperArgs;
-use crate::dump::{is_pages_file, write_manifest, ImageFacts};
+use crate::dump::{gpu_section_bytes, is_pages_file, write_manifest, ImageFacts};
 use crate::gpu::{self, GpuManifest};
 use crate::helper::{EngineCall, GpuDump, HelperError, Session};
+use crate::image::room::{self, ManifestRoom};
 use crate::image::{self, dir, follow::Follower, manifest};
 use crate::progress::Progress;
 
@@ -67,6 +69,7 @@ pub fn serve(
     status.ready(backend.name());
 
     let mut finished: Option<GpuManifest> = None;
+    let mut room: Option<ManifestRoom> = None;
     loop {
         let call = match steps.recv_timeout(Duration::from_millis(500)) {
             Ok(call) => call,
@@ -81,7 +84,8 @@ pub fn serve(
         let started = std::time::Instant::now();
         match step {
             Step::FinishCopy => {
-                let answer = finish_copy(&gpu, dir, &mut finished);
+                let answer = finish_copy(&gpu, dir, &mut finished)
+                    .and_then(|()| take_room(dir, pid, finished.as_ref(), &mut room));
                 if let Err(e) = &answer {
                     let _ = dir::mark_incomplete(dir, e);
                 }
@@ -102,7 +106,7 @@ pub fn serve(
                             criu_version: criu_version.clone(),
                             options: engine_options(),
                             gpu: finished.as_ref().zip(topology.take()).map(|(m, t)| (t, m)),
-                            room: None,
+                            room: room.take(),
                         };
                         let known = follower.take().map(Follower::finish).unwrap_or_default();
                         write_manifest(dir, &known, facts, &mut progress)
@@ -144,6 +148,25 @@ fn finish_copy(
     })?;
     gpu.keep();
     *finished = Some(m);
+    Ok(())
+}
+
+/// Take the manifest's room in `dir` (once), while CRIU holds the tree rooted at
+/// `root` and can still fail the dump: on a file system CRIU's image would fill, the
+/// checkpoint then fails and the tree runs on, instead of being killed with an image
+/// that can never be completed. CRIU has not written every task's memory yet: the
+/// tree's processes stand in for it ([`room::needed_for_tree`]).
+fn take_room(
+    dir: &Path,
+    root: i32,
+    gpu: Option<&GpuManifest>,
+    room: &mut Option<ManifestRoom>,
+) -> Result<(), String> {
+    if room.is_some() {
+        return Ok(());
+    }
+    let bytes = room::needed_for_tree(dir, gpu.map_or(0, gpu_section_bytes), root);
+    *room = Some(ManifestRoom::take(dir, bytes).map_err(|e| e.to_string())?);
     Ok(())
 }
 

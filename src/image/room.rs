@@ -12,6 +12,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use gpucr_abi::procfs;
 use nix::errno::Errno;
 use nix::fcntl::{fallocate, FallocateFlags};
 
@@ -27,6 +28,11 @@ const FIXED_ROOM: u64 = 64 << 10;
 const FILE_RECORD_ROOM: u64 = 256;
 /// One block digest in a file's record (pretty JSON: indentation, quotes, 16 digits).
 const BLOCK_DIGEST_ROOM: u64 = 48;
+/// The files CRIU writes for a process besides one `core-TID.img` per thread (`mm`,
+/// `pagemap`, `pages`, `fdinfo`, `ids`, `fs`, ...), with room to spare.
+const FILES_PER_PROCESS: u64 = 16;
+/// The name of a task's image file (`pagemap-4194304.img`), with room to spare.
+const TASK_FILE_NAME: u64 = 32;
 
 /// The manifest's room was not there.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +69,44 @@ pub fn needed(dir: &Path, gpu_bytes: u64) -> u64 {
         })
         .sum();
     2 * (FIXED_ROOM + records + gpu_bytes)
+}
+
+/// [`needed`], taken before CRIU has written every task's memory (engine mode, where
+/// the last hook whose failure CRIU honours comes before it dumps the tasks' pages):
+/// besides the files already in `dir`, each process of the frozen tree rooted at
+/// `root` counts with its files, one per thread, and a pages file as large as its
+/// resident and swapped memory (more than CRIU writes of it).
+pub fn needed_for_tree(dir: &Path, gpu_bytes: u64, root: i32) -> u64 {
+    let ahead: u64 = procfs::tree_pids(root)
+        .into_iter()
+        .map(|pid| {
+            let files = FILES_PER_PROCESS + procfs::threads(pid).len() as u64;
+            files * (FILE_RECORD_ROOM + TASK_FILE_NAME)
+                + BLOCK_DIGEST_ROOM * block_count(memory_bytes(pid)) as u64
+        })
+        .sum();
+    needed(dir, gpu_bytes) + 2 * ahead
+}
+
+/// The resident and swapped memory of `pid` (`VmRSS` and `VmSwap` of
+/// `/proc/PID/status`), 0 where it cannot be read (a kernel thread has none).
+fn memory_bytes(pid: i32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status")).map_or(0, |status| {
+        ["VmRSS:", "VmSwap:"]
+            .iter()
+            .filter_map(|name| status_kib(&status, name))
+            .sum::<u64>()
+            .saturating_mul(1024)
+    })
+}
+
+/// A `NAME: N kB` field of a `/proc/PID/status` text, in KiB.
+fn status_kib(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 impl ManifestRoom {
@@ -165,6 +209,27 @@ mod tests {
                 + 10 * BLOCK_DIGEST_ROOM
                 + 1000)
         );
+    }
+
+    /// Before CRIU has dumped the tree, its processes stand in for the files to come,
+    /// each with its threads and its memory.
+    #[test]
+    fn the_estimate_ahead_of_the_pages_counts_the_tree() {
+        assert_eq!(
+            status_kib("Name:\tx\nVmRSS:\t   1234 kB\nVmSwap:\t0 kB\n", "VmRSS:"),
+            Some(1234)
+        );
+        assert_eq!(status_kib("Name:\tx\n", "VmSwap:"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id() as i32;
+        let memory = memory_bytes(me);
+        assert!(memory > 0);
+        let threads = procfs::threads(me).len() as u64;
+        let tree = needed_for_tree(dir.path(), 0, me);
+        let own = (FILES_PER_PROCESS + threads) * (FILE_RECORD_ROOM + TASK_FILE_NAME)
+            + BLOCK_DIGEST_ROOM * block_count(memory) as u64;
+        // This process's memory and threads may change between the two readings.
+        assert!(tree > needed(dir.path(), 0) + own, "{tree}");
     }
 
     /// On a full file system the room is refused and nothing is left behind.
