@@ -88,8 +88,10 @@ pub fn inventory_is_legacy() -> bool {
 
 /// Write a line to CRIU's log at `level`, prefixed "gpucr: "; stderr outside CRIU.
 pub fn log(level: u32, text: &str) {
+    // Every NUL is replaced, so the conversion cannot fail; an empty line would be the
+    // answer if it did.
     let line = CString::new(format!("{}: {text}\n", gpucr_abi::PLUGIN_NAME).replace('\0', " "))
-        .expect("no NUL left");
+        .unwrap_or_default();
     match lookup(c"print_on_level") {
         Some(ptr) => {
             // SAFETY: the symbol is CRIU's variadic
