@@ -6,7 +6,7 @@ use nix::sys::utsname::uname;
 
 use crate::criu::{
     criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
-    CriuError, DumpRequest, NetworkLock,
+    CriuError, DumpRequest, NetworkLock, ScriptFailure,
 };
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::{self, GpuError};
@@ -313,6 +313,15 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             running: running(),
         });
     }
+    // CRIU lets a dump succeed whose action script failed at network-unlock (scripts
+    // come only from --criu-config): the user must hear of it.
+    let lenient_script = match (&result, &opts.criu_config) {
+        (Ok(()), Some(config)) => swrk.script_failure(&log).map(|failure| ScriptFailure {
+            config: Some(config.clone()),
+            ..failure
+        }),
+        _ => None,
+    };
     if let Err(error) = result.and_then(|()| swrk.finish()) {
         let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
         // The helper's own failure (or, when CRIU stopped first, the writer's) explains
@@ -348,6 +357,13 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             dir: opts.dir.clone(),
             running,
         });
+    }
+    if let Some(failure) = lenient_script {
+        progress.warn(&format!(
+            "{}; CRIU does not fail a dump for it: see {}",
+            failure.describe(),
+            log.display()
+        ));
     }
     progress.event("criu-done", "checksumming the image");
     let options = manifest::DumpOptions {

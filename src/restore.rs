@@ -9,7 +9,7 @@ use nix::unistd::Pid;
 
 use crate::criu::{
     criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
-    CriuError, NetworkLock, RestoreRequest,
+    CriuError, NetworkLock, RestoreRequest, ScriptFailure,
 };
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::GpuRef;
@@ -18,7 +18,7 @@ use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
 use crate::image::dir::{self, ImageDirError, ImagePath};
 use crate::image::manifest::{Manifest, ManifestError};
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
-use crate::image::workdir::{self, WorkDirError};
+use crate::image::workdir::{self, WorkDir, WorkDirError};
 use crate::image::RESTORE_LOG;
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
@@ -134,6 +134,16 @@ pub enum RestoreError {
     #[error("interrupted by {signal}: nothing was restored (CRIU removed what it had begun)")]
     Interrupted { signal: &'static str },
     #[error(
+        "{error}\n  CRIU's log of this restore is kept in {} (the image directory is not \
+         writable); the next restore of this image removes it",
+        .dir.display()
+    )]
+    LogKept {
+        error: Box<RestoreError>,
+        /// The private work directory holding CRIU's log and statistics.
+        dir: PathBuf,
+    },
+    #[error(
         "pid {pid} of the image's tree is in use on this machine ({holder}): CRIU gives a \
          restored tree its own pids, so they must be free (a tree dumped in a PID namespace \
          of its own, as in a container, gets a new namespace and never collides). End that \
@@ -233,6 +243,7 @@ impl ExitCode for RestoreError {
             RestoreError::CriuConfig(e) => e.exit_code(),
             RestoreError::CriuAdvised { error, .. } => error.exit_code(),
             RestoreError::PidTaken { criu, .. } => criu.exit_code(),
+            RestoreError::LogKept { error, .. } => error.exit_code(),
             RestoreError::Gpu(e) => restored_gpu_code(e),
             RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
@@ -404,9 +415,45 @@ fn topology_ahead(manifest: &Manifest, sysfs_root: Option<&Path>) -> Option<Loca
 /// pages file makes CRIU abort and kill the half-made tree. With `verify_first`,
 /// everything is hashed before CRIU starts, and every GPU chunk is checked against the
 /// GPU index too (otherwise each is checked as it is read, while CRIU restores).
+///
+/// When the image directory is not writable, CRIU's log and statistics go to a private
+/// directory (`image::workdir`): removed when the restore succeeds, kept and named in
+/// the error ([`RestoreError::LogKept`]) when it fails.
 pub fn restore(
     opts: &RestoreOptions,
     progress: &mut Progress,
+) -> Result<RestoreOutcome, RestoreError> {
+    let mut work = None;
+    let result = restore_in(opts, progress, &mut work);
+    let Some(work) = work.filter(WorkDir::is_private) else {
+        return result;
+    };
+    match result {
+        Ok(outcome) => {
+            let path = work.path.clone();
+            if let Err(e) = work.remove() {
+                progress.warn(&format!(
+                    "cannot remove CRIU's work directory {}: {e}",
+                    path.display()
+                ));
+            }
+            Ok(outcome)
+        }
+        Err(error) => Err(match work.keep_for_failure() {
+            Some(dir) => RestoreError::LogKept {
+                error: Box::new(error),
+                dir,
+            },
+            None => error,
+        }),
+    }
+}
+
+/// [`restore`], with CRIU's work directory put into `work` once it is made.
+fn restore_in(
+    opts: &RestoreOptions,
+    progress: &mut Progress,
+    work: &mut Option<WorkDir>,
 ) -> Result<RestoreOutcome, RestoreError> {
     progress.event("start", "verifying the image");
     let criu_config = opts
@@ -486,11 +533,17 @@ pub fn restore(
         .unwrap_or_default();
     // CRIU's log and statistics: into the image directory (the last restore's removed,
     // so that a failure never shows its log), or a private directory when it is
-    // read-only.
-    let work = workdir::for_restore(&opts.dir)?;
+    // read-only (those earlier restores of the image left removed).
+    let work = work.insert(workdir::for_restore(&opts.dir)?);
+    for unremoved in &work.unremoved {
+        progress.warn(&format!(
+            "cannot remove the work directory of an earlier restore: {unremoved}"
+        ));
+    }
     if work.is_private() {
         progress.note(&format!(
-            "{} is not writable: CRIU's log and statistics go to {}",
+            "{} is not writable: CRIU's log and statistics go to {} (removed once the \
+             restore succeeds)",
             opts.dir.display(),
             work.path.display()
         ));
@@ -532,7 +585,7 @@ pub fn restore(
     let dir_fd = dir::open_dir(&opts.dir)?;
     let request = RestoreRequest {
         images_dir: std::os::fd::AsFd::as_fd(&dir_fd),
-        work_dir: work.fd.as_ref().map(std::os::fd::AsFd::as_fd),
+        work_dir: work.fd(),
         log_file: RESTORE_LOG,
         common: CommonOptions {
             tcp_established: opts.tcp_established || dumped.tcp_established,
@@ -662,6 +715,25 @@ pub fn restore(
         RestoreError::Criu(error) => advise(error, &manifest, opts.criu_config.is_some()),
         other => other,
     })?;
+    // CRIU lets a restore succeed whose action script failed at pre-resume or
+    // post-resume (scripts come only from --criu-config): the user must hear of it.
+    let failed_script = opts.criu_config.as_ref().and_then(|config| {
+        let failure = swrk.script_failure(&log)?;
+        Some(ScriptFailure {
+            config: Some(config.clone()),
+            ..failure
+        })
+    });
+    if let Some(failure) = failed_script {
+        let mut text = format!(
+            "{}; CRIU does not fail a restore for it and resumed the tree",
+            failure.describe()
+        );
+        if !work.is_private() {
+            text.push_str(&format!(": see {}", log.display()));
+        }
+        progress.warn(&text);
+    }
     swrk.finish()?;
     progress.event("criu-done", "restored");
     let gpu = match gpu {

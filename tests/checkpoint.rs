@@ -416,14 +416,46 @@ fn private_work_dir(stderr: &str) -> std::path::PathBuf {
     let (_, rest) = stderr
         .split_once("CRIU's log and statistics go to ")
         .unwrap_or_else(|| panic!("no private work directory named: {stderr}"));
-    std::path::PathBuf::from(rest.lines().next().unwrap().trim())
+    std::path::PathBuf::from(rest.split_whitespace().next().unwrap())
+}
+
+/// What is in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// An action script for CRIU (`action-script` of a --criu-config file) that exits 3 at
+/// `stage` and logs every stage: the config file that names it.
+fn failing_script(dir: &Path, stage: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join(format!("fail-at-{stage}.sh"));
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"hook: $CRTOOLS_SCRIPT_ACTION\"\n\
+             [ \"$CRTOOLS_SCRIPT_ACTION\" != {stage} ] || exit 3\n"
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.join(format!("fail-at-{stage}.conf"));
+    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
+    config
 }
 
 /// A read-only image directory restores: CRIU writes its log and statistics into a
-/// private 0700 directory that gpucr names, and the image is left as it was. A log left
-/// by an earlier restore is never shown as this run's: not when CRIU fails after
-/// writing its own log, nor when CRIU refuses the request before it opens one (which
-/// names the --criu-config file whose options the request carried).
+/// private 0700 directory that gpucr names, removed once the restore succeeded, kept
+/// and named after a failure, and removed by the next restore of the image; the image
+/// is left as it was. A log left by an earlier restore is never shown as this run's:
+/// not when CRIU fails after writing its own log, nor when CRIU refuses the request
+/// before it opens one (which names the --criu-config file whose options the request
+/// carried). An action script that fails at pre-restore is named as the cause; one that
+/// fails at pre-resume, which CRIU lets pass, is warned of.
 #[test]
 fn a_read_only_image_restores_and_no_stale_log_is_shown() {
     let _lock = criu_lock();
@@ -437,18 +469,40 @@ fn a_read_only_image_restores_and_no_stale_log_is_shown() {
     } = dumped_and_killed(tmp.path());
     let stale = "(00.01) Error (criu/stale.c:1): STALE line of an earlier restore\n";
     fs::write(image.join("restore.log"), stale).unwrap();
+    // The private directories go under TMPDIR: nothing else is there.
+    let temp = tmp.path().join("temp");
+    fs::create_dir(&temp).unwrap();
+    let env = [("TMPDIR", temp.to_str().unwrap())];
+    let pre_resume = failing_script(tmp.path(), "pre-resume");
+    let pre_restore = failing_script(tmp.path(), "pre-restore");
 
     let ro = ReadOnlyMount::new(&image, &tmp.path().join("ro"));
-    let out = gpucr(&["restore", "-d", ro.0.to_str().unwrap()]);
-    let restored = Restored::from_output(&out);
-    let work = private_work_dir(&stderr(&out));
-    use std::os::unix::fs::PermissionsExt;
-    assert_eq!(
-        fs::metadata(&work).unwrap().permissions().mode() & 0o777,
-        0o700
+    let out = gpucr_env(
+        &[
+            "restore",
+            "-d",
+            "--criu-config",
+            pre_resume.to_str().unwrap(),
+            ro.0.to_str().unwrap(),
+        ],
+        &env,
     );
-    assert!(work.join("restore.log").exists());
-    assert!(work.join("stats-restore").exists());
+    let restored = Restored::from_output(&out);
+    let err = stderr(&out);
+    let work = private_work_dir(&err);
+    assert!(work.starts_with(&temp), "{err}");
+    assert!(!work.exists(), "a successful restore leaves its log behind");
+    assert!(listing(&temp).is_empty(), "{:?}", listing(&temp));
+    assert!(
+        err.contains(&format!(
+            "warning: the action script {} failed at pre-resume (exited with status 3) \
+             (action-script of --criu-config {}); CRIU does not fail a restore for it and \
+             resumed the tree\n",
+            tmp.path().join("fail-at-pre-resume.sh").display(),
+            pre_resume.display()
+        )),
+        "{err}"
+    );
     assert_eq!(
         fs::read_to_string(image.join("restore.log")).unwrap(),
         stale
@@ -459,18 +513,75 @@ fn a_read_only_image_restores_and_no_stale_log_is_shown() {
     }
     assert!(tree.last("parent").num("tick") > dumped_ticks + 2);
     drop(restored);
-    fs::remove_dir_all(&work).unwrap();
 
-    // The journals grew since the dump, which CRIU refuses, having written its log.
-    let out = gpucr(&["restore", "-d", ro.0.to_str().unwrap()]);
+    // The journals grew since the dump, which CRIU refuses, having written its log: the
+    // private directory is kept for it, and named.
+    let out = gpucr_env(&["restore", "-d", ro.0.to_str().unwrap()], &env);
     assert_fails_with(&out, 5, "criu restore failed");
-    let work = private_work_dir(&stderr(&out));
+    let err = stderr(&out);
+    let failed = private_work_dir(&err);
     assert!(
-        stderr(&out).contains(&format!("full log: {}", work.join("restore.log").display())),
-        "{}",
-        stderr(&out)
+        err.contains(&format!(
+            "full log: {}",
+            failed.join("restore.log").display()
+        )),
+        "{err}"
     );
-    assert!(!stderr(&out).contains("STALE"), "{}", stderr(&out));
+    assert!(
+        err.contains(&format!(
+            "CRIU's log of this restore is kept in {} (the image directory is not writable); \
+             the next restore of this image removes it",
+            failed.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("STALE"), "{err}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&failed).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert!(failed.join("restore.log").exists());
+
+    // The next restore removes it; its action script fails at pre-restore, which heads
+    // the error, not CRIU's line that one of the scripts failed.
+    let out = gpucr_env(
+        &[
+            "restore",
+            "-d",
+            "--criu-config",
+            pre_restore.to_str().unwrap(),
+            ro.0.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_fails_with(
+        &out,
+        5,
+        &format!(
+            "gpucr: error: criu restore failed: the action script {} failed at pre-restore \
+             (exited with status 3) (action-script of --criu-config {})\n",
+            tmp.path().join("fail-at-pre-restore.sh").display(),
+            pre_restore.display()
+        ),
+    );
+    let err = stderr(&out);
+    let work = private_work_dir(&err);
+    assert!(
+        !failed.exists(),
+        "the earlier restore's directory is removed"
+    );
+    assert!(
+        err.contains(&format!("is kept in {}", work.display())),
+        "{err}"
+    );
+    assert!(
+        fs::read_to_string(work.join("restore.log"))
+            .unwrap()
+            .contains("hook: pre-restore"),
+        "the script's output is in the kept log"
+    );
+    assert_eq!(listing(&temp).len(), 1, "{:?}", listing(&temp));
     fs::remove_dir_all(&work).unwrap();
     drop(ro);
 

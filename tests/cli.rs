@@ -791,6 +791,61 @@ fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
     );
 }
 
+/// A user's action script (`action-script` of a --criu-config file) that fails at
+/// post-dump fails the dump: the error's headline names the script, the stage and how
+/// it ended (CRIU's own last error only says that one of the scripts failed), the exit
+/// code is CRIU's failure, the image is marked incomplete, and the tree runs on.
+#[test]
+fn a_failing_action_script_is_named_and_the_tree_runs_on() {
+    use std::os::unix::fs::PermissionsExt;
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("hook.sh");
+    fs::write(
+        &script,
+        "#!/bin/sh\necho \"hook: $CRTOOLS_SCRIPT_ACTION\"\n\
+         [ \"$CRTOOLS_SCRIPT_ACTION\" != post-dump ] || exit 3\n",
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = tmp.path().join("hook.conf");
+    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
+    let state = tmp.path().join("state");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &[]);
+    let out = gpucr(&[
+        "dump",
+        "--tcp-established",
+        "--criu-config",
+        config.to_str().unwrap(),
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
+    assert_fails_with(
+        &out,
+        CRIU_FAILED,
+        &format!(
+            "gpucr: error: criu dump failed: the action script {} failed at post-dump \
+             (exited with status 3) (action-script of --criu-config {})\n",
+            script.display(),
+            config.display()
+        ),
+    );
+    let err = stderr(&out);
+    assert!(err.contains("hook: post-dump"), "the log's tail: {err}");
+    assert!(
+        err.contains(&format!("pid {} is still running", tree.pid)),
+        "{err}"
+    );
+    assert!(alive(tree.pid));
+    tree.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+    assert!(!image.join("gpucr.json").exists());
+    assert!(image.join("gpucr-incomplete.json").exists());
+}
+
 /// Damaged images are refused before CRIU starts (CRIU would write restore.log), except
 /// memory pages, which are verified before the restored tree may run.
 #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use gpucr_abi::PluginFailureKind;
 
-use super::PluginFailure;
+use super::{PluginFailure, ScriptFailure};
 use crate::exit_code::{self, ExitCode};
 
 /// What went wrong talking to CRIU.
@@ -59,13 +59,16 @@ pub enum CriuError {
         /// What CRIU wrote on its stderr, where it logs until its log is open.
         stderr: String,
     },
-    #[error("{}", failed_message(.request, .errno, .errmsg, .plugin_failure, .log, .log_tail))]
+    #[error("{}", failed_message(self))]
     Failed {
         request: &'static str,
         errno: Option<i32>,
         errmsg: Option<String>,
         /// The hook failure of gpucr's plugin that made CRIU give up, if one did.
         plugin_failure: Option<Box<PluginFailure>>,
+        /// The user's action script that failed, if one did (CRIU fails the request for
+        /// it at most stages).
+        script_failure: Option<Box<ScriptFailure>>,
         log: Option<PathBuf>,
         log_tail: Vec<String>,
     },
@@ -101,25 +104,32 @@ impl CriuError {
     }
 }
 
-fn failed_message(
-    request: &str,
-    errno: &Option<i32>,
-    errmsg: &Option<String>,
-    plugin_failure: &Option<Box<PluginFailure>>,
-    log: &Option<PathBuf>,
-    log_tail: &[String],
-) -> String {
+fn failed_message(error: &CriuError) -> String {
+    let CriuError::Failed {
+        request,
+        errno,
+        errmsg,
+        plugin_failure,
+        script_failure,
+        log,
+        log_tail,
+    } = error
+    else {
+        return String::new();
+    };
     let mut text = format!("criu {request} failed");
     // A hook of gpucr's plugin that failed is why CRIU gave up (what CRIU logs after it
-    // follows from it). Otherwise: CRIU's errmsg is the first error it logged, which is
-    // often harmless (an rlimit it could not raise); the last real error in the log says
-    // what stopped it.
-    match (plugin_failure, last_error(log_tail), errmsg) {
-        (Some(failure), _, _) => {
+    // follows from it), as is the user's action script that failed (CRIU's own lines
+    // about it only say that one of the scripts failed). Otherwise: CRIU's errmsg is the
+    // first error it logged, which is often harmless (an rlimit it could not raise); the
+    // last real error in the log says what stopped it.
+    match (plugin_failure, script_failure, last_error(log_tail), errmsg) {
+        (Some(failure), _, _, _) => {
             text.push_str(&format!(": gpucr's plugin failed in {}", failure.what))
         }
-        (None, Some(line), _) => text.push_str(&format!(": {line}")),
-        (None, None, Some(msg)) if !msg.trim().is_empty() => {
+        (None, Some(script), _, _) => text.push_str(&format!(": {}", script.describe())),
+        (None, None, Some(line), _) => text.push_str(&format!(": {line}")),
+        (None, None, None, Some(msg)) if !msg.trim().is_empty() => {
             text.push_str(&format!(": {}", msg.trim()))
         }
         _ => {}
@@ -251,6 +261,27 @@ mod tests {
         ));
     }
 
+    /// A failure of CRIU's request, as [`CriuError::Failed`] shows it.
+    fn failed_message(
+        request: &'static str,
+        errno: &Option<i32>,
+        errmsg: &Option<String>,
+        plugin_failure: &Option<Box<PluginFailure>>,
+        log: &Option<PathBuf>,
+        log_tail: &[String],
+    ) -> String {
+        CriuError::Failed {
+            request,
+            errno: *errno,
+            errmsg: errmsg.clone(),
+            plugin_failure: plugin_failure.clone(),
+            script_failure: None,
+            log: log.clone(),
+            log_tail: log_tail.to_vec(),
+        }
+        .to_string()
+    }
+
     #[test]
     fn the_last_real_error_heads_the_message() {
         let tail = vec![
@@ -307,6 +338,49 @@ mod tests {
         );
     }
 
+    /// A user's action script that failed heads the message, with its stage and the
+    /// config file that named it, not CRIU's line that one of the scripts failed; a
+    /// hook of gpucr's plugin that failed still comes first.
+    #[test]
+    fn a_failed_action_script_heads_the_message() {
+        let failed = |plugin: Option<PluginFailure>| CriuError::Failed {
+            request: "dump",
+            errno: None,
+            errmsg: Some("rlimit".into()),
+            plugin_failure: plugin.map(Box::new),
+            script_failure: Some(Box::new(ScriptFailure {
+                script: "/etc/job/post.sh".into(),
+                stage: Some("post-dump".into()),
+                how: Some("exited with status 3".into()),
+                config: Some(PathBuf::from("/etc/job.conf")),
+            })),
+            log: Some(PathBuf::from("/img/dump.log")),
+            log_tail: vec![
+                "Error (criu/action-scripts.c:156): One of more action scripts failed".into(),
+                "Error (criu/cr-dump.c:1975): Dumping FAILED.".into(),
+            ],
+        };
+        let error = failed(None);
+        assert!(
+            error.to_string().starts_with(
+                "criu dump failed: the action script /etc/job/post.sh failed at post-dump \
+                 (exited with status 3) (action-script of --criu-config /etc/job.conf)\n"
+            ),
+            "{error}"
+        );
+        assert_eq!(error.exit_code(), exit_code::CRIU_FAILED);
+        let error = failed(Some(PluginFailure {
+            kind: PluginFailureKind::Plugin,
+            what: "CHECKPOINT_DEVICES: why".into(),
+        }));
+        assert!(
+            error
+                .to_string()
+                .starts_with("criu dump failed: gpucr's plugin failed in CHECKPOINT_DEVICES"),
+            "{error}"
+        );
+    }
+
     /// CRIU refused before it opened its log: no log is pointed at, the config file is
     /// named, and CRIU's stderr (where it logged the reason) is shown.
     #[test]
@@ -351,6 +425,7 @@ mod tests {
                     what: "RESTORE_EXT_FILE: why".into(),
                 })
             }),
+            script_failure: None,
             log: None,
             log_tail: Vec::new(),
         };

@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gpucr_abi::{PluginFailureKind, PLUGIN_EXIT_STEP, PLUGIN_NAME};
 
@@ -106,6 +106,123 @@ pub fn plugin_failure(path: &Path) -> Option<PluginFailure> {
     }
 }
 
+/// A user's CRIU action script (CRIU's `action-script` option, from a `--criu-config`
+/// file) that failed, as CRIU's log tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptFailure {
+    /// The script, as CRIU ran it.
+    pub script: String,
+    /// The action CRIU ran it for ("post-dump", "pre-resume", ...), when known.
+    pub stage: Option<String>,
+    /// How it ended ("exited with status 3", "was killed by signal 9 (Killed)", "could
+    /// not be run: Permission denied"), when the log says.
+    pub how: Option<String>,
+    /// The `--criu-config` file that named it, when known.
+    pub config: Option<PathBuf>,
+}
+
+impl ScriptFailure {
+    /// "the action script PATH failed at STAGE (HOW) (action-script of --criu-config
+    /// FILE)", as much as is known.
+    pub fn describe(&self) -> String {
+        let mut text = format!("the action script {} failed", self.script);
+        if let Some(stage) = &self.stage {
+            text.push_str(&format!(" at {stage}"));
+        }
+        if let Some(how) = &self.how {
+            text.push_str(&format!(" ({how})"));
+        }
+        if let Some(config) = &self.config {
+            text.push_str(&format!(
+                " (action-script of --criu-config {})",
+                config.display()
+            ));
+        }
+        text
+    }
+}
+
+/// What CRIU logs after each action script that failed (`action-scripts.c`): "Script
+/// PATH exited with -1".
+const SCRIPT_FILE: &str = "action-scripts.c:";
+const SCRIPT_MARK: &str = "): Script ";
+const SCRIPT_END: &str = " exited with ";
+
+/// The first action script that CRIU's log at `path` says failed. CRIU logs "Script PATH
+/// exited with -1" (`action-scripts.c`) after each script that failed, right after how
+/// it ended (`util.c`: "exited, status=N", "killed by signal N: NAME", after "execvp(...)
+/// failed: WHY" when it could not be run). Its notification for an action comes right
+/// before it runs the action's scripts: `stages` are the notifications CRIU sent during
+/// the request, each with the log's length when it came, and the failed script's stage
+/// is the last one sent before its line.
+pub fn script_failure(path: &Path, stages: &[(u64, String)]) -> Option<ScriptFailure> {
+    let file = File::open(path).ok()?;
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut offset = 0u64;
+    // The two lines before the current one.
+    let mut before: [String; 2] = Default::default();
+    loop {
+        line.clear();
+        let read = match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => n,
+        };
+        let at = offset;
+        offset += read as u64;
+        let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+        let script = text
+            .find(SCRIPT_FILE)
+            .and_then(|file| text[file..].find(SCRIPT_MARK).map(|m| file + m))
+            .and_then(|m| text[m + SCRIPT_MARK.len()..].rsplit_once(SCRIPT_END))
+            .map(|(script, _)| script.to_owned());
+        let Some(script) = script else {
+            before = [std::mem::take(&mut before[1]), text];
+            continue;
+        };
+        let stage = stages
+            .iter()
+            .rev()
+            .find(|(length, _)| *length <= at)
+            .map(|(_, stage)| stage.clone());
+        let how = exec_failure(&before[0], &script)
+            .or_else(|| exec_failure(&before[1], &script))
+            .or_else(|| how_it_ended(&before[1]));
+        return Some(ScriptFailure {
+            script,
+            stage,
+            how,
+            config: None,
+        });
+    }
+}
+
+/// "could not be run: WHY" from the line a script's child logs when it cannot exec
+/// `script` (`execvp("PATH", ...) failed: WHY`).
+fn exec_failure(line: &str, script: &str) -> Option<String> {
+    let mark = format!("execvp(\"{script}\", ...) failed: ");
+    let at = line.find(&mark)?;
+    Some(format!(
+        "could not be run: {}",
+        line[at + mark.len()..].trim()
+    ))
+}
+
+/// How a command CRIU ran ended, from CRIU's line about it (`util.c`: "exited,
+/// status=N", "killed by signal N: NAME").
+fn how_it_ended(line: &str) -> Option<String> {
+    if let Some(at) = line.find("): exited, status=") {
+        let status = line[at + "): exited, status=".len()..].trim();
+        return Some(format!("exited with status {status}"));
+    }
+    let at = line.find("): killed by signal ")?;
+    let rest = line[at + "): killed by signal ".len()..].trim();
+    Some(match rest.split_once(": ") {
+        Some((number, name)) => format!("was killed by signal {number} ({name})"),
+        None => format!("was killed by signal {rest}"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +279,81 @@ mod tests {
                 "{kind:?}"
             );
         }
+    }
+
+    /// The log of a real CRIU 4.2.1 dump (`-v2`) whose action script refused post-dump,
+    /// the script's own lines among CRIU's.
+    const POST_DUMP_FAILED: &str = "\
+Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self: Operation not permitted
+fail.sh: action pre-dump
+Warn  (compel/arch/x86/src/lib/infect.c:419): Will restore 8868 with interrupted system call
+fail.sh: action post-dump
+fail.sh: refusing post-dump
+Error (criu/util.c:657): exited, status=3
+Error (criu/action-scripts.c:94): Script /tmp/as repro/fail.sh exited with -1
+Error (criu/action-scripts.c:156): One of more action scripts failed
+Error (criu/cr-dump.c:1975): Dumping FAILED.
+";
+
+    #[test]
+    fn a_failed_action_script_is_found_with_its_stage_and_status() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), POST_DUMP_FAILED).unwrap();
+        let at = |needle: &str| POST_DUMP_FAILED.find(needle).unwrap() as u64;
+        let stages = [
+            (at("fail.sh: action pre-dump"), "pre-dump".to_owned()),
+            (at("fail.sh: action post-dump"), "post-dump".to_owned()),
+        ];
+        let failure = script_failure(f.path(), &stages).unwrap();
+        assert_eq!(
+            failure,
+            ScriptFailure {
+                script: "/tmp/as repro/fail.sh".into(),
+                stage: Some("post-dump".into()),
+                how: Some("exited with status 3".into()),
+                config: None,
+            }
+        );
+        assert_eq!(
+            failure.describe(),
+            "the action script /tmp/as repro/fail.sh failed at post-dump (exited with status 3)"
+        );
+        // Without notifications the stage is unknown.
+        assert_eq!(script_failure(f.path(), &[]).unwrap().stage, None);
+        // A refused notification of gpucr's is no script's failure.
+        std::fs::write(
+            f.path(),
+            "Error (criu/cr-service.c:235): RPC client reported script error\n\
+             Error (criu/action-scripts.c:156): One of more action scripts failed\n",
+        )
+        .unwrap();
+        assert_eq!(script_failure(f.path(), &stages), None);
+    }
+
+    #[test]
+    fn a_script_that_cannot_run_or_was_killed_says_so() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            f.path(),
+            "(00.1) Error (criu/util.c:642): execvp(\"/x/s\", ...) failed: Permission denied\n\
+             (00.1) Error (criu/util.c:657): exited, status=1\n\
+             (00.1) Error (criu/action-scripts.c:94): Script /x/s exited with -1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            script_failure(f.path(), &[]).unwrap().how.as_deref(),
+            Some("could not be run: Permission denied")
+        );
+        std::fs::write(
+            f.path(),
+            "(00.1) Error (criu/util.c:660): killed by signal 9: Killed\n\
+             (00.1) Error (criu/action-scripts.c:94): Script /x/s exited with -1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            script_failure(f.path(), &[]).unwrap().how.as_deref(),
+            Some("was killed by signal 9 (Killed)")
+        );
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub use config::{
     CriuConfigError, CriuOption,
 };
 pub use error::CriuError;
-pub use log_tail::{log_tail, plugin_failure, LogStamp, PluginFailure};
+pub use log_tail::{
+    log_tail, plugin_failure, script_failure, LogStamp, PluginFailure, ScriptFailure,
+};
 pub use request::{
     has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
 };

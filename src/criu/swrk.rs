@@ -15,7 +15,9 @@ use prost::Message;
 
 use super::request::{request, DumpRequest, RestoreRequest};
 use super::rpc::{self, CriuReqType};
-use super::{log_tail, plugin_failure, CriuError, CriuVersion, LogStamp};
+use super::{
+    log_tail, plugin_failure, script_failure, CriuError, CriuVersion, LogStamp, ScriptFailure,
+};
 
 /// How many lines of CRIU's log a failure shows.
 const LOG_TAIL_LINES: usize = 12;
@@ -41,6 +43,9 @@ pub struct Swrk {
     sock: OwnedFd,
     path: PathBuf,
     stderr: Option<JoinHandle<Vec<u8>>>,
+    /// The notifications CRIU sent during the last request, each with the length of
+    /// the request's log when it came (to tell which stage a line of it belongs to).
+    stages: Vec<(u64, String)>,
 }
 
 impl Swrk {
@@ -105,6 +110,7 @@ impl Swrk {
             sock: ours,
             path: path.to_path_buf(),
             stderr,
+            stages: Vec::new(),
         })
     }
 
@@ -254,6 +260,7 @@ impl Swrk {
         let kind = req.r#type;
         // A log left by an earlier run is never shown as this one's.
         let log_before = log.and_then(LogStamp::of);
+        self.stages.clear();
         self.send(&req)?;
         loop {
             let resp = self.recv()?;
@@ -263,6 +270,12 @@ impl Swrk {
                     script: notify.script.unwrap_or_default(),
                     pid: notify.pid,
                 };
+                // CRIU waits for the answer before it logs more, and runs this stage's
+                // action scripts right after it.
+                let length = log
+                    .and_then(|l| std::fs::metadata(l).ok())
+                    .map_or(0, |m| m.len());
+                self.stages.push((length, notify.script.clone()));
                 let ok = on_notify(&notify).is_ok();
                 let mut ack = request(CriuReqType::Notify, None);
                 ack.notify_success = Some(ok);
@@ -309,9 +322,23 @@ impl Swrk {
             errno: resp.cr_errno,
             errmsg: resp.cr_errmsg,
             plugin_failure: log.and_then(plugin_failure).map(Box::new),
+            script_failure: log.and_then(|l| self.script_failure(l)).map(|failure| {
+                Box::new(ScriptFailure {
+                    config: config.map(Path::to_path_buf),
+                    ..failure
+                })
+            }),
             log: log.map(Path::to_path_buf),
             log_tail: log.map(|l| log_tail(l, LOG_TAIL_LINES)).unwrap_or_default(),
         })
+    }
+
+    /// The first of the user's action scripts (`action-script` of `--criu-config`) that
+    /// failed during the last request, as its log `log` tells, with the stage it failed
+    /// at. CRIU fails a request for most stages, not for pre-resume, post-resume and
+    /// network-unlock: after a request that succeeded this says what it let pass.
+    pub fn script_failure(&self, log: &Path) -> Option<ScriptFailure> {
+        script_failure(log, &self.stages)
     }
 
     fn send(&mut self, req: &rpc::CriuReq) -> Result<(), CriuError> {
