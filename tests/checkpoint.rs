@@ -585,10 +585,11 @@ fn a_read_only_image_restores_and_no_stale_log_is_shown() {
     fs::remove_dir_all(&work).unwrap();
     drop(ro);
 
-    // CRIU refuses an option value before it opens its log: the earlier restore's log
-    // is neither shown nor left behind, and the config file is named.
-    let config = tmp.path().join("veth.conf");
-    fs::write(&config, "veth-pair no-equals-sign\n").unwrap();
+    // CRIU refuses an option value before it opens its log (here a namespace file that
+    // is not there, which gpucr leaves to CRIU): the earlier restore's log is neither
+    // shown nor left behind, and the config file is named.
+    let config = tmp.path().join("join-ns.conf");
+    fs::write(&config, "join-ns net:/nonexistent/gpucr-netns\n").unwrap();
     copy_files(&snapshot, &state);
     let out = gpucr(&[
         "restore",

@@ -639,6 +639,46 @@ fn criu_config_lines_criu_refuses_are_refused_up_front() {
     }
 }
 
+/// Values with a structure that CRIU would refuse before it opens its log (`veth-pair`
+/// without `=`), or would misread (`external mnt[]x` read as `mnt[]`), are refused
+/// before anything is touched, with the file, the line and the form CRIU expects.
+#[test]
+fn criu_config_structured_values_are_checked_up_front() {
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("net.conf");
+    let image = tmp.path().join("i");
+    let pid = target.pid();
+    for (text, line, why) in [
+        (
+            "tcp-close\nveth-pair eth0\n",
+            2,
+            "`veth-pair` takes IN=OUT[@BRIDGE]",
+        ),
+        (
+            "external mnt[]x\n",
+            1,
+            "`external` takes a mount as mnt[KEY]:VALUE",
+        ),
+    ] {
+        fs::write(&config, text).unwrap();
+        for command in ["dump", "restore"] {
+            let mut args = vec![command, "--criu-config", config.to_str().unwrap()];
+            if command == "dump" {
+                args.push(&pid);
+            }
+            args.push(image.to_str().unwrap());
+            let out = gpucr(&args);
+            assert_fails_with(
+                &out,
+                USAGE,
+                &format!("--criu-config {}, line {line}: {why}", config.display()),
+            );
+            assert!(!image.exists(), "{command}: nothing is touched");
+        }
+    }
+}
+
 /// A device CRIU cannot dump: the dump fails, the tree keeps running, the image is
 /// marked incomplete, and restore refuses it.
 /// A standard error that cannot be written (`gpucr ... 2>&1 | head -1`, its reader

@@ -514,7 +514,7 @@ mod tests {
              \x20  tcp-close\n\
              ghost-limit 8M   # bigger ghosts\n\
              lsm-profile \"selinux:a b\"\n\
-             external \"mnt[]:\\\"x\\\"\"\n\
+             external \"mnt[a]:\\\"x\\\"\"\n\
              manage-cgroups=full\n\
              skip-in-flight # a boolean\n\
              file-validation\tfilesize\n",
@@ -526,7 +526,7 @@ mod tests {
                 option("tcp-close", None),
                 option("ghost-limit", Some("8M")),
                 option("lsm-profile", Some("selinux:a b")),
-                option("external", Some("mnt[]:\"x\"")),
+                option("external", Some("mnt[a]:\"x\"")),
                 option("manage-cgroups", Some("full")),
                 option("skip-in-flight", None),
                 option("file-validation", Some("filesize")),

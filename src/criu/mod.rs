@@ -13,6 +13,7 @@ mod log_tail;
 mod options;
 mod request;
 mod start;
+mod structured;
 mod swrk;
 mod version;
 

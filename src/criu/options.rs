@@ -2,7 +2,8 @@
 //! each name, whether it takes a value, and the form of the values CRIU parses as a
 //! number or one of a fixed set of words. A `--criu-config` line is checked against it,
 //! since CRIU refuses a line it cannot read before it opens its log, and reads some
-//! malformed values without a word (`ghost-limit abc` is a limit of 0).
+//! malformed values without a word (`ghost-limit abc` is a limit of 0). The values CRIU
+//! takes apart (`veth-pair`, `join-ns`, ...) are checked in [`super::structured`].
 
 /// Whether an option takes a value (getopt's `has_arg`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,7 +191,7 @@ pub fn check(name: &str, value: Option<&str>) -> Option<String> {
         }),
         "close" => (!value.bytes().all(|b| b.is_ascii_digit()) || value.is_empty())
             .then(|| format!("`close` takes a descriptor number, not {value:?}")),
-        _ => None,
+        _ => super::structured::check(&full, value),
     }
 }
 
@@ -199,6 +200,9 @@ fn example(name: &str) -> Option<&'static str> {
     match name {
         "ghost-limit" => Some("64M"),
         "external" => Some("mnt[/mnt/data]:data"),
+        "veth-pair" => Some("eth0=veth0"),
+        "join-ns" => Some("net:/var/run/netns/x"),
+        "ext-mount-map" => Some("/mnt/data:data"),
         "file-validation" => Some("filesize"),
         "empty-ns" => Some("net"),
         _ => None,
@@ -288,6 +292,12 @@ mod tests {
             ("cpu-cap", Some("gpu"), "`cpu-cap` takes"),
             ("close", Some("x"), "descriptor number"),
             ("ms", None, "deprecated"),
+            ("veth-pair", Some("eth0"), "IN=OUT[@BRIDGE]"),
+            ("veth", Some("eth0"), "`veth-pair` takes"),
+            ("join-ns", Some("pid:1"), "NS:FILE"),
+            ("ext-mount-map", Some("data"), "KEY:VALUE"),
+            ("external", Some("mnt[]:x"), "mnt[KEY]:VALUE"),
+            ("veth-pair", None, "e.g. `veth-pair eth0=veth0`"),
         ] {
             let got = check(name, value).unwrap_or_default();
             assert!(got.contains(why), "{name} {value:?}: {got:?}");
@@ -312,6 +322,8 @@ mod tests {
             ("lsm-profile", Some("apparmor:x")),
             ("skip-in-flight", None),
             ("close", Some("7")),
+            ("veth-pair", Some("eth0=veth0@br0")),
+            ("join-ns", Some("user:1234,0,0")),
         ] {
             assert_eq!(check(name, value), None, "{name} {value:?}");
         }
