@@ -255,32 +255,8 @@ fn dump_of_a_traced_process_names_its_tracer() {
     let _lock = criu_lock();
     let target = Sleeper::start();
     let pid = target.0.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let tracing = std::thread::Builder::new()
-        .name("test-tracer".into())
-        .spawn(move || {
-            // SAFETY: PTRACE_SEIZE takes a pid and no memory of ours and does not stop
-            // the tracee; the kernel lets it go when this thread exits.
-            let rc = unsafe {
-                libc::ptrace(
-                    libc::PTRACE_SEIZE,
-                    pid,
-                    std::ptr::null_mut::<libc::c_void>(),
-                    0,
-                )
-            };
-            tx.send((
-                rc,
-                std::io::Error::last_os_error(),
-                nix::unistd::gettid().as_raw(),
-            ))
-            .unwrap();
-            let _ = done_rx.recv();
-        })
-        .unwrap();
-    let (rc, error, tracer) = rx.recv().unwrap();
-    assert_eq!(rc, 0, "PTRACE_SEIZE: {error}");
+    let tracing = Tracer::seize(pid);
+    let tracer = tracing.tid;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("img");
     let out = gpucr(&["dump", &pid.to_string(), dir.to_str().unwrap()]);
@@ -298,8 +274,6 @@ fn dump_of_a_traced_process_names_its_tracer() {
         status.contains(&format!("TracerPid:\t{tracer}\n")),
         "the tracer is left attached: {status}"
     );
-    done_tx.send(()).unwrap();
-    tracing.join().unwrap();
 }
 
 /// 0 and negative numbers are no process id at all: a usage error, not a missing target.
@@ -620,36 +594,8 @@ fn criu_config_lines_criu_refuses_are_refused_up_front() {
             1,
             "`ghost-limit` takes a size in bytes",
         ),
-    ] {
-        fs::write(&config, text).unwrap();
-        for command in ["dump", "restore"] {
-            let mut args = vec![command, "--criu-config", config.to_str().unwrap()];
-            if command == "dump" {
-                args.push(&pid);
-            }
-            args.push(image.to_str().unwrap());
-            let out = gpucr(&args);
-            assert_fails_with(
-                &out,
-                USAGE,
-                &format!("--criu-config {}, line {line}: {why}", config.display()),
-            );
-            assert!(!image.exists(), "{command}: nothing is touched");
-        }
-    }
-}
-
-/// Values with a structure that CRIU would refuse before it opens its log (`veth-pair`
-/// without `=`), or would misread (`external mnt[]x` read as `mnt[]`), are refused
-/// before anything is touched, with the file, the line and the form CRIU expects.
-#[test]
-fn criu_config_structured_values_are_checked_up_front() {
-    let target = Sleeper::start();
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("net.conf");
-    let image = tmp.path().join("i");
-    let pid = target.pid();
-    for (text, line, why) in [
+        // Values with a structure: `veth-pair` without `=` is refused by CRIU before its
+        // log, `external mnt[]x` is read by it as `mnt[]`.
         (
             "tcp-close\nveth-pair eth0\n",
             2,
@@ -812,6 +758,18 @@ fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
         "CRIU's reason is shown: {err}"
     );
     assert!(err.contains("dump.log"), "the log is named: {err}");
+    assert_failed_dump_left_the_tree_running(&err, &tree, &state, &image);
+    let out = gpucr(&["restore", image.to_str().unwrap()]);
+    assert_fails_with(
+        &out,
+        IMAGE_INCOMPLETE,
+        "the image is incomplete: the dump failed",
+    );
+}
+
+/// After a failed dump: gpucr said the tree still runs, it does and its journals go
+/// on without a gap, and the image is marked incomplete, with no manifest.
+fn assert_failed_dump_left_the_tree_running(err: &str, tree: &Tree, state: &Path, image: &Path) {
     assert!(
         err.contains(&format!("pid {} is still running", tree.pid)),
         "{err}"
@@ -819,16 +777,10 @@ fn undumpable_fd_fails_the_dump_and_leaves_the_tree_running() {
     assert!(alive(tree.pid));
     tree.wait_ticks(3);
     for role in ROLES {
-        assert_journal_continuous(&state, role);
+        assert_journal_continuous(state, role);
     }
     assert!(!image.join("gpucr.json").exists());
     assert!(image.join("gpucr-incomplete.json").exists());
-    let out = gpucr(&["restore", image.to_str().unwrap()]);
-    assert_fails_with(
-        &out,
-        IMAGE_INCOMPLETE,
-        "the image is incomplete: the dump failed",
-    );
 }
 
 /// A user's action script (`action-script` of a --criu-config file) that fails at
@@ -873,17 +825,7 @@ fn a_failing_action_script_is_named_and_the_tree_runs_on() {
     );
     let err = stderr(&out);
     assert!(err.contains("hook: post-dump"), "the log's tail: {err}");
-    assert!(
-        err.contains(&format!("pid {} is still running", tree.pid)),
-        "{err}"
-    );
-    assert!(alive(tree.pid));
-    tree.wait_ticks(3);
-    for role in ROLES {
-        assert_journal_continuous(&state, role);
-    }
-    assert!(!image.join("gpucr.json").exists());
-    assert!(image.join("gpucr-incomplete.json").exists());
+    assert_failed_dump_left_the_tree_running(&err, &tree, &state, &image);
 }
 
 /// Damaged images are refused before CRIU starts (CRIU would write restore.log), except

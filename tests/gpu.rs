@@ -394,35 +394,10 @@ fn engine_mode_refuses_a_traced_tree_naming_the_tracer() {
     } = started("engine-traced", &["--parent-mib", "8", "--child-mib", "4"]);
     let libs = install_plugin(tmp.path(), &sim, &[]);
     let child = gpucr_abi::procfs::tree_pids(tree.pid)[1];
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let tracing = std::thread::Builder::new()
-        .name("test-tracer".into())
-        .spawn(move || {
-            // SAFETY: PTRACE_SEIZE takes a pid and no memory of ours and does not stop
-            // the tracee; the kernel lets it go when this thread exits.
-            let rc = unsafe {
-                libc::ptrace(
-                    libc::PTRACE_SEIZE,
-                    child,
-                    std::ptr::null_mut::<libc::c_void>(),
-                    0,
-                )
-            };
-            tx.send((
-                rc,
-                std::io::Error::last_os_error(),
-                nix::unistd::gettid().as_raw(),
-            ))
-            .unwrap();
-            let _ = done_rx.recv();
-        })
-        .unwrap();
-    let (rc, error, tracer) = rx.recv().unwrap();
-    assert_eq!(rc, 0, "PTRACE_SEIZE: {error}");
+    let tracing = Tracer::seize(child);
+    let tracer = tracing.tid;
     let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &image, &[]);
-    done_tx.send(()).unwrap();
-    tracing.join().unwrap();
+    drop(tracing);
     assert!(!out.status.success(), "{log}");
     assert!(
         log.contains(&format!(

@@ -586,3 +586,59 @@ impl Drop for SimRoot {
         let _ = fs::remove_dir_all(&self.0);
     }
 }
+
+/// A thread of the test process that has seized `pid` with ptrace (without stopping
+/// it), as a debugger or `strace -p` would; the kernel lets the tracee go when the
+/// thread ends (when this is dropped).
+pub struct Tracer {
+    /// The tracing thread's id, which `/proc/PID/status` shows as `TracerPid`; its
+    /// name is `test-tracer`.
+    pub tid: i32,
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tracer {
+    pub fn seize(pid: i32) -> Tracer {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("test-tracer".into())
+            .spawn(move || {
+                // SAFETY: PTRACE_SEIZE takes a pid and no memory of ours and does not
+                // stop the tracee; the kernel lets it go when this thread exits.
+                let rc = unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_SEIZE,
+                        pid,
+                        std::ptr::null_mut::<libc::c_void>(),
+                        0,
+                    )
+                };
+                tx.send((
+                    rc,
+                    std::io::Error::last_os_error(),
+                    nix::unistd::gettid().as_raw(),
+                ))
+                .unwrap();
+                let _ = done_rx.recv();
+            })
+            .unwrap();
+        let (rc, error, tid) = rx.recv().unwrap();
+        assert_eq!(rc, 0, "PTRACE_SEIZE: {error}");
+        Tracer {
+            tid,
+            done: Some(done),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
