@@ -167,15 +167,9 @@ fn thread_group(pid: i32) -> Result<i32, TargetError> {
 
 /// The `Tgid:` of a `/proc/PID/status` text.
 fn parse_tgid(status: &str) -> Option<i32> {
-    status_field(status, "Tgid")
-}
-
-/// The number a `NAME:` line of a `/proc/PID/status` text holds.
-fn status_field(status: &str, name: &str) -> Option<i32> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .and_then(|v| v.trim().parse().ok())
+    gpucr_abi::procfs::status_value(status, "Tgid")?
+        .parse()
+        .ok()
 }
 
 /// A `/proc/PID/stat` state of a task that has exited: Z (zombie) or X (dead).

@@ -79,11 +79,19 @@ pub fn traced_task(root: i32) -> Option<Traced> {
 
 /// The `TracerPid:` of a `/proc/PID/status` text, None when 0 (untraced) or missing.
 pub fn parse_tracer(status: &str) -> Option<i32> {
+    status_value(status, "TracerPid")?
+        .parse()
+        .ok()
+        .filter(|&tracer| tracer != 0)
+}
+
+/// The value of the `NAME:` line of a `/proc/PID/status` text, trimmed ("412" for
+/// `Tgid`, "1234 kB" for `VmRSS`).
+pub fn status_value<'a>(status: &'a str, name: &str) -> Option<&'a str> {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("TracerPid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&tracer| tracer != 0)
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
 }
 
 /// One line of `/proc/PID/maps`.
@@ -142,6 +150,11 @@ mod tests {
         assert_eq!(parse_tracer("Name:\tx\nTracerPid:\t0\n"), None);
         assert_eq!(parse_tracer("TracerPid:\t77\n"), Some(77));
         assert_eq!(parse_tracer("Name:\tx\n"), None);
+        // A field whose name begins another's is not taken for it.
+        assert_eq!(
+            status_value("VmRSSx:\t1 kB\nVmRSS:\t 2 kB\n", "VmRSS"),
+            Some("2 kB")
+        );
         assert_eq!(traced_task(std::process::id() as i32), None);
     }
 

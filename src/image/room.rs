@@ -92,7 +92,7 @@ pub fn needed_for_tree(dir: &Path, gpu_bytes: u64, root: i32) -> u64 {
 /// `/proc/PID/status`), 0 where it cannot be read (a kernel thread has none).
 fn memory_bytes(pid: i32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status")).map_or(0, |status| {
-        ["VmRSS:", "VmSwap:"]
+        ["VmRSS", "VmSwap"]
             .iter()
             .filter_map(|name| status_kib(&status, name))
             .sum::<u64>()
@@ -102,11 +102,11 @@ fn memory_bytes(pid: i32) -> u64 {
 
 /// A `NAME: N kB` field of a `/proc/PID/status` text, in KiB.
 fn status_kib(status: &str, name: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse().ok())
+    procfs::status_value(status, name)?
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl ManifestRoom {
@@ -216,10 +216,10 @@ mod tests {
     #[test]
     fn the_estimate_ahead_of_the_pages_counts_the_tree() {
         assert_eq!(
-            status_kib("Name:\tx\nVmRSS:\t   1234 kB\nVmSwap:\t0 kB\n", "VmRSS:"),
+            status_kib("Name:\tx\nVmRSS:\t   1234 kB\nVmSwap:\t0 kB\n", "VmRSS"),
             Some(1234)
         );
-        assert_eq!(status_kib("Name:\tx\n", "VmSwap:"), None);
+        assert_eq!(status_kib("Name:\tx\n", "VmSwap"), None);
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id() as i32;
         let memory = memory_bytes(me);
