@@ -6,7 +6,7 @@ use nix::sys::utsname::uname;
 
 use crate::criu::{
     criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
-    CriuError, DumpRequest, NetworkLock, ScriptFailure,
+    CriuError, DumpRequest, NetworkLock,
 };
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::{self, GpuError};
@@ -316,10 +316,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     // CRIU lets a dump succeed whose action script failed at network-unlock (scripts
     // come only from --criu-config): the user must hear of it.
     let lenient_script = match (&result, &opts.criu_config) {
-        (Ok(()), Some(config)) => swrk.script_failure(&log).map(|failure| ScriptFailure {
-            config: Some(config.clone()),
-            ..failure
-        }),
+        (Ok(()), Some(config)) => swrk.script_failure(&log, Some(config)),
         _ => None,
     };
     if let Err(error) = result.and_then(|()| swrk.finish()) {

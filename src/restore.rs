@@ -9,7 +9,7 @@ use nix::unistd::Pid;
 
 use crate::criu::{
     criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
-    CriuError, NetworkLock, RestoreRequest, ScriptFailure,
+    CriuError, NetworkLock, RestoreRequest,
 };
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::GpuRef;
@@ -717,13 +717,10 @@ fn restore_in(
     })?;
     // CRIU lets a restore succeed whose action script failed at pre-resume or
     // post-resume (scripts come only from --criu-config): the user must hear of it.
-    let failed_script = opts.criu_config.as_ref().and_then(|config| {
-        let failure = swrk.script_failure(&log)?;
-        Some(ScriptFailure {
-            config: Some(config.clone()),
-            ..failure
-        })
-    });
+    let failed_script = opts
+        .criu_config
+        .as_deref()
+        .and_then(|config| swrk.script_failure(&log, Some(config)));
     if let Some(failure) = failed_script {
         let mut text = format!(
             "{}; CRIU does not fail a restore for it and resumed the tree",

@@ -322,12 +322,9 @@ impl Swrk {
             errno: resp.cr_errno,
             errmsg: resp.cr_errmsg,
             plugin_failure: log.and_then(plugin_failure).map(Box::new),
-            script_failure: log.and_then(|l| self.script_failure(l)).map(|failure| {
-                Box::new(ScriptFailure {
-                    config: config.map(Path::to_path_buf),
-                    ..failure
-                })
-            }),
+            script_failure: log
+                .and_then(|l| self.script_failure(l, config))
+                .map(Box::new),
             log: log.map(Path::to_path_buf),
             log_tail: log.map(|l| log_tail(l, LOG_TAIL_LINES)).unwrap_or_default(),
         })
@@ -335,10 +332,14 @@ impl Swrk {
 
     /// The first of the user's action scripts (`action-script` of `--criu-config`) that
     /// failed during the last request, as its log `log` tells, with the stage it failed
-    /// at. CRIU fails a request for most stages, not for pre-resume, post-resume and
-    /// network-unlock: after a request that succeeded this says what it let pass.
-    pub fn script_failure(&self, log: &Path) -> Option<ScriptFailure> {
-        script_failure(log, &self.stages)
+    /// at and the config file `config` that named it. CRIU fails a request for most
+    /// stages, not for pre-resume, post-resume and network-unlock: after a request that
+    /// succeeded this says what it let pass.
+    pub fn script_failure(&self, log: &Path, config: Option<&Path>) -> Option<ScriptFailure> {
+        Some(ScriptFailure {
+            config: config.map(Path::to_path_buf),
+            ..script_failure(log, &self.stages)?
+        })
     }
 
     fn send(&mut self, req: &rpc::CriuReq) -> Result<(), CriuError> {
