@@ -2,17 +2,19 @@
 //!
 //! CRIU writes `pages-N.img` sequentially, from start to end. A [`Follower`] thread
 //! watches the image directory and hashes whatever CRIU has appended since it last
-//! looked, 256 KiB at a time, so when CRIU finishes only each file's tail is left to
-//! hash. While a file grows the follower looks again every millisecond, and being told
-//! to stop wakes it at once: against looking every 10 ms and sleeping out the last wait,
-//! that took 10-40 ms off a 1 GiB dump on 2 cores (docs/benchmarks.md).
+//! looked, so when CRIU finishes only each file's tail is left to hash. While a file
+//! grows the follower looks again every 100 µs, and being told to stop wakes it at
+//! once: against looking every 10 ms and sleeping out the last wait, that took 10-40 ms
+//! off a 1 GiB dump on 2 cores (docs/benchmarks.md).
 //!
-//! The follower reads the bytes a millisecond or so after CRIU wrote them, while they
-//! are still in the CPU's cache, instead of waiting for a whole 4 MiB block to land and
-//! reading it back from memory: CRIU's copy of the pages into the file is bound by
-//! memory bandwidth, and a follower that reads from memory slows it (in 24 interleaved
-//! 1 GiB dumps on 2 cores, CRIU's own `memdump_time` grew 22 ms beside a block-at-a-time
-//! follower and 10 ms beside this one).
+//! The follower reads the bytes a fraction of a millisecond after CRIU wrote them
+//! (typically 0.5 MiB behind it), while they are still in the CPU's cache, instead of
+//! waiting for a whole 4 MiB block to land and reading it back from memory: CRIU's copy
+//! of the pages into the file is bound by memory bandwidth, and a follower that reads
+//! from memory slows it. In interleaved 1 GiB dumps on 2 cores, CRIU's own
+//! `memdump_time` grew 22 ms beside a block-at-a-time follower, 15-30 ms beside one
+//! looking every millisecond (1.5-2 MiB behind) and 5-15 ms less than that beside this
+//! one.
 //!
 //! Should CRIU ever rewrite bytes already hashed, the file's checksum would not match on
 //! restore and the image would be refused: a wrong assumption here cannot pass bad data,
@@ -34,9 +36,10 @@ use twox_hash::XxHash3_64;
 
 use super::checksum::{BLOCK_SIZE, READ_PIECE};
 
-/// How long the follower sleeps when no new block has landed while CRIU is writing
-/// memory pages: the next block lands within milliseconds.
-const POLL_WRITING: Duration = Duration::from_millis(1);
+/// How long the follower sleeps when nothing new has landed while CRIU is writing
+/// memory pages: CRIU appends about 0.3 MiB in that time, which the follower then
+/// reads from the cache rather than from memory.
+const POLL_WRITING: Duration = Duration::from_micros(100);
 /// How long the follower sleeps once no file has grown for [`WRITING_PAUSE`] (CRIU is
 /// freezing the tree, or dumping something other than memory).
 const POLL_IDLE: Duration = Duration::from_millis(10);
