@@ -311,6 +311,58 @@ fn cuda_leave_running_keeps_the_job_going() {
     assert_runs_on_unlocked(&tree, steps_before);
 }
 
+/// The bytes in use on the file system holding `dir`.
+fn used_bytes(dir: &Path) -> u64 {
+    let stat = nix::sys::statvfs::statvfs(dir).unwrap();
+    (stat.blocks() - stat.blocks_free()) as u64 * stat.fragment_size() as u64
+}
+
+/// Engine mode (CRIU run directly with the installed plugin) on a CUDA tree, on a file
+/// system with room for CRIU's image but not for the manifest's room beside it. The
+/// tasks keep no device file, so CRIU dumps none and no DUMP_EXT_FILE comes: the plugin
+/// finishes the copy and takes the manifest's room once every task is checkpointed,
+/// before CRIU writes any memory. CRIU then runs out of room writing the memory and
+/// fails the dump, and the tree runs on, its device memory back and its processes
+/// unlocked; no manifest is written. Before, the room was only looked for in CRIU's exit
+/// hook, after CRIU had decided to kill the tree, which left an incomplete image and no
+/// job.
+#[test]
+fn engine_mode_cuda_tree_without_room_fails_the_dump_and_runs_on() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 2);
+    let settings: Vec<String> = fake.env().iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let libs = install_plugin_with(tmp.path(), &settings);
+    // What the image takes, measured on a file system with room; the images are the
+    // file system's root, CRIU's work directory (its log) is beside it.
+    let roomy = tmp.path().join("roomy");
+    mount_tmpfs(&roomy, 1 << 30);
+    let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &roomy, &["--leave-running"]);
+    let manifest = fs::metadata(roomy.join("gpucr.json")).map(|m| m.len());
+    let image_bytes =
+        used_bytes(&roomy) - manifest.as_ref().map_or(0, |&b| b.next_multiple_of(4096));
+    umount(&roomy);
+    assert!(out.status.success(), "{log}");
+    assert!(manifest.is_ok(), "no manifest in engine mode:\n{log}");
+    assert!(image_bytes >= 48 << 20, "{image_bytes}");
+    let steps_before = tree.steps();
+    // CRIU's image fits with 64 KiB to spare; the manifest's room takes at least 128 KiB.
+    let full = tmp.path().join("full");
+    mount_tmpfs(&full, image_bytes + (64 << 10));
+    let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &full, &[]);
+    let manifest_written = full.join("gpucr.json").exists();
+    umount(&full);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("engine mode: GPU memory is in the image"),
+        "the copy was not finished at CHECKPOINT_DEVICES:\n{log}"
+    );
+    assert!(!manifest_written);
+    assert_runs_on_unlocked(&tree, steps_before);
+}
+
 /// --leave-running with a driver whose unlock fails after the dump: the image is
 /// complete, but gpucr exits with its own code and names the call, and the processes
 /// are left restored but locked (not running without a word). Unlocked by hand, every

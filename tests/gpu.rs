@@ -269,60 +269,10 @@ fn plain_criu_cannot_dump_the_device() {
 /// container engine's CRIU, with the simulator's root and `settings`; returns the
 /// plugin directory.
 fn install_plugin(dir: &Path, sim: &SimRoot, settings: &[&str]) -> std::path::PathBuf {
-    let libs = dir.join("criu-libs");
     let sim_root = format!("GPUCR_SIM_ROOT={}", sim.0.display());
-    let mut args = vec!["install-plugin", "--criu-libdir", libs.to_str().unwrap()];
-    for setting in std::iter::once(sim_root.as_str()).chain(settings.iter().copied()) {
-        args.extend(["--setting", setting]);
-    }
-    assert_success(&gpucr(&args));
-    libs
-}
-
-/// Engine mode without a container engine: the machine's CRIU, run directly with the
-/// plugins of `libs` (`--libdir`), dumps `pid` into `images` (made here), its log
-/// (returned) in a work directory of its own beside it, so a full image directory
-/// does not lose it.
-fn criu_dump_with_plugin(
-    libs: &Path,
-    pid: i32,
-    images: &Path,
-    extra: &[&str],
-) -> (std::process::Output, String) {
-    fs::create_dir_all(images).unwrap();
-    let work = images.with_extension("work");
-    fs::create_dir_all(&work).unwrap();
-    let out = Command::new("criu")
-        .args([
-            "dump",
-            "-t",
-            &pid.to_string(),
-            "-D",
-            images.to_str().unwrap(),
-        ])
-        .args(["-W", work.to_str().unwrap(), "-o", "dump.log", "-v3"])
-        .args(["-L", libs.to_str().unwrap()])
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let log = fs::read_to_string(work.join("dump.log")).unwrap_or_default();
-    (out, log)
-}
-
-/// A tmpfs of `bytes` at `dir` (made here).
-fn mount_tmpfs(dir: &Path, bytes: u64) {
-    fs::create_dir_all(dir).unwrap();
-    let status = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-        .arg(dir)
-        .status()
-        .unwrap();
-    assert!(status.success(), "mount a tmpfs (root needed)");
-}
-
-fn umount(dir: &Path) {
-    let _ = Command::new("umount").arg(dir).status();
+    let mut all = vec![sim_root.as_str()];
+    all.extend_from_slice(settings);
+    install_plugin_with(dir, &all)
 }
 
 /// Engine mode on a file system with room for the GPU memory but not for the manifest:

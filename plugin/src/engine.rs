@@ -192,8 +192,10 @@ pub fn start_restore() -> Result<bool, HookFailure> {
     start("restore", None)
 }
 
-/// FINISH_COPY at the first device file CRIU dumps: every task's device memory in the
-/// image before CRIU goes on (a failure fails the dump; the tree runs on).
+/// FINISH_COPY at the first device file CRIU dumps, or for a backend whose tasks keep
+/// none, once every task is checkpointed: every task's device memory in the image and
+/// the manifest's room taken before CRIU goes on (a failure fails the dump; the tree
+/// runs on).
 pub fn finish_copy() -> Result<(), HookFailure> {
     if !active() || COPY_FINISHED.swap(true, Ordering::SeqCst) {
         return Ok(());

@@ -33,6 +33,8 @@ static TREE_RESUMED: AtomicBool = AtomicBool::new(false);
 static RESUMED_AHEAD: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 /// Every task of this dump (PAUSE_DEVICES), for the step after it.
 static DUMPED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
+/// The tasks whose CHECKPOINT_DEVICES went through, for [`tree_checkpointed`].
+static CHECKPOINTED: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
 
 /// Why a hook failed: the message for CRIU's log and the errno CRIU gets back (the
 /// cause's own errno where there is one, so CRIU's log and exit say what happened).
@@ -276,7 +278,26 @@ pub fn checkpoint_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_in
     }
     // The helper holds its own references; ours close here.
     drop(buffers);
+    // Engine mode finishes the copy at the first device file CRIU dumps, the last hook
+    // whose failure CRIU honours. A backend whose tasks keep no device file (a CUDA
+    // process's driver releases them at the checkpoint) gets no such hook: the copy is
+    // finished and the manifest's room taken once every task is checkpointed, before
+    // CRIU dumps any memory, so that a full disk fails the dump and the tree runs on.
+    if !half.dumps_device_files() && tree_checkpointed(pid) {
+        engine::finish_copy()?;
+    }
     Ok(0)
+}
+
+/// Record `pid` as checkpointed; true once every task PAUSE_DEVICES saw is.
+fn tree_checkpointed(pid: c_int) -> bool {
+    let mut checkpointed = CHECKPOINTED.lock().unwrap_or_else(|e| e.into_inner());
+    checkpointed.push(pid);
+    DUMPED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .all(|paused| checkpointed.contains(paused))
 }
 
 pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {

@@ -3,11 +3,12 @@
 //!
 //! * CHECKPOINT_DEVICES (every task, tree frozen): the copy of each task's device memory
 //!   starts, as under `gpucr dump`.
-//! * FINISH_COPY, at the first device file CRIU dumps: every copy is waited for, the
-//!   device state written, and the manifest's room taken (what `gpucr dump` does at
-//!   post-dump, which an engine's CRIU does not tell gpucr of). A failure fails that
-//!   hook, so CRIU's dump fails and the tree runs on. (CRIU ignores what its plugins'
-//!   exit hook returns: neither can be left to the end.)
+//! * FINISH_COPY, at the first device file CRIU dumps (for a backend whose tasks keep
+//!   no device file, CUDA's, at the last task's CHECKPOINT_DEVICES): every copy is
+//!   waited for, the device state written, and the manifest's room taken (what `gpucr
+//!   dump` does at post-dump, which an engine's CRIU does not tell gpucr of). A failure
+//!   fails that hook, so CRIU's dump fails and the tree runs on. (CRIU ignores what its
+//!   plugins' exit hook returns: neither can be left to the end.)
 //! * DUMP_DONE, from the plugin's exit hook: the image's files are checksummed and the
 //!   manifest written into its room, which completes the image; after a failed dump the
 //!   image is marked incomplete instead.

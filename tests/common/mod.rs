@@ -642,3 +642,77 @@ impl Drop for Tracer {
         }
     }
 }
+
+/// `gpucr install-plugin` into `dir/criu-libs` (returned) with `settings` (`NAME=VALUE`),
+/// for CRIU runs in engine mode.
+pub fn install_plugin_with(dir: &Path, settings: &[&str]) -> PathBuf {
+    let libs = dir.join("criu-libs");
+    let mut args = vec!["install-plugin", "--criu-libdir", libs.to_str().unwrap()];
+    for setting in settings {
+        args.extend(["--setting", setting]);
+    }
+    assert_success(&gpucr(&args));
+    libs
+}
+
+/// Engine mode without a container engine: the machine's CRIU, run directly with the
+/// plugins of `libs` (`--libdir`), dumps `pid` into `images` (made here), its log
+/// (returned) in a work directory of its own beside it, so a full image directory
+/// does not lose it.
+pub fn criu_dump_with_plugin(
+    libs: &Path,
+    pid: i32,
+    images: &Path,
+    extra: &[&str],
+) -> (std::process::Output, String) {
+    fs::create_dir_all(images).unwrap();
+    let work = images.with_extension("work");
+    fs::create_dir_all(&work).unwrap();
+    let out = Command::new("criu")
+        .args([
+            "dump",
+            "-t",
+            &pid.to_string(),
+            "-D",
+            images.to_str().unwrap(),
+        ])
+        .args(["-W", work.to_str().unwrap(), "-o", "dump.log", "-v3"])
+        .args(["-L", libs.to_str().unwrap()])
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let log = fs::read_to_string(work.join("dump.log")).unwrap_or_default();
+    (out, log)
+}
+
+/// A tmpfs of `bytes` at `dir` (made here).
+pub fn mount_tmpfs(dir: &Path, bytes: u64) {
+    fs::create_dir_all(dir).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount a tmpfs (root needed)");
+}
+
+/// Unmount `dir`, waiting up to 5 s for whatever still uses it (an engine helper that
+/// outlives its CRIU by a moment), then detaching it lazily.
+pub fn umount(dir: &Path) {
+    let quiet = |args: &[&str]| {
+        Command::new("umount")
+            .args(args)
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    for _ in 0..50 {
+        if quiet(&[]) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = quiet(&["-l"]);
+}

@@ -32,6 +32,10 @@ impl PluginHalf for CudaHalf {
         "cuda"
     }
 
+    fn dumps_device_files(&self) -> bool {
+        false
+    }
+
     fn checkpoint_tree(&self) -> Result<(), HalfError> {
         let reply = helper::call(request::Kind::TreeThreads(TreeThreads {}), &[])
             .map_err(half_error("the tree's restore threads"))?;

@@ -106,6 +106,13 @@ pub trait PluginHalf: Send + Sync {
     /// or None when it holds no device of this backend.
     fn checkpoint(&self, pid: i32) -> Result<Option<Collected>, HalfError>;
 
+    /// Whether a task this half checkpointed still holds device files, which CRIU dumps
+    /// through DUMP_EXT_FILE (not so for a CUDA process, whose driver releases them at
+    /// the checkpoint). Default: yes.
+    fn dumps_device_files(&self) -> bool {
+        true
+    }
+
     /// HANDLE_DEVICE_VMA, criu main: whether a mapping of the file with `stat` is one
     /// of this backend's device mappings (then CRIU leaves it to the plugin).
     fn owns_vma(&self, _stat: &libc::stat) -> bool {
