@@ -328,6 +328,44 @@ fn engine_mode_without_room_for_the_manifest_fails_the_dump_and_the_tree_runs_on
     assert!(tree.verify(1), "the tree's buffers are intact");
 }
 
+/// A settings file edited by hand after `gpucr install-plugin`: the plugin uses the
+/// lines it knows and leaves out a misspelt name, an unknown `KFD_*` switch, a name
+/// without a value and a line that is not NAME=VALUE, each said in CRIU's log with its
+/// line number; the checkpoint goes on with the defaults they would have changed.
+#[test]
+fn a_hand_edited_settings_file_is_read_and_its_bad_lines_are_named() {
+    let _lock = criu_lock();
+    let Started { tmp, sim, tree, .. } = started(
+        "engine-settings",
+        &["--parent-mib", "8", "--child-mib", "0"],
+    );
+    let libs = install_plugin(tmp.path(), &sim, &["GPUCR_JOBS=2"]);
+    let settings = libs.join("gpucr_plugin.conf");
+    let mut text = fs::read_to_string(&settings).unwrap();
+    let written = text.lines().count();
+    text.push_str("GPUCR_COMPRES=none\nKFD_NUMA_CHEK=0\nGPUCR_DEVICE_TIMEOUT=\nplease compress\n");
+    fs::write(&settings, text).unwrap();
+    let images = tmp.path().join("img");
+    let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &images, &["--leave-running"]);
+    assert!(out.status.success(), "{log}");
+    assert!(images.join("gpucr.json").exists(), "{log}");
+    let warned = |line: usize, what: &str| {
+        let needle = format!("gpucr_plugin.conf: line {line}: {what}");
+        assert!(log.contains(&needle), "no {needle:?} in CRIU's log:\n{log}");
+    };
+    warned(written + 1, "GPUCR_COMPRES is not a setting gpucr reads");
+    warned(written + 2, "KFD_NUMA_CHEK is not a setting gpucr reads");
+    warned(written + 3, "GPUCR_DEVICE_TIMEOUT has no value; left out");
+    warned(
+        written + 4,
+        "\"please compress\" is not NAME=VALUE; left out",
+    );
+    // The misspelt `none` did not apply: some GPU memory was compressed (zstd).
+    let stats = &manifest_json(&images)["gpu"]["stats"];
+    assert!(stats["compressed_chunks"].as_u64() > Some(0), "{stats}");
+    assert!(alive(tree.pid));
+}
+
 /// Engine mode on a tree one of whose processes another tracer holds (a debugger,
 /// `strace -p`; here a thread of the test): CRIU would fail to seize it with a message
 /// that names no tracer. The plugin refuses the tree at its first hook, before its

@@ -28,8 +28,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gpucr_abi::engine::{
-    criu_gpu_plugins_in, Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG, SETTINGS_FILE,
-    STATUS_FD,
+    criu_gpu_plugins_in, reads_gpucr_variable, Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE,
+    ENV_ENGINE_LOG, SETTINGS_FILE, STATUS_FD,
 };
 use gpucr_abi::procfs::tree_pids;
 use gpucr_abi::proto::engine_step::Step;
@@ -37,6 +37,8 @@ use gpucr_abi::proto::{request, EngineStep};
 use gpucr_abi::sim::{CONTEXTS_DIR, ENV_ROOT as ENV_SIM_ROOT};
 use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD, HELPER_INHERIT_KEY};
 use gpucr_cuda_driver::ENV_LIBRARY as ENV_CUDA_LIBRARY;
+use gpucr_topology::nvidia::visible::VARIABLE as CUDA_VISIBLE_DEVICES;
+use gpucr_topology::CheckName;
 use nix::fcntl::OFlag;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
@@ -84,7 +86,12 @@ pub fn load_settings() {
     let Ok(text) = std::fs::read_to_string(&path) else {
         return;
     };
-    let settings = parse_settings(&text);
+    let (settings, left_out) = parse_settings(&text);
+    // `gpucr install-plugin` writes only settings it checked: these come from a hand
+    // edit, which would otherwise leave a default in force without a word.
+    for why in left_out {
+        criu::warn(&format!("{}: {why}", path.display()));
+    }
     for (name, value) in &settings {
         if std::env::var_os(name).is_none() {
             // Only the names `is_setting` allows (parse_settings filters), at init,
@@ -112,30 +119,50 @@ fn warn_about_criu_gpu_plugins(dir: &Path) {
     }
 }
 
-/// The settings in a settings file's text, last line of a name winning.
-fn parse_settings(text: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for line in text.lines().map(str::trim) {
+/// The settings in a settings file's text, last line of a name winning, and why each
+/// other line (not blank, not a `#` comment) was left out, with its number.
+fn parse_settings(text: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let mut settings: Vec<(String, String)> = Vec::new();
+    let mut left_out = Vec::new();
+    for (number, line) in (1..).zip(text.lines().map(str::trim)) {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let Some((name, value)) = line.split_once('=') else {
+            left_out.push(format!(
+                "line {number}: {line:?} is not NAME=VALUE; left out"
+            ));
             continue;
         };
-        let name = name.trim();
+        let (name, value) = (name.trim(), value.trim());
         if !is_setting(name) {
+            left_out.push(format!(
+                "line {number}: {name} is not a setting gpucr reads (the GPUCR_* \
+                 variables `gpucr install-plugin --help` lists, the topology checks' \
+                 KFD_*_CHECK switches and {CUDA_VISIBLE_DEVICES}); left out"
+            ));
             continue;
         }
-        out.retain(|(n, _)| n != name);
-        out.push((name.to_owned(), value.trim().to_owned()));
+        if value.is_empty() {
+            left_out.push(format!(
+                "line {number}: {name} has no value; left out (its default applies)"
+            ));
+            continue;
+        }
+        settings.retain(|(n, _)| n != name);
+        settings.push((name.to_owned(), value.to_owned()));
     }
-    out
+    (settings, left_out)
 }
 
-/// The names a settings file may set: gpucr's variables, CUDA's device list, and the
-/// topology checks' `KFD_*` switches.
+/// The names a settings file may set: the `GPUCR_*` variables engine mode reads,
+/// CUDA's device list, and the topology checks' `KFD_*_CHECK` switches.
 fn is_setting(name: &str) -> bool {
-    name.starts_with("GPUCR_") || name.starts_with("KFD_") || name == "CUDA_VISIBLE_DEVICES"
+    reads_gpucr_variable(name)
+        || name == CUDA_VISIBLE_DEVICES
+        || CheckName::ALL
+            .iter()
+            .any(|check| check.env_var() == Some(name))
 }
 
 /// The directory the plugin was loaded from.
@@ -441,14 +468,45 @@ mod tests {
 
     #[test]
     fn settings_lines_last_wins_and_only_gpucr_names() {
-        let text = "# comment\nGPUCR_BIN=/a\n\nPATH=/evil\nKFD_NUMA_CHECK=0\nGPUCR_SIM_ROOT = /sim \nGPUCR_BIN=/b\nCUDA_VISIBLE_DEVICES=1\nnot a line\n";
+        let text = "# comment\nGPUCR_BIN=/a\n\nPATH=/evil\nKFD_NUMA_CHECK=0\nGPUCR_SIM_ROOT = /sim \nGPUCR_BIN=/b\nCUDA_VISIBLE_DEVICES=1\nnot a line\nGPUCR_FAKE_CUDA_DIR=/f\n";
+        let (settings, left_out) = parse_settings(text);
         assert_eq!(
-            parse_settings(text),
+            settings,
             vec![
                 ("KFD_NUMA_CHECK".to_string(), "0".to_string()),
                 ("GPUCR_SIM_ROOT".to_string(), "/sim".to_string()),
                 ("GPUCR_BIN".to_string(), "/b".to_string()),
                 ("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string()),
+                ("GPUCR_FAKE_CUDA_DIR".to_string(), "/f".to_string()),
+            ]
+        );
+        assert_eq!(left_out.len(), 2, "{left_out:?}");
+        assert!(left_out[0].starts_with("line 4: PATH is not a setting gpucr reads"));
+        assert_eq!(
+            left_out[1],
+            "line 9: \"not a line\" is not NAME=VALUE; left out"
+        );
+    }
+
+    /// A hand-edited settings file: a misspelt or unknown name, and a name without a
+    /// value, are left out with a warning instead of taking effect or passing silently.
+    #[test]
+    fn misspelt_unknown_and_empty_settings_are_left_out_and_said() {
+        let text = "GPUCR_COMPRES=none\nKFD_NUMA_CHEK=0\nKFD_MAX_BUFFER_SIZE=1\nGPUCR_JOBS=\nGPUCR_HELPER_FD=9\nGPUCR_JOBS=2\n";
+        let (settings, left_out) = parse_settings(text);
+        assert_eq!(settings, vec![("GPUCR_JOBS".to_string(), "2".to_string())]);
+        let said: Vec<&str> = left_out
+            .iter()
+            .map(|w| w.split(" is not").next().unwrap())
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "line 1: GPUCR_COMPRES",
+                "line 2: KFD_NUMA_CHEK",
+                "line 3: KFD_MAX_BUFFER_SIZE",
+                "line 4: GPUCR_JOBS has no value; left out (its default applies)",
+                "line 5: GPUCR_HELPER_FD",
             ]
         );
     }

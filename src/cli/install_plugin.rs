@@ -31,7 +31,9 @@ pub struct InstallPluginArgs {
     /// the KFD_*_CHECK topology switches, GPUCR_ENGINE=0 (keep out of every CRIU gpucr
     /// did not start) and the other GPUCR_* variables engine mode reads (the backends'
     /// GPUCR_AMDGPU_*, GPUCR_SIM_*, GPUCR_CUDA_LIBRARY, ...). A value engine mode would
-    /// refuse, or a GPUCR_* name it does not read, is refused here. Repeatable.
+    /// refuse, or a GPUCR_* or KFD_* name it does not read, is refused here. Repeatable.
+    /// In a settings file edited by hand, the plugin leaves such names, and names
+    /// without a value, out, with a warning in CRIU's log.
     #[arg(long, value_name = "NAME=VALUE", value_parser = parse_setting)]
     pub setting: Vec<(String, String)>,
 
@@ -54,7 +56,10 @@ fn parse_setting(text: &str) -> Result<(String, String), String> {
     let (name, value) = text
         .split_once('=')
         .ok_or_else(|| format!("{text:?} is not NAME=VALUE"))?;
-    if !(name.starts_with("GPUCR_") || name.starts_with("KFD_") || name == "CUDA_VISIBLE_DEVICES") {
+    if !(name.starts_with("GPUCR_")
+        || name.starts_with("KFD_")
+        || name == gpucr_topology::nvidia::visible::VARIABLE)
+    {
         return Err(format!(
             "{name:?}: only GPUCR_* and KFD_* variables and CUDA_VISIBLE_DEVICES are settings"
         ));

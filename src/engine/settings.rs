@@ -4,44 +4,23 @@
 
 use std::time::Duration;
 
-use gpucr_abi::engine::{ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG};
-use gpucr_abi::fault::ENV_FAULT;
+use gpucr_abi::engine::{reads_gpucr_variable, FAKE_CUDA_PREFIX, GPUCR_SETTINGS};
 use gpucr_topology::{CheckName, Checks};
 
 use crate::gpu::{amdgpu, sim};
 use crate::transfer::{Compression, TransferConfig};
 
-/// `--compress` of `gpucr dump` (default zstd).
-pub const ENV_COMPRESS: &str = "GPUCR_COMPRESS";
-/// `--jobs` (default: the number of CPU cores).
-pub const ENV_JOBS: &str = "GPUCR_JOBS";
-/// `--device-timeout` in seconds (default 120).
-pub const ENV_DEVICE_TIMEOUT: &str = "GPUCR_DEVICE_TIMEOUT";
+pub use gpucr_abi::engine::{ENV_COMPRESS, ENV_DEVICE_TIMEOUT, ENV_JOBS};
 /// The NVIDIA GPUs a restore may map onto, with CUDA's rules.
-pub const ENV_CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+pub use gpucr_topology::nvidia::visible::VARIABLE as ENV_CUDA_VISIBLE_DEVICES;
 
-/// The `GPUCR_*` variables engine mode reads: the plugin inside CRIU, the helper it
-/// starts, the backends and the CUDA driver library the helper loads.
-pub const KNOWN_VARIABLES: [&str; 14] = [
-    ENV_BIN,
-    ENV_ENGINE,
-    ENV_ENGINE_LOG,
-    ENV_COMPRESS,
-    ENV_JOBS,
-    ENV_DEVICE_TIMEOUT,
-    gpucr_cuda_driver::ENV_LIBRARY,
-    amdgpu::ENV_FENCE_TIMEOUT,
-    amdgpu::ENV_RINGS,
-    sim::ENV_ROOT,
-    sim::ENV_DEVICE,
-    sim::ENV_COPY_BW,
-    sim::nv_driver::ENV_DRIVER_TIMEOUT,
-    ENV_FAULT,
-];
+/// The `GPUCR_*` variables engine mode reads.
+pub const KNOWN_VARIABLES: [&str; 14] = GPUCR_SETTINGS;
 
-/// The variables of the fake CUDA driver library (`gpucr-fake-cuda`, docs/cuda.md),
-/// which the helper loads when `GPUCR_CUDA_LIBRARY` names it.
-pub const FAKE_CUDA_PREFIX: &str = "GPUCR_FAKE_CUDA_";
+/// The topology checks' switches (`KFD_*_CHECK`), which a settings file may set.
+fn topology_switches() -> impl Iterator<Item = &'static str> {
+    CheckName::ALL.iter().filter_map(|check| check.env_var())
+}
 
 /// A setting engine mode cannot use.
 #[derive(Debug, thiserror::Error)]
@@ -53,12 +32,13 @@ pub enum SettingsError {
         value: String,
         detail: String,
     },
-    /// A `GPUCR_*` name nothing in engine mode reads (a misspelt one would otherwise
-    /// leave its default in force without a word).
+    /// A `GPUCR_*` or `KFD_*` name nothing in engine mode reads (a misspelt one would
+    /// otherwise leave its default in force without a word).
     #[error(
         "{name}: not a setting engine mode reads; the GPUCR_* settings are {}, and \
-         {FAKE_CUDA_PREFIX}* for the fake CUDA driver",
-        KNOWN_VARIABLES.join(", ")
+         {FAKE_CUDA_PREFIX}* for the fake CUDA driver; the KFD_* ones are {}",
+        KNOWN_VARIABLES.join(", "),
+        topology_switches().collect::<Vec<_>>().join(", ")
     )]
     Unknown { name: String },
 }
@@ -124,7 +104,7 @@ pub fn check_setting(name: &str, value: &str) -> Result<(), SettingsError> {
             sim::nv_driver::parse_timeout,
         ),
         _ if name.starts_with("GPUCR_") => {
-            if KNOWN_VARIABLES.contains(&name) || name.starts_with(FAKE_CUDA_PREFIX) {
+            if reads_gpucr_variable(name) {
                 Ok(())
             } else {
                 Err(SettingsError::Unknown {
@@ -147,14 +127,18 @@ fn check_with<T>(
         .map_err(|detail| bad(variable, value, detail))
 }
 
-/// A `KFD_*_CHECK` switch, read as the topology check reads it (1/YES on, 0/NO off).
+/// A `KFD_*_CHECK` switch, read as the topology check reads it (1/YES on, 0/NO off);
+/// another `KFD_*` name is one nothing in gpucr reads. (Names of other kinds are the
+/// caller's to refuse; `CUDA_VISIBLE_DEVICES` passes.)
 fn check_topology_switch(name: &str, value: &str) -> Result<(), SettingsError> {
-    let Some(variable) = CheckName::ALL
-        .iter()
-        .filter_map(|check| check.env_var())
-        .find(|&variable| variable == name)
-    else {
-        return Ok(());
+    let Some(variable) = topology_switches().find(|&variable| variable == name) else {
+        return if name.starts_with("KFD_") {
+            Err(SettingsError::Unknown {
+                name: name.to_owned(),
+            })
+        } else {
+            Ok(())
+        };
     };
     let checks = Checks::from_lookup(|wanted| (wanted == variable).then(|| value.to_owned()), &[]);
     match checks.warnings().first() {
@@ -371,7 +355,6 @@ mod tests {
             "GPUCR_FAULT",
             "GPUCR_FAKE_CUDA_DIR",
             "GPUCR_FAKE_CUDA_STEP_MS",
-            "KFD_SOMETHING_ELSE",
         ] {
             let value = if name == ENV_COMPRESS { "zstd" } else { "/x" };
             check_setting(name, value).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -381,6 +364,9 @@ mod tests {
             "GPUCR_HELPER_FD",
             "GPUCR_BACKEND",
             "GPUCR_",
+            "GPUCR_FAKE_CUDA_",
+            "KFD_NUMA_CHEK",
+            "KFD_MAX_BUFFER_SIZE",
         ] {
             let e = check_setting(name, "zstd").unwrap_err();
             assert!(matches!(&e, SettingsError::Unknown { name: n } if n == name));
@@ -393,6 +379,34 @@ mod tests {
                 assert!(text.contains(known), "{known}: {text}");
             }
             assert!(text.contains("GPUCR_FAKE_CUDA_*"), "{text}");
+            assert!(text.contains("KFD_NUMA_CHECK"), "{text}");
         }
+    }
+
+    /// The list the plugin reads a settings file with (in gpucr-abi) holds every
+    /// variable gpucr's own readers define, and nothing else.
+    #[test]
+    fn the_shared_list_is_the_readers_variables() {
+        let readers = [
+            gpucr_abi::engine::ENV_BIN,
+            gpucr_abi::engine::ENV_ENGINE,
+            gpucr_abi::engine::ENV_ENGINE_LOG,
+            ENV_COMPRESS,
+            ENV_JOBS,
+            ENV_DEVICE_TIMEOUT,
+            gpucr_cuda_driver::ENV_LIBRARY,
+            amdgpu::ENV_FENCE_TIMEOUT,
+            amdgpu::ENV_RINGS,
+            sim::ENV_ROOT,
+            sim::ENV_DEVICE,
+            sim::ENV_COPY_BW,
+            sim::nv_driver::ENV_DRIVER_TIMEOUT,
+            gpucr_abi::fault::ENV_FAULT,
+        ];
+        let mut readers = readers.to_vec();
+        let mut listed = KNOWN_VARIABLES.to_vec();
+        readers.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(readers, listed);
     }
 }
