@@ -666,12 +666,6 @@ fn stderr_that_cannot_be_written_is_no_panic() {
     assert!(alive(tree.pid));
 }
 
-/// Space used on the file system holding `path`, in bytes.
-fn used_bytes(path: &Path) -> u64 {
-    let stat = nix::sys::statvfs::statvfs(path).unwrap();
-    (stat.blocks() - stat.blocks_free()) as u64 * stat.fragment_size() as u64
-}
-
 /// A file system with room for CRIU's image but not for the manifest: the dump fails
 /// while the tree is still held (exit 6), the tree keeps running and the image is
 /// marked incomplete; a dump that kills its tree no longer loses both.

@@ -311,12 +311,6 @@ fn cuda_leave_running_keeps_the_job_going() {
     assert_runs_on_unlocked(&tree, steps_before);
 }
 
-/// The bytes in use on the file system holding `dir`.
-fn used_bytes(dir: &Path) -> u64 {
-    let stat = nix::sys::statvfs::statvfs(dir).unwrap();
-    (stat.blocks() - stat.blocks_free()) as u64 * stat.fragment_size() as u64
-}
-
 /// Engine mode (CRIU run directly with the installed plugin) on a CUDA tree, on a file
 /// system with room for CRIU's image but not for the manifest's room beside it. The
 /// tasks keep no device file, so CRIU dumps none and no DUMP_EXT_FILE comes: the plugin

@@ -716,3 +716,9 @@ pub fn umount(dir: &Path) {
     }
     let _ = quiet(&["-l"]);
 }
+
+/// Space used on the file system holding `path`, in bytes.
+pub fn used_bytes(path: &Path) -> u64 {
+    let stat = nix::sys::statvfs::statvfs(path).unwrap();
+    (stat.blocks() - stat.blocks_free()) as u64 * stat.fragment_size() as u64
+}
