@@ -822,6 +822,51 @@ fn a_failing_action_script_is_named_and_the_tree_runs_on() {
     assert_failed_dump_left_the_tree_running(&err, &tree, &state, &image);
 }
 
+/// An action script that fails at network-unlock, in a dump of a tree with its own
+/// network namespace (the only kind CRIU runs network-lock and network-unlock scripts
+/// for): CRIU lets that dump succeed, so the image is complete and the tree, left
+/// running, runs on; gpucr says which script failed at which stage, with its exit
+/// status and the config file that named it, and where CRIU's log is.
+#[test]
+fn a_script_failing_at_network_unlock_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("hook.sh");
+    fs::write(
+        &script,
+        "#!/bin/sh\n[ \"$CRTOOLS_SCRIPT_ACTION\" != network-unlock ] || exit 4\n",
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = tmp.path().join("hook.conf");
+    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
+    let state = tmp.path().join("state");
+    let image = tmp.path().join("image");
+    let tree = Tree::start_in(&state, &[], OwnNamespaces::Network);
+    let out = gpucr(&[
+        "dump",
+        "--leave-running",
+        "--tcp-established",
+        "--criu-config",
+        config.to_str().unwrap(),
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    let warning = format!(
+        "gpucr: warning: the action script {} failed at network-unlock (exited with status \
+         4) (action-script of --criu-config {}); CRIU does not fail a dump for it: see {}",
+        script.display(),
+        config.display(),
+        image.join("dump.log").display()
+    );
+    assert!(stderr(&out).contains(&warning), "{}", stderr(&out));
+    assert!(image.join("gpucr.json").exists());
+    assert!(alive(tree.pid));
+    tree.wait_ticks(2);
+}
+
 /// Damaged images are refused before CRIU starts (CRIU would write restore.log), except
 /// memory pages, which are verified before the restored tree may run.
 #[test]

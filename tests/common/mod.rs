@@ -141,20 +141,31 @@ fn start_in_pid_namespace(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (Child, i32) {
-    start_in_namespaces(bin, state, extra, env, None)
+    start_in_namespaces(bin, state, extra, env, OwnNamespaces::PidOnly)
 }
 
-/// [`start_in_pid_namespace`], and with `hide`, in a mount namespace of the tree's own
-/// too, where a tmpfs hides the directory `hide` (as a container's own /tmp hides the
-/// host's). The workload inherits no descriptor but its standard ones, and those are
-/// opened again inside the namespace: CRIU refuses a file on a mount the tree's
-/// namespace does not have.
+/// What a test tree has of its own besides its PID namespace.
+#[derive(Debug, Clone, Copy)]
+pub enum OwnNamespaces<'a> {
+    /// Nothing more.
+    PidOnly,
+    /// A mount namespace, where a tmpfs hides the directory given (as a container's own
+    /// /tmp hides the host's). The workload inherits no descriptor but its standard
+    /// ones, and those are opened again inside the namespace: CRIU refuses a file on a
+    /// mount the tree's namespace does not have.
+    HidingDir(&'a Path),
+    /// A network namespace, its loopback up (CRIU then locks and unlocks the tree's
+    /// network itself, and runs the network-lock and network-unlock action scripts).
+    Network,
+}
+
+/// [`start_in_pid_namespace`], in the namespaces `own` names too.
 fn start_in_namespaces(
     bin: &Path,
     state: &Path,
     extra: &[&str],
     env: &[(&str, &str)],
-    hide: Option<&Path>,
+    own: OwnNamespaces,
 ) -> (Child, i32) {
     assert!(
         bin.exists(),
@@ -163,12 +174,15 @@ fn start_in_namespaces(
     );
     fs::create_dir_all(state).unwrap();
     let mut cmd = Command::new("unshare");
-    match hide {
-        None => cmd.args(["--pid", "--fork", "setsid"]),
-        Some(dir) => cmd
+    match own {
+        OwnNamespaces::PidOnly => cmd.args(["--pid", "--fork", "setsid"]),
+        OwnNamespaces::HidingDir(dir) => cmd
             .args(["--pid", "--mount", "--propagation", "private", "--fork", "setsid"])
             .args(["sh", "-c", r#"mount -t tmpfs -o size=1m gpucr-hidden "$0" && exec "$@" </dev/null >/dev/null 2>&1"#])
             .arg(dir),
+        OwnNamespaces::Network => cmd
+            .args(["--pid", "--net", "--fork", "setsid"])
+            .args(["sh", "-c", r#"ip link set lo up && exec "$@" </dev/null >/dev/null 2>&1"#, "sh"]),
     };
     // SAFETY: close_range is async-signal-safe and touches only the child's own table.
     unsafe {
@@ -235,7 +249,12 @@ pub const ROLES: [&str; 3] = ["parent", "tcp", "pipe"];
 impl Tree {
     /// Start the workload with extra arguments; returns once it is set up.
     pub fn start(state: &Path, extra: &[&str]) -> Tree {
-        let (unshare, pid) = start_in_pid_namespace(&workload_bin(), state, extra, &[]);
+        Tree::start_in(state, extra, OwnNamespaces::PidOnly)
+    }
+
+    /// [`Tree::start`], with the namespaces `own` names of the tree's own.
+    pub fn start_in(state: &Path, extra: &[&str], own: OwnNamespaces) -> Tree {
+        let (unshare, pid) = start_in_namespaces(&workload_bin(), state, extra, &[], own);
         let tree = Tree {
             state: state.to_path_buf(),
             unshare,
@@ -452,7 +471,7 @@ impl SimTree {
         env: &[(&str, &str)],
         roles: Vec<&'static str>,
     ) -> SimTree {
-        let (unshare, pid) = start_in_namespaces(bin, state, extra, env, None);
+        let (unshare, pid) = start_in_namespaces(bin, state, extra, env, OwnNamespaces::PidOnly);
         let tree = SimTree {
             state: state.to_path_buf(),
             sim_root: root.to_path_buf(),
@@ -480,7 +499,8 @@ impl SimTree {
     ) -> SimTree {
         let bin = gpucr_bin().parent().unwrap().join("examples/sim_workload");
         let env = [("GPUCR_SIM_ROOT", sim_root.to_str().unwrap())];
-        let (unshare, pid) = start_in_namespaces(&bin, state, extra, &env, hide);
+        let own = hide.map_or(OwnNamespaces::PidOnly, OwnNamespaces::HidingDir);
+        let (unshare, pid) = start_in_namespaces(&bin, state, extra, &env, own);
         let no_child = extra.windows(2).any(|w| w == ["--child-mib", "0"]);
         let roles = if no_child {
             vec!["parent"]
