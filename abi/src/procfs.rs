@@ -94,6 +94,14 @@ pub fn status_value<'a>(status: &'a str, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
+/// Whether `pid` has exited: gone, or a zombie (`State:` Z or X in `/proc/PID/status`).
+/// CRIU dumps a zombie of the tree without calling its plugins' CHECKPOINT_DEVICES.
+pub fn has_exited(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |status| {
+        status_value(&status, "State").is_some_and(|state| state.starts_with(['Z', 'X']))
+    })
+}
+
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
@@ -231,5 +239,25 @@ mod tests {
         let _ = child.wait();
         assert_eq!(tree[0], me);
         assert!(tree.contains(&(child.id() as i32)), "{tree:?}");
+    }
+
+    /// A running process has not exited; a zombie (exited, not yet reaped) has, and so
+    /// has a reaped one.
+    #[test]
+    fn a_zombie_has_exited() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        assert!(!has_exited(std::process::id() as i32));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !has_exited(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(has_exited(pid), "`true` did not end within 10 s");
+        assert!(
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok(),
+            "still a zombie, not reaped"
+        );
+        child.wait().unwrap();
+        assert!(has_exited(pid));
     }
 }

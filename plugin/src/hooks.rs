@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use gpucr_abi::fault::FaultStep;
 use gpucr_abi::plugin_abi::stage;
+use gpucr_abi::procfs;
 use gpucr_abi::proto::{
     request, BuffersReady, CheckpointDevices, DumpBuffers, DumpFile, PauseDevices, ResumeDevices,
     ResumeFailed,
@@ -289,7 +290,8 @@ pub fn checkpoint_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_in
     Ok(0)
 }
 
-/// Record `pid` as checkpointed; true once every task PAUSE_DEVICES saw is.
+/// Record `pid` as checkpointed; true once every task PAUSE_DEVICES saw is, but those
+/// that have exited since (CRIU calls CHECKPOINT_DEVICES only for live tasks).
 fn tree_checkpointed(pid: c_int) -> bool {
     let mut checkpointed = CHECKPOINTED.lock().unwrap_or_else(|e| e.into_inner());
     checkpointed.push(pid);
@@ -297,7 +299,7 @@ fn tree_checkpointed(pid: c_int) -> bool {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .all(|paused| checkpointed.contains(paused))
+        .all(|&paused| checkpointed.contains(&paused) || procfs::has_exited(paused))
 }
 
 pub unsafe extern "C" fn dump_ext_file(fd: c_int, id: c_int) -> c_int {
