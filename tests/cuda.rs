@@ -79,19 +79,29 @@ fn start(fake: &FakeCuda, state: &Path, procs: usize) -> SimTree {
 
 /// [`start`] with more environment for the workload's driver (the targets' own fake).
 fn start_with(fake: &FakeCuda, state: &Path, procs: usize, extra: &[(&str, &str)]) -> SimTree {
+    start_program(fake, state, procs, &[], extra)
+}
+
+/// [`start`] with more arguments for the workload.
+fn start_with_args(fake: &FakeCuda, state: &Path, procs: usize, args: &[&str]) -> SimTree {
+    start_program(fake, state, procs, args, &[])
+}
+
+fn start_program(
+    fake: &FakeCuda,
+    state: &Path,
+    procs: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> SimTree {
     let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
     let roles = ["parent", "child", "child2", "child3"][..procs].to_vec();
     let procs = procs.to_string();
-    let mut env = fake.env();
-    env.extend_from_slice(extra);
-    SimTree::start_program(
-        &bin,
-        state,
-        fake.dir.path(),
-        &["--procs", &procs, "--mib", "24"],
-        &env,
-        roles,
-    )
+    let mut all_args = vec!["--procs", &procs, "--mib", "24"];
+    all_args.extend_from_slice(args);
+    let mut all_env = fake.env();
+    all_env.extend_from_slice(env);
+    SimTree::start_program(&bin, state, fake.dir.path(), &all_args, &all_env, roles)
 }
 
 /// One driver call of the fake's call log (`GPUCR_FAKE_CUDA_LOG`).
@@ -288,6 +298,40 @@ fn cuda_tree_survives_dump_wipe_and_restore() {
     assert!(tree.steps() > steps_at_dump, "the kernels go on");
 }
 
+/// A CUDA tree with a zombie (a child the parent never reaped): CRIU pauses it but
+/// calls no CHECKPOINT_DEVICES for it, as it has no memory to dump. The dump takes the
+/// zombie as it is instead of failing on a task "still paused at the end of the dump";
+/// the restore brings the zombie back beside the CUDA processes, whose every byte is
+/// back on the device.
+#[test]
+fn cuda_tree_with_a_zombie_survives_dump_wipe_and_restore() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_with_args(&fake, &tmp.path().join("state"), 2, &["--zombies", "1"]);
+    let zombies = |root: i32| {
+        children(root)
+            .into_iter()
+            .filter(|&pid| gpucr_abi::procfs::has_exited(pid))
+            .count()
+    };
+    assert_eq!(zombies(tree.pid), 1);
+    let image = tmp.path().join("image");
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &fake.env(),
+    );
+    assert_success(&out);
+    let manifest = manifest_json(&image);
+    assert_eq!(manifest["gpu"]["tasks"].as_array().unwrap().len(), 2);
+    kill_and_wait(tree.pid);
+    fake.wipe_device_memory();
+    let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
+    let restored = Restored::from_output(&out);
+    assert!(tree.verify(2), "every byte is back on the device");
+    assert_eq!(zombies(restored.0), 1, "the zombie is back too");
+}
+
 /// --leave-running: after the dump the driver restores and unlocks each process, so
 /// the job runs on with every byte.
 #[test]
@@ -322,10 +366,24 @@ fn cuda_leave_running_keeps_the_job_going() {
 /// job.
 #[test]
 fn engine_mode_cuda_tree_without_room_fails_the_dump_and_runs_on() {
+    engine_mode_without_room(&[]);
+}
+
+/// [`engine_mode_cuda_tree_without_room_fails_the_dump_and_runs_on`] with a zombie in
+/// the tree: CRIU pauses it but does not call CHECKPOINT_DEVICES for it, and the plugin
+/// does not wait for it.
+#[test]
+fn engine_mode_cuda_tree_with_a_zombie_without_room_fails_the_dump_and_runs_on() {
+    engine_mode_without_room(&["--zombies", "1"]);
+}
+
+/// A CUDA tree (the workload with `extra`) in engine mode on a file system with room
+/// for CRIU's image but not for the manifest's room beside it.
+fn engine_mode_without_room(extra: &[&str]) {
     let _lock = criu_lock();
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
-    let tree = start(&fake, &tmp.path().join("state"), 2);
+    let tree = start_with_args(&fake, &tmp.path().join("state"), 2, extra);
     let settings: Vec<String> = fake.env().iter().map(|(k, v)| format!("{k}={v}")).collect();
     let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
     let libs = install_plugin_with(tmp.path(), &settings);

@@ -4,11 +4,13 @@
 //! `gpucr-cuda-driver`'s application side, so it runs on a real driver and on the fake
 //! (`GPUCR_CUDA_LIBRARY=.../libgpucr_fake_cuda.so GPUCR_FAKE_CUDA_DIR=...`).
 //!
-//!   cuda_workload --state DIR [--procs N] [--mib M]
+//!   cuda_workload --state DIR [--procs N] [--mib M] [--zombies Z]
 //!
 //! Options: --state DIR (required), --procs N (default 2: the parent and N-1 children,
 //! "child", "child2", ...), --mib M (default 64: device memory per process, in buffers
-//! of mixed sizes from 4 KiB to 16 MiB, round-robin over the GPUs).
+//! of mixed sizes from 4 KiB to 16 MiB, round-robin over the GPUs), --zombies Z
+//! (default 0: children of the parent that exit at once and are never reaped, as a
+//! job's finished helpers can be).
 //!
 //! The parent forks the children before anything loads the driver (CUDA does not
 //! survive a fork). Every 20 ms each process writes one 4 KiB page of each buffer: page
@@ -44,6 +46,7 @@ struct Options {
     state: PathBuf,
     procs: usize,
     mib: usize,
+    zombies: usize,
 }
 
 fn parse_args() -> Options {
@@ -51,6 +54,7 @@ fn parse_args() -> Options {
         state: PathBuf::new(),
         procs: 2,
         mib: 64,
+        zombies: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -66,6 +70,7 @@ fn parse_args() -> Options {
             "--state" => opts.state = PathBuf::from(&value),
             "--procs" => opts.procs = number().max(1),
             "--mib" => opts.mib = number(),
+            "--zombies" => opts.zombies = number(),
             _ => die(&format!("unknown argument {arg}")),
         }
     }
@@ -149,6 +154,17 @@ fn main() {
                 break;
             }
             _ => {}
+        }
+    }
+    if role == "parent" {
+        for _ in 0..opts.zombies {
+            // SAFETY: as above; the child only exits.
+            match unsafe { libc::fork() } {
+                -1 => die(&format!("fork: {}", std::io::Error::last_os_error())),
+                // SAFETY: _exit is async-signal-safe and ends the child at once.
+                0 => unsafe { libc::_exit(0) },
+                _ => {}
+            }
         }
     }
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
