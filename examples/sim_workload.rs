@@ -17,7 +17,8 @@
 //! buffer random), --hold PATH (the parent also keeps PATH open, e.g. a device CRIU
 //! cannot dump), --driver kfd|nvidia (default kfd: gpucr copies device memory; nvidia:
 //! the process's own driver moves it into process memory and back on request, through
-//! a restore thread named `simgpu-rst`, as CUDA's checkpoint API does).
+//! a restore thread named `simgpu-rst`, as CUDA's checkpoint API does), --zombies N
+//! (default 0: children of the parent that exit at once and are never reaped).
 //!
 //! The parent forks the child first (as GPU programs fork before initialising the
 //! device), then each opens its own device and allocates buffers of mixed sizes (4 KiB up
@@ -69,6 +70,7 @@ struct Options {
     random: bool,
     hold: Vec<PathBuf>,
     driver: String,
+    zombies: u64,
 }
 
 fn parse_args() -> Options {
@@ -84,6 +86,7 @@ fn parse_args() -> Options {
         random: false,
         hold: Vec::new(),
         driver: String::new(),
+        zombies: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -101,6 +104,7 @@ fn parse_args() -> Options {
             "--parent-mib" => opts.parent_mib = number(value()),
             "--child-mib" => opts.child_mib = number(value()),
             "--hold" => opts.hold.push(PathBuf::from(value())),
+            "--zombies" => opts.zombies = number(value()),
             "--children" => opts.children = number(value()) as usize,
             "--cpu-mib" => opts.cpu_mib = number(value()),
             "--cpu-bounds" => match value().as_str() {
@@ -307,6 +311,16 @@ fn main() {
                 break;
             }
             nix::unistd::ForkResult::Parent { .. } => {}
+        }
+    }
+    if role == "parent" {
+        for _ in 0..opts.zombies {
+            // SAFETY: as above; the child only exits.
+            match unsafe { nix::unistd::fork() }.unwrap_or_else(|e| die(&format!("fork: {e}"))) {
+                // SAFETY: _exit is async-signal-safe and ends the child at once.
+                nix::unistd::ForkResult::Child => unsafe { nix::libc::_exit(0) },
+                nix::unistd::ForkResult::Parent { .. } => {}
+            }
         }
     }
     // Ordinary process memory, for CRIU to carry.

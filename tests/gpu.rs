@@ -1028,6 +1028,68 @@ fn nvidia_model_tree_survives_dump_wipe_and_restore() {
     assert!(tree.steps() > steps_at_dump, "the kernels go on");
 }
 
+/// A simulated GPU tree with a zombie (a child its parent never reaped), with each
+/// driver model: CRIU pauses the zombie but calls no CHECKPOINT_DEVICES for it. The dump
+/// takes it as it is, and the restore brings it back beside the GPU processes, whose
+/// every byte verifies.
+fn zombie_in_the_tree(driver: &str) {
+    let _lock = criu_lock();
+    let name = format!("zombie-{driver}");
+    let args = [
+        "--driver",
+        driver,
+        "--gpus",
+        "2",
+        "--parent-mib",
+        "24",
+        "--child-mib",
+        "8",
+        "--zombies",
+        "1",
+    ];
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(&name, &args);
+    let zombies = |root: i32| {
+        fs::read_to_string(format!("/proc/{root}/task/{root}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter(|pid| gpucr_abi::procfs::has_exited(pid.parse().unwrap()))
+            .count()
+    };
+    assert_eq!(zombies(tree.pid), 1);
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
+    assert_eq!(
+        manifest_json(&image)["gpu"]["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    let restored = Restored::from_output(&out);
+    assert!(tree.verify(1), "every byte is back on the device");
+    assert_eq!(zombies(restored.0), 1, "the zombie is back too");
+}
+
+#[test]
+fn kfd_model_tree_with_a_zombie_survives_dump_wipe_and_restore() {
+    zombie_in_the_tree("kfd");
+}
+
+#[test]
+fn nvidia_model_tree_with_a_zombie_survives_dump_wipe_and_restore() {
+    zombie_in_the_tree("nvidia");
+}
+
 /// --leave-running with the NVIDIA model: after the dump the driver brings the memory
 /// back and unlocks, so the job runs on with every byte intact.
 #[test]
