@@ -57,7 +57,7 @@ pub const ALL: &[(u8, &str)] = &[
     (USAGE, "usage error (bad flag, value or argument)"),
     (
         TARGET,
-        "target process not found, a kernel thread or a thread (not a process), traced by another process, or not permitted",
+        "target process not found, a kernel thread or a thread (not a process), traced by another process, a GPU process stopped by a signal, or not permitted",
     ),
     (
         CRIU_UNAVAILABLE,

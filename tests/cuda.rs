@@ -332,6 +332,46 @@ fn cuda_tree_with_a_zombie_survives_dump_wipe_and_restore() {
     assert_eq!(zombies(restored.0), 1, "the zombie is back too");
 }
 
+/// A CUDA process stopped by SIGSTOP: the driver locks it through its restore thread,
+/// which cannot run while it is stopped. The dump is refused at once with the target's
+/// exit code (3), naming the process and what to do, instead of waiting out the lock's
+/// timeout; the tree, continued, runs on unlocked with every byte.
+#[test]
+fn cuda_stopped_process_is_refused_at_once() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start(&fake, &tmp.path().join("state"), 2);
+    let child = children(tree.pid)[0];
+    let signal = |sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), sig).unwrap();
+    signal(nix::sys::signal::Signal::SIGSTOP);
+    wait_for(
+        std::time::Duration::from_secs(10),
+        "the child to stop",
+        || gpucr_abi::procfs::is_stopped(child).then_some(()),
+    );
+    let steps_before = tree.steps();
+    let image = tmp.path().join("image");
+    let started = std::time::Instant::now();
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &fake.env(),
+    );
+    let took = started.elapsed();
+    signal(nix::sys::signal::Signal::SIGCONT);
+    assert_fails_with(
+        &out,
+        3,
+        &format!("pid {child} is stopped (SIGSTOP or job control)"),
+    );
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "refused after {took:?}"
+    );
+    assert!(image.join("gpucr-incomplete.json").exists());
+    assert_runs_on_unlocked(&tree, steps_before);
+}
+
 /// --leave-running: after the dump the driver restores and unlocks each process, so
 /// the job runs on with every byte.
 #[test]

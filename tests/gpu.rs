@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::*;
 
+const TARGET: i32 = 3;
 const CRIU_FAILED: i32 = 5;
 const IMAGE_DAMAGED: i32 = 7;
 const IMAGE_INCOMPLETE: i32 = 8;
@@ -1088,6 +1089,66 @@ fn kfd_model_tree_with_a_zombie_survives_dump_wipe_and_restore() {
 #[test]
 fn nvidia_model_tree_with_a_zombie_survives_dump_wipe_and_restore() {
     zombie_in_the_tree("nvidia");
+}
+
+/// The NVIDIA model with a process stopped by SIGSTOP: its driver locks it through its
+/// restore thread, which cannot run while it is stopped. The dump is refused at once
+/// (not after the driver's timeout) with the target's exit code, naming the process and
+/// what to do; the image is marked incomplete, and the tree, its other process unlocked
+/// again, runs on once continued, every byte intact.
+#[test]
+fn nvidia_model_stopped_process_is_refused_at_once() {
+    let _lock = criu_lock();
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "nv-stopped",
+        &[
+            "--driver",
+            "nvidia",
+            "--gpus",
+            "2",
+            "--parent-mib",
+            "16",
+            "--child-mib",
+            "8",
+        ],
+    );
+    let child: i32 = fs::read_to_string(format!("/proc/{0}/task/{0}/children", tree.pid))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let signal = |sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), sig).unwrap();
+    signal(nix::sys::signal::Signal::SIGSTOP);
+    wait_for(Duration::from_secs(10), "the child to stop", || {
+        gpucr_abi::procfs::is_stopped(child).then_some(())
+    });
+    let started = std::time::Instant::now();
+    let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
+    let took = started.elapsed();
+    signal(nix::sys::signal::Signal::SIGCONT);
+    assert_fails_with(
+        &out,
+        TARGET,
+        &format!("pid {child} is stopped (SIGSTOP or job control)"),
+    );
+    assert!(
+        stderr(&out).contains(&format!("kill -CONT {child}")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(took < Duration::from_secs(8), "refused after {took:?}");
+    assert!(image.join("gpucr-incomplete.json").exists());
+    let steps = tree.steps();
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps, "the kernels go on");
+    assert!(tree.verify(1), "every byte is intact");
 }
 
 /// --leave-running with the NVIDIA model: after the dump the driver brings the memory

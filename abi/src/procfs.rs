@@ -94,12 +94,22 @@ pub fn status_value<'a>(status: &'a str, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// Whether `pid` has exited: gone, or a zombie (`State:` Z or X in `/proc/PID/status`).
-/// CRIU dumps a zombie of the tree without calling its plugins' CHECKPOINT_DEVICES.
+/// The state letter of `pid` (`State:` of `/proc/PID/status`: R, S, D, T stopped, t
+/// traced, Z zombie, X dead, ...); None when it is gone.
+pub fn state(pid: i32) -> Option<char> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_value(&status, "State")?.chars().next()
+}
+
+/// Whether `pid` has exited: gone, or a zombie. CRIU dumps a zombie of the tree without
+/// calling its plugins' CHECKPOINT_DEVICES.
 pub fn has_exited(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |status| {
-        status_value(&status, "State").is_some_and(|state| state.starts_with(['Z', 'X']))
-    })
+    state(pid).is_none_or(|state| matches!(state, 'Z' | 'X'))
+}
+
+/// Whether `pid` is stopped by a signal (SIGSTOP, or job control's SIGTSTP).
+pub fn is_stopped(pid: i32) -> bool {
+    state(pid) == Some('T')
 }
 
 /// One line of `/proc/PID/maps`.
@@ -259,5 +269,30 @@ mod tests {
         );
         child.wait().unwrap();
         assert!(has_exited(pid));
+    }
+
+    /// A process stopped by SIGSTOP is stopped until SIGCONT; a sleeping one is not.
+    #[test]
+    fn a_stopped_process_is_seen_stopped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(!is_stopped(pid));
+        let signal = |sig| {
+            // SAFETY: kill with a pid this test spawned and has not reaped.
+            assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        };
+        signal(libc::SIGSTOP);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !is_stopped(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let stopped = is_stopped(pid);
+        signal(libc::SIGCONT);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(stopped, "SIGSTOP did not stop it within 10 s");
     }
 }

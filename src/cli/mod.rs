@@ -37,7 +37,7 @@ Exit status:
     0  success (check-topology: compatible; inspect --verify: intact)
     1  unexpected internal error
     2  usage error (bad flag, value or argument)
-    3  target process not found, a kernel thread or a thread (not a process), traced by another process, or not permitted
+    3  target process not found, a kernel thread or a thread (not a process), traced by another process, a GPU process stopped by a signal, or not permitted
     4  CRIU missing, too old, it broke the RPC protocol, or it did not answer within 30 s
     5  CRIU reported that the dump or restore failed
     6  image directory not usable (not empty, not writable, not a directory, no room for the manifest)

@@ -46,6 +46,14 @@ pub enum GpuError {
     Malformed { path: PathBuf, detail: String },
     #[error("pid {pid}: {detail}")]
     Task { pid: i32, detail: String },
+    /// A process whose driver must lock it through a thread of its own (CUDA's restore
+    /// thread) is stopped by a signal, so that thread cannot run.
+    #[error(
+        "pid {pid} is stopped (SIGSTOP or job control): its GPU driver locks it through \
+         a thread of the process's own, which cannot run while it is stopped; continue it \
+         (kill -CONT {pid}) and dump again"
+    )]
+    Stopped { pid: i32 },
     /// The driver itself failed (its initialisation answered an error).
     #[error("the GPU driver failed: {detail}")]
     Driver { detail: String },
@@ -58,11 +66,13 @@ pub enum GpuError {
 }
 
 impl crate::exit_code::ExitCode for GpuError {
-    /// A task's device or driver failing is [`crate::exit_code::DEVICE_FAILED`]; the
-    /// rest (files, settings, device state that does not parse) is the caller's to
-    /// judge, [`crate::exit_code::FAILURE`] here.
+    /// A task's device or driver failing is [`crate::exit_code::DEVICE_FAILED`], a
+    /// stopped process the target's ([`crate::exit_code::TARGET`]); the rest (files,
+    /// settings, device state that does not parse) is the caller's to judge,
+    /// [`crate::exit_code::FAILURE`] here.
     fn exit_code(&self) -> u8 {
         match self {
+            GpuError::Stopped { .. } => crate::exit_code::TARGET,
             GpuError::Task { .. } | GpuError::Driver { .. } => crate::exit_code::DEVICE_FAILED,
             GpuError::Io { .. } | GpuError::Malformed { .. } | GpuError::Config { .. } => {
                 crate::exit_code::FAILURE
@@ -72,6 +82,15 @@ impl crate::exit_code::ExitCode for GpuError {
 }
 
 impl GpuError {
+    /// [`GpuError::Stopped`] when `pid` is stopped by a signal: for the step before the
+    /// freeze of a driver that locks a process through a thread of its own.
+    pub(crate) fn refuse_stopped(pid: i32) -> Result<(), GpuError> {
+        if gpucr_abi::procfs::is_stopped(pid) {
+            return Err(GpuError::Stopped { pid });
+        }
+        Ok(())
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> GpuError {
         let path = path.into();
         move |source| GpuError::Io { path, source }

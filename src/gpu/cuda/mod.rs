@@ -468,6 +468,9 @@ impl Backend for CudaBackend {
         let initial = self.driver.process_state(pid).map_err(driver_error(pid))?;
         match initial {
             ProcessState::Running => {
+                // The driver's lock waits for the process's restore thread, which a
+                // stopped process does not run: said at once, not after the timeout.
+                GpuError::refuse_stopped(pid)?;
                 // Remembered first: a lock that fails halfway is undone after the dump.
                 self.touch(pid, initial);
                 self.driver

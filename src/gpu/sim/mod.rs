@@ -306,6 +306,8 @@ impl Backend for SimBackend {
         let Some(dir) = self.nvidia_context(pid)? else {
             return Ok(());
         };
+        // As CUDA's: the lock waits for the process's restore thread.
+        GpuError::refuse_stopped(pid)?;
         if let Some(guard) = &self.guard {
             guard.record(pid, &dir);
         }
