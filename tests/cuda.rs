@@ -372,6 +372,50 @@ fn cuda_stopped_process_is_refused_at_once() {
     assert_runs_on_unlocked(&tree, steps_before);
 }
 
+/// A lock that cannot complete within the dump's freeze timeout: the processes wait
+/// for their GPU work (2.5 s of it in every step) and the dump's --timeout is 2 s. The
+/// dump fails with the driver's timeout named (CRIU, whose own alarm rings at the same
+/// time, waits up to 5 s more for the hook before it gives up), the image is marked
+/// incomplete, and the job, never locked, runs on.
+#[test]
+fn cuda_lock_that_times_out_is_named() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_program(
+        &fake,
+        &tmp.path().join("state"),
+        2,
+        &["--sync", "1"],
+        &[("GPUCR_FAKE_CUDA_SYNC_MS", "2500")],
+    );
+    let steps_before = tree.steps();
+    let image = tmp.path().join("image");
+    let started = std::time::Instant::now();
+    let out = gpucr_env(
+        &[
+            "dump",
+            "--timeout",
+            "2",
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+        &fake.env(),
+    );
+    let took = started.elapsed();
+    assert_fails_with(&out, DEVICE_FAILED, "cuCheckpointProcessLock");
+    assert!(
+        stderr(&out).contains("CUDA_ERROR_TIMEOUT"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(took < std::time::Duration::from_secs(4), "{took:?}");
+    assert!(image.join("gpucr-incomplete.json").exists());
+    assert!(alive(tree.pid));
+    tree.wait_ticks(2);
+    assert!(tree.steps() > steps_before, "the kernels go on");
+}
+
 /// --leave-running: after the dump the driver restores and unlocks each process, so
 /// the job runs on with every byte.
 #[test]

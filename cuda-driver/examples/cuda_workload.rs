@@ -4,13 +4,15 @@
 //! `gpucr-cuda-driver`'s application side, so it runs on a real driver and on the fake
 //! (`GPUCR_CUDA_LIBRARY=.../libgpucr_fake_cuda.so GPUCR_FAKE_CUDA_DIR=...`).
 //!
-//!   cuda_workload --state DIR [--procs N] [--mib M] [--zombies Z]
+//!   cuda_workload --state DIR [--procs N] [--mib M] [--zombies Z] [--sync 1]
 //!
 //! Options: --state DIR (required), --procs N (default 2: the parent and N-1 children,
 //! "child", "child2", ...), --mib M (default 64: device memory per process, in buffers
 //! of mixed sizes from 4 KiB to 16 MiB, round-robin over the GPUs), --zombies Z
 //! (default 0: children of the parent that exit at once and are never reaped, as a
-//! job's finished helpers can be).
+//! job's finished helpers can be), --sync 1 (each step waits for its work with
+//! `cuCtxSynchronize` instead of sleeping 20 ms; on the fake that takes
+//! `GPUCR_FAKE_CUDA_SYNC_MS`, work in flight that a lock waits for).
 //!
 //! The parent forks the children before anything loads the driver (CUDA does not
 //! survive a fork). Every 20 ms each process writes one 4 KiB page of each buffer: page
@@ -47,6 +49,7 @@ struct Options {
     procs: usize,
     mib: usize,
     zombies: usize,
+    sync: bool,
 }
 
 fn parse_args() -> Options {
@@ -55,6 +58,7 @@ fn parse_args() -> Options {
         procs: 2,
         mib: 64,
         zombies: 0,
+        sync: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -71,6 +75,7 @@ fn parse_args() -> Options {
             "--procs" => opts.procs = number().max(1),
             "--mib" => opts.mib = number(),
             "--zombies" => opts.zombies = number(),
+            "--sync" => opts.sync = number() > 0,
             _ => die(&format!("unknown argument {arg}")),
         }
     }
@@ -174,10 +179,10 @@ fn main() {
             on_sigusr1 as extern "C" fn(libc::c_int) as libc::sighandler_t,
         )
     };
-    run(&opts.state, &role, opts.mib * MIB);
+    run(&opts.state, &role, opts.mib * MIB, opts.sync);
 }
 
-fn run(state: &Path, role: &str, bytes: usize) -> ! {
+fn run(state: &Path, role: &str, bytes: usize, sync: bool) -> ! {
     let driver = Driver::load().unwrap_or_else(|e| die(&e.to_string()));
     let fail = |e: gpucr_cuda_driver::Error| -> ! { die(&format!("{role}: {e}")) };
     let gpus = driver.device_count().unwrap_or_else(|e| fail(e));
@@ -262,7 +267,11 @@ fn run(state: &Path, role: &str, bytes: usize) -> ! {
                 exit(3);
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
+        if sync {
+            driver.ctx_synchronize().unwrap_or_else(|e| fail(e));
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
