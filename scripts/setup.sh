@@ -16,8 +16,10 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # Every package named: installs run with --no-install-recommends. procps: pgrep (tests).
 # linux-libc-dev and libdrm-dev: the kernel and libdrm headers the uAPI check compiles against.
 # podman and runc: the container tests (tests/containers.rs) checkpoint containers with them.
+# iproute2: CRIU dumps a tree's own network namespace with `ip`, and the tests give a tree
+# one (its loopback brought up with `ip`).
 packages=(build-essential pkg-config ca-certificates util-linux procps nftables linux-libc-dev libdrm-dev
-          podman runc)
+          podman runc iproute2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

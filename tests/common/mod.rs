@@ -173,6 +173,12 @@ fn start_in_namespaces(
         bin.display()
     );
     fs::create_dir_all(state).unwrap();
+    if matches!(own, OwnNamespaces::Network) {
+        assert!(
+            Command::new("ip").arg("-V").output().is_ok(),
+            "iproute2's `ip` is missing (scripts/setup.sh installs it)"
+        );
+    }
     let mut cmd = Command::new("unshare");
     match own {
         OwnNamespaces::PidOnly => cmd.args(["--pid", "--fork", "setsid"]),
