@@ -429,25 +429,6 @@ fn listing(dir: &Path) -> Vec<String> {
     names
 }
 
-/// An action script for CRIU (`action-script` of a --criu-config file) that exits 3 at
-/// `stage` and logs every stage: the config file that names it.
-fn failing_script(dir: &Path, stage: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let script = dir.join(format!("fail-at-{stage}.sh"));
-    fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"hook: $CRTOOLS_SCRIPT_ACTION\"\n\
-             [ \"$CRTOOLS_SCRIPT_ACTION\" != {stage} ] || exit 3\n"
-        ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
-    let config = dir.join(format!("fail-at-{stage}.conf"));
-    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
-    config
-}
-
 /// A read-only image directory restores: CRIU writes its log and statistics into a
 /// private 0700 directory that gpucr names, removed once the restore succeeded, kept
 /// and named after a failure, and removed by the next restore of the image; the image
@@ -473,8 +454,8 @@ fn a_read_only_image_restores_and_no_stale_log_is_shown() {
     let temp = tmp.path().join("temp");
     fs::create_dir(&temp).unwrap();
     let env = [("TMPDIR", temp.to_str().unwrap())];
-    let pre_resume = failing_script(tmp.path(), "pre-resume");
-    let pre_restore = failing_script(tmp.path(), "pre-restore");
+    let (_, pre_resume) = failing_script(tmp.path(), "pre-resume", 3);
+    let (_, pre_restore) = failing_script(tmp.path(), "pre-restore", 3);
 
     let ro = ReadOnlyMount::new(&image, &tmp.path().join("ro"));
     let out = gpucr_env(

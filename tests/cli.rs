@@ -777,18 +777,6 @@ fn assert_failed_dump_left_the_tree_running(err: &str, tree: &Tree, state: &Path
     assert!(image.join("gpucr-incomplete.json").exists());
 }
 
-/// A shell action script with `body` in `dir` (`hook.sh`) and a --criu-config file
-/// naming it (`hook.conf`).
-fn action_script(dir: &Path, body: &str) -> (PathBuf, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let script = dir.join("hook.sh");
-    fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
-    let config = dir.join("hook.conf");
-    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
-    (script, config)
-}
-
 /// A user's action script (`action-script` of a --criu-config file) that fails at
 /// post-dump fails the dump: the error's headline names the script, the stage and how
 /// it ended (CRIU's own last error only says that one of the scripts failed), the exit
@@ -797,11 +785,7 @@ fn action_script(dir: &Path, body: &str) -> (PathBuf, PathBuf) {
 fn a_failing_action_script_is_named_and_the_tree_runs_on() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
-    let (script, config) = action_script(
-        tmp.path(),
-        "echo \"hook: $CRTOOLS_SCRIPT_ACTION\"\n\
-         [ \"$CRTOOLS_SCRIPT_ACTION\" != post-dump ] || exit 3",
-    );
+    let (script, config) = failing_script(tmp.path(), "post-dump", 3);
     let state = tmp.path().join("state");
     let image = tmp.path().join("image");
     let tree = Tree::start(&state, &[]);
@@ -837,10 +821,7 @@ fn a_failing_action_script_is_named_and_the_tree_runs_on() {
 fn a_script_failing_at_network_unlock_is_warned_of() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
-    let (script, config) = action_script(
-        tmp.path(),
-        "[ \"$CRTOOLS_SCRIPT_ACTION\" != network-unlock ] || exit 4",
-    );
+    let (script, config) = failing_script(tmp.path(), "network-unlock", 4);
     let state = tmp.path().join("state");
     let image = tmp.path().join("image");
     let tree = Tree::start_in(&state, &[], OwnNamespaces::Network);

@@ -748,3 +748,22 @@ pub fn used_bytes(path: &Path) -> u64 {
     let stat = nix::sys::statvfs::statvfs(path).unwrap();
     (stat.blocks() - stat.blocks_free()) as u64 * stat.fragment_size() as u64
 }
+
+/// An action script for CRIU (`action-script` of a --criu-config file) in `dir` that
+/// logs every stage and exits `status` at `stage`, and the config file that names it.
+pub fn failing_script(dir: &Path, stage: &str, status: u8) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join(format!("fail-at-{stage}.sh"));
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"hook: $CRTOOLS_SCRIPT_ACTION\"\n\
+             [ \"$CRTOOLS_SCRIPT_ACTION\" != {stage} ] || exit {status}\n"
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = dir.join(format!("fail-at-{stage}.conf"));
+    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
+    (script, config)
+}
