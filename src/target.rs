@@ -84,7 +84,11 @@ pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
     if flags & PF_KTHREAD != 0 {
         return Err(TargetError::KernelThread { pid, comm });
     }
-    if fields.first().is_some_and(|state| has_exited(state)) {
+    if fields
+        .first()
+        .and_then(|state| state.chars().next())
+        .is_some_and(gpucr_abi::procfs::is_exited_state)
+    {
         return Err(TargetError::Exited { pid, comm });
     }
     // /proc/TID answers for any thread too; CRIU needs the thread-group leader.
@@ -119,12 +123,7 @@ pub fn validate(pid: i32) -> Result<TargetInfo, TargetError> {
 
 /// True while `pid` exists and has not exited (a zombie has).
 pub fn is_running(pid: i32) -> bool {
-    pid > 0
-        && read_proc(pid, "stat").is_ok_and(|stat| {
-            parse_stat(&stat)
-                .and_then(|(_, fields)| fields.first().map(|state| !has_exited(state)))
-                .unwrap_or(false)
-        })
+    pid > 0 && !gpucr_abi::procfs::has_exited(pid)
 }
 
 /// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field 22): with the
@@ -170,11 +169,6 @@ fn parse_tgid(status: &str) -> Option<i32> {
     gpucr_abi::procfs::status_value(status, "Tgid")?
         .parse()
         .ok()
-}
-
-/// A `/proc/PID/stat` state of a task that has exited: Z (zombie) or X (dead).
-fn has_exited(state: &str) -> bool {
-    matches!(state, "Z" | "X" | "x")
 }
 
 fn proc_path(pid: i32, name: &str) -> PathBuf {

@@ -101,10 +101,15 @@ pub fn state(pid: i32) -> Option<char> {
     status_value(&status, "State")?.chars().next()
 }
 
+/// Whether a task in `state` (its state letter) has exited: Z (zombie) or X/x (dead).
+pub fn is_exited_state(state: char) -> bool {
+    matches!(state, 'Z' | 'X' | 'x')
+}
+
 /// Whether `pid` has exited: gone, or a zombie. CRIU dumps a zombie of the tree without
 /// calling its plugins' CHECKPOINT_DEVICES.
 pub fn has_exited(pid: i32) -> bool {
-    state(pid).is_none_or(|state| matches!(state, 'Z' | 'X'))
+    state(pid).is_none_or(is_exited_state)
 }
 
 /// Whether `pid` is stopped by a signal (SIGSTOP, or job control's SIGTSTP).

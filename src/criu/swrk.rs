@@ -517,15 +517,10 @@ mod tests {
         panic!("the script did not start");
     }
 
+    /// Reaped, or a zombie of a parent that is gone (the background child's parent was
+    /// the script, whose pid exec'd into sleep and was reaped).
     fn gone(pid: i32) -> bool {
-        // Reaped, or a zombie of a parent that is gone (the background child's parent
-        // was the script, whose pid exec'd into sleep and was reaped).
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => true,
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        }
+        gpucr_abi::procfs::has_exited(pid)
     }
 
     #[test]

@@ -249,7 +249,7 @@ impl Helper {
                 .find_map(|pid| match tasks.stage(pid) {
                     // A zombie of the tree: CRIU pauses it but dumps it without
                     // CHECKPOINT_DEVICES (it has no memory, and no device).
-                    Some(DumpStage::Paused) if gpucr_abi::procfs::has_exited(pid) => None,
+                    Some(DumpStage::Paused) if !crate::target::is_running(pid) => None,
                     Some(
                         stage @ (DumpStage::Paused
                         | DumpStage::Collecting { .. }
