@@ -212,13 +212,6 @@ fn dump_of_a_thread_names_its_process() {
             })
             .unwrap_or_default()
     };
-    let children = |pid: i32| -> Vec<i32> {
-        fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect()
-    };
     let mut pending = vec![tree.pid];
     let mut found = None;
     while let Some(pid) = pending.pop() {

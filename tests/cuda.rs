@@ -309,13 +309,7 @@ fn cuda_tree_with_a_zombie_survives_dump_wipe_and_restore() {
     let fake = FakeCuda::new();
     let tmp = tempfile::tempdir().unwrap();
     let tree = start_with_args(&fake, &tmp.path().join("state"), 2, &["--zombies", "1"]);
-    let zombies = |root: i32| {
-        children(root)
-            .into_iter()
-            .filter(|&pid| gpucr_abi::procfs::has_exited(pid))
-            .count()
-    };
-    assert_eq!(zombies(tree.pid), 1);
+    assert_eq!(zombie_children(tree.pid), 1);
     let image = tmp.path().join("image");
     let out = gpucr_env(
         &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
@@ -329,7 +323,7 @@ fn cuda_tree_with_a_zombie_survives_dump_wipe_and_restore() {
     let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &fake.env());
     let restored = Restored::from_output(&out);
     assert!(tree.verify(2), "every byte is back on the device");
-    assert_eq!(zombies(restored.0), 1, "the zombie is back too");
+    assert_eq!(zombie_children(restored.0), 1, "the zombie is back too");
 }
 
 /// A CUDA process stopped by SIGSTOP: the driver locks it through its restore thread,
@@ -343,13 +337,7 @@ fn cuda_stopped_process_is_refused_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let tree = start(&fake, &tmp.path().join("state"), 2);
     let child = children(tree.pid)[0];
-    let signal = |sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), sig).unwrap();
-    signal(nix::sys::signal::Signal::SIGSTOP);
-    wait_for(
-        std::time::Duration::from_secs(10),
-        "the child to stop",
-        || gpucr_abi::procfs::is_stopped(child).then_some(()),
-    );
+    stop(child);
     let steps_before = tree.steps();
     let image = tmp.path().join("image");
     let started = std::time::Instant::now();
@@ -358,7 +346,7 @@ fn cuda_stopped_process_is_refused_at_once() {
         &fake.env(),
     );
     let took = started.elapsed();
-    signal(nix::sys::signal::Signal::SIGCONT);
+    continue_process(child);
     assert_fails_with(
         &out,
         3,
@@ -673,15 +661,6 @@ fn cuda_ctl(fake: &FakeCuda, call: &str, pid: i32) -> String {
         stderr(&out)
     );
     stdout(&out).trim().to_owned()
-}
-
-/// The children of `pid`.
-fn children(pid: i32) -> Vec<i32> {
-    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(|c| c.parse().unwrap())
-        .collect()
 }
 
 /// A process locked before gpucr came (by another controller) is respected while the

@@ -1054,14 +1054,7 @@ fn zombie_in_the_tree(driver: &str) {
         image,
         tree,
     } = started(&name, &args);
-    let zombies = |root: i32| {
-        fs::read_to_string(format!("/proc/{root}/task/{root}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter(|pid| gpucr_abi::procfs::has_exited(pid.parse().unwrap()))
-            .count()
-    };
-    assert_eq!(zombies(tree.pid), 1);
+    assert_eq!(zombie_children(tree.pid), 1);
     assert_success(&dump(
         &sim,
         &[&tree.pid.to_string(), image.to_str().unwrap()],
@@ -1078,7 +1071,7 @@ fn zombie_in_the_tree(driver: &str) {
     let out = restore(&sim, &["-d", image.to_str().unwrap()]);
     let restored = Restored::from_output(&out);
     assert!(tree.verify(1), "every byte is back on the device");
-    assert_eq!(zombies(restored.0), 1, "the zombie is back too");
+    assert_eq!(zombie_children(restored.0), 1, "the zombie is back too");
 }
 
 #[test]
@@ -1117,22 +1110,12 @@ fn nvidia_model_stopped_process_is_refused_at_once() {
             "8",
         ],
     );
-    let child: i32 = fs::read_to_string(format!("/proc/{0}/task/{0}/children", tree.pid))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let signal = |sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), sig).unwrap();
-    signal(nix::sys::signal::Signal::SIGSTOP);
-    wait_for(Duration::from_secs(10), "the child to stop", || {
-        gpucr_abi::procfs::is_stopped(child).then_some(())
-    });
+    let child = children(tree.pid)[0];
+    stop(child);
     let started = std::time::Instant::now();
     let out = dump(&sim, &[&tree.pid.to_string(), image.to_str().unwrap()]);
     let took = started.elapsed();
-    signal(nix::sys::signal::Signal::SIGCONT);
+    continue_process(child);
     assert_fails_with(
         &out,
         TARGET,

@@ -767,3 +767,33 @@ pub fn failing_script(dir: &Path, stage: &str, status: u8) -> (PathBuf, PathBuf)
     fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
     (script, config)
 }
+
+/// The children of `pid` (none when it is gone).
+pub fn children(pid: i32) -> Vec<i32> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// How many children of `pid` have exited and are not reaped (zombies).
+pub fn zombie_children(pid: i32) -> usize {
+    children(pid)
+        .into_iter()
+        .filter(|&child| gpucr_abi::procfs::has_exited(child))
+        .count()
+}
+
+/// Stop `pid` with SIGSTOP and wait until it is stopped.
+pub fn stop(pid: i32) {
+    kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+    wait_for(Duration::from_secs(10), "the process to stop", || {
+        gpucr_abi::procfs::is_stopped(pid).then_some(())
+    });
+}
+
+/// Let `pid`, stopped, continue (SIGCONT).
+pub fn continue_process(pid: i32) {
+    kill(Pid::from_raw(pid), Signal::SIGCONT).unwrap();
+}
