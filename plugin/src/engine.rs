@@ -160,9 +160,7 @@ fn parse_settings(text: &str) -> (Vec<(String, String)>, Vec<String>) {
 fn is_setting(name: &str) -> bool {
     reads_gpucr_variable(name)
         || name == CUDA_VISIBLE_DEVICES
-        || CheckName::ALL
-            .iter()
-            .any(|check| check.env_var() == Some(name))
+        || CheckName::env_vars().any(|variable| variable == name)
 }
 
 /// The directory the plugin was loaded from.

@@ -14,14 +14,6 @@ pub use gpucr_abi::engine::{ENV_COMPRESS, ENV_DEVICE_TIMEOUT, ENV_JOBS};
 /// The NVIDIA GPUs a restore may map onto, with CUDA's rules.
 pub use gpucr_topology::nvidia::visible::VARIABLE as ENV_CUDA_VISIBLE_DEVICES;
 
-/// The `GPUCR_*` variables engine mode reads.
-pub const KNOWN_VARIABLES: [&str; 14] = GPUCR_SETTINGS;
-
-/// The topology checks' switches (`KFD_*_CHECK`), which a settings file may set.
-fn topology_switches() -> impl Iterator<Item = &'static str> {
-    CheckName::ALL.iter().filter_map(|check| check.env_var())
-}
-
 /// A setting engine mode cannot use.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
@@ -37,8 +29,8 @@ pub enum SettingsError {
     #[error(
         "{name}: not a setting engine mode reads; the GPUCR_* settings are {}, and \
          {FAKE_CUDA_PREFIX}* for the fake CUDA driver; the KFD_* ones are {}",
-        KNOWN_VARIABLES.join(", "),
-        topology_switches().collect::<Vec<_>>().join(", ")
+        GPUCR_SETTINGS.join(", "),
+        CheckName::env_vars().collect::<Vec<_>>().join(", ")
     )]
     Unknown { name: String },
 }
@@ -131,7 +123,7 @@ fn check_with<T>(
 /// another `KFD_*` name is one nothing in gpucr reads. (Names of other kinds are the
 /// caller's to refuse; `CUDA_VISIBLE_DEVICES` passes.)
 fn check_topology_switch(name: &str, value: &str) -> Result<(), SettingsError> {
-    let Some(variable) = topology_switches().find(|&variable| variable == name) else {
+    let Some(variable) = CheckName::env_vars().find(|&variable| variable == name) else {
         return if name.starts_with("KFD_") {
             Err(SettingsError::Unknown {
                 name: name.to_owned(),
@@ -341,7 +333,7 @@ mod tests {
     /// every name it does read, and the fake CUDA driver's, pass.
     #[test]
     fn install_refuses_a_gpucr_name_engine_mode_does_not_read() {
-        for name in KNOWN_VARIABLES {
+        for name in GPUCR_SETTINGS {
             assert!(name.starts_with("GPUCR_"), "{name}");
         }
         for name in [
@@ -375,7 +367,7 @@ mod tests {
                 text.starts_with(&format!("{name}: not a setting engine mode reads")),
                 "{text}"
             );
-            for known in KNOWN_VARIABLES {
+            for known in GPUCR_SETTINGS {
                 assert!(text.contains(known), "{known}: {text}");
             }
             assert!(text.contains("GPUCR_FAKE_CUDA_*"), "{text}");
@@ -404,7 +396,7 @@ mod tests {
             gpucr_abi::fault::ENV_FAULT,
         ];
         let mut readers = readers.to_vec();
-        let mut listed = KNOWN_VARIABLES.to_vec();
+        let mut listed = GPUCR_SETTINGS.to_vec();
         readers.sort_unstable();
         listed.sort_unstable();
         assert_eq!(readers, listed);

@@ -61,6 +61,11 @@ macro_rules! checks {
                 match self { $(CheckName::$variant => $env,)* }
             }
 
+            /// Every check's switch (`KFD_*_CHECK`), in [`CheckName::ALL`]'s order.
+            pub fn env_vars() -> impl Iterator<Item = &'static str> {
+                CheckName::ALL.iter().filter_map(|check| check.env_var())
+            }
+
             /// One line saying what the check requires.
             pub fn description(self) -> &'static str {
                 match self { $(CheckName::$variant => $doc,)* }
@@ -274,7 +279,7 @@ mod tests {
 
     #[test]
     fn seven_checks_have_criu_variables() {
-        let vars: Vec<_> = CheckName::ALL.iter().filter_map(|c| c.env_var()).collect();
+        let vars: Vec<_> = CheckName::env_vars().collect();
         assert_eq!(
             vars,
             [
