@@ -1,5 +1,5 @@
 //! What CRIU's log file says when a request fails: its last lines, and the failure of
-//! gpucr's plugin that made CRIU give up, if one did.
+//! gpucr's plugin or of the user's action script that made CRIU give up, if one did.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
@@ -80,30 +80,39 @@ pub struct PluginFailure {
 /// ...") are left out: they happen after CRIU's own failure.
 pub fn plugin_failure(path: &Path) -> Option<PluginFailure> {
     let prefix = format!("{PLUGIN_NAME}: ");
-    let file = File::open(path).ok()?;
-    let mut reader = BufReader::new(file);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return None,
-            Ok(_) => {}
-        }
-        let text = String::from_utf8_lossy(&line);
-        let Some(at) = text.find(&prefix) else {
-            continue;
-        };
-        let Some((kind, what)) = PluginFailureKind::parse(&text[at + prefix.len()..]) else {
-            continue;
-        };
+    lines_at(path)?.find_map(|(_, text)| {
+        let (kind, what) = PluginFailureKind::parse(after(&text, &prefix)?)?;
         let what = what.trim();
-        if !what.is_empty() && !what.starts_with(PLUGIN_EXIT_STEP.trim_end()) {
-            return Some(PluginFailure {
+        (!what.is_empty() && !what.starts_with(PLUGIN_EXIT_STEP.trim_end())).then(|| {
+            PluginFailure {
                 kind,
                 what: what.to_owned(),
-            });
-        }
-    }
+            }
+        })
+    })
+}
+
+/// The lines of the log at `path`, each with its offset in the file (CRIU's log may
+/// hold any bytes a process wrote: they are read lossily); None when it cannot be
+/// opened.
+fn lines_at(path: &Path) -> Option<impl Iterator<Item = (u64, String)>> {
+    let mut reader = BufReader::new(File::open(path).ok()?);
+    let mut offset = 0u64;
+    Some(std::iter::from_fn(move || {
+        let mut line = Vec::new();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .ok()
+            .filter(|&n| n > 0)?;
+        let at = offset;
+        offset += read as u64;
+        Some((at, String::from_utf8_lossy(&line).into_owned()))
+    }))
+}
+
+/// What follows the first `mark` in `line`.
+fn after<'a>(line: &'a str, mark: &str) -> Option<&'a str> {
+    line.find(mark).map(|at| &line[at + mark.len()..])
 }
 
 /// A user's CRIU action script (CRIU's `action-script` option, from a `--criu-config`
@@ -156,25 +165,13 @@ const SCRIPT_END: &str = " exited with ";
 /// the request, each with the log's length when it came, and the failed script's stage
 /// is the last one sent before its line.
 pub fn script_failure(path: &Path, stages: &[(u64, String)]) -> Option<ScriptFailure> {
-    let file = File::open(path).ok()?;
-    let mut reader = BufReader::new(file);
-    let mut line = Vec::new();
-    let mut offset = 0u64;
     // The two lines before the current one.
     let mut before: [String; 2] = Default::default();
-    loop {
-        line.clear();
-        let read = match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => n,
-        };
-        let at = offset;
-        offset += read as u64;
-        let text = String::from_utf8_lossy(&line).trim_end().to_owned();
-        let script = text
-            .find(SCRIPT_FILE)
-            .and_then(|file| text[file..].find(SCRIPT_MARK).map(|m| file + m))
-            .and_then(|m| text[m + SCRIPT_MARK.len()..].rsplit_once(SCRIPT_END))
+    for (at, line) in lines_at(path)? {
+        let text = line.trim_end().to_owned();
+        let script = after(&text, SCRIPT_FILE)
+            .and_then(|rest| after(rest, SCRIPT_MARK))
+            .and_then(|rest| rest.rsplit_once(SCRIPT_END))
             .map(|(script, _)| script.to_owned());
         let Some(script) = script else {
             before = [std::mem::take(&mut before[1]), text];
@@ -195,31 +192,26 @@ pub fn script_failure(path: &Path, stages: &[(u64, String)]) -> Option<ScriptFai
             config: None,
         });
     }
+    None
 }
 
 /// "could not be run: WHY" from the line a script's child logs when it cannot exec
 /// `script` (`execvp("PATH", ...) failed: WHY`).
 fn exec_failure(line: &str, script: &str) -> Option<String> {
-    let mark = format!("execvp(\"{script}\", ...) failed: ");
-    let at = line.find(&mark)?;
-    Some(format!(
-        "could not be run: {}",
-        line[at + mark.len()..].trim()
-    ))
+    let why = after(line, &format!("execvp(\"{script}\", ...) failed: "))?;
+    Some(format!("could not be run: {}", why.trim()))
 }
 
 /// How a command CRIU ran ended, from CRIU's line about it (`util.c`: "exited,
 /// status=N", "killed by signal N: NAME").
 fn how_it_ended(line: &str) -> Option<String> {
-    if let Some(at) = line.find("): exited, status=") {
-        let status = line[at + "): exited, status=".len()..].trim();
-        return Some(format!("exited with status {status}"));
+    if let Some(status) = after(line, "): exited, status=") {
+        return Some(format!("exited with status {}", status.trim()));
     }
-    let at = line.find("): killed by signal ")?;
-    let rest = line[at + "): killed by signal ".len()..].trim();
-    Some(match rest.split_once(": ") {
+    let signal = after(line, "): killed by signal ")?.trim();
+    Some(match signal.split_once(": ") {
         Some((number, name)) => format!("was killed by signal {number} ({name})"),
-        None => format!("was killed by signal {rest}"),
+        None => format!("was killed by signal {signal}"),
     })
 }
 
