@@ -256,6 +256,15 @@ mod tests {
         assert!(tree.contains(&(child.id() as i32)), "{tree:?}");
     }
 
+    /// Whether `holds` becomes true within 10 s, looking every 5 ms.
+    fn within_10_s(holds: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !holds() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        holds()
+    }
+
     /// A running process has not exited; a zombie (exited, not yet reaped) has, and so
     /// has a reaped one.
     #[test]
@@ -263,11 +272,10 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
         assert!(!has_exited(std::process::id() as i32));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !has_exited(pid) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        assert!(has_exited(pid), "`true` did not end within 10 s");
+        assert!(
+            within_10_s(|| has_exited(pid)),
+            "`true` did not end within 10 s"
+        );
         assert!(
             std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok(),
             "still a zombie, not reaped"
@@ -290,11 +298,7 @@ mod tests {
             assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
         };
         signal(libc::SIGSTOP);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !is_stopped(pid) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        let stopped = is_stopped(pid);
+        let stopped = within_10_s(|| is_stopped(pid));
         signal(libc::SIGCONT);
         let _ = child.kill();
         let _ = child.wait();
