@@ -284,7 +284,8 @@ pub fn checkpoint_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_in
     // process's driver releases them at the checkpoint) gets no such hook: the copy is
     // finished and the manifest's room taken once every task is checkpointed, before
     // CRIU dumps any memory, so that a full disk fails the dump and the tree runs on.
-    if !half.dumps_device_files() && tree_checkpointed(pid) {
+    // (Under gpucr's own CRIU the copy is finished at post-dump: nothing to count.)
+    if engine::active() && !half.dumps_device_files() && tree_checkpointed(pid) {
         engine::finish_copy()?;
     }
     Ok(0)
