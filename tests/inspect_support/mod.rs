@@ -99,6 +99,9 @@ pub fn criu_lock() -> Flock<File> {
 pub struct Dumped {
     /// The image directory.
     pub dir: PathBuf,
+    /// The root's private anonymous region filled with a pattern: its address and
+    /// length.
+    pub region: (u64, u64),
     /// The TCP port the workload's root listened on.
     pub port: u16,
     /// The file the root held open at offset 1234.
@@ -158,7 +161,11 @@ pub fn dump_workload(base: &Path) -> Dumped {
     });
     let mut guard = guard;
     guard.pid = pid;
-    wait_for("the workload to be ready", || ready.exists().then_some(()));
+    let region = wait_for("the workload to be ready", || {
+        let text = fs::read_to_string(&ready).ok()?;
+        let (addr, len) = text.trim().split_once(' ')?;
+        Some((u64::from_str_radix(addr, 16).ok()?, len.parse().ok()?))
+    });
     let dir = base.join("image");
     let out = gpucr(&[
         "dump",
@@ -170,6 +177,7 @@ pub fn dump_workload(base: &Path) -> Dumped {
     drop(guard);
     Dumped {
         dir,
+        region,
         port,
         file,
         bin,
