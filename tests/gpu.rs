@@ -1134,6 +1134,45 @@ fn nvidia_model_stopped_process_is_refused_at_once() {
     assert!(tree.verify(1), "every byte is intact");
 }
 
+/// A process of the KFD model stopped by SIGSTOP: unlike the NVIDIA model, whose driver
+/// needs a thread of the process to run, every KFD step runs in CRIU (its tracer), so
+/// the tree is dumped as it is, and the restore brings the process back stopped, as
+/// CRIU does for any stopped task. Once continued, every byte verifies and the kernels
+/// go on.
+#[test]
+fn kfd_model_stopped_process_is_dumped_and_restored_stopped() {
+    let _lock = criu_lock();
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "kfd-stopped",
+        &["--gpus", "2", "--parent-mib", "16", "--child-mib", "8"],
+    );
+    let child = children(tree.pid)[0];
+    stop(child);
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    let restored = Restored::from_output(&out);
+    let child = children(restored.0)[0];
+    assert!(
+        gpucr_abi::procfs::is_stopped(child),
+        "the child is back stopped, as it was dumped"
+    );
+    continue_process(child);
+    assert!(tree.verify(1), "every byte is back on the device");
+    let steps = tree.steps();
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps, "the kernels go on");
+}
+
 /// --leave-running with the NVIDIA model: after the dump the driver brings the memory
 /// back and unlocks, so the job runs on with every byte intact.
 #[test]
