@@ -7,7 +7,7 @@ use std::io;
 
 use clap::CommandFactory;
 use clap_complete::Shell;
-use clap_mangen::roff::{roman, Roff};
+use clap_mangen::roff::{bold, roman, Roff};
 use clap_mangen::Man;
 
 use crate::cli::Cli;
@@ -17,7 +17,7 @@ use crate::exit_code;
 pub fn render_all() -> io::Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
     let root = Cli::command();
-    out.push(("man/gpucr.1".to_owned(), man_page(root.clone())?));
+    out.push(("man/gpucr.1".to_owned(), root_man_page(root.clone())?));
     for sub in visible_subcommands(&root) {
         let name = format!("gpucr-{}", sub.get_name());
         let page = sub
@@ -62,8 +62,87 @@ fn visible_subcommands(cmd: &clap::Command) -> impl Iterator<Item = &clap::Comma
     cmd.get_subcommands().filter(|s| !s.is_hide_set())
 }
 
+/// gpucr(1): a man page with an ENVIRONMENT section listing every `GPUCR_*` variable.
+fn root_man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
+    man_page_with(cmd, environment_section)
+}
+
+/// The ENVIRONMENT section: users' variables and the simulator's one by one, the
+/// project's test hooks and gpucr's own by name.
+fn environment_section(roff: &mut Roff) {
+    use gpucr_abi::env::{Audience, VARIABLES};
+    roff.control("SH", ["ENVIRONMENT"]);
+    roff.text([roman(
+        "A variable that backs a flag is read when the flag is not given; set but \
+         empty, it counts as unset. Those engine mode reads (gpucr's plugin in a CRIU \
+         that a container engine started) may also be set in the plugin's settings \
+         file (gpucr install-plugin --setting). gpucr warns about a GPUCR_* variable \
+         it does not know, naming the one it resembles.",
+    )]);
+    for (audience, heading) in [
+        (Audience::User, None),
+        (
+            Audience::Simulator,
+            Some("The GPU simulator (a stand-in for a GPU in tests and demonstrations):"),
+        ),
+    ] {
+        if let Some(heading) = heading {
+            roff.control("PP", []);
+            roff.text([roman(heading)]);
+        }
+        for v in VARIABLES.iter().filter(|v| v.audience == audience) {
+            roff.control("TP", []);
+            roff.text([bold(v.name)]);
+            roff.text([roman(v.meaning)]);
+        }
+        if audience == Audience::User {
+            roff.control("TP", []);
+            roff.text([bold(gpucr_topology::nvidia::visible::VARIABLE)]);
+            roff.text([roman(
+                "the NVIDIA GPUs a restore may map a CUDA process onto, with CUDA's rules",
+            )]);
+            roff.control("TP", []);
+            roff.text([bold(
+                gpucr_topology::CheckName::env_vars()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )]);
+            roff.text([roman(
+                "the topology checks' switches, 1/YES or 0/NO, as CRIU's amdgpu plugin \
+                 reads them (docs/topology.md)",
+            )]);
+        }
+    }
+    let names = |audience| {
+        VARIABLES
+            .iter()
+            .filter(|v| v.audience == audience)
+            .map(|v| {
+                if v.is_family() {
+                    format!("{}*", v.name)
+                } else {
+                    v.name.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    roff.control("PP", []);
+    roff.text([roman(format!(
+        "Test hooks and the project's scripts: {}. Set by gpucr for its plugin, not by \
+         users: {}.",
+        names(Audience::Testing),
+        names(Audience::Internal)
+    ))]);
+}
+
 /// One man page with gpucr's EXIT STATUS section.
 fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
+    man_page_with(cmd, |_| {})
+}
+
+/// One man page with gpucr's EXIT STATUS section, `extra` sections before it.
+fn man_page_with(cmd: clap::Command, extra: impl FnOnce(&mut Roff)) -> io::Result<Vec<u8>> {
     let man = Man::new(cmd.clone())
         .date("")
         .source(format!("gpucr {}", env!("CARGO_PKG_VERSION")));
@@ -79,6 +158,7 @@ fn man_page(cmd: clap::Command) -> io::Result<Vec<u8>> {
         man.render_subcommands_section(&mut buf)?;
     }
     let mut roff = Roff::new();
+    extra(&mut roff);
     roff.control("SH", ["EXIT STATUS"]);
     for (code, meaning) in exit_code::ALL {
         roff.control("TP", []);

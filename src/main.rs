@@ -16,9 +16,19 @@ fn main() -> ExitCode {
                 exit_code::SUCCESS
             };
             let _ = err.print();
+            let args: Vec<_> = std::env::args_os().collect();
+            if let Some(variable) = cli::variable_behind(&err, &args) {
+                gpucr::errln!("gpucr: note: that value came from the environment ({variable})");
+            }
             return ExitCode::from(code);
         }
     };
+    if cli::is_users_command(&cli.command) {
+        // A misspelt variable would otherwise leave its default in force unnoticed.
+        for unknown in gpucr_abi::env::unknown_in_environment() {
+            gpucr::errln!("gpucr: warning: {unknown}");
+        }
+    }
     let result = match &cli.command {
         Command::Dump(args) => cmd::dump::run(args),
         Command::Restore(args) => cmd::restore::run(args),

@@ -153,8 +153,9 @@ fn install_plugin_refuses_bad_backend_settings_and_unknown_names() {
         ),
         (
             "GPUCR_COMPRES=zstd",
-            "GPUCR_COMPRES: not a setting engine mode reads; the GPUCR_* settings are \
-             GPUCR_BIN, GPUCR_ENGINE, GPUCR_ENGINE_LOG, GPUCR_COMPRESS,",
+            "GPUCR_COMPRES: not a setting engine mode reads (did you mean \
+             GPUCR_COMPRESS?); the GPUCR_* settings are GPUCR_COMPRESS, GPUCR_JOBS, \
+             GPUCR_DEVICE_TIMEOUT,",
         ),
     ] {
         let out = install(&["GPUCR_JOBS=2", setting]);
@@ -1219,5 +1220,109 @@ fn generated_docs_are_fresh() {
     assert!(
         stale.is_empty(),
         "stale generated files {stale:?}: run `GPUCR_BLESS=1 cargo test --test cli generated_docs_are_fresh`"
+    );
+}
+
+/// A bad value in a flag's variable is refused as the flag's would be, and the message
+/// says where it came from.
+#[test]
+fn a_bad_value_from_the_environment_is_named() {
+    let out = gpucr_env(
+        &["dump", "1", "/nonexistent"],
+        &[("GPUCR_COMPRESS", "zstd:99")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let said = stderr(&out);
+    assert!(
+        said.contains("invalid value 'zstd:99' for '--compress"),
+        "{said}"
+    );
+    assert!(
+        said.contains("gpucr: note: that value came from the environment (GPUCR_COMPRESS)"),
+        "{said}"
+    );
+    let out = gpucr_env(
+        &["restore", "--jobs", "0", "/nonexistent"],
+        &[("GPUCR_JOBS", "0")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stderr(&out).contains("note:"), "{}", stderr(&out));
+}
+
+/// Every `GPUCR_*` name in the project's sources, scripts and docs is one of gpucr-abi's
+/// list (`gpucr_abi::env`), which the warnings about unknown names, the settings file
+/// and gpucr(1) go by: a variable added without an entry fails here.
+#[test]
+fn every_gpucr_variable_in_the_sources_is_listed() {
+    // Names the tests misspell on purpose.
+    const MISSPELT: [&str; 3] = [
+        "GPUCR_COMPRES",
+        "GPUCR_SIM_ROT",
+        "GPUCR_SOMETHING_ELSE_ENTIRELY",
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md"), root.join(".ci/run")];
+    let mut dirs: Vec<PathBuf> = [
+        "src",
+        "abi",
+        "plugin",
+        "amdgpu",
+        "cuda-driver",
+        "fake-cuda",
+        "topology",
+        "criu-image",
+        "examples",
+        "tests",
+        "scripts",
+        "docs",
+    ]
+    .iter()
+    .map(|d| root.join(d))
+    .collect();
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if !path.ends_with("target") {
+                    dirs.push(path);
+                }
+            } else if ["rs", "sh", "c", "py", "md", "toml"]
+                .iter()
+                .any(|ext| path.extension().is_some_and(|e| e == *ext))
+            {
+                files.push(path);
+            }
+        }
+    }
+    let mut unlisted = Vec::new();
+    let mut seen = 0;
+    for file in &files {
+        let text = fs::read_to_string(file).unwrap();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(gpucr_abi::env::PREFIX) {
+            let token: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            rest = &rest[at + token.len().max(1)..];
+            seen += 1;
+            let listed = if token == gpucr_abi::env::PREFIX {
+                true
+            } else if token.ends_with('_') {
+                gpucr_abi::env::VARIABLES
+                    .iter()
+                    .any(|v| v.name.starts_with(&token))
+            } else {
+                gpucr_abi::env::find(&token).is_some() || MISSPELT.contains(&token.as_str())
+            };
+            if !listed {
+                unlisted.push(format!("{token} in {}", file.display()));
+            }
+        }
+    }
+    assert!(seen > 100, "only {seen} names found: is the walk right?");
+    assert!(
+        unlisted.is_empty(),
+        "not in gpucr_abi::env::VARIABLES: {unlisted:#?}"
     );
 }

@@ -332,7 +332,8 @@ fn engine_mode_without_room_for_the_manifest_fails_the_dump_and_the_tree_runs_on
 /// A settings file edited by hand after `gpucr install-plugin`: the plugin uses the
 /// lines it knows and leaves out a misspelt name, an unknown `KFD_*` switch, a name
 /// without a value and a line that is not NAME=VALUE, each said in CRIU's log with its
-/// line number; the checkpoint goes on with the defaults they would have changed.
+/// line number; the checkpoint goes on with the defaults they would have changed. A
+/// misspelt name in CRIU's own environment is named in the log as well.
 #[test]
 fn a_hand_edited_settings_file_is_read_and_its_bad_lines_are_named() {
     let _lock = criu_lock();
@@ -347,9 +348,23 @@ fn a_hand_edited_settings_file_is_read_and_its_bad_lines_are_named() {
     text.push_str("GPUCR_COMPRES=none\nKFD_NUMA_CHEK=0\nGPUCR_DEVICE_TIMEOUT=\nplease compress\n");
     fs::write(&settings, text).unwrap();
     let images = tmp.path().join("img");
-    let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &images, &["--leave-running"]);
+    // A misspelt name in CRIU's own environment is named too.
+    let (out, log) = criu_dump_with_plugin_env(
+        &libs,
+        tree.pid,
+        &images,
+        &["--leave-running"],
+        &[("GPUCR_SIM_ROT", "/nowhere")],
+    );
     assert!(out.status.success(), "{log}");
     assert!(images.join("gpucr.json").exists(), "{log}");
+    assert!(
+        log.contains(
+            "CRIU's environment: GPUCR_SIM_ROT is set, but nothing of gpucr's reads it \
+             (did you mean GPUCR_SIM_ROOT?)"
+        ),
+        "{log}"
+    );
     let warned = |line: usize, what: &str| {
         let needle = format!("gpucr_plugin.conf: line {line}: {what}");
         assert!(log.contains(&needle), "no {needle:?} in CRIU's log:\n{log}");
@@ -1132,6 +1147,54 @@ fn nvidia_model_stopped_process_is_refused_at_once() {
     tree.wait_ticks(3);
     assert!(tree.steps() > steps, "the kernels go on");
     assert!(tree.verify(1), "every byte is intact");
+}
+
+/// `GPUCR_COMPRESS` sets `gpucr dump`'s `--compress` as it sets engine mode's, a flag
+/// on the command line beats it, and a misspelt `GPUCR_*` name is named on stderr with
+/// the name it resembles, the dump going on.
+#[test]
+fn compression_from_the_environment_and_a_misspelt_name() {
+    let _lock = criu_lock();
+    let Started {
+        tmp,
+        sim,
+        image: _,
+        tree,
+    } = started("env-compress", &["--parent-mib", "16", "--child-mib", "0"]);
+    let pid = tree.pid.to_string();
+    let dump_with = |name: &str, flags: &[&str], env: &[(&str, &str)]| {
+        let image = tmp.path().join(name);
+        let mut args = vec!["dump", "--leave-running"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&[&pid, image.to_str().unwrap()]);
+        let mut all = sim.env().to_vec();
+        all.extend_from_slice(env);
+        let out = gpucr_env(&args, &all);
+        assert_success(&out);
+        (manifest_json(&image)["gpu"]["stats"].clone(), stderr(&out))
+    };
+    let (stats, said) = dump_with(
+        "from-env",
+        &[],
+        &[("GPUCR_COMPRESS", "none"), ("GPUCR_COMPRES", "zstd")],
+    );
+    assert_eq!(stats["compressed_chunks"], 0, "{stats}");
+    assert!(stats["raw_chunks"].as_u64() > Some(0), "{stats}");
+    assert!(
+        said.contains(
+            "gpucr: warning: GPUCR_COMPRES is set, but nothing of gpucr's reads it (did you \
+             mean GPUCR_COMPRESS?)"
+        ),
+        "{said}"
+    );
+    let (stats, said) = dump_with(
+        "flag-wins",
+        &["--compress", "zstd"],
+        &[("GPUCR_COMPRESS", "none")],
+    );
+    assert!(stats["compressed_chunks"].as_u64() > Some(0), "{stats}");
+    assert!(!said.contains("warning"), "{said}");
+    assert!(alive(tree.pid));
 }
 
 /// A process of the KFD model stopped by SIGSTOP: unlike the NVIDIA model, whose driver

@@ -27,38 +27,29 @@ pub const ENV_JOBS: &str = "GPUCR_JOBS";
 /// `--device-timeout` in seconds (default 120).
 pub const ENV_DEVICE_TIMEOUT: &str = "GPUCR_DEVICE_TIMEOUT";
 
-/// The `GPUCR_*` variables engine mode reads: the plugin inside CRIU, the helper it
-/// starts, the backends and the CUDA driver library the helper loads. The backends'
-/// names are defined beside their readers (the gpucr crate's tests check that each is
-/// here).
-pub const GPUCR_SETTINGS: [&str; 14] = [
-    ENV_BIN,
-    ENV_ENGINE,
-    ENV_ENGINE_LOG,
-    ENV_COMPRESS,
-    ENV_JOBS,
-    ENV_DEVICE_TIMEOUT,
-    "GPUCR_CUDA_LIBRARY",
-    "GPUCR_AMDGPU_FENCE_TIMEOUT",
-    "GPUCR_AMDGPU_RINGS",
-    crate::sim::ENV_ROOT,
-    "GPUCR_SIM_DEVICE",
-    "GPUCR_SIM_COPY_BW",
-    "GPUCR_SIM_DRIVER_TIMEOUT",
-    crate::fault::ENV_FAULT,
-];
-
 /// The variables of the fake CUDA driver library (`gpucr-fake-cuda`, docs/cuda.md),
 /// which the helper loads when `GPUCR_CUDA_LIBRARY` names it.
 pub const FAKE_CUDA_PREFIX: &str = "GPUCR_FAKE_CUDA_";
 
-/// Whether `name` is a `GPUCR_*` variable engine mode reads ([`GPUCR_SETTINGS`], or the
-/// fake CUDA driver's).
+/// Whether `name` is a `GPUCR_*` variable engine mode reads (one of
+/// [`crate::env::VARIABLES`] it reads, or the fake CUDA driver's).
 pub fn reads_gpucr_variable(name: &str) -> bool {
-    GPUCR_SETTINGS.contains(&name)
-        || name
-            .strip_prefix(FAKE_CUDA_PREFIX)
-            .is_some_and(|rest| !rest.is_empty())
+    crate::env::engine_reads(name)
+}
+
+/// The `GPUCR_*` variables engine mode reads, for messages: names, and a family as
+/// `PREFIX*`.
+pub fn gpucr_settings_text() -> String {
+    crate::env::engine_settings()
+        .map(|v| {
+            if v.is_family() {
+                format!("{}*", v.name)
+            } else {
+                v.name.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// CRIU's own GPU plugins, as `make install` and distributions put them in CRIU's plugin

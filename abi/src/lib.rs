@@ -10,6 +10,7 @@
 pub mod amdgpu_drm;
 pub mod cuda;
 pub mod engine;
+pub mod env;
 pub mod fault;
 pub mod kfd;
 pub mod plugin_abi;

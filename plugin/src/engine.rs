@@ -78,6 +78,11 @@ fn enabled() -> bool {
 /// `NAME=VALUE` line whose name CRIU's environment does not have (the last line of a
 /// name wins). Called from init, while CRIU has one thread.
 pub fn load_settings() {
+    // CRIU's own environment first: a misspelt name there would leave its default in
+    // force without a word, as a bad line of the settings file would.
+    for unknown in gpucr_abi::env::unknown_in_environment() {
+        criu::warn(&format!("CRIU's environment: {unknown}"));
+    }
     let Some(dir) = own_directory() else {
         return;
     };

@@ -52,14 +52,14 @@ pub enum NetworkLockArg {
 #[derive(Debug, Clone, Args)]
 pub struct TransferArgs {
     /// Threads moving GPU memory (default: the number of CPU cores).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, value_name = "N", env = gpucr_abi::engine::ENV_JOBS, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub jobs: Option<u16>,
 
     /// Give up a device step (a driver lock, checkpoint or restore, a task's device
     /// taken over or recreated) that takes longer than SECS seconds: the dump fails
     /// with the tree running on, the restore with nothing left behind. A step that
     /// copies device memory gets SECS again each time its copy moves bytes.
-    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=86400))]
+    #[arg(long, value_name = "SECS", env = gpucr_abi::engine::ENV_DEVICE_TIMEOUT, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=86400))]
     pub device_timeout: u32,
 }
 

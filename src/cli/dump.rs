@@ -68,7 +68,7 @@ pub struct DumpArgs {
 
     /// How GPU memory is stored: none, zstd (level 1) or zstd:LEVEL. Chunks that do not
     /// compress are stored raw either way, and all-zero chunks are not stored.
-    #[arg(long, value_name = "METHOD", default_value = "zstd")]
+    #[arg(long, value_name = "METHOD", env = gpucr_abi::engine::ENV_COMPRESS, default_value = "zstd")]
     pub compress: Compression,
 
     /// How a CUDA process's GPU memory is moved: host (the driver stages it in the

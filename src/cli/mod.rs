@@ -114,6 +114,59 @@ fn forget_empty_variables(
     })
 }
 
+/// The environment variable an invalid flag value came from, when it came from one
+/// and not from `args` (the command line): clap's message names only the flag.
+pub fn variable_behind(err: &clap::Error, args: &[std::ffi::OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        err.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let flag = format!("--{long}");
+    let on_command_line = args.iter().filter_map(|a| a.to_str()).any(|a| {
+        a == flag
+            || a.strip_prefix(flag.as_str())
+                .is_some_and(|rest| rest.starts_with('='))
+    });
+    if on_command_line {
+        return None;
+    }
+    let variable = env_of_flag(&Cli::command(), long)?;
+    std::env::var_os(&variable).is_some().then_some(variable)
+}
+
+/// The environment variable of the flag `--long`, anywhere in `command`'s tree.
+fn env_of_flag(command: &clap::Command, long: &str) -> Option<String> {
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|v| v.to_string_lossy().into_owned())
+        .or_else(|| {
+            command
+                .get_subcommands()
+                .find_map(|sub| env_of_flag(sub, long))
+        })
+}
+
+/// Whether `command` is one users run (not one gpucr runs itself: the engine helper,
+/// the guards).
+pub fn is_users_command(command: &Command) -> bool {
+    !matches!(
+        command,
+        Command::EngineHelper(_)
+            | Command::CudaGuard(_)
+            | Command::RestoreGuard(_)
+            | Command::SimGuard(_)
+    )
+}
+
 /// The long help text listing the exit codes, shared with the man pages.
 pub fn exit_status_help() -> &'static str {
     EXIT_STATUS_HELP

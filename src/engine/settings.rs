@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use gpucr_abi::engine::{reads_gpucr_variable, FAKE_CUDA_PREFIX, GPUCR_SETTINGS};
+use gpucr_abi::engine::{gpucr_settings_text, reads_gpucr_variable};
 use gpucr_topology::{CheckName, Checks};
 
 use crate::gpu::{amdgpu, sim};
@@ -27,12 +27,28 @@ pub enum SettingsError {
     /// A `GPUCR_*` or `KFD_*` name nothing in engine mode reads (a misspelt one would
     /// otherwise leave its default in force without a word).
     #[error(
-        "{name}: not a setting engine mode reads; the GPUCR_* settings are {}, and \
-         {FAKE_CUDA_PREFIX}* for the fake CUDA driver; the KFD_* ones are {}",
-        GPUCR_SETTINGS.join(", "),
+        "{name}: not a setting engine mode reads{}; the GPUCR_* settings are {} \
+         (gpucr(1) says what each sets); the KFD_* ones are {}",
+        resembling(name).map(|like| format!(" (did you mean {like}?)")).unwrap_or_default(),
+        gpucr_settings_text(),
         CheckName::env_vars().collect::<Vec<_>>().join(", ")
     )]
     Unknown { name: String },
+}
+
+/// The setting whose name is closest to `name`, if one is close.
+fn resembling(name: &str) -> Option<&'static str> {
+    if name.starts_with("KFD_") {
+        gpucr_abi::env::closest_of(name, "KFD_", CheckName::env_vars())
+    } else {
+        gpucr_abi::env::closest_of(
+            name,
+            gpucr_abi::env::PREFIX,
+            gpucr_abi::env::engine_settings()
+                .filter(|v| !v.is_family())
+                .map(|v| v.name),
+        )
+    }
 }
 
 /// What engine mode runs with.
@@ -333,9 +349,6 @@ mod tests {
     /// every name it does read, and the fake CUDA driver's, pass.
     #[test]
     fn install_refuses_a_gpucr_name_engine_mode_does_not_read() {
-        for name in GPUCR_SETTINGS {
-            assert!(name.starts_with("GPUCR_"), "{name}");
-        }
         for name in [
             ENV_COMPRESS,
             "GPUCR_BIN",
@@ -367,16 +380,33 @@ mod tests {
                 text.starts_with(&format!("{name}: not a setting engine mode reads")),
                 "{text}"
             );
-            for known in GPUCR_SETTINGS {
-                assert!(text.contains(known), "{known}: {text}");
+            for known in gpucr_abi::env::engine_settings() {
+                assert!(text.contains(known.name), "{}: {text}", known.name);
             }
             assert!(text.contains("GPUCR_FAKE_CUDA_*"), "{text}");
             assert!(text.contains("KFD_NUMA_CHECK"), "{text}");
         }
+        // A close name is suggested; none for a name close to nothing.
+        for (name, like) in [
+            ("GPUCR_COMPRES", Some("GPUCR_COMPRESS")),
+            ("KFD_NUMA_CHEK", Some("KFD_NUMA_CHECK")),
+            ("GPUCR_HELPER_FD", None),
+            ("KFD_MAX_BUFFER_SIZE", None),
+        ] {
+            let text = check_setting(name, "1").unwrap_err().to_string();
+            match like {
+                Some(like) => assert!(
+                    text.contains(&format!("reads (did you mean {like}?);")),
+                    "{text}"
+                ),
+                None => assert!(!text.contains("did you mean"), "{text}"),
+            }
+        }
     }
 
-    /// The list the plugin reads a settings file with (in gpucr-abi) holds every
-    /// variable gpucr's own readers define, and nothing else.
+    /// The variables engine mode reads, by the list the plugin reads a settings file
+    /// with (gpucr-abi's `env`): every one gpucr's own readers define, and the fake
+    /// CUDA driver's family.
     #[test]
     fn the_shared_list_is_the_readers_variables() {
         let readers = [
@@ -394,9 +424,10 @@ mod tests {
             sim::ENV_COPY_BW,
             sim::nv_driver::ENV_DRIVER_TIMEOUT,
             gpucr_abi::fault::ENV_FAULT,
+            gpucr_abi::engine::FAKE_CUDA_PREFIX,
         ];
         let mut readers = readers.to_vec();
-        let mut listed = GPUCR_SETTINGS.to_vec();
+        let mut listed: Vec<&str> = gpucr_abi::env::engine_settings().map(|v| v.name).collect();
         readers.sort_unstable();
         listed.sort_unstable();
         assert_eq!(readers, listed);

@@ -691,6 +691,17 @@ pub fn criu_dump_with_plugin(
     images: &Path,
     extra: &[&str],
 ) -> (std::process::Output, String) {
+    criu_dump_with_plugin_env(libs, pid, images, extra, &[])
+}
+
+/// [`criu_dump_with_plugin`] with `envs` added to CRIU's environment.
+pub fn criu_dump_with_plugin_env(
+    libs: &Path,
+    pid: i32,
+    images: &Path,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> (std::process::Output, String) {
     fs::create_dir_all(images).unwrap();
     let work = images.with_extension("work");
     fs::create_dir_all(&work).unwrap();
@@ -705,6 +716,7 @@ pub fn criu_dump_with_plugin(
         .args(["-W", work.to_str().unwrap(), "-o", "dump.log", "-v3"])
         .args(["-L", libs.to_str().unwrap()])
         .args(extra)
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap();
