@@ -117,13 +117,7 @@ fn environment_section(roff: &mut Roff) {
         VARIABLES
             .iter()
             .filter(|v| v.audience == audience)
-            .map(|v| {
-                if v.is_family() {
-                    format!("{}*", v.name)
-                } else {
-                    v.name.to_owned()
-                }
-            })
+            .map(|v| v.shown())
             .collect::<Vec<_>>()
             .join(", ")
     };

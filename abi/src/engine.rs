@@ -41,13 +41,7 @@ pub fn reads_gpucr_variable(name: &str) -> bool {
 /// `PREFIX*`.
 pub fn gpucr_settings_text() -> String {
     crate::env::engine_settings()
-        .map(|v| {
-            if v.is_family() {
-                format!("{}*", v.name)
-            } else {
-                v.name.to_owned()
-            }
-        })
+        .map(|v| v.shown())
         .collect::<Vec<_>>()
         .join(", ")
 }

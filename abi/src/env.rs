@@ -48,6 +48,15 @@ impl Variable {
         self.name.ends_with('_')
     }
 
+    /// The name as messages and gpucr(1) write it: a family as `PREFIX*`.
+    pub fn shown(&self) -> String {
+        if self.is_family() {
+            format!("{}*", self.name)
+        } else {
+            self.name.to_owned()
+        }
+    }
+
     /// Whether `name` is this variable, or one of this family (a name past the prefix).
     pub fn matches(&self, name: &str) -> bool {
         if self.is_family() {
