@@ -241,33 +241,53 @@ fn dump_of_a_thread_names_its_process() {
 }
 
 /// A process another tracer holds (a debugger, `strace -p`; here a thread of the test)
-/// cannot be seized by CRIU: refused up front with the tracer named, nothing created,
-/// and the process left running under its tracer.
+/// cannot be seized by CRIU: a tree whose root or a child is traced is refused up front
+/// with the traced process and its tracer named, nothing created, and the process left
+/// running under its tracer.
 #[test]
-fn dump_of_a_traced_process_names_its_tracer() {
+fn dump_of_a_traced_process_or_child_names_its_tracer() {
     // Without the check CRIU would run.
     let _lock = criu_lock();
-    let target = Sleeper::start();
-    let pid = target.0.id() as i32;
-    let tracing = Tracer::seize(pid);
-    let tracer = tracing.tid;
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("img");
-    let out = gpucr(&["dump", &pid.to_string(), dir.to_str().unwrap()]);
-    assert_fails_with(
-        &out,
-        TARGET,
-        &format!(
-            "pid {pid} is traced by pid {tracer} (test-tracer): a process can have one \
-             tracer, and CRIU must be it; detach {tracer} and dump again"
-        ),
+    let mut shell = Sleeper(
+        Command::new("sh")
+            .args(["-c", "sleep 600 & wait"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
-    assert!(!dir.exists(), "nothing is created for a traced target");
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    assert!(
-        status.contains(&format!("TracerPid:\t{tracer}\n")),
-        "the tracer is left attached: {status}"
+    let root = shell.0.id() as i32;
+    let child = wait_for(
+        std::time::Duration::from_secs(10),
+        "the shell's child",
+        || children(root).first().copied(),
     );
+    let lone = Sleeper::start();
+    for (target, traced) in [(lone.0.id() as i32, lone.0.id() as i32), (root, child)] {
+        let tracing = Tracer::seize(traced);
+        let tracer = tracing.tid;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("img");
+        let out = gpucr(&["dump", &target.to_string(), dir.to_str().unwrap()]);
+        assert_fails_with(
+            &out,
+            TARGET,
+            &format!(
+                "pid {traced} is traced by pid {tracer} (test-tracer): a process can have \
+                 one tracer, and CRIU must be it; detach {tracer} and dump again"
+            ),
+        );
+        assert!(!dir.exists(), "nothing is created for a traced target");
+        let status = fs::read_to_string(format!("/proc/{traced}/status")).unwrap();
+        assert!(
+            status.contains(&format!("TracerPid:\t{tracer}\n")),
+            "the tracer is left attached: {status}"
+        );
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = shell.0.kill();
 }
 
 /// 0 and negative numbers are no process id at all: a usage error, not a missing target.
