@@ -390,6 +390,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             options,
             gpu: gpu_facts,
             room: manifest_room,
+            still_written: Vec::new(),
         },
         progress,
     )?;
@@ -427,6 +428,11 @@ pub struct ImageFacts<'a> {
     pub gpu: Option<(gpu::LocalTopology, &'a gpu::GpuManifest)>,
     /// The room taken for the manifest before the tree was let go, if it was.
     pub room: Option<ManifestRoom>,
+    /// Files of the image directory left out of the manifest: those CRIU still writes
+    /// when it is written (engine mode: CRIU's log, when CRIU keeps it there), whose
+    /// final contents no checksum could hold. None under `gpucr dump`, which writes the
+    /// manifest once CRIU has ended.
+    pub still_written: Vec<String>,
 }
 
 /// CRIU has written the image: checksum every file (`known` holds the blocks already
@@ -438,7 +444,7 @@ pub fn write_manifest(
     facts: ImageFacts<'_>,
     progress: &mut Progress,
 ) -> Result<DumpOutcome, DumpError> {
-    let files = checksum_image(dir, known)?;
+    let files = checksum_image(dir, known, &facts.still_written)?;
     progress.event("checksums-done", "writing the manifest");
     let image_bytes = files.iter().map(|f| f.size).sum();
     let pages_bytes = files
@@ -530,9 +536,15 @@ pub fn is_pages_file(path: &str) -> bool {
     path.starts_with("pages-") && path.ends_with(".img")
 }
 
-/// Checksum every image file; `known` holds the blocks the follower already hashed.
-fn checksum_image(dir: &Path, known: &Prefixes) -> Result<Vec<FileRecord>, DumpError> {
+/// Checksum every image file but those `left_out`; `known` holds the blocks the
+/// follower already hashed.
+fn checksum_image(
+    dir: &Path,
+    known: &Prefixes,
+    left_out: &[String],
+) -> Result<Vec<FileRecord>, DumpError> {
     let mut names = dir::image_files(dir)?;
+    names.retain(|name| !left_out.contains(name));
     // GPU data files carry a checksum per chunk (gpu/index): record only their size.
     let mut records: Vec<FileRecord> = Vec::new();
     names.retain(|name| {

@@ -164,9 +164,79 @@ pub fn maps_path(pid: i32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/maps"))
 }
 
+/// The files `pid` has open for writing (write-only or read-write): the targets of
+/// `/proc/PID/fd/*` whose `/proc/PID/fdinfo/*` flags allow writing, other than deleted
+/// files and what is not a path (pipes, sockets). Empty if `pid` cannot be read.
+pub fn files_open_for_writing(pid: i32) -> Vec<PathBuf> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = fds
+        .flatten()
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
+            if !target.is_absolute() || target.to_string_lossy().ends_with(" (deleted)") {
+                return None;
+            }
+            let info = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .ok()?;
+            let flags = info
+                .lines()
+                .find_map(|line| line.strip_prefix("flags:"))
+                .and_then(|octal| u32::from_str_radix(octal.trim(), 8).ok())?;
+            (flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32).then_some(target)
+        })
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_open_for_writing_are_told_from_those_open_for_reading() {
+        let dir = std::env::temp_dir().join(format!("gpucr-abi-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir.canonicalize().unwrap();
+        let written = dir.join("written.log");
+        let read = dir.join("read.img");
+        std::fs::write(&read, b"x").unwrap();
+        let writing = std::fs::File::create(&written).unwrap();
+        let reading = std::fs::File::open(&read).unwrap();
+        let both = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&read);
+        let me = std::process::id() as i32;
+        let open = files_open_for_writing(me);
+        drop(both);
+        let after = files_open_for_writing(me);
+        drop((writing, reading));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mine = |files: &[PathBuf]| -> Vec<PathBuf> {
+            files
+                .iter()
+                .filter(|f| f.starts_with(&dir))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(mine(&open).len(), 2, "{open:?}");
+        assert!(
+            mine(&after).iter().any(|f| f.ends_with("written.log")),
+            "{after:?}"
+        );
+        assert!(
+            !mine(&after).iter().any(|f| f.ends_with("read.img")),
+            "{after:?}"
+        );
+        assert!(files_open_for_writing(i32::MAX).is_empty());
+    }
 
     #[test]
     fn the_tracer_is_read_from_status() {

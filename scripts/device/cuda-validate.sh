@@ -23,8 +23,10 @@
 #      machine's cores (RUNS each, default 9; RUNS=0 skips them).
 #
 # LAUNCH (auto, pidns, plain) says how workloads start; see below. STEPS picks steps
-# (default "driver criu e2e byhand versus faults tree4 parallel cpu"; versus: gpucr against
-# the by-hand route, ROUNDS rounds interleaved). Each step has
+# (default "driver criu e2e byhand versus faults guard engine tree4 parallel cpu"; versus:
+# gpucr against the by-hand route, ROUNDS rounds interleaved; guard: gpucr killed with
+# SIGKILL during a dump and during a restore; engine: engine mode, CRIU run by hand as
+# runc runs it). Each step has
 # a time limit (STEP_TIMEOUT seconds per command, default 300; BENCH_TIMEOUT per
 # benchmark, default 480). The log and the summary
 # are written as the steps go; every other output (gpucr's and CRIU's logs, manifests,
@@ -45,7 +47,7 @@ TENSOR_GIB=${TENSOR_GIB:-8}
 TREE_GIB=${TREE_GIB:-2}
 ROUNDS=${ROUNDS:-3}
 RUNS=${RUNS:-9}
-STEPS=${STEPS:-driver criu e2e byhand versus faults tree4 parallel cpu}
+STEPS=${STEPS:-driver criu e2e byhand versus faults guard engine tree4 parallel cpu}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-480}
 # Images go to disk (/var/tmp), as a user's would; each is removed after its step.
@@ -92,6 +94,7 @@ if [ "${WORKLOAD}" != fake ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so
 fi
 gpucr=$root/target/release/gpucr
 cycle=$root/target/release/examples/checkpoint_cycle
+ctl=$root/target/release/examples/cuda_ctl
 
 # --- 1. the machine -------------------------------------------------------------------
 section "machine"
@@ -495,6 +498,177 @@ if wanted faults; then
         kill_tree "${restored:-}"; rm -rf "$img"
         save_details
     done
+fi
+
+# --- gpucr killed outright: the guards -------------------------------------------------
+# The driver's state of PID as cuda_ctl reads it (running, locked, checkpointed, ...), or
+# "none" when the call fails.
+cuda_state() { "$ctl" state "$1" 2>/dev/null || echo none; }
+
+# TREE_GIB GiB, one process. A `gpucr dump` killed with SIGKILL once the driver reports
+# the process locked or checkpointed: its CUDA guard gives the process back (running,
+# tensors intact) and says so in the image's gpucr-incomplete.json. A `gpucr restore`
+# killed while the driver restores the process: its restore guard leaves no process,
+# and the image then restores.
+if wanted guard; then
+    section "gpucr killed (SIGKILL) during a dump and during a restore ($TREE_GIB GiB)"
+    state=$work/guard img=$work/img-guard
+    # The fake driver takes a second a step, so that the kill lands between two.
+    [ "$WORKLOAD" = fake ] && export GPUCR_FAKE_CUDA_STEP_MS=1000
+    if pid=$(TENSOR_GIB=$TREE_GIB start_workload "$state" 1); then
+        check_intact "$state" 1 || fail "guard: checksums before"
+        rm -rf "$img"
+        "$gpucr" dump "$pid" "$img" > "$details/dump-guard.txt" 2>&1 &
+        dumper=$!
+        seen=running
+        for _ in $(seq 3000); do
+            seen=$(cuda_state "$pid")
+            case $seen in locked|checkpointed) break ;; esac
+            kill -0 "$dumper" 2>/dev/null || break
+            sleep 0.01
+        done
+        if kill -KILL "$dumper" 2>/dev/null; then
+            wait "$dumper" 2>/dev/null
+            note "guard: gpucr dump killed with the process $seen"
+            for _ in $(seq 600); do
+                grep -q "guard gave the processes back" "$img/gpucr-incomplete.json" 2>/dev/null && break
+                sleep 0.1
+            done
+            cp "$img/gpucr-incomplete.json" "$details/guard-incomplete.json" 2>/dev/null
+            after=$(cuda_state "$pid")
+            if grep -q "guard gave the processes back" "$img/gpucr-incomplete.json" 2>/dev/null &&
+                [ "$after" = running ] && check_intact "$state" 2; then
+                note "PASS guard (dump): the guard gave the process back (running), tensors intact"
+            else
+                fail "guard (dump): state $after; $(head -c 400 "$img/gpucr-incomplete.json" 2>/dev/null)"
+            fi
+        else
+            wait "$dumper"
+            fail "guard (dump): the dump ended before the process was seen locked (last state $seen)"
+        fi
+        kill_tree "$pid"; rm -rf "$img"
+    else
+        fail "guard: the workload did not start"
+    fi
+    save_details
+    state=$work/rguard img=$work/img-rguard
+    if pid=$(TENSOR_GIB=$TREE_GIB start_workload "$state" 1); then
+        check_intact "$state" 1 || fail "guard (restore): checksums before"
+        rm -rf "$img"
+        if limit "$gpucr" dump "$pid" "$img" > "$details/dump-rguard.txt" 2>&1; then
+            kill_tree "$pid"
+            "$gpucr" restore --detach "$img" > /dev/null 2> "$details/restore-rguard.txt" &
+            restorer=$!
+            seen=none
+            for _ in $(seq 3000); do
+                for p in $(pgrep -f "torch_tensors.py --state $state"; pgrep -f "cuda_workload --state $state"); do
+                    seen=$(cuda_state "$p")
+                    [ "$seen" = checkpointed ] && break 2
+                done
+                kill -0 "$restorer" 2>/dev/null || break
+                sleep 0.01
+            done
+            if [ "$seen" = checkpointed ] && kill -KILL "$restorer" 2>/dev/null; then
+                wait "$restorer" 2>/dev/null
+                for _ in $(seq 300); do tree_gone "$state" && break; sleep 0.1; done
+                if tree_gone "$state"; then
+                    note "PASS guard (restore): gpucr restore killed with the process checkpointed, no process left"
+                else
+                    fail "guard (restore): a process is left: $(pgrep -f -- "--state $state" | tr '\n' ' ')"
+                    pkill -KILL -f -- "--state $state"
+                fi
+                [ "$WORKLOAD" = fake ] && unset GPUCR_FAKE_CUDA_STEP_MS
+                if restored=$(limit "$gpucr" restore --detach "$img" 2>> "$details/restore-rguard.txt") &&
+                    check_intact "$state" 2; then
+                    note "PASS guard (restore): the image then restores, tensors intact"
+                elif [ "$WORKLOAD" = fake ]; then
+                    # The fake keeps the killed restore's request in its files (tests/cuda.rs).
+                    note "guard (restore): the second restore is not checked on the fake driver"
+                else
+                    fail "guard (restore): the restore after the killed one"
+                fi
+                kill_tree "${restored:-}"
+            else
+                wait "$restorer"
+                note "guard (restore): not caught: the restore ended before the process was seen checkpointed (last state $seen)"
+                pkill -KILL -f -- "--state $state"
+            fi
+        else
+            fail "guard (restore): the dump failed: $(tail -3 "$details/dump-rguard.txt")"
+            kill_tree "$pid"
+        fi
+        rm -rf "$img"
+    fi
+    unset GPUCR_FAKE_CUDA_STEP_MS
+    save_details
+fi
+
+# --- engine mode: CRIU run by hand, as runc runs it -----------------------------------
+# The plugin installed into a directory of its own, the workload (TREE_GIB GiB, one
+# process) in a freezer cgroup of its own, `criu dump --freeze-cgroup --libdir`: the
+# whole tree locked at the root's PAUSE_DEVICES, the GPU memory in the image before CRIU
+# dumps the first task's memory, gpucr named in the image; then `criu restore --libdir`
+# with the helper started by the plugin, tensors checked after.
+if wanted engine; then
+    section "engine mode: CRIU run by hand with the installed plugin ($TREE_GIB GiB)"
+    libs=$work/criu-libs state=$work/engine img=$work/img-engine
+    if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+        cg=/sys/fs/cgroup/gpucr-validate-$$ cgname=/gpucr-validate-$$
+    else
+        cg=/sys/fs/cgroup/freezer/gpucr-validate-$$ cgname=/gpucr-validate-$$
+    fi
+    settings=()
+    [ "$WORKLOAD" = fake ] && settings=(--setting "GPUCR_CUDA_LIBRARY=$GPUCR_CUDA_LIBRARY")
+    if ! "$gpucr" install-plugin --criu-libdir "$libs" "${settings[@]}" > "$details/install-plugin.txt" 2>&1; then
+        fail "engine: install-plugin: $(tail -3 "$details/install-plugin.txt")"
+    elif ! mkdir -p "$cg"; then
+        fail "engine: cannot make the cgroup $cg"
+    elif pid=$(TENSOR_GIB=$TREE_GIB start_workload "$state" 1); then
+        check_intact "$state" 1 || fail "engine: checksums before"
+        for p in $pid $(pgrep -P "$pid"); do echo "$p" > "$cg/cgroup.procs"; done
+        rm -rf "$img"; mkdir -p "$img"
+        t=$(date +%s%N)
+        if limit criu dump -t "$pid" -D "$img" -o dump.log -v4 --libdir "$libs" \
+                --freeze-cgroup "$cg" > "$details/engine-dump.txt" 2>&1; then
+            note "engine: criu dump $(ms_since "$t") ms, image $(du -sh "$img" | cut -f1)"
+            cp "$img/dump.log" "$details/engine-dump.log"
+            in_image=$(grep -n "engine mode: GPU memory is in the image" "$img/dump.log" | head -1 | cut -d: -f1)
+            first_pages=$(grep -n "Dumping pages" "$img/dump.log" | head -1 | cut -d: -f1)
+            if [ -n "$in_image" ] && [ -n "$first_pages" ] && [ "$in_image" -lt "$first_pages" ]; then
+                note "PASS engine: GPU memory in the image (log line $in_image) before CRIU dumps memory (line $first_pages)"
+            else
+                fail "engine: 'GPU memory is in the image' at log line ${in_image:-none}, first pages at ${first_pages:-none}"
+            fi
+            [ -f "$img/gpucr.json" ] && note "PASS engine: the image has gpucr's manifest" ||
+                fail "engine: no gpucr.json in the image"
+            "$gpucr" inspect --all "$img" > "$details/inspect-engine.txt" 2>&1
+            kill_tree "$pid"
+            t=$(date +%s%N)
+            if limit criu restore -D "$img" -d -o restore.log -v4 --libdir "$libs" \
+                    --pidfile "$work/engine.pid" > "$details/engine-restore.txt" 2>&1; then
+                note "engine: criu restore $(ms_since "$t") ms"
+                if check_intact "$state" 2; then
+                    note "PASS engine: restored by CRIU with the plugin, tensors intact"
+                else
+                    fail "engine: checksums after the restore"
+                fi
+                kill_tree "$(cat "$work/engine.pid")"
+            else
+                cp "$img/restore.log" "$details/engine-restore.log" 2>/dev/null
+                fail "engine: criu restore: $(grep -E 'Error|gpucr: error' "$img/restore.log" 2>/dev/null | tail -3)"
+                pkill -KILL -f -- "--state $state"
+            fi
+        else
+            cp "$img/dump.log" "$details/engine-dump.log" 2>/dev/null
+            fail "engine: criu dump: $(grep -E 'Error|gpucr: error' "$img/dump.log" 2>/dev/null | tail -3)"
+            kill_tree "$pid"
+        fi
+        rm -rf "$img"
+    else
+        fail "engine: the workload did not start"
+    fi
+    rmdir "$cg" 2>/dev/null
+    save_details
 fi
 
 # --- 5. a 4-process tree against one process ----------------------------------------

@@ -22,7 +22,7 @@ cargo build --release --workspace --lib --bins --examples -q
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/examples" "$out/lib"
 cp target/release/gpucr "$out/bin/"
-for example in sim_workload workload cuda_workload checkpoint_cycle; do
+for example in sim_workload workload cuda_workload checkpoint_cycle cuda_ctl; do
     cp "target/release/examples/$example" "$out/examples/"
 done
 cp target/release/libgpucr_plugin.so target/release/libgpucr_fake_cuda.so "$out/lib/"

@@ -102,12 +102,21 @@ pub fn serve(
                         // Every task's device files: CRIU dumped the later tasks' files
                         // after FINISH_COPY.
                         finished = finished.take().map(|m| gpu.with_late_files(m));
+                        let still_written = written_by_criu(args.criu_pid, dir);
+                        if !still_written.is_empty() {
+                            crate::errln!(
+                                "gpucr engine-helper: left out of the manifest, as CRIU \
+                                 still writes them: {}",
+                                still_written.join(", ")
+                            );
+                        }
                         let facts = ImageFacts {
                             target: target.clone(),
                             criu_version: criu_version.clone(),
                             options: engine_options(),
                             gpu: finished.as_ref().zip(topology.take()).map(|(m, t)| (t, m)),
                             room: room.take(),
+                            still_written,
                         };
                         let known = follower.take().map(Follower::finish).unwrap_or_default();
                         write_manifest(dir, &known, facts, &mut progress)
@@ -128,6 +137,24 @@ pub fn serve(
             }
         }
     }
+}
+
+/// The files of the image directory `dir` CRIU (`criu_pid`) has open for writing while
+/// its plugin's exit hook runs, as paths relative to `dir`: its log, when CRIU keeps it
+/// there (CRIU's default work directory is the image directory), which CRIU goes on
+/// writing after the hook; it has closed its images by then.
+fn written_by_criu(criu_pid: i32, dir: &Path) -> Vec<String> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Vec::new();
+    };
+    gpucr_abi::procfs::files_open_for_writing(criu_pid)
+        .into_iter()
+        .filter_map(|file| {
+            file.strip_prefix(&dir)
+                .ok()
+                .map(|rel| rel.to_string_lossy().into_owned())
+        })
+        .collect()
 }
 
 /// Wait for every copy and write the tasks' device state (once).
