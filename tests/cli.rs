@@ -290,6 +290,66 @@ fn dump_of_a_traced_process_or_child_names_its_tracer() {
     let _ = shell.0.kill();
 }
 
+/// Ctrl-C while CRIU runs a user's action script that takes its time: gpucr cannot
+/// answer CRIU before the script ends, but it says, after a few seconds, what it waits
+/// for, instead of sitting there without a word; once CRIU reports back, the dump is
+/// rolled back, exit 130, and the target runs on.
+#[test]
+fn sigint_while_an_action_script_runs_says_what_gpucr_waits_for() {
+    use std::os::unix::fs::PermissionsExt;
+    let _lock = criu_lock();
+    let target = Sleeper::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("script-running");
+    let script = tmp.path().join("slow.sh");
+    fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ \"$CRTOOLS_SCRIPT_ACTION\" = pre-dump ] || exit 0\n\
+             touch {}\nsleep 6\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let config = tmp.path().join("slow.conf");
+    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
+    let image = tmp.path().join("img");
+    let started = std::time::Instant::now();
+    let child = spawn_gpucr(
+        &[
+            "dump",
+            "--criu-config",
+            config.to_str().unwrap(),
+            &target.pid(),
+            image.to_str().unwrap(),
+        ],
+        &[],
+    );
+    wait_for(
+        std::time::Duration::from_secs(10),
+        "the action script to start",
+        || marker.exists().then_some(()),
+    );
+    signal_child(&child, nix::sys::signal::Signal::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{said}");
+    assert!(
+        said.contains("gpucr: SIGINT received during the dump: waiting for CRIU (pid ")
+            && said.contains("to report back; nothing from it for")
+            && said.contains("since it reported pre-dump (after which it runs the stage's action scripts); its log: "),
+        "{said}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(image.join("gpucr-incomplete.json").exists());
+    assert!(alive(target.0.id() as i32), "the target runs on");
+}
+
 /// 0 and negative numbers are no process id at all: a usage error, not a missing target.
 #[test]
 fn dump_of_a_pid_below_1_is_a_usage_error() {

@@ -28,6 +28,9 @@ const MAX_RESPONSE: usize = 1 << 20;
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the wait for CRIU's first answer looks for an interrupt.
 const START_POLL: Duration = Duration::from_millis(50);
+/// How long after a signal CRIU may go without a word before gpucr says what it waits
+/// for (a hung action script, a slow freeze).
+const INTERRUPTED_NOTICE: Duration = Duration::from_secs(3);
 
 /// A notification CRIU sent during a request ("pre-dump", "post-restore", ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +49,8 @@ pub struct Swrk {
     /// The notifications CRIU sent during the last request, each with the length of
     /// the request's log when it came (to tell which stage a line of it belongs to).
     stages: Vec<(u64, String)>,
+    /// The signal that asked gpucr to stop, if one did ([`Swrk::watch_interrupts`]).
+    interrupted: fn() -> Option<i32>,
 }
 
 impl Swrk {
@@ -111,7 +116,15 @@ impl Swrk {
             path: path.to_path_buf(),
             stderr,
             stages: Vec::new(),
+            interrupted: || None,
         })
+    }
+
+    /// Ask `interrupted` while a request waits for CRIU: once it names a signal, gpucr
+    /// answers CRIU's next notification with a failure, and should CRIU then go
+    /// [`INTERRUPTED_NOTICE`] without a word, gpucr says once what it waits for.
+    pub fn watch_interrupts(&mut self, interrupted: fn() -> Option<i32>) {
+        self.interrupted = interrupted;
     }
 
     /// The binary this client runs.
@@ -263,6 +276,7 @@ impl Swrk {
         self.stages.clear();
         self.send(&req)?;
         loop {
+            self.await_message(name, log)?;
             let resp = self.recv()?;
             if resp.r#type == CriuReqType::Notify as i32 {
                 let notify = resp.notify.unwrap_or_default();
@@ -357,6 +371,50 @@ impl Swrk {
                     return Err(self.died())
                 }
                 Err(e) => return Err(CriuError::Socket(e.into())),
+            }
+        }
+    }
+
+    /// Wait until CRIU's next message of the request `name` is there (or CRIU is gone).
+    /// Once a signal has asked gpucr to stop, CRIU rolls the request back when it next
+    /// reports; while it has not for [`INTERRUPTED_NOTICE`] (an action script that
+    /// hangs, a freeze that takes long), say once what gpucr waits for: the stage CRIU
+    /// last reported, and its `log`, so that an interrupted gpucr never waits without a
+    /// word.
+    fn await_message(&mut self, name: &str, log: Option<&Path>) -> Result<(), CriuError> {
+        let mut interrupted_at: Option<(i32, Instant)> = None;
+        let mut said = false;
+        loop {
+            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(200u16)) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+                Ok(_) => return Ok(()),
+                Err(e) => return Err(CriuError::Socket(e.into())),
+            }
+            if interrupted_at.is_none() {
+                interrupted_at = (self.interrupted)().map(|signal| (signal, Instant::now()));
+            }
+            let Some((signal, at)) = interrupted_at else {
+                continue;
+            };
+            if !said && at.elapsed() >= INTERRUPTED_NOTICE {
+                said = true;
+                let pid = self.child.as_ref().map_or(0, Child::id);
+                let since = self.stages.last().map_or_else(String::new, |(_, stage)| {
+                    format!(
+                        " since it reported {stage} (after which it runs the stage's \
+                         action scripts)"
+                    )
+                });
+                let log = log
+                    .map(|log| format!("; its log: {}", log.display()))
+                    .unwrap_or_default();
+                crate::errln!(
+                    "gpucr: {} received during the {name}: waiting for CRIU (pid {pid}) to \
+                     report back; nothing from it for {} s{since}{log}",
+                    crate::interrupt::name(signal),
+                    at.elapsed().as_secs()
+                );
             }
         }
     }
