@@ -79,44 +79,37 @@ fn environment_section(roff: &mut Roff) {
          file (gpucr install-plugin --setting). gpucr warns about a GPUCR_* variable \
          it does not know, naming the one it resembles.",
     )]);
-    for (audience, heading) in [
-        (Audience::User, None),
-        (
-            Audience::Simulator,
-            Some("The GPU simulator (a stand-in for a GPU in tests and demonstrations):"),
-        ),
-    ] {
-        if let Some(heading) = heading {
-            roff.control("PP", []);
-            roff.text([roman(heading)]);
-        }
-        for v in VARIABLES.iter().filter(|v| v.audience == audience) {
-            roff.control("TP", []);
-            roff.text([bold(v.name)]);
-            roff.text([roman(v.meaning)]);
-        }
-        if audience == Audience::User {
-            roff.control("TP", []);
-            roff.text([bold(gpucr_topology::nvidia::visible::VARIABLE)]);
-            roff.text([roman(
-                "the NVIDIA GPUs a restore may map a CUDA process onto, with CUDA's rules",
-            )]);
-            roff.control("TP", []);
-            roff.text([bold(
-                gpucr_topology::CheckName::env_vars()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )]);
-            roff.text([roman(
-                "the topology checks' switches, 1/YES or 0/NO, as CRIU's amdgpu plugin \
-                 reads them (docs/topology.md)",
-            )]);
-        }
+    let entry = |roff: &mut Roff, name: &str, meaning: &str| {
+        roff.control("TP", []);
+        roff.text([bold(name)]);
+        roff.text([roman(meaning)]);
+    };
+    let of = |audience| VARIABLES.iter().filter(move |v| v.audience == audience);
+    for v in of(Audience::User) {
+        entry(roff, v.name, v.meaning);
+    }
+    entry(
+        roff,
+        gpucr_topology::nvidia::visible::VARIABLE,
+        "the NVIDIA GPUs a restore may map a CUDA process onto, with CUDA's rules",
+    );
+    entry(
+        roff,
+        &gpucr_topology::CheckName::env_vars()
+            .collect::<Vec<_>>()
+            .join(", "),
+        "the topology checks' switches, 1/YES or 0/NO, as CRIU's amdgpu plugin reads \
+         them (docs/topology.md)",
+    );
+    roff.control("PP", []);
+    roff.text([roman(
+        "The GPU simulator (a stand-in for a GPU in tests and demonstrations):",
+    )]);
+    for v in of(Audience::Simulator) {
+        entry(roff, v.name, v.meaning);
     }
     let names = |audience| {
-        VARIABLES
-            .iter()
-            .filter(|v| v.audience == audience)
+        of(audience)
             .map(|v| v.shown())
             .collect::<Vec<_>>()
             .join(", ")

@@ -31,12 +31,6 @@ pub const ENV_DEVICE_TIMEOUT: &str = "GPUCR_DEVICE_TIMEOUT";
 /// which the helper loads when `GPUCR_CUDA_LIBRARY` names it.
 pub const FAKE_CUDA_PREFIX: &str = "GPUCR_FAKE_CUDA_";
 
-/// Whether `name` is a `GPUCR_*` variable engine mode reads (one of
-/// [`crate::env::VARIABLES`] it reads, or the fake CUDA driver's).
-pub fn reads_gpucr_variable(name: &str) -> bool {
-    crate::env::engine_reads(name)
-}
-
 /// The `GPUCR_*` variables engine mode reads, for messages: names, and a family as
 /// `PREFIX*`.
 pub fn gpucr_settings_text() -> String {

@@ -33,8 +33,6 @@ pub struct Variable {
     /// The name, or for a family (the fake CUDA driver's) the prefix its names share,
     /// ending in `_`.
     pub name: &'static str,
-    /// Read by gpucr's commands (`gpucr dump`, `gpucr restore`, ...).
-    pub gpucr: bool,
     /// Read in engine mode, so that `gpucr_plugin.conf` may set it.
     pub engine: bool,
     pub audience: Audience,
@@ -70,14 +68,12 @@ impl Variable {
 
 const fn variable(
     name: &'static str,
-    gpucr: bool,
     engine: bool,
     audience: Audience,
     meaning: &'static str,
 ) -> Variable {
     Variable {
         name,
-        gpucr,
         engine,
         audience,
         meaning,
@@ -90,21 +86,18 @@ use Audience::{Internal, Simulator, Testing, User};
 pub const VARIABLES: &[Variable] = &[
     variable(
         "GPUCR_CRIU",
-        true,
         false,
         User,
         "the CRIU binary gpucr runs (--criu)",
     ),
     variable(
         "GPUCR_CRIU_CONFIG",
-        true,
         false,
         User,
         "a CRIU configuration file whose options gpucr checks and passes on (--criu-config)",
     ),
     variable(
         "GPUCR_PLUGIN",
-        true,
         false,
         User,
         "gpucr's CRIU plugin (gpucr_plugin.so) for the CRIU gpucr runs; default: beside \
@@ -113,13 +106,11 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         crate::engine::ENV_COMPRESS,
         true,
-        true,
         User,
         "how GPU memory is stored: none, zstd or zstd:LEVEL (--compress)",
     ),
     variable(
         crate::engine::ENV_JOBS,
-        true,
         true,
         User,
         "threads moving GPU memory (--jobs)",
@@ -127,13 +118,11 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         crate::engine::ENV_DEVICE_TIMEOUT,
         true,
-        true,
         User,
         "seconds a device step may take before it is given up (--device-timeout)",
     ),
     variable(
         "GPUCR_SYSFS_ROOT",
-        true,
         false,
         User,
         "the sysfs tree check-topology reads instead of /sys (--sysfs-root)",
@@ -141,13 +130,11 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         "GPUCR_CUDA_LIBRARY",
         true,
-        true,
         User,
         "the CUDA driver library to load instead of libcuda.so.1",
     ),
     variable(
         "GPUCR_AMDGPU_FENCE_TIMEOUT",
-        true,
         true,
         User,
         "how long an SDMA copy may take before it fails, e.g. 30s (the default) or 2min",
@@ -155,27 +142,23 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         "GPUCR_AMDGPU_RINGS",
         true,
-        true,
         User,
         "the SDMA rings copies may use, e.g. 0 or 0,1 (default: all)",
     ),
     variable(
         crate::engine::ENV_BIN,
-        false,
         true,
         User,
         "engine mode: the gpucr binary the plugin starts as its helper",
     ),
     variable(
         crate::engine::ENV_ENGINE,
-        false,
         true,
         User,
         "engine mode: 0 keeps gpucr's plugin out of a CRIU that gpucr did not start",
     ),
     variable(
         crate::engine::ENV_ENGINE_LOG,
-        false,
         true,
         User,
         "engine mode: a file the helper appends its messages to",
@@ -183,13 +166,11 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         crate::sim::ENV_ROOT,
         true,
-        true,
         Simulator,
         "the simulator's root directory (on tmpfs); set, it makes the simulator a backend",
     ),
     variable(
         "GPUCR_SIM_DEVICE",
-        true,
         true,
         Simulator,
         "the device node a simulated GPU process holds open (default /dev/fuse)",
@@ -197,13 +178,11 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         "GPUCR_SIM_COPY_BW",
         true,
-        true,
         Simulator,
         "the simulated copy engines' bandwidth, e.g. 1.6GB/s (default: unthrottled)",
     ),
     variable(
         "GPUCR_SIM_DRIVER_TIMEOUT",
-        true,
         true,
         Simulator,
         "seconds a request to the simulated NVIDIA driver may take",
@@ -211,13 +190,11 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         crate::fault::ENV_FAULT,
         true,
-        true,
         Testing,
         "the step of a dump or restore to fail, to test that nothing is lost",
     ),
     variable(
         crate::engine::FAKE_CUDA_PREFIX,
-        true,
         true,
         Testing,
         "the fake CUDA driver library's settings (docs/cuda.md)",
@@ -225,20 +202,17 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         "GPUCR_FAKE_CUDA_LIB",
         false,
-        false,
         Testing,
         "the fake CUDA driver library its own tests load",
     ),
     variable(
         "GPUCR_TEST_HELPER_FD",
-        true,
         false,
         Testing,
         "a value handed to the plugin as its helper's fd instead of the real one",
     ),
     variable(
         "GPUCR_TEST_NO_THREAD_RUN",
-        true,
         false,
         Testing,
         "the plugin does not let a process's driver thread run, to test that the \
@@ -247,13 +221,11 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         "GPUCR_BLESS",
         false,
-        false,
         Testing,
         "the tests rewrite the generated man pages and completions",
     ),
     variable(
         "GPUCR_BENCH_SESSION",
-        false,
         false,
         Testing,
         "set by the benchmark scripts once they run in a session of their own",
@@ -261,27 +233,23 @@ pub const VARIABLES: &[Variable] = &[
     variable(
         "GPUCR_FRESH_CACHE",
         false,
-        false,
         Testing,
         "where scripts/check-fresh.sh keeps its fresh Debian root",
     ),
     variable(
         "GPUCR_INSPECT_",
         false,
-        false,
         Testing,
         "the settings of the inspect tests' workload",
     ),
     variable(
         crate::ENV_HELPER_FD,
-        true,
         false,
         Internal,
         "set by gpucr for its plugin: the helper's fd in CRIU",
     ),
     variable(
         crate::ENV_BACKEND,
-        true,
         false,
         Internal,
         "set by gpucr for its plugin: the backend the plugin serves",

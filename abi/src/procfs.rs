@@ -164,30 +164,44 @@ pub fn maps_path(pid: i32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/maps"))
 }
 
-/// The files `pid` has open for writing (write-only or read-write): the targets of
-/// `/proc/PID/fd/*` whose `/proc/PID/fdinfo/*` flags allow writing, other than deleted
+/// The files `pid` has open: each fd's number and the path `/proc/PID/fd/N` links to
+/// (pipes, sockets and anonymous files as their link text, `pipe:[N]`, not absolute),
+/// read as the caller goes; none if `pid`'s fd table cannot be read.
+pub fn open_files(pid: i32) -> impl Iterator<Item = (i32, PathBuf)> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let fd = entry.file_name().to_str()?.parse().ok()?;
+            Some((fd, std::fs::read_link(entry.path()).ok()?))
+        })
+}
+
+/// `/proc/PID/fdinfo/FD`: where an fd's open flags are.
+pub fn fdinfo_path(pid: i32, fd: i32) -> String {
+    format!("/proc/{pid}/fdinfo/{fd}")
+}
+
+/// The open flags in an fd's `fdinfo` text (its `flags:` line, octal).
+pub fn parse_fd_flags(fdinfo: &str) -> Option<i32> {
+    fdinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("flags:"))
+        .and_then(|octal| i32::from_str_radix(octal.trim(), 8).ok())
+}
+
+/// The files `pid` has open for writing (write-only or read-write), other than deleted
 /// files and what is not a path (pipes, sockets). Empty if `pid` cannot be read.
 pub fn files_open_for_writing(pid: i32) -> Vec<PathBuf> {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = fds
-        .flatten()
-        .filter_map(|fd| {
-            let target = std::fs::read_link(fd.path()).ok()?;
-            if !target.is_absolute() || target.to_string_lossy().ends_with(" (deleted)") {
-                return None;
-            }
-            let info = std::fs::read_to_string(format!(
-                "/proc/{pid}/fdinfo/{}",
-                fd.file_name().to_string_lossy()
-            ))
-            .ok()?;
-            let flags = info
-                .lines()
-                .find_map(|line| line.strip_prefix("flags:"))
-                .and_then(|octal| u32::from_str_radix(octal.trim(), 8).ok())?;
-            (flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32).then_some(target)
+    let mut files: Vec<PathBuf> = open_files(pid)
+        .filter(|(_, target)| {
+            target.is_absolute() && !target.to_string_lossy().ends_with(" (deleted)")
+        })
+        .filter_map(|(fd, target)| {
+            let info = std::fs::read_to_string(fdinfo_path(pid, fd)).ok()?;
+            let flags = parse_fd_flags(&info)?;
+            (flags & libc::O_ACCMODE != libc::O_RDONLY).then_some(target)
         })
         .collect();
     files.sort();

@@ -28,8 +28,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use gpucr_abi::engine::{
-    criu_gpu_plugins_in, reads_gpucr_variable, Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE,
-    ENV_ENGINE_LOG, SETTINGS_FILE, STATUS_FD,
+    criu_gpu_plugins_in, Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG, SETTINGS_FILE,
+    STATUS_FD,
 };
 use gpucr_abi::procfs::tree_pids;
 use gpucr_abi::proto::engine_step::Step;
@@ -163,7 +163,7 @@ fn parse_settings(text: &str) -> (Vec<(String, String)>, Vec<String>) {
 /// The names a settings file may set: the `GPUCR_*` variables engine mode reads,
 /// CUDA's device list, and the topology checks' `KFD_*_CHECK` switches.
 fn is_setting(name: &str) -> bool {
-    reads_gpucr_variable(name)
+    gpucr_abi::env::engine_reads(name)
         || name == CUDA_VISIBLE_DEVICES
         || CheckName::env_vars().any(|variable| variable == name)
 }
@@ -311,10 +311,7 @@ fn maps(pid: i32, matches: impl Fn(&Path) -> bool) -> bool {
 
 /// Whether `pid` has a file open whose path `matches`.
 fn holds_fd(pid: i32, matches: impl Fn(&Path) -> bool) -> bool {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-        fds.flatten()
-            .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| matches(&t)))
-    })
+    gpucr_abi::procfs::open_files(pid).any(|(_, target)| matches(&target))
 }
 
 /// The gpucr binary to run as the helper: `GPUCR_BIN`, else the usual places.

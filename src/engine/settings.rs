@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use gpucr_abi::engine::{gpucr_settings_text, reads_gpucr_variable};
+use gpucr_abi::engine::gpucr_settings_text;
+use gpucr_abi::env::engine_reads;
 use gpucr_topology::{CheckName, Checks};
 
 use crate::gpu::{amdgpu, sim};
@@ -112,7 +113,7 @@ pub fn check_setting(name: &str, value: &str) -> Result<(), SettingsError> {
             sim::nv_driver::parse_timeout,
         ),
         _ if name.starts_with("GPUCR_") => {
-            if reads_gpucr_variable(name) {
+            if engine_reads(name) {
                 Ok(())
             } else {
                 Err(SettingsError::Unknown {

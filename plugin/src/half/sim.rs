@@ -193,12 +193,9 @@ fn open_buffers(
 
 /// The open flags of `pid`'s fd (from /proc/PID/fdinfo): access mode and O_NONBLOCK.
 fn fd_flags(pid: i32, fd: i32) -> Result<i32, HalfError> {
-    let path = format!("/proc/{pid}/fdinfo/{fd}");
+    let path = gpucr_abi::procfs::fdinfo_path(pid, fd);
     let text = read(&path)?;
-    let flags = text
-        .lines()
-        .find_map(|l| l.strip_prefix("flags:"))
-        .and_then(|v| i32::from_str_radix(v.trim(), 8).ok())
+    let flags = gpucr_abi::procfs::parse_fd_flags(&text)
         .ok_or_else(|| bad(pid, format!("{path}: no flags line")))?;
     Ok(flags & (libc::O_ACCMODE | libc::O_NONBLOCK))
 }

@@ -258,12 +258,8 @@ pub fn parse_rings(text: &str) -> Result<Vec<u32>, String> {
 
 /// Whether `pid` has /dev/kfd open (a ROCm process), by the links in /proc/PID/fd.
 pub fn holds_kfd(pid: i32) -> bool {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            std::fs::read_link(e.path())
-                .is_ok_and(|t| t == std::path::Path::new(gpucr_amdgpu::real::KFD_PATH))
-        })
-    })
+    gpucr_abi::procfs::open_files(pid)
+        .any(|(_, target)| target == std::path::Path::new(gpucr_amdgpu::real::KFD_PATH))
 }
 
 /// A dmabuf's size (lseek to its end, as libdrm does).

@@ -120,13 +120,8 @@ impl CudaState {
 
 /// Whether `pid` has a `/dev/nvidia*` node open.
 fn uses_nvidia_device(pid: i32) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .is_ok_and(|target| target.to_string_lossy().starts_with("/dev/nvidia"))
-    })
+    gpucr_abi::procfs::open_files(pid)
+        .any(|(_, target)| target.to_string_lossy().starts_with("/dev/nvidia"))
 }
 
 /// What gpucr did to one process of a dump, to undo it when the tree lives on.
