@@ -49,6 +49,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l tcp-established -d 
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l shell-job -d 'The tree is a shell job: it shares a session or controlling terminal with the caller'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l ext-unix-sk -d 'Allow unix sockets connected to peers outside the tree'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l file-locks -d 'Dump file locks (flock, POSIX and OFD locks)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l no-page-checksums -d 'Record CRIU\'s memory pages files (pages-*.img) in the manifest by their size only, not their checksum: the dump no longer reads every page of the tree\'s memory a second time while the tree is frozen, which on a machine with few cores slows CRIU\'s memory dump (docs/benchmarks.md). A restore and `inspect --verify` then check those files\' sizes, not their contents; every other file keeps its checksum'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l force -d 'Write into DIR even when it is not empty: a previous image\'s files are removed, and a DIR that also holds anything else is refused with nothing removed'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -s v -l verbose -d 'More detail: -v shows every CRIU phase and raises CRIU\'s log level to 4 (debug)'
 complete -c gpucr -n "__fish_gpucr_using_subcommand dump" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'

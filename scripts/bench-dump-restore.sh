@@ -3,7 +3,8 @@
 # the same workload (the sample workload with a 1 GiB anonymous region), side by side,
 # interleaved: RUNS rounds, each one run of both tools (hyperfine --runs 1), the order
 # alternating from round to round, so that the machine's drift hits both alike; medians
-# over the rounds. Results: docs/benchmarks.md.
+# over the rounds. The dump rounds also run `gpucr dump --no-page-checksums`. Results:
+# docs/benchmarks.md.
 #
 #   scripts/bench-dump-restore.sh               (MEM_MIB=1024 RUNS=9)
 #
@@ -96,13 +97,24 @@ export MEM_MIB WORK
 
 dump_criu=(-n "criu dump" "$criu dump -t \$(cat $WORK/pid) -D $WORK/image --tcp-established --network-lock nftables -o dump.log")
 dump_gpucr=(-n "gpucr dump" "$gpucr dump --tcp-established --network-lock nftables \$(cat $WORK/pid) $WORK/image")
+# The same without the memory pages' checksums (--no-page-checksums): what hashing every
+# page beside CRIU costs.
+dump_sizes=(-n "gpucr dump --no-page-checksums" "$gpucr dump --no-page-checksums --tcp-established --network-lock nftables \$(cat $WORK/pid) $WORK/image")
 echo "# dump of a ${MEM_MIB} MiB process tree, $RUNS interleaved rounds"
 for round in $(seq "$RUNS"); do
-    if [ $((round % 2)) = 1 ]; then first=("${dump_criu[@]}") second=("${dump_gpucr[@]}")
-    else first=("${dump_gpucr[@]}") second=("${dump_criu[@]}"); fi
-    hyperfine --runs 1 --style none --export-json "$WORK/dump-$round.json" \
-        --prepare "$self prepare-dump" "${first[@]}" \
-        --prepare "$self prepare-dump" "${second[@]}" >/dev/null
+    # The three commands in an order that rotates from round to round.
+    case $((round % 3)) in
+    1) order=(dump_criu dump_gpucr dump_sizes) ;;
+    2) order=(dump_gpucr dump_sizes dump_criu) ;;
+    0) order=(dump_sizes dump_criu dump_gpucr) ;;
+    esac
+    args=()
+    for name in "${order[@]}"; do
+        declare -n command="$name"
+        args+=(--prepare "$self prepare-dump" "${command[@]}")
+        unset -n command
+    done
+    hyperfine --runs 1 --style none --export-json "$WORK/dump-$round.json" "${args[@]}" >/dev/null
 done
 
 # One reference image for both restores, made by gpucr (a CRIU image plus gpucr.json).
@@ -131,17 +143,19 @@ for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
         for res in json.load(open(f"{work}/{what}-{r}.json"))["results"]:
             times.setdefault(res["command"], []).extend(res["times"])
     ref = statistics.median(times[base])
-    for name in (base, base.replace("criu", "gpucr")):
+    names = [base] + sorted(n for n in times if n != base)
+    for name in names:
         t = times[name]
         m = statistics.median(t)
-        print(f"{name:>14}: median {m*1000:8.1f} ms  (min {min(t)*1000:.1f}, "
+        print(f"{name:>30}: median {m*1000:8.1f} ms  (min {min(t)*1000:.1f}, "
               f"max {max(t)*1000:.1f}, n={len(t)})  ratio {m/ref:.3f}")
-    # Each round ran both tools back to back: the ratio within a round is free of the
-    # machine's drift between rounds.
-    gpucr = times[base.replace("criu", "gpucr")]
-    paired = sorted(g / c for g, c in zip(gpucr, times[base]))
-    if len(paired) >= 4:
-        q = statistics.quantiles(paired, n=4)
-        print(f"{'':>14}  per round: median ratio {statistics.median(paired):.3f} "
-              f"(quartiles {q[0]:.3f}-{q[2]:.3f})")
+        if name == base:
+            continue
+        # Each round ran every command back to back: the ratio within a round is free
+        # of the machine's drift between rounds.
+        paired = sorted(g / c for g, c in zip(t, times[base]))
+        if len(paired) >= 4:
+            q = statistics.quantiles(paired, n=4)
+            print(f"{'':>30}  per round: median ratio {statistics.median(paired):.3f} "
+                  f"(quartiles {q[0]:.3f}-{q[2]:.3f})")
 PY

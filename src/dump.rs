@@ -47,6 +47,9 @@ pub struct DumpOptions {
     pub cuda_staging: Option<crate::gpu::cuda::Staging>,
     /// A file of further CRIU options (`--criu-config`), checked before anything else.
     pub criu_config: Option<PathBuf>,
+    /// Record the memory pages files by size only (`--no-page-checksums`): nothing
+    /// reads the pages a second time while the tree is frozen.
+    pub no_page_checksums: bool,
 }
 
 /// A finished dump.
@@ -215,7 +218,8 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         },
     };
     let log = opts.dir.join(DUMP_LOG);
-    let follower = Follower::start(opts.dir.clone(), is_pages_file);
+    let follower =
+        (!opts.no_page_checksums).then(|| Follower::start(opts.dir.clone(), is_pages_file));
     let mut gpu_manifest = None;
     let mut gpu_error = None;
     let mut manifest_room = None;
@@ -376,6 +380,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             options: c.options.iter().map(|o| o.to_line()).collect(),
         }),
         set_by_engine: false,
+        no_page_checksums: opts.no_page_checksums,
     };
     let gpu_facts = match (topology.take(), &gpu_manifest) {
         (Some(topology), Some(g)) => Some((topology, g)),
@@ -383,7 +388,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     };
     let written = write_manifest(
         &opts.dir,
-        &follower.finish(),
+        &follower.map(Follower::finish).unwrap_or_default(),
         ImageFacts {
             target,
             criu_version: version.to_string(),
@@ -444,7 +449,8 @@ pub fn write_manifest(
     facts: ImageFacts<'_>,
     progress: &mut Progress,
 ) -> Result<DumpOutcome, DumpError> {
-    let files = checksum_image(dir, known, &facts.still_written)?;
+    let size_only = facts.options.no_page_checksums;
+    let files = checksum_image(dir, known, &facts.still_written, size_only)?;
     progress.event("checksums-done", "writing the manifest");
     let image_bytes = files.iter().map(|f| f.size).sum();
     let pages_bytes = files
@@ -531,37 +537,44 @@ pub fn is_gpu_data_file(path: &str) -> bool {
         .is_some_and(|name| name != crate::transfer::INDEX_FILE && !name.contains('/'))
 }
 
-/// `pages-N.img`: CPU memory contents.
-pub fn is_pages_file(path: &str) -> bool {
-    path.starts_with("pages-") && path.ends_with(".img")
-}
+pub use crate::image::checksum::is_pages_file;
 
 /// Checksum every image file but those `left_out`; `known` holds the blocks the
-/// follower already hashed.
+/// follower already hashed. With `pages_size_only`, the memory pages files are
+/// recorded by size alone.
 fn checksum_image(
     dir: &Path,
     known: &Prefixes,
     left_out: &[String],
+    pages_size_only: bool,
 ) -> Result<Vec<FileRecord>, DumpError> {
     let mut names = dir::image_files(dir)?;
     names.retain(|name| !left_out.contains(name));
     // GPU data files carry a checksum per chunk (gpu/index): record only their size.
     let mut records: Vec<FileRecord> = Vec::new();
-    names.retain(|name| {
-        if !is_gpu_data_file(name) {
-            return true;
+    for (name, marker) in names.iter().filter_map(|name| {
+        if is_gpu_data_file(name) {
+            Some((name, checksum::CHUNK_VERIFIED))
+        } else if pages_size_only && is_pages_file(name) {
+            Some((name, checksum::SIZE_ONLY))
+        } else {
+            None
         }
+    }) {
         let size = std::fs::metadata(dir.join(name))
-            .map(|m| m.len())
-            .unwrap_or(0);
+            .map_err(|source| DumpError::Checksum {
+                path: dir.join(name),
+                source,
+            })?
+            .len();
         records.push(FileRecord {
             path: name.clone(),
             size,
-            checksum: checksum::CHUNK_VERIFIED.into(),
+            checksum: marker.into(),
             blocks: Vec::new(),
         });
-        false
-    });
+    }
+    names.retain(|name| !records.iter().any(|r| &r.path == name));
     let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
     let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
     let prefixes: Vec<Vec<u64>> = names

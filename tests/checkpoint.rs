@@ -591,3 +591,105 @@ fn a_read_only_image_restores_and_no_stale_log_is_shown() {
     assert!(!err.contains("STALE") && !err.contains("full log"), "{err}");
     assert!(!image.join("restore.log").exists());
 }
+
+/// --no-page-checksums: the memory pages files are recorded by size only. The image
+/// restores, `inspect` and `inspect --verify` say how it was made, a truncated pages file
+/// is still found, and no other file can be exempted from its checksum.
+#[test]
+fn no_page_checksums_records_the_pages_files_by_size() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let snapshot = tmp.path().join("snapshot");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &[]);
+    assert_success(&gpucr(&[
+        "dump",
+        "--no-page-checksums",
+        "--tcp-established",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]));
+    kill_and_wait(tree.pid);
+    copy_files(&state, &snapshot);
+    let manifest = manifest_json(&image);
+    assert_eq!(manifest["options"]["no_page_checksums"], true);
+    let files = manifest["files"].as_array().unwrap();
+    let (pages, others): (Vec<_>, Vec<_>) = files.iter().partition(|f| {
+        let path = f["path"].as_str().unwrap();
+        path.starts_with("pages-") && path.ends_with(".img")
+    });
+    assert!(!pages.is_empty(), "{files:?}");
+    for f in &pages {
+        assert_eq!(f["checksum"], "size-only", "{f}");
+        assert!(f.get("blocks").is_none(), "{f}");
+    }
+    for f in &others {
+        assert_eq!(f["checksum"].as_str().unwrap().len(), 32, "{f}");
+    }
+
+    let out = gpucr(&["inspect", image.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(
+        stdout(&out).contains("no page checksums"),
+        "{}",
+        stdout(&out)
+    );
+    let out = gpucr(&["inspect", "--verify", image.to_str().unwrap()]);
+    assert_success(&out);
+    let by_size = format!(
+        "match the manifest ({} memory pages file{} by size only: dumped with --no-page-checksums)",
+        pages.len(),
+        if pages.len() == 1 { "" } else { "s" }
+    );
+    assert!(stdout(&out).contains(&by_size), "{}", stdout(&out));
+
+    let restored = Restored::from_output(&gpucr(&["restore", "-d", image.to_str().unwrap()]));
+    tree.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+    drop(restored);
+
+    // The sizes are still checked: a truncated pages file is damage, and the restore
+    // refuses the image before CRIU runs.
+    let largest = pages
+        .iter()
+        .max_by_key(|f| f["size"].as_u64().unwrap())
+        .unwrap();
+    let name = largest["path"].as_str().unwrap();
+    let size = largest["size"].as_u64().unwrap();
+    let saved = tmp.path().join("saved-pages.img");
+    fs::copy(image.join(name), &saved).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(image.join(name))
+        .unwrap()
+        .set_len(size - 4096)
+        .unwrap();
+    let damaged = |needle: &str| {
+        let out = gpucr(&["inspect", "--verify", image.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(7), "{}", stdout(&out));
+        assert!(stdout(&out).contains(needle), "{}", stdout(&out));
+    };
+    damaged(&format!("{name}: truncated at offset {}", size - 4096));
+    copy_files(&snapshot, &state);
+    let out = gpucr(&["restore", "-d", image.to_str().unwrap()]);
+    assert_fails_with(&out, 7, &format!("{name}: truncated"));
+    fs::copy(&saved, image.join(name)).unwrap();
+
+    // A manifest that claims no checksum for another file is refused.
+    let mut crafted = manifest.clone();
+    let core = crafted["files"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|f| f["path"].as_str().unwrap().starts_with("core-"))
+        .unwrap();
+    core["checksum"] = "size-only".into();
+    let core_name = core["path"].as_str().unwrap().to_owned();
+    fs::write(image.join("gpucr.json"), crafted.to_string()).unwrap();
+    damaged(&format!(
+        "{core_name}: the manifest records no checksum of it"
+    ));
+}

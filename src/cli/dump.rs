@@ -61,6 +61,15 @@ pub struct DumpArgs {
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
     pub timeout: Option<u32>,
 
+    /// Record CRIU's memory pages files (pages-*.img) in the manifest by their size
+    /// only, not their checksum: the dump no longer reads every page of the tree's
+    /// memory a second time while the tree is frozen, which on a machine with few cores
+    /// slows CRIU's memory dump (docs/benchmarks.md). A restore and `inspect --verify`
+    /// then check those files' sizes, not their contents; every other file keeps its
+    /// checksum.
+    #[arg(long)]
+    pub no_page_checksums: bool,
+
     /// Write into DIR even when it is not empty: a previous image's files are removed,
     /// and a DIR that also holds anything else is refused with nothing removed.
     #[arg(long)]

@@ -37,6 +37,7 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
         device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
         cuda_staging: args.cuda_staging.map(CudaStagingArg::staging),
         criu_config: args.criu.criu_config.clone(),
+        no_page_checksums: args.no_page_checksums,
     };
     let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);

@@ -211,5 +211,6 @@ fn engine_options() -> manifest::DumpOptions {
         mount_namespace: true,
         criu_config: None,
         set_by_engine: true,
+        no_page_checksums: false,
     }
 }

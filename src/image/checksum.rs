@@ -31,6 +31,21 @@ pub const READ_PIECE: usize = 256 << 10;
 /// The `checksum` of a file whose content is verified chunk by chunk through another
 /// index (the GPU memory data files, see `gpu/index`), not as a whole.
 pub const CHUNK_VERIFIED: &str = "verified-by-gpu-index";
+/// The `checksum` of a memory pages file (`pages-*.img`) dumped with
+/// `--no-page-checksums`: only its size is recorded and checked.
+pub const SIZE_ONLY: &str = "size-only";
+
+/// `pages-N.img`: CPU memory contents, the only files a dump may record by size alone
+/// ([`SIZE_ONLY`]).
+pub fn is_pages_file(path: &str) -> bool {
+    path.starts_with("pages-") && path.ends_with(".img") && !path.contains('/')
+}
+
+/// Whether a file's recorded `checksum` is one of its content (not one of the markers
+/// [`CHUNK_VERIFIED`] and [`SIZE_ONLY`]), to be compared with the file's digest.
+pub fn is_content_checksum(checksum: &str) -> bool {
+    checksum != CHUNK_VERIFIED && checksum != SIZE_ONLY
+}
 
 /// The name recorded in the manifest for this scheme.
 pub const ALGORITHM: &str = "xxh3-blocks-4m";

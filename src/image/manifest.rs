@@ -189,6 +189,10 @@ pub struct DumpOptions {
     /// a record (absent, read as false, for `gpucr dump`'s images).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub set_by_engine: bool,
+    /// The memory pages files are recorded by size only (`--no-page-checksums`; their
+    /// `checksum` is `size-only`). Absent, read as false, when every file has one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_page_checksums: bool,
 }
 
 /// CRIU options a dump took from a `--criu-config` file. A restore does not reuse them:

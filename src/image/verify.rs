@@ -55,6 +55,10 @@ pub enum ProblemKind {
     /// after the dump. CRIU reads some images only when they exist, so it would be
     /// restored from unverified bytes.
     Unlisted,
+    /// The manifest records only its size, which it may do for memory pages files
+    /// alone (a dump with `--no-page-checksums`): anything else without a checksum was
+    /// not written by a dump.
+    NoChecksum,
 }
 
 impl fmt::Display for Problem {
@@ -84,6 +88,11 @@ impl fmt::Display for Problem {
                 f,
                 "{file}: {link} is a symbolic link (to {}), not the directory the dump wrote",
                 target.display()
+            ),
+            ProblemKind::NoChecksum => write!(
+                f,
+                "{file}: the manifest records no checksum of it, which only memory pages \
+                 files (pages-*.img) may lack"
             ),
             ProblemKind::Unlisted => write!(
                 f,
@@ -115,7 +124,7 @@ impl Scope {
     }
 
     fn checks_content(self, record: &FileRecord) -> bool {
-        if record.checksum == checksum::CHUNK_VERIFIED {
+        if !checksum::is_content_checksum(&record.checksum) {
             return false;
         }
         match self {
@@ -168,6 +177,10 @@ pub fn verify_files_until(
     let mut to_hash: Vec<(&FileRecord, PathBuf)> = Vec::new();
     for record in &manifest.files {
         if !scope.checks_size(record) && !scope.checks_content(record) {
+            continue;
+        }
+        if let Some(problem) = marker_misused(record) {
+            problems.push(problem);
             continue;
         }
         if !is_safe_relative(&record.path) {
@@ -261,6 +274,10 @@ pub fn verify_digests(
                 name: record.path.clone(),
             });
         }
+        if let Some(problem) = marker_misused(record) {
+            problems.push(problem);
+            continue;
+        }
         let problem = |kind| Problem {
             file: record.path.clone(),
             kind,
@@ -276,7 +293,7 @@ pub fn verify_digests(
             }));
             continue;
         }
-        if record.checksum == checksum::CHUNK_VERIFIED {
+        if !checksum::is_content_checksum(&record.checksum) {
             continue;
         }
         match digests.get(&record.path) {
@@ -289,6 +306,17 @@ pub fn verify_digests(
     }
     problems.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(problems)
+}
+
+/// A record that claims to need no checksum although its file is not a memory pages
+/// file.
+fn marker_misused(record: &FileRecord) -> Option<Problem> {
+    (record.checksum == checksum::SIZE_ONLY && !checksum::is_pages_file(&record.path)).then(|| {
+        Problem {
+            file: record.path.clone(),
+            kind: ProblemKind::NoChecksum,
+        }
+    })
 }
 
 /// The CRIU images (`*.img`, at the top of the image directory) among `present` (paths
@@ -447,6 +475,69 @@ mod tests {
         let digests = [("core-1.img".to_owned(), core)].into_iter().collect();
         let problems = verify_digests(Path::new("gpucr.json"), &manifest, &sizes, &digests);
         assert_eq!(problems.unwrap(), vec![unlisted]);
+    }
+
+    /// A pages file recorded by size only (`--no-page-checksums`) is checked by its
+    /// size, in a directory and an archive alike; any other file recorded so is damage.
+    #[test]
+    fn size_only_is_for_pages_files_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("core-1.img"), b"abc").unwrap();
+        std::fs::write(dir.path().join("pages-1.img"), b"0123456789").unwrap();
+        let mut manifest = crate::image::manifest::tests::sample();
+        manifest.files[0].checksum = checksum::digest_file(&dir.path().join("core-1.img"))
+            .unwrap()
+            .checksum();
+        manifest.files.push(FileRecord {
+            path: "pages-1.img".into(),
+            size: 10,
+            checksum: checksum::SIZE_ONLY.into(),
+            blocks: vec![],
+        });
+        assert_eq!(verify_files(dir.path(), &manifest, 1).unwrap(), vec![]);
+        // Its content is not checked; its size is.
+        std::fs::write(dir.path().join("pages-1.img"), b"9876543210").unwrap();
+        assert_eq!(verify_files(dir.path(), &manifest, 1).unwrap(), vec![]);
+        std::fs::write(dir.path().join("pages-1.img"), b"01234").unwrap();
+        let size = Problem {
+            file: "pages-1.img".into(),
+            kind: ProblemKind::Size {
+                expected: 10,
+                actual: 5,
+            },
+        };
+        assert_eq!(
+            verify_files(dir.path(), &manifest, 1).unwrap(),
+            vec![size.clone()]
+        );
+        let sizes: BTreeMap<String, u64> = [("core-1.img", 3), ("pages-1.img", 5)]
+            .into_iter()
+            .map(|(n, s)| (n.to_owned(), s))
+            .collect();
+        let core = checksum::digest_file(&dir.path().join("core-1.img")).unwrap();
+        let digests: BTreeMap<String, FileDigest> =
+            [("core-1.img".to_owned(), core)].into_iter().collect();
+        let found = verify_digests(Path::new("gpucr.json"), &manifest, &sizes, &digests);
+        assert_eq!(found.unwrap(), vec![size]);
+        // A crafted manifest cannot exempt another file from its checksum.
+        std::fs::write(dir.path().join("pages-1.img"), b"0123456789").unwrap();
+        manifest.files[0].checksum = checksum::SIZE_ONLY.into();
+        let exempted = Problem {
+            file: "core-1.img".into(),
+            kind: ProblemKind::NoChecksum,
+        };
+        assert_eq!(
+            verify_files(dir.path(), &manifest, 1).unwrap(),
+            vec![exempted.clone()]
+        );
+        assert_eq!(
+            exempted.to_string(),
+            "core-1.img: the manifest records no checksum of it, which only memory pages \
+             files (pages-*.img) may lack"
+        );
+        let found = verify_digests(Path::new("gpucr.json"), &manifest, &sizes, &digests);
+        assert!(found.unwrap().contains(&exempted));
+        assert!(!checksum::is_pages_file("gpu/pages-1.img"));
     }
 
     #[test]

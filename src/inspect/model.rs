@@ -471,6 +471,9 @@ pub struct VerifyReport {
     /// Files checked against the manifest, and their bytes.
     pub files_checked: u64,
     pub bytes_checked: u64,
+    /// Of those, the memory pages files the manifest records by size only (a dump with
+    /// `--no-page-checksums`): their contents could not be checked.
+    pub files_size_only: u64,
     /// CRIU images whose framing was checked.
     pub images_checked: u64,
     /// GPU memory chunks listed by the GPU index (each stored one read and checked).

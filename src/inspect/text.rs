@@ -77,8 +77,15 @@ pub fn render_verify(report: &Report, verify: &VerifyReport, status: Status) -> 
             verify.images_checked
         ),
         Status::Intact => {
+            let by_size = match verify.files_size_only {
+                0 => String::new(),
+                n => format!(
+                    " ({n} memory pages file{} by size only: dumped with --no-page-checksums)",
+                    if n == 1 { "" } else { "s" }
+                ),
+            };
             let mut text = format!(
-                "{} files ({}) match the manifest; {} CRIU images are well formed",
+                "{} files ({}) match the manifest{by_size}; {} CRIU images are well formed",
                 verify.files_checked,
                 size(verify.bytes_checked),
                 verify.images_checked
@@ -247,6 +254,7 @@ fn dump_options(root: &mut Node, o: &crate::image::manifest::DumpOptions) {
         (o.ext_unix_sk, "ext-unix-sk"),
         (o.file_locks, "file-locks"),
         (o.mount_namespace, "own mount namespace"),
+        (o.no_page_checksums, "no page checksums"),
     ]
     .into_iter()
     .filter(|(on, _)| *on)

@@ -57,11 +57,13 @@ pub fn verify(
     let mut incomplete = false;
     let mut files_checked = 0;
     let mut bytes_checked = 0;
+    let mut files_size_only = 0;
     let manifest = Manifest::read(dir);
     match &manifest {
         Ok(manifest) => {
             files_checked = manifest.files.len() as u64;
             bytes_checked = manifest.files.iter().map(|f| f.size).sum();
+            files_size_only = size_only_files(manifest);
             match verify_files(dir, manifest, threads) {
                 Ok(found) => problems.extend(found.iter().map(manifest_problem)),
                 Err(e) => problems.push(problem(MANIFEST_FILE, None, "manifest", with_causes(&e))),
@@ -106,6 +108,7 @@ pub fn verify(
         problems,
         files_checked,
         bytes_checked,
+        files_size_only,
         images_checked,
         gpu_chunks_checked,
     };
@@ -169,6 +172,15 @@ fn verdict(incomplete: bool, problems: &[Problem]) -> Status {
     }
 }
 
+/// How many files `manifest` records by size only.
+fn size_only_files(manifest: &Manifest) -> u64 {
+    manifest
+        .files
+        .iter()
+        .filter(|f| f.checksum == crate::image::checksum::SIZE_ONLY)
+        .count() as u64
+}
+
 fn manifest_problem(p: &crate::image::Problem) -> Problem {
     let (kind, offset) = match &p.kind {
         ProblemKind::Missing => ("missing", None),
@@ -177,6 +189,7 @@ fn manifest_problem(p: &crate::image::Problem) -> Problem {
         ProblemKind::Content { offset, .. } => ("checksum", Some(*offset)),
         ProblemKind::Symlink { .. } => ("symlink", None),
         ProblemKind::Unlisted => ("unlisted", None),
+        ProblemKind::NoChecksum => ("checksum", None),
     };
     problem(&p.file, offset, kind, p.to_string())
 }
@@ -207,10 +220,12 @@ pub fn verify_archive(
     let mut incomplete = false;
     let mut files_checked = 0;
     let mut bytes_checked = 0;
+    let mut files_size_only = 0;
     match read_manifest(source) {
         Ok(manifest) => {
             files_checked = manifest.files.len() as u64;
             bytes_checked = manifest.files.iter().map(|f| f.size).sum();
+            files_size_only = size_only_files(&manifest);
             let sizes: BTreeMap<String, u64> = scan.sizes.iter().cloned().collect();
             let path = Manifest::path_in(source.root());
             match verify_digests(&path, &manifest, &sizes, &scan.digests) {
@@ -284,6 +299,7 @@ pub fn verify_archive(
         problems,
         files_checked,
         bytes_checked,
+        files_size_only,
         images_checked,
         gpu_chunks_checked: scan.gpu.chunks_checked,
     };
