@@ -164,18 +164,31 @@ pub fn maps_path(pid: i32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/maps"))
 }
 
+/// The numbers of the fds `pid` has open, read as the caller goes; none if `pid`'s fd
+/// table cannot be read.
+pub fn fd_numbers(pid: i32) -> impl Iterator<Item = i32> {
+    std::fs::read_dir(fd_dir(pid))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+}
+
+/// `/proc/PID/fd`: the links to the files `pid` has open, one per fd number.
+pub fn fd_dir(pid: i32) -> String {
+    format!("/proc/{pid}/fd")
+}
+
 /// The files `pid` has open: each fd's number and the path `/proc/PID/fd/N` links to
 /// (pipes, sockets and anonymous files as their link text, `pipe:[N]`, not absolute),
 /// read as the caller goes; none if `pid`'s fd table cannot be read.
 pub fn open_files(pid: i32) -> impl Iterator<Item = (i32, PathBuf)> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let fd = entry.file_name().to_str()?.parse().ok()?;
-            Some((fd, std::fs::read_link(entry.path()).ok()?))
-        })
+    fd_numbers(pid).filter_map(move |fd| {
+        Some((
+            fd,
+            std::fs::read_link(format!("{}/{fd}", fd_dir(pid))).ok()?,
+        ))
+    })
 }
 
 /// `/proc/PID/fdinfo/FD`: where an fd's open flags are.
@@ -212,6 +225,18 @@ pub fn files_open_for_writing(pid: i32) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_open_fd_is_listed_with_its_file() {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let me = std::process::id() as i32;
+        let fd = file.as_raw_fd();
+        assert!(fd_numbers(me).any(|n| n == fd));
+        let target = open_files(me).find(|(n, _)| *n == fd).map(|(_, t)| t);
+        assert_eq!(target, Some(PathBuf::from(format!("/proc/{me}/status"))));
+        assert_eq!(fd_numbers(i32::MAX).count(), 0);
+    }
 
     #[test]
     fn files_open_for_writing_are_told_from_those_open_for_reading() {

@@ -106,17 +106,12 @@ impl Kfd for RealKfd {
     }
 
     fn task_kfd(&self, pid: i32) -> Result<Option<OwnedFd>, KernelError> {
-        let dir = format!("/proc/{pid}/fd");
-        let entries =
-            std::fs::read_dir(&dir).map_err(|e| KernelError::new("read_dir", &dir, errno(&e)))?;
-        let mut number = None;
-        for entry in entries.flatten() {
-            if std::fs::read_link(entry.path()).is_ok_and(|t| t == std::path::Path::new(KFD_PATH)) {
-                number = entry.file_name().to_string_lossy().parse::<i32>().ok();
-                break;
-            }
-        }
-        let Some(number) = number else {
+        // An fd table that cannot be read is an error here, not "no KFD open".
+        let dir = gpucr_abi::procfs::fd_dir(pid);
+        std::fs::read_dir(&dir).map_err(|e| KernelError::new("read_dir", &dir, errno(&e)))?;
+        let Some(number) = gpucr_abi::procfs::open_files(pid)
+            .find_map(|(fd, target)| (target == std::path::Path::new(KFD_PATH)).then_some(fd))
+        else {
             return Ok(None);
         };
         let what = format!("pid {pid} fd {number}");

@@ -532,14 +532,8 @@ pub(crate) fn owner_of(fd: BorrowedFd<'_>, tasks: &[i32]) -> Option<i32> {
     use std::os::fd::AsRawFd;
     let me = std::process::id() as i32;
     tasks.iter().copied().find(|&pid| {
-        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|entries| {
-            entries.flatten().any(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .parse::<i32>()
-                    .is_ok_and(|theirs| same_open_file(me, fd.as_raw_fd(), pid, theirs))
-            })
-        })
+        gpucr_abi::procfs::fd_numbers(pid)
+            .any(|theirs| same_open_file(me, fd.as_raw_fd(), pid, theirs))
     })
 }
 

@@ -197,14 +197,10 @@ impl AmdgpuBackend {
 
     /// The KFD and render nodes `pid` has open: (fd number, kind).
     fn device_fds(&self, pid: i32) -> Vec<(i32, DeviceKind)> {
-        let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name().to_string_lossy().parse().ok()?;
-                let stat = nix::sys::stat::stat(&e.path()).ok()?;
+        let fds = gpucr_abi::procfs::fd_dir(pid);
+        gpucr_abi::procfs::fd_numbers(pid)
+            .filter_map(|n| {
+                let stat = nix::sys::stat::stat(format!("{fds}/{n}").as_str()).ok()?;
                 Some((n, self.kfd.kind_of(&stat)?))
             })
             .collect()
