@@ -6,8 +6,8 @@ use gpucr::cli::{self, Command};
 use gpucr::{cmd, exit_code};
 
 fn main() -> ExitCode {
-    let cli = match cli::try_parse() {
-        Ok(cli) => cli,
+    let cli::Parsed { cli, users_command } = match cli::try_parse() {
+        Ok(parsed) => parsed,
         Err(err) => {
             // --help and --version print to stdout and succeed; real errors exit USAGE.
             let code = if err.use_stderr() {
@@ -23,7 +23,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    if cli::is_users_command(&cli.command) {
+    if users_command {
         // A misspelt variable would otherwise leave its default in force unnoticed.
         for unknown in gpucr_abi::env::unknown_in_environment() {
             gpucr::errln!("gpucr: warning: {unknown}");

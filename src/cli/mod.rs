@@ -87,12 +87,25 @@ pub enum Command {
 /// Parse gpucr's command line. An environment variable that backs a flag (`GPUCR_CRIU`,
 /// `GPUCR_SYSFS_ROOT`, ...) and is set but empty counts as unset, as a shell's `VAR=`
 /// means, instead of as an empty value of the flag.
-pub fn try_parse() -> Result<Cli, clap::Error> {
+pub fn try_parse() -> Result<Parsed, clap::Error> {
     let mut command = forget_empty_variables(Cli::command(), |name| {
         std::env::var_os(name).is_some_and(|v| v.is_empty())
     });
     let mut matches = command.try_get_matches_from_mut(std::env::args_os())?;
-    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
+    let users_command = matches
+        .subcommand_name()
+        .is_some_and(|name| is_users_command(&command, name));
+    let cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))?;
+    Ok(Parsed { cli, users_command })
+}
+
+/// A parsed command line.
+#[derive(Debug)]
+pub struct Parsed {
+    pub cli: Cli,
+    /// The subcommand is one users run, not one gpucr runs itself (the engine helper,
+    /// the guards: the subcommands hidden from `--help`).
+    pub users_command: bool,
 }
 
 /// `command` (and its subcommands), every argument whose environment variable
@@ -155,16 +168,11 @@ fn env_of_flag(command: &clap::Command, long: &str) -> Option<String> {
         })
 }
 
-/// Whether `command` is one users run (not one gpucr runs itself: the engine helper,
-/// the guards).
-pub fn is_users_command(command: &Command) -> bool {
-    !matches!(
-        command,
-        Command::EngineHelper(_)
-            | Command::CudaGuard(_)
-            | Command::RestoreGuard(_)
-            | Command::SimGuard(_)
-    )
+/// Whether subcommand `name` of `cli` is one users run: gpucr's own (the engine
+/// helper, the guards) are hidden from `--help`.
+fn is_users_command(cli: &clap::Command, name: &str) -> bool {
+    cli.find_subcommand(name)
+        .is_some_and(|sub| !sub.is_hide_set())
 }
 
 /// The long help text listing the exit codes, shared with the man pages.
@@ -180,6 +188,32 @@ mod tests {
     #[test]
     fn clap_tree_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The subcommands gpucr runs itself are hidden from `--help`, which is what tells
+    /// them from the users' (who alone are warned about misspelt variables).
+    #[test]
+    fn gpucrs_own_subcommands_are_the_hidden_ones() {
+        let cli = Cli::command();
+        let own: Vec<&str> = cli
+            .get_subcommands()
+            .map(|sub| sub.get_name())
+            .filter(|name| !is_users_command(&cli, name))
+            .collect();
+        assert_eq!(
+            own,
+            ["engine-helper", "cuda-guard", "restore-guard", "sim-guard"]
+        );
+        for users in [
+            "dump",
+            "restore",
+            "inspect",
+            "check-topology",
+            "install-plugin",
+        ] {
+            assert!(is_users_command(&cli, users), "{users}");
+        }
+        assert!(!is_users_command(&cli, "no-such-command"));
     }
 
     /// An empty variable no longer backs its flag; the others still do.
