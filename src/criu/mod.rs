@@ -6,6 +6,7 @@
 //!
 //! [`start_criu`] and [`criu_log_level`] are the parts the dump and the restore share.
 
+pub mod action_script;
 mod binary;
 mod config;
 mod error;

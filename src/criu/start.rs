@@ -38,7 +38,7 @@ pub fn start_criu(
     // A hung binary must not hang gpucr, nor make it deaf to Ctrl-C: the first answer
     // is awaited for START_TIMEOUT at most, and a signal ends the wait at once.
     let version = swrk.version_within(START_TIMEOUT, &crate::interrupt::requested)?;
-    swrk.watch_interrupts(crate::interrupt::requested);
+    swrk.watch_interrupts(crate::interrupt::requested, crate::interrupt::count);
     let kernel = uname()
         .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default();

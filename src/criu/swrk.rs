@@ -13,6 +13,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 use prost::Message;
 
+use super::action_script;
 use super::request::{request, DumpRequest, RestoreRequest};
 use super::rpc::{self, CriuReqType};
 use super::{
@@ -31,6 +32,29 @@ const START_POLL: Duration = Duration::from_millis(50);
 /// How long after a signal CRIU may go without a word before gpucr says what it waits
 /// for (a hung action script, a slow freeze).
 const INTERRUPTED_NOTICE: Duration = Duration::from_secs(3);
+
+/// A further signal while CRIU, interrupted, does not report back: end the action
+/// scripts `criu` waits for, so that it fails their stage and rolls the request `name`
+/// back; say what was done, or that there was no script to end.
+fn end_action_scripts(criu: i32, name: &str) {
+    let scripts = action_script::running(criu);
+    if scripts.is_empty() {
+        crate::errln!(
+            "gpucr: CRIU (pid {criu}) runs no action script now: still waiting for it to \
+             roll the {name} back"
+        );
+    }
+    for script in scripts {
+        action_script::end(&script);
+        crate::errln!(
+            "gpucr: ended the action script `{}` (pid {}, at {}) that CRIU waited for; \
+             CRIU now rolls the {name} back",
+            script.command,
+            script.pid,
+            script.action
+        );
+    }
+}
 
 /// A notification CRIU sent during a request ("pre-dump", "post-restore", ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +75,9 @@ pub struct Swrk {
     stages: Vec<(u64, String)>,
     /// The signal that asked gpucr to stop, if one did ([`Swrk::watch_interrupts`]).
     interrupted: fn() -> Option<i32>,
+    /// How many signals have arrived so far: one after the first ends the action
+    /// scripts CRIU waits for.
+    signals: fn() -> u64,
 }
 
 impl Swrk {
@@ -117,14 +144,18 @@ impl Swrk {
             stderr,
             stages: Vec::new(),
             interrupted: || None,
+            signals: || 0,
         })
     }
 
     /// Ask `interrupted` while a request waits for CRIU: once it names a signal, gpucr
     /// answers CRIU's next notification with a failure, and should CRIU then go
-    /// [`INTERRUPTED_NOTICE`] without a word, gpucr says once what it waits for.
-    pub fn watch_interrupts(&mut self, interrupted: fn() -> Option<i32>) {
+    /// [`INTERRUPTED_NOTICE`] without a word, gpucr says once what it waits for. Each
+    /// further signal (`signals` counts them all) ends the action scripts CRIU is
+    /// waiting for ([`action_script`](super::action_script)).
+    pub fn watch_interrupts(&mut self, interrupted: fn() -> Option<i32>, signals: fn() -> u64) {
         self.interrupted = interrupted;
+        self.signals = signals;
     }
 
     /// The binary this client runs.
@@ -383,6 +414,7 @@ impl Swrk {
     /// word.
     fn await_message(&mut self, name: &str, log: Option<&Path>) -> Result<(), CriuError> {
         let mut interrupted_at: Option<(i32, Instant)> = None;
+        let mut signals_seen = 0;
         let mut said = false;
         loop {
             let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
@@ -393,25 +425,42 @@ impl Swrk {
             }
             if interrupted_at.is_none() {
                 interrupted_at = (self.interrupted)().map(|signal| (signal, Instant::now()));
+                signals_seen = (self.signals)();
             }
             let Some((signal, at)) = interrupted_at else {
                 continue;
             };
+            let criu = self.child.as_ref().map_or(0, |c| c.id() as i32);
+            let signals = (self.signals)();
+            if signals > signals_seen {
+                signals_seen = signals;
+                end_action_scripts(criu, name);
+                continue;
+            }
             if !said && at.elapsed() >= INTERRUPTED_NOTICE {
                 said = true;
-                let pid = self.child.as_ref().map_or(0, Child::id);
                 let since = self.stages.last().map_or_else(String::new, |(_, stage)| {
                     format!(
                         " since it reported {stage} (after which it runs the stage's \
                          action scripts)"
                     )
                 });
+                let scripts: String = action_script::running(criu)
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "; it runs the action script `{}` (pid {}, at {}): another \
+                             signal ends it, and CRIU then rolls the {name} back",
+                            s.command, s.pid, s.action
+                        )
+                    })
+                    .collect();
                 let log = log
                     .map(|log| format!("; its log: {}", log.display()))
                     .unwrap_or_default();
                 crate::errln!(
-                    "gpucr: {} received during the {name}: waiting for CRIU (pid {pid}) to \
-                     report back; nothing from it for {} s{since}{log}",
+                    "gpucr: {} received during the {name}: waiting for CRIU (pid {criu}) to \
+                     report back; nothing from it for {} s{since}{scripts}{log}",
                     crate::interrupt::name(signal),
                     at.elapsed().as_secs()
                 );
