@@ -379,6 +379,48 @@ fn engine_mode_with_criu_logging_into_the_image_directory() {
     assert!(tree.verify(1), "every byte is back on the device");
 }
 
+/// Engine mode with `GPUCR_NO_PAGE_CHECKSUMS=yes` installed: the image records CRIU's
+/// memory pages files by size only, as `gpucr dump --no-page-checksums` does; every
+/// other file, and the GPU memory's chunks, keep their checksums.
+#[test]
+fn engine_mode_without_page_checksums_records_the_pages_by_size() {
+    let _lock = criu_lock();
+    let Started { tmp, sim, tree, .. } =
+        started("engine-sizes", &["--parent-mib", "8", "--child-mib", "4"]);
+    let libs = install_plugin(tmp.path(), &sim, &["GPUCR_NO_PAGE_CHECKSUMS=yes"]);
+    let images = tmp.path().join("img");
+    let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &images, &["--leave-running"]);
+    assert!(out.status.success(), "{log}");
+    let manifest = manifest_json(&images);
+    assert_eq!(manifest["options"]["no_page_checksums"], true, "{manifest}");
+    let files = manifest["files"].as_array().unwrap();
+    let pages: Vec<_> = files
+        .iter()
+        .filter(|f| f["path"].as_str().unwrap().starts_with("pages-"))
+        .collect();
+    assert!(!pages.is_empty(), "{files:?}");
+    assert!(
+        pages.iter().all(|f| f["checksum"] == "size-only"),
+        "{pages:?}"
+    );
+    assert!(
+        files
+            .iter()
+            .filter(|f| !f["path"].as_str().unwrap().starts_with("pages-"))
+            .all(|f| f["checksum"] != "size-only"),
+        "{files:?}"
+    );
+    let verified = gpucr(&["inspect", "--verify", images.to_str().unwrap()]);
+    assert_success(&verified);
+    assert!(
+        stdout(&verified).contains("by size only: dumped with --no-page-checksums")
+            && stdout(&verified).contains("GPU memory chunks match their checksums"),
+        "{}",
+        stdout(&verified)
+    );
+    assert!(alive(tree.pid));
+}
+
 /// A settings file edited by hand after `gpucr install-plugin`: the plugin uses the
 /// lines it knows and leaves out a misspelt name, an unknown `KFD_*` switch, a name
 /// without a value and a line that is not NAME=VALUE, each said in CRIU's log with its

@@ -26,6 +26,8 @@ pub const ENV_COMPRESS: &str = "GPUCR_COMPRESS";
 pub const ENV_JOBS: &str = "GPUCR_JOBS";
 /// `--device-timeout` in seconds (default 120).
 pub const ENV_DEVICE_TIMEOUT: &str = "GPUCR_DEVICE_TIMEOUT";
+/// `--no-page-checksums` of `gpucr dump`: yes/no (default no).
+pub const ENV_NO_PAGE_CHECKSUMS: &str = "GPUCR_NO_PAGE_CHECKSUMS";
 
 /// The variables of the fake CUDA driver library (`gpucr-fake-cuda`, docs/cuda.md),
 /// which the helper loads when `GPUCR_CUDA_LIBRARY` names it.

@@ -122,6 +122,13 @@ pub const VARIABLES: &[Variable] = &[
         "seconds a device step may take before it is given up (--device-timeout)",
     ),
     variable(
+        crate::engine::ENV_NO_PAGE_CHECKSUMS,
+        true,
+        User,
+        "yes: a dump records CRIU's memory pages files by size only, not their checksums \
+         (--no-page-checksums)",
+    ),
+    variable(
         "GPUCR_SYSFS_ROOT",
         false,
         User,

@@ -67,7 +67,11 @@ pub struct DumpArgs {
     /// slows CRIU's memory dump (docs/benchmarks.md). A restore and `inspect --verify`
     /// then check those files' sizes, not their contents; every other file keeps its
     /// checksum.
-    #[arg(long)]
+    #[arg(
+        long,
+        env = gpucr_abi::engine::ENV_NO_PAGE_CHECKSUMS,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub no_page_checksums: bool,
 
     /// Write into DIR even when it is not empty: a previous image's files are removed,

@@ -65,7 +65,8 @@ pub fn serve(
         settings.device_timeout,
     )?;
     let steps = gpu.engine_steps();
-    let mut follower = Some(Follower::start(dir.to_path_buf(), is_pages_file));
+    let mut follower =
+        (!settings.no_page_checksums).then(|| Follower::start(dir.to_path_buf(), is_pages_file));
     let criu_version = criu_version(args.criu_pid);
     status.ready(backend.name());
 
@@ -113,7 +114,7 @@ pub fn serve(
                         let facts = ImageFacts {
                             target: target.clone(),
                             criu_version: criu_version.clone(),
-                            options: engine_options(),
+                            options: engine_options(settings.no_page_checksums),
                             gpu: finished.as_ref().zip(topology.take()).map(|(m, t)| (t, m)),
                             room: room.take(),
                             still_written,
@@ -200,7 +201,7 @@ fn take_room(
 
 /// The dump options the manifest records: the engine's CRIU was configured by the
 /// engine, and restores with its own options; these are CRIU's defaults.
-fn engine_options() -> manifest::DumpOptions {
+fn engine_options(no_page_checksums: bool) -> manifest::DumpOptions {
     manifest::DumpOptions {
         leave_running: false,
         tcp_established: false,
@@ -211,6 +212,6 @@ fn engine_options() -> manifest::DumpOptions {
         mount_namespace: true,
         criu_config: None,
         set_by_engine: true,
-        no_page_checksums: false,
+        no_page_checksums,
     }
 }

@@ -11,7 +11,7 @@ use gpucr_topology::{CheckName, Checks};
 use crate::gpu::{amdgpu, sim};
 use crate::transfer::{Compression, TransferConfig};
 
-pub use gpucr_abi::engine::{ENV_COMPRESS, ENV_DEVICE_TIMEOUT, ENV_JOBS};
+pub use gpucr_abi::engine::{ENV_COMPRESS, ENV_DEVICE_TIMEOUT, ENV_JOBS, ENV_NO_PAGE_CHECKSUMS};
 /// The NVIDIA GPUs a restore may map onto, with CUDA's rules.
 pub use gpucr_topology::nvidia::visible::VARIABLE as ENV_CUDA_VISIBLE_DEVICES;
 
@@ -58,6 +58,8 @@ pub struct EngineSettings {
     pub transfer: TransferConfig,
     pub device_timeout: Duration,
     pub cuda_visible_devices: Option<String>,
+    /// A dump records the memory pages files by size only (`--no-page-checksums`).
+    pub no_page_checksums: bool,
 }
 
 impl EngineSettings {
@@ -81,10 +83,15 @@ impl EngineSettings {
             None => Duration::from_secs(120),
             Some(text) => parse_device_timeout(&text)?,
         };
+        let no_page_checksums = match lookup(ENV_NO_PAGE_CHECKSUMS) {
+            None => false,
+            Some(text) => parse_switch(ENV_NO_PAGE_CHECKSUMS, &text)?,
+        };
         Ok(EngineSettings {
             transfer,
             device_timeout,
             cuda_visible_devices: lookup(ENV_CUDA_VISIBLE_DEVICES),
+            no_page_checksums,
         })
     }
 }
@@ -100,6 +107,7 @@ pub fn check_setting(name: &str, value: &str) -> Result<(), SettingsError> {
         ENV_COMPRESS => parse_compress(value).map(drop),
         ENV_JOBS => parse_jobs(value).map(drop),
         ENV_DEVICE_TIMEOUT => parse_device_timeout(value).map(drop),
+        ENV_NO_PAGE_CHECKSUMS => parse_switch(ENV_NO_PAGE_CHECKSUMS, value).map(drop),
         amdgpu::ENV_FENCE_TIMEOUT => check_with(
             amdgpu::ENV_FENCE_TIMEOUT,
             value,
@@ -191,6 +199,20 @@ fn parse_device_timeout(text: &str) -> Result<Duration, SettingsError> {
     }
 }
 
+/// A yes/no setting, read with the words `gpucr dump` takes for a switch from the
+/// environment (clap's `BoolishValueParser`).
+fn parse_switch(variable: &'static str, text: &str) -> Result<bool, SettingsError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" | "t" | "true" | "on" | "1" => Ok(true),
+        "n" | "no" | "f" | "false" | "off" | "0" => Ok(false),
+        _ => Err(bad(
+            variable,
+            text,
+            "not yes or no (y, yes, t, true, on, 1 / n, no, f, false, off, 0)".into(),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +247,44 @@ mod tests {
             TransferConfig::default().compression.to_string()
         );
         assert!(s.cuda_visible_devices.is_none());
+        assert!(!s.no_page_checksums);
+    }
+
+    /// `GPUCR_NO_PAGE_CHECKSUMS` takes the words `gpucr dump` takes for it from the
+    /// environment, and no others.
+    #[test]
+    fn the_page_checksums_switch_reads_as_the_flag_does() {
+        use clap::builder::TypedValueParser;
+        let clap_reads = |word: &str| {
+            clap::builder::BoolishValueParser::new()
+                .parse_ref(
+                    &clap::Command::new("gpucr"),
+                    None,
+                    std::ffi::OsStr::new(word),
+                )
+                .ok()
+        };
+        for word in [
+            "y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0", "YES", "Off",
+            "2", "maybe", "",
+        ] {
+            let ours = parse_switch(ENV_NO_PAGE_CHECKSUMS, word).ok();
+            assert_eq!(ours, clap_reads(word), "{word:?}");
+        }
+        assert!(
+            settings(&[(ENV_NO_PAGE_CHECKSUMS, "yes")])
+                .unwrap()
+                .no_page_checksums
+        );
+        assert!(
+            !settings(&[(ENV_NO_PAGE_CHECKSUMS, "0")])
+                .unwrap()
+                .no_page_checksums
+        );
+        let e = settings(&[(ENV_NO_PAGE_CHECKSUMS, "sometimes")]).unwrap_err();
+        assert_eq!(variable_of(&e), ENV_NO_PAGE_CHECKSUMS);
+        assert!(check_setting(ENV_NO_PAGE_CHECKSUMS, "sometimes").is_err());
+        assert!(check_setting(ENV_NO_PAGE_CHECKSUMS, "on").is_ok());
     }
 
     #[test]
@@ -417,6 +477,7 @@ mod tests {
             ENV_COMPRESS,
             ENV_JOBS,
             ENV_DEVICE_TIMEOUT,
+            ENV_NO_PAGE_CHECKSUMS,
             gpucr_cuda_driver::ENV_LIBRARY,
             amdgpu::ENV_FENCE_TIMEOUT,
             amdgpu::ENV_RINGS,
