@@ -700,7 +700,6 @@ fn no_page_checksums_records_the_pages_files_by_size() {
 /// and no task of the image's tree is left.
 #[test]
 fn a_second_sigint_during_a_restore_ends_the_hung_action_script() {
-    use std::os::unix::fs::PermissionsExt;
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     let Dumped {
@@ -711,58 +710,18 @@ fn a_second_sigint_during_a_restore_ends_the_hung_action_script() {
         ..
     } = dumped_and_killed(tmp.path());
     copy_files(&snapshot, &state);
-    let started = tmp.path().join("script-started");
-    let script = tmp.path().join("hangs.sh");
-    fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\n[ \"$CRTOOLS_SCRIPT_ACTION\" = pre-restore ] || exit 0\n\
-             sleep 120 &\necho $! > {}\nwait\n",
-            started.display()
-        ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
-    let config = tmp.path().join("hangs.conf");
-    fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
+    let hangs = HangingScript::new(tmp.path(), "pre-restore");
     let child = spawn_gpucr(
         &[
             "restore",
             "--detach",
             "--criu-config",
-            config.to_str().unwrap(),
+            hangs.config.to_str().unwrap(),
             image.to_str().unwrap(),
         ],
         &[],
     );
-    let sleeper: i32 = wait_for(
-        std::time::Duration::from_secs(20),
-        "the action script to start",
-        || fs::read_to_string(&started).ok()?.trim().parse().ok(),
-    );
-    signal_child(&child, nix::sys::signal::Signal::SIGINT);
-    std::thread::sleep(std::time::Duration::from_secs(4));
-    signal_child(&child, nix::sys::signal::Signal::SIGINT);
-    let out = child.wait_with_output().unwrap();
-    let said = stderr(&out);
-    assert_eq!(out.status.code(), Some(130), "{said}");
-    assert!(
-        said.contains("gpucr: SIGINT received during the restore: waiting for CRIU (pid ")
-            && said.contains(&format!(
-                "; it runs the action script `/bin/sh {}` (pid ",
-                script.display()
-            ))
-            && said.contains(&format!(
-                "gpucr: ended the action script `/bin/sh {}` (pid ",
-                script.display()
-            ))
-            && said.contains("CRIU now rolls the restore back"),
-        "{said}"
-    );
-    wait_for(
-        std::time::Duration::from_secs(10),
-        "the script's own child to be ended",
-        || gpucr_abi::procfs::has_exited(sleeper).then_some(()),
-    );
+    let said = hangs.interrupt_twice(child, "restore");
+    assert!(said.contains(", at pre-restore)"), "{said}");
     assert!(!alive(tree.pid), "nothing of the image's tree is left");
 }

@@ -780,6 +780,78 @@ pub fn failing_script(dir: &Path, stage: &str, status: u8) -> (PathBuf, PathBuf)
     (script, config)
 }
 
+/// An action script for CRIU in a directory that hangs at one stage (it starts a long
+/// `sleep` and waits for it), with the config file that names it.
+pub struct HangingScript {
+    pub script: PathBuf,
+    pub config: PathBuf,
+    /// Where the script writes its `sleep`'s pid once it hangs.
+    started: PathBuf,
+}
+
+impl HangingScript {
+    pub fn new(dir: &Path, stage: &str) -> HangingScript {
+        use std::os::unix::fs::PermissionsExt;
+        let started = dir.join(format!("hangs-at-{stage}.started"));
+        let script = dir.join(format!("hangs-at-{stage}.sh"));
+        fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n[ \"$CRTOOLS_SCRIPT_ACTION\" = {stage} ] || exit 0\n\
+                 sleep 120 &\necho $! > {}\nwait\n",
+                started.display()
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        let config = dir.join(format!("hangs-at-{stage}.conf"));
+        fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
+        HangingScript {
+            script,
+            config,
+            started,
+        }
+    }
+
+    /// Interrupt `gpucr` (a dump or restore, `request`, whose CRIU runs this script)
+    /// once the script hangs, and again after gpucr has said what it waits for: the
+    /// script ends with what it started, gpucr exits 130 having said both. Returns its
+    /// stderr.
+    pub fn interrupt_twice(&self, gpucr: Child, request: &str) -> String {
+        let sleeper: i32 = wait_for(Duration::from_secs(20), "the action script to hang", || {
+            fs::read_to_string(&self.started).ok()?.trim().parse().ok()
+        });
+        signal_child(&gpucr, Signal::SIGINT);
+        // gpucr speaks up after 3 s without a word from CRIU.
+        std::thread::sleep(Duration::from_secs(4));
+        assert!(alive(sleeper), "the script ends only on the second signal");
+        signal_child(&gpucr, Signal::SIGINT);
+        let out = gpucr.wait_with_output().unwrap();
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(130), "{said}");
+        let command = format!("`/bin/sh {}` (pid ", self.script.display());
+        assert!(
+            said.contains(&format!(
+                "gpucr: SIGINT received during the {request}: waiting for CRIU (pid "
+            )) && said.contains(&format!("; it runs the action script {command}"))
+                && said.contains(&format!(
+                    "another signal ends it, and CRIU then rolls the {request} back"
+                ))
+                && said.contains(&format!("gpucr: ended the action script {command}"))
+                && said.contains(&format!(
+                    "that CRIU waited for; CRIU now rolls the {request} back"
+                )),
+            "{said}"
+        );
+        wait_for(
+            Duration::from_secs(10),
+            "the script's own child to be ended",
+            || gpucr_abi::procfs::has_exited(sleeper).then_some(()),
+        );
+        said
+    }
+}
+
 /// The children of `pid` (none when it is gone).
 pub fn children(pid: i32) -> Vec<i32> {
     fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
