@@ -482,7 +482,15 @@ fn restore_in(
     if opts.verify_first {
         verify_gpu_first(&opts.dir, &manifest, &stop_verifying)?;
     }
-    progress.event("verified", "image verified");
+    progress.event(
+        "verified",
+        if manifest.options.no_page_checksums {
+            "image verified (its memory pages files by size only: dumped with \
+             --no-page-checksums)"
+        } else {
+            "image verified"
+        },
+    );
     let mut bulk = (!opts.verify_first).then(|| {
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
         let threads = verify::default_threads().saturating_sub(1).max(1);

@@ -644,7 +644,16 @@ fn no_page_checksums_records_the_pages_files_by_size() {
     );
     assert!(stdout(&out).contains(&by_size), "{}", stdout(&out));
 
-    let restored = Restored::from_output(&gpucr(&["restore", "-d", image.to_str().unwrap()]));
+    let out = gpucr(&["restore", "-d", "-v", image.to_str().unwrap()]);
+    assert!(
+        stderr(&out).contains(
+            "image verified (its memory pages files by size only: dumped with \
+             --no-page-checksums)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    let restored = Restored::from_output(&out);
     tree.wait_ticks(3);
     for role in ROLES {
         assert_journal_continuous(&state, role);
