@@ -16,23 +16,30 @@ pub fn threads(pid: i32) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// `pid` and all its descendants (through /proc/PID/task/TID/children), each once,
-/// parents before their children.
+/// The children of `pid`, of every thread of it (/proc/PID/task/TID/children); none
+/// once it is gone.
+pub fn children(pid: i32) -> Vec<i32> {
+    threads(pid)
+        .into_iter()
+        .flat_map(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// `pid` and all its descendants ([`children`]), each once, parents before their
+/// children.
 pub fn tree_pids(pid: i32) -> Vec<i32> {
     let mut out = vec![pid];
     let mut i = 0;
     while i < out.len() {
-        let p = out[i];
-        for tid in threads(p) {
-            let children = std::fs::read_to_string(format!("/proc/{p}/task/{tid}/children"))
-                .unwrap_or_default();
-            for c in children
-                .split_whitespace()
-                .filter_map(|c| c.parse::<i32>().ok())
-            {
-                if !out.contains(&c) {
-                    out.push(c);
-                }
+        for c in children(out[i]) {
+            if !out.contains(&c) {
+                out.push(c);
             }
         }
         i += 1;

@@ -30,7 +30,7 @@ pub struct RunningScript {
 /// The action scripts `criu` (CRIU's pid) is running now: those of its children whose
 /// environment names a stage.
 pub fn running(criu: i32) -> Vec<RunningScript> {
-    children(criu)
+    procfs::children(criu)
         .into_iter()
         .filter_map(|pid| {
             let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
@@ -59,20 +59,6 @@ pub fn end(script: &RunningScript) {
     for pid in procfs::tree_pids(script.pid) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     }
-}
-
-/// The direct children of `pid` (of every thread of it).
-fn children(pid: i32) -> Vec<i32> {
-    procfs::threads(pid)
-        .into_iter()
-        .flat_map(|tid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|c| c.parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
 }
 
 /// The stage in a `/proc/PID/environ` text (NUL-separated `NAME=value` entries), if it

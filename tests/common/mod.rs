@@ -854,11 +854,7 @@ impl HangingScript {
 
 /// The children of `pid` (none when it is gone).
 pub fn children(pid: i32) -> Vec<i32> {
-    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
+    gpucr_abi::procfs::children(pid)
 }
 
 /// How many children of `pid` have exited and are not reaped (zombies).
