@@ -550,31 +550,36 @@ fn checksum_image(
 ) -> Result<Vec<FileRecord>, DumpError> {
     let mut names = dir::image_files(dir)?;
     names.retain(|name| !left_out.contains(name));
-    // GPU data files carry a checksum per chunk (gpu/index): record only their size.
-    let mut records: Vec<FileRecord> = Vec::new();
-    for (name, marker) in names.iter().filter_map(|name| {
+    // GPU data files carry a checksum per chunk (gpu/index), and with `pages_size_only`
+    // the pages files go without one: only their size is recorded.
+    let marker = |name: &str| {
         if is_gpu_data_file(name) {
-            Some((name, checksum::CHUNK_VERIFIED))
+            Some(checksum::CHUNK_VERIFIED)
         } else if pages_size_only && is_pages_file(name) {
-            Some((name, checksum::SIZE_ONLY))
+            Some(checksum::SIZE_ONLY)
         } else {
             None
         }
-    }) {
-        let size = std::fs::metadata(dir.join(name))
-            .map_err(|source| DumpError::Checksum {
-                path: dir.join(name),
-                source,
-            })?
+    };
+    let mut records: Vec<FileRecord> = Vec::new();
+    let mut to_hash = Vec::new();
+    for name in names {
+        let Some(marker) = marker(&name) else {
+            to_hash.push(name);
+            continue;
+        };
+        let path = dir.join(&name);
+        let size = std::fs::metadata(&path)
+            .map_err(|source| DumpError::Checksum { path, source })?
             .len();
         records.push(FileRecord {
-            path: name.clone(),
+            path: name,
             size,
             checksum: marker.into(),
             blocks: Vec::new(),
         });
     }
-    names.retain(|name| !records.iter().any(|r| &r.path == name));
+    let names = to_hash;
     let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
     let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
     let prefixes: Vec<Vec<u64>> = names

@@ -174,11 +174,14 @@ pub fn maps_path(pid: i32) -> PathBuf {
 /// The numbers of the fds `pid` has open, read as the caller goes; none if `pid`'s fd
 /// table cannot be read.
 pub fn fd_numbers(pid: i32) -> impl Iterator<Item = i32> {
-    std::fs::read_dir(fd_dir(pid))
-        .into_iter()
+    read_fd_numbers(pid).into_iter().flatten()
+}
+
+/// [`fd_numbers`], or why `pid`'s fd table cannot be read.
+pub fn read_fd_numbers(pid: i32) -> io::Result<impl Iterator<Item = i32>> {
+    Ok(std::fs::read_dir(fd_dir(pid))?
         .flatten()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok()))
 }
 
 /// `/proc/PID/fd`: the links to the files `pid` has open, one per fd number.
@@ -190,12 +193,9 @@ pub fn fd_dir(pid: i32) -> String {
 /// (pipes, sockets and anonymous files as their link text, `pipe:[N]`, not absolute),
 /// read as the caller goes; none if `pid`'s fd table cannot be read.
 pub fn open_files(pid: i32) -> impl Iterator<Item = (i32, PathBuf)> {
-    fd_numbers(pid).filter_map(move |fd| {
-        Some((
-            fd,
-            std::fs::read_link(format!("{}/{fd}", fd_dir(pid))).ok()?,
-        ))
-    })
+    let dir = fd_dir(pid);
+    fd_numbers(pid)
+        .filter_map(move |fd| Some((fd, std::fs::read_link(format!("{dir}/{fd}")).ok()?)))
 }
 
 /// `/proc/PID/fdinfo/FD`: where an fd's open flags are.

@@ -108,9 +108,12 @@ impl Kfd for RealKfd {
     fn task_kfd(&self, pid: i32) -> Result<Option<OwnedFd>, KernelError> {
         // An fd table that cannot be read is an error here, not "no KFD open".
         let dir = gpucr_abi::procfs::fd_dir(pid);
-        std::fs::read_dir(&dir).map_err(|e| KernelError::new("read_dir", &dir, errno(&e)))?;
-        let Some(number) = gpucr_abi::procfs::open_files(pid)
-            .find_map(|(fd, target)| (target == std::path::Path::new(KFD_PATH)).then_some(fd))
+        let Some(number) = gpucr_abi::procfs::read_fd_numbers(pid)
+            .map_err(|e| KernelError::new("read_dir", &dir, errno(&e)))?
+            .find(|fd| {
+                std::fs::read_link(format!("{dir}/{fd}"))
+                    .is_ok_and(|t| t == std::path::Path::new(KFD_PATH))
+            })
         else {
             return Ok(None);
         };

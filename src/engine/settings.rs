@@ -199,18 +199,23 @@ fn parse_device_timeout(text: &str) -> Result<Duration, SettingsError> {
     }
 }
 
-/// A yes/no setting, read with the words `gpucr dump` takes for a switch from the
-/// environment (clap's `BoolishValueParser`).
+/// A yes/no setting, read by the parser `gpucr dump` reads the switch's flag with from
+/// the environment (clap's `BoolishValueParser`).
 fn parse_switch(variable: &'static str, text: &str) -> Result<bool, SettingsError> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" | "t" | "true" | "on" | "1" => Ok(true),
-        "n" | "no" | "f" | "false" | "off" | "0" => Ok(false),
-        _ => Err(bad(
-            variable,
-            text,
-            "not yes or no (y, yes, t, true, on, 1 / n, no, f, false, off, 0)".into(),
-        )),
-    }
+    use clap::builder::{BoolishValueParser, TypedValueParser};
+    BoolishValueParser::new()
+        .parse_ref(
+            &clap::Command::new(variable),
+            None,
+            std::ffi::OsStr::new(text.trim()),
+        )
+        .map_err(|_| {
+            bad(
+                variable,
+                text,
+                "not yes or no (y, yes, t, true, on, 1 / n, no, f, false, off, 0)".into(),
+            )
+        })
 }
 
 #[cfg(test)]
