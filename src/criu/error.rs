@@ -261,51 +261,42 @@ mod tests {
         ));
     }
 
-    /// A failure of CRIU's request, as [`CriuError::Failed`] shows it.
-    fn failed_message(
+    /// A failed `request` with CRIU's `errmsg` and the tail of its log, and the cause
+    /// `plugin_failure` if a hook of gpucr's plugin made it fail; no script failure,
+    /// errno or log path.
+    fn failed_request(
         request: &'static str,
-        errno: &Option<i32>,
-        errmsg: &Option<String>,
-        plugin_failure: &Option<Box<PluginFailure>>,
-        log: &Option<PathBuf>,
-        log_tail: &[String],
-    ) -> String {
+        errmsg: Option<&str>,
+        plugin_failure: Option<PluginFailure>,
+        log_tail: &[&str],
+    ) -> CriuError {
         CriuError::Failed {
             request,
-            errno: *errno,
-            errmsg: errmsg.clone(),
-            plugin_failure: plugin_failure.clone(),
+            errno: None,
+            errmsg: errmsg.map(str::to_owned),
+            plugin_failure: plugin_failure.map(Box::new),
             script_failure: None,
-            log: log.clone(),
-            log_tail: log_tail.to_vec(),
+            log: None,
+            log_tail: log_tail.iter().map(|line| (*line).to_owned()).collect(),
         }
-        .to_string()
     }
 
     #[test]
     fn the_last_real_error_heads_the_message() {
-        let tail = vec![
-            "Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self".to_owned(),
-            "(00.1)      1: Error (criu/files-reg.c:2175): File x has bad size 54 (expect 0)"
-                .to_owned(),
-            "(00.1)      1: Error (criu/files.c:1221): Unable to open fd=7 id=0xb".to_owned(),
-            "(00.2) Error (criu/cr-restore.c:2331): Restoring FAILED.".to_owned(),
+        let tail = [
+            "Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self",
+            "(00.1)      1: Error (criu/files-reg.c:2175): File x has bad size 54 (expect 0)",
+            "(00.1)      1: Error (criu/files.c:1221): Unable to open fd=7 id=0xb",
+            "(00.2) Error (criu/cr-restore.c:2331): Restoring FAILED.",
         ];
-        let text = failed_message(
-            "restore",
-            &Some(0),
-            &Some("rlimit".into()),
-            &None,
-            &None,
-            &tail,
-        );
+        let text = failed_request("restore", Some("rlimit"), None, &tail).to_string();
         assert!(
             text.starts_with(
                 "criu restore failed: Error (criu/files-reg.c:2175): File x has bad size"
             ),
             "{text}"
         );
-        let text = failed_message("dump", &None, &Some("why".into()), &None, &None, &[]);
+        let text = failed_request("dump", Some("why"), None, &[]).to_string();
         assert_eq!(text, "criu dump failed: why");
     }
 
@@ -313,23 +304,16 @@ mod tests {
     fn a_failed_plugin_hook_heads_the_message() {
         // CRIU could not detach from a task it never seized, because the hook before
         // the freeze failed: the hook's failure is the cause.
-        let tail = vec![
-            "(00.05) gpucr: error: PAUSE_DEVICES: the driver refused".to_owned(),
-            "(00.06) Error (compel/src/lib/infect.c:417): Unable to detach from 9".to_owned(),
-            "(00.07) Error (criu/cr-dump.c:1975): Dumping FAILED.".to_owned(),
+        let tail = [
+            "(00.05) gpucr: error: PAUSE_DEVICES: the driver refused",
+            "(00.06) Error (compel/src/lib/infect.c:417): Unable to detach from 9",
+            "(00.07) Error (criu/cr-dump.c:1975): Dumping FAILED.",
         ];
-        let failure = Some(Box::new(PluginFailure {
+        let failure = PluginFailure {
             kind: PluginFailureKind::Device,
             what: "PAUSE_DEVICES: the driver refused".to_owned(),
-        }));
-        let text = failed_message(
-            "dump",
-            &None,
-            &Some("rlimit".into()),
-            &failure,
-            &None,
-            &tail,
-        );
+        };
+        let text = failed_request("dump", Some("rlimit"), Some(failure), &tail).to_string();
         assert!(
             text.starts_with(
                 "criu dump failed: gpucr's plugin failed in PAUSE_DEVICES: the driver refused\n"
@@ -343,22 +327,27 @@ mod tests {
     /// hook of gpucr's plugin that failed still comes first.
     #[test]
     fn a_failed_action_script_heads_the_message() {
-        let failed = |plugin: Option<PluginFailure>| CriuError::Failed {
-            request: "dump",
-            errno: None,
-            errmsg: Some("rlimit".into()),
-            plugin_failure: plugin.map(Box::new),
-            script_failure: Some(Box::new(ScriptFailure {
-                script: "/etc/job/post.sh".into(),
-                stage: Some("post-dump".into()),
-                how: Some("exited with status 3".into()),
-                config: Some(PathBuf::from("/etc/job.conf")),
-            })),
-            log: Some(PathBuf::from("/img/dump.log")),
-            log_tail: vec![
-                "Error (criu/action-scripts.c:156): One of more action scripts failed".into(),
-                "Error (criu/cr-dump.c:1975): Dumping FAILED.".into(),
-            ],
+        let failed = |plugin: Option<PluginFailure>| {
+            let tail = [
+                "Error (criu/action-scripts.c:156): One of more action scripts failed",
+                "Error (criu/cr-dump.c:1975): Dumping FAILED.",
+            ];
+            let mut error = failed_request("dump", Some("rlimit"), plugin, &tail);
+            if let CriuError::Failed {
+                script_failure,
+                log,
+                ..
+            } = &mut error
+            {
+                *script_failure = Some(Box::new(ScriptFailure {
+                    script: "/etc/job/post.sh".into(),
+                    stage: Some("post-dump".into()),
+                    how: Some("exited with status 3".into()),
+                    config: Some(PathBuf::from("/etc/job.conf")),
+                }));
+                *log = Some(PathBuf::from("/img/dump.log"));
+            }
+            error
         };
         let error = failed(None);
         assert!(
@@ -415,19 +404,12 @@ mod tests {
 
     #[test]
     fn a_failed_hook_decides_the_exit_code_by_its_kind() {
-        let failed = |kind: Option<PluginFailureKind>| CriuError::Failed {
-            request: "restore",
-            errno: None,
-            errmsg: None,
-            plugin_failure: kind.map(|kind| {
-                Box::new(PluginFailure {
-                    kind,
-                    what: "RESTORE_EXT_FILE: why".into(),
-                })
-            }),
-            script_failure: None,
-            log: None,
-            log_tail: Vec::new(),
+        let failed = |kind: Option<PluginFailureKind>| {
+            let failure = kind.map(|kind| PluginFailure {
+                kind,
+                what: "RESTORE_EXT_FILE: why".into(),
+            });
+            failed_request("restore", None, failure, &[])
         };
         assert_eq!(failed(None).exit_code(), exit_code::CRIU_FAILED);
         assert_eq!(
