@@ -6,6 +6,14 @@ set -euo pipefail
 trap 'printf "test: failed (exit status %s): %s\n" "$?" "$BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 command -v criu >/dev/null && command -v crit >/dev/null || scripts/install-criu.sh
+# The tests that fill a file system mount a tmpfs in their temporary directory and
+# unmount it when they end, even when they fail; a test run that was killed cannot.
+# Unmount what such runs left, under the tests' lock, so that no live run's is touched.
+tmp=${TMPDIR:-/tmp}
+flock /tmp/gpucr-tests.lock sh -c '
+    findmnt -rn -t tmpfs -o TARGET | grep -E "^$1/\.tmp[^/]+/(roomy|full)\$" |
+        while read -r dir; do umount -l "$dir" && echo "test: unmounted $dir, left by a killed test run"; done
+' sweep "${tmp%/}" || true
 # The end-to-end tests run the gpucr binary with its CRIU plugin (a cdylib, which
 # `cargo test` alone does not produce) and the sample workloads.
 cargo build --workspace --all-features --lib --bins --examples

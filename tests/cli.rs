@@ -728,22 +728,9 @@ fn a_full_file_system_fails_the_dump_before_the_tree_is_killed() {
     let tmp = tempfile::tempdir().unwrap();
     let tree = Tree::start(&tmp.path().join("state"), &["--memory-mib", "1"]);
     let pid = tree.pid.to_string();
-    let mount = |dir: &Path, bytes: u64| {
-        fs::create_dir_all(dir).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
-            .arg("tmpfs")
-            .arg(dir)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount a tmpfs (root needed)");
-    };
-    let umount = |dir: &Path| {
-        let _ = Command::new("umount").arg(dir).status();
-    };
     // What the image takes, measured on a file system with room.
     let roomy = tmp.path().join("roomy");
-    mount(&roomy, 1 << 30);
+    let roomy_fs = mount_tmpfs(&roomy, 1 << 30);
     let empty = used_bytes(&roomy);
     let out = gpucr(&[
         "dump",
@@ -755,12 +742,12 @@ fn a_full_file_system_fails_the_dump_before_the_tree_is_killed() {
     assert_success(&out);
     let manifest = fs::metadata(roomy.join("img/gpucr.json")).unwrap().len();
     let image = used_bytes(&roomy) - empty;
-    umount(&roomy);
+    drop(roomy_fs);
     // Room for that image but one page of its manifest (which takes more than one):
     // CRIU's files fit, the manifest does not.
     assert!(manifest > 4096, "{manifest}");
     let full = tmp.path().join("full");
-    mount(&full, image - 4096);
+    let full_fs = mount_tmpfs(&full, image - 4096);
     let dir = full.join("img");
     let out = gpucr(&["dump", "--tcp-established", &pid, dir.to_str().unwrap()]);
     let listing = fs::read_dir(&dir)
@@ -768,7 +755,7 @@ fn a_full_file_system_fails_the_dump_before_the_tree_is_killed() {
         .unwrap_or_default();
     let incomplete = dir.join("gpucr-incomplete.json").exists();
     let manifest_written = dir.join("gpucr.json").exists();
-    umount(&full);
+    drop(full_fs);
     assert_fails_with(&out, IMAGE_DIR, "no room for the manifest");
     assert!(
         stderr(&out).contains(&format!("pid {pid} is still running")),

@@ -462,22 +462,22 @@ fn engine_mode_without_room(extra: &[&str]) {
     // What the image takes, measured on a file system with room; the images are the
     // file system's root, CRIU's work directory (its log) is beside it.
     let roomy = tmp.path().join("roomy");
-    mount_tmpfs(&roomy, 1 << 30);
+    let roomy_fs = mount_tmpfs(&roomy, 1 << 30);
     let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &roomy, &["--leave-running"]);
     let manifest = fs::metadata(roomy.join("gpucr.json")).map(|m| m.len());
     let image_bytes =
         used_bytes(&roomy) - manifest.as_ref().map_or(0, |&b| b.next_multiple_of(4096));
-    umount(&roomy);
+    drop(roomy_fs);
     assert!(out.status.success(), "{log}");
     assert!(manifest.is_ok(), "no manifest in engine mode:\n{log}");
     assert!(image_bytes >= 48 << 20, "{image_bytes}");
     let steps_before = tree.steps();
     // CRIU's image fits with 64 KiB to spare; the manifest's room takes at least 128 KiB.
     let full = tmp.path().join("full");
-    mount_tmpfs(&full, image_bytes + (64 << 10));
+    let full_fs = mount_tmpfs(&full, image_bytes + (64 << 10));
     let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &full, &[]);
     let manifest_written = full.join("gpucr.json").exists();
-    umount(&full);
+    drop(full_fs);
     assert!(!out.status.success(), "{log}");
     assert!(
         log.contains("engine mode: GPU memory is in the image"),

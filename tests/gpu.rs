@@ -295,7 +295,7 @@ fn engine_mode_without_room_for_the_manifest_fails_the_dump_and_the_tree_runs_on
     let libs = install_plugin(tmp.path(), &sim, &["GPUCR_COMPRESS=none"]);
     // What the GPU memory takes, measured on a file system with room.
     let roomy = tmp.path().join("roomy");
-    mount_tmpfs(&roomy, 1 << 30);
+    let roomy_fs = mount_tmpfs(&roomy, 1 << 30);
     let (out, log) =
         criu_dump_with_plugin(&libs, tree.pid, &roomy.join("img"), &["--leave-running"]);
     let gpu_bytes: u64 = fs::read_dir(roomy.join("img/gpu"))
@@ -306,17 +306,17 @@ fn engine_mode_without_room_for_the_manifest_fails_the_dump_and_the_tree_runs_on
         })
         .unwrap_or(0);
     let manifest = roomy.join("img/gpucr.json").exists();
-    umount(&roomy);
+    drop(roomy_fs);
     assert!(out.status.success(), "{log}");
     assert!(manifest, "{log}");
     assert!(gpu_bytes >= 12 << 20, "{gpu_bytes}");
     // The GPU memory fits, with less than the manifest's room to spare.
     let full = tmp.path().join("full");
-    mount_tmpfs(&full, gpu_bytes + (96 << 10));
+    let full_fs = mount_tmpfs(&full, gpu_bytes + (96 << 10));
     let dir = full.join("img");
     let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &dir, &[]);
     let manifest_written = dir.join("gpucr.json").exists();
-    umount(&full);
+    drop(full_fs);
     assert!(!out.status.success(), "{log}");
     let refusal = log
         .lines()

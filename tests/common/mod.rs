@@ -724,8 +724,19 @@ pub fn criu_dump_with_plugin_env(
     (out, log)
 }
 
-/// A tmpfs of `bytes` at `dir` (made here).
-pub fn mount_tmpfs(dir: &Path, bytes: u64) {
+/// A tmpfs mounted for a test; unmounted when dropped, also when the test fails
+/// before it unmounts it (a killed test run leaves it: `scripts/test.sh` sweeps those).
+#[must_use = "the tmpfs is unmounted when this is dropped"]
+pub struct Tmpfs(PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        umount(&self.0);
+    }
+}
+
+/// A tmpfs of `bytes` at `dir` (made here), mounted until the returned guard is dropped.
+pub fn mount_tmpfs(dir: &Path, bytes: u64) -> Tmpfs {
     fs::create_dir_all(dir).unwrap();
     let status = Command::new("mount")
         .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
@@ -733,11 +744,12 @@ pub fn mount_tmpfs(dir: &Path, bytes: u64) {
         .status()
         .unwrap();
     assert!(status.success(), "mount a tmpfs (root needed)");
+    Tmpfs(dir.to_path_buf())
 }
 
 /// Unmount `dir`, waiting up to 5 s for whatever still uses it (an engine helper that
 /// outlives its CRIU by a moment), then detaching it lazily.
-pub fn umount(dir: &Path) {
+fn umount(dir: &Path) {
     let quiet = |args: &[&str]| {
         Command::new("umount")
             .args(args)
