@@ -3,8 +3,8 @@
 //! transfer engine, and answers the plugin's "is this task's memory done" questions.
 //!
 //! One [`Helper`] serves one dump or one restore; [`Session`] is its private directory;
-//! [`GpuDump`] and [`GpuRestore`] bundle both with the transfer engine for `dump.rs` and
-//! `restore.rs`.
+//! [`GpuDump`] and [`GpuRestore`] bundle both with the transfer engine for `dump/` and
+//! `restore/`.
 //!
 //! The helper depends on `crate::gpu` (the [`Backend`](crate::gpu::Backend) trait, the
 //! device state it collects and the manifest types it fills in), never the other way:

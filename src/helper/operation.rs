@@ -1,6 +1,6 @@
 //! The GPU side of one dump or restore: the private session directory with the plugin,
-//! the helper serving it, and the transfer engine behind the helper. `dump.rs` and
-//! `restore.rs` drive it; what it produces and reads is the manifest's
+//! the helper serving it, and the transfer engine behind the helper. `dump/` and
+//! `restore/` drive it; what it produces and reads is the manifest's
 //! [`GpuManifest`] (`crate::gpu`).
 
 use std::path::Path;

@@ -1,26 +1,33 @@
 //! `gpucr dump`: validate, run CRIU's DUMP, checksum the image, write the manifest last.
+//!
+//! [`complete`] checksums the image and writes its manifest (also for engine mode's
+//! helper), [`error`] says why a dump failed; this module runs CRIU and the GPU helper
+//! side by side and answers CRIU's notifications.
 
 use std::path::{Path, PathBuf};
 
-use nix::sys::utsname::uname;
-
 use crate::criu::{
-    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
-    CriuError, DumpRequest, NetworkLock,
+    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, DumpRequest, NetworkLock,
 };
-use crate::exit_code::{self, ExitCode};
-use crate::gpu::{self, GpuError};
+use crate::gpu;
 use crate::helper::{GpuDump, HelperError, Session};
-use crate::image::checksum;
-use crate::image::dir::{self, ImageDirError};
-use crate::image::follow::{Follower, Prefixes};
-use crate::image::manifest::{self, FileRecord, Manifest, ManifestError, Timings};
-use crate::image::room::{self, ManifestRoom, RoomError};
+use crate::image::dir;
+use crate::image::follow::Follower;
+use crate::image::manifest::{self, Manifest};
+use crate::image::room::{self, ManifestRoom};
 use crate::image::{self, DUMP_LOG};
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
-use crate::target::{self, TargetError};
+use crate::target;
 use crate::transfer::TransferConfig;
+
+mod complete;
+mod error;
+
+pub use complete::{
+    gpu_section_bytes, is_gpu_data_file, is_pages_file, write_manifest, ImageFacts,
+};
+pub use error::DumpError;
 
 /// What to dump and how.
 #[derive(Debug, Clone)]
@@ -60,80 +67,6 @@ pub struct DumpOutcome {
     pub image_bytes: u64,
     /// Bytes of CPU memory pages (pages-*.img).
     pub pages_bytes: u64,
-}
-
-/// Why a dump failed. In every case the tree keeps running.
-#[derive(Debug, thiserror::Error)]
-pub enum DumpError {
-    #[error(transparent)]
-    Target(#[from] TargetError),
-    #[error(transparent)]
-    CriuConfig(#[from] CriuConfigError),
-    #[error(transparent)]
-    ImageDir(#[from] ImageDirError),
-    #[error("{error}\n  the image in {dir} is incomplete; {running}")]
-    Criu {
-        error: Box<CriuError>,
-        dir: PathBuf,
-        running: String,
-    },
-    #[error(transparent)]
-    CriuSetup(Box<CriuError>),
-    #[error("{path}: cannot checksum the dumped file")]
-    Checksum {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Manifest(#[from] ManifestError),
-    #[error("{error}\n  the image in {dir} is incomplete; {running}")]
-    ManifestRoom {
-        error: Box<RoomError>,
-        dir: PathBuf,
-        running: String,
-    },
-    #[error(transparent)]
-    Gpu(#[from] GpuError),
-    #[error("cannot record the GPU topology")]
-    Topology(#[from] gpucr_topology::TopologyError),
-    #[error("{error}\n  the image in {dir} is incomplete; {running}")]
-    Helper {
-        error: Box<HelperError>,
-        dir: PathBuf,
-        running: String,
-    },
-    #[error(transparent)]
-    HelperSetup(Box<HelperError>),
-    #[error("{error}\n  the image in {dir} is complete, but a task of the tree that lives on may not have its device back; {running}")]
-    GiveBack {
-        error: Box<HelperError>,
-        dir: PathBuf,
-        running: String,
-    },
-    #[error("interrupted by {signal}: the dump was rolled back; the image in {dir} is incomplete; {running}")]
-    Interrupted {
-        signal: &'static str,
-        dir: PathBuf,
-        running: String,
-    },
-}
-
-impl ExitCode for DumpError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            DumpError::Target(e) => e.exit_code(),
-            DumpError::CriuConfig(e) => e.exit_code(),
-            DumpError::ImageDir(_) | DumpError::ManifestRoom { .. } => exit_code::IMAGE_DIR,
-            DumpError::Criu { error, .. } | DumpError::CriuSetup(error) => error.exit_code(),
-            DumpError::Gpu(e) => e.exit_code(),
-            DumpError::Helper { error, .. } | DumpError::HelperSetup(error) => error.exit_code(),
-            DumpError::Manifest(e) => e.exit_code(),
-            DumpError::Checksum { .. } | DumpError::Topology(_) => exit_code::FAILURE,
-            DumpError::GiveBack { .. } => exit_code::GIVE_BACK_FAILED,
-            DumpError::Interrupted { .. } => exit_code::INTERRUPTED,
-        }
-    }
 }
 
 /// Checkpoint `opts.pid` into `opts.dir`.
@@ -423,100 +356,6 @@ fn liveness(pid: i32) -> String {
     }
 }
 
-/// What the manifest records besides the image's files.
-pub struct ImageFacts<'a> {
-    pub target: target::TargetInfo,
-    pub criu_version: String,
-    pub options: manifest::DumpOptions,
-    /// The backend's local topology (being read since the dump started) and what its
-    /// helper collected, for a dump with GPU state.
-    pub gpu: Option<(gpu::LocalTopology, &'a gpu::GpuManifest)>,
-    /// The room taken for the manifest before the tree was let go, if it was.
-    pub room: Option<ManifestRoom>,
-    /// Files of the image directory left out of the manifest: those CRIU still writes
-    /// when it is written (engine mode: CRIU's log, when CRIU keeps it there), whose
-    /// final contents no checksum could hold. None under `gpucr dump`, which writes the
-    /// manifest once CRIU has ended.
-    pub still_written: Vec<String>,
-}
-
-/// CRIU has written the image: checksum every file (`known` holds the blocks already
-/// hashed while CRIU wrote) and write the manifest, last, which makes the image
-/// complete. Shared by `gpucr dump` and the engine mode's helper.
-pub fn write_manifest(
-    dir: &Path,
-    known: &Prefixes,
-    facts: ImageFacts<'_>,
-    progress: &mut Progress,
-) -> Result<DumpOutcome, DumpError> {
-    let size_only = facts.options.no_page_checksums;
-    let files = checksum_image(dir, known, &facts.still_written, size_only)?;
-    progress.event("checksums-done", "writing the manifest");
-    let image_bytes = files.iter().map(|f| f.size).sum();
-    let pages_bytes = files
-        .iter()
-        .filter(|f| is_pages_file(&f.path))
-        .map(|f| f.size)
-        .sum();
-    let (topology, gpu_section, backend) = match facts.gpu {
-        Some((local, g)) => (
-            Some(local.used_by(&g.tasks)?),
-            Some(image::gpu::GpuSection::from_runtime(g)),
-            g.backend.clone(),
-        ),
-        None => (None, None, "none".into()),
-    };
-    let uts = uname().ok();
-    let uts_field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
-        uts.as_ref()
-            .map(|u| f(u).to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let target = facts.target;
-    let mut manifest = Manifest {
-        format: manifest::FORMAT_NAME.into(),
-        format_version: manifest::FORMAT_VERSION,
-        gpucr_version: env!("CARGO_PKG_VERSION").into(),
-        criu_version: facts.criu_version,
-        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        host: manifest::Host {
-            hostname: uts_field(|u| u.nodename()),
-            kernel: uts_field(|u| u.release()),
-            arch: uts_field(|u| u.machine()),
-            page_size: crate::units::host_page_size(),
-        },
-        backend,
-        target: manifest::Target {
-            pid: target.pid,
-            comm: target.comm,
-            cmdline: target.cmdline,
-        },
-        options: facts.options,
-        checksum_algorithm: checksum::ALGORITHM.into(),
-        files,
-        timings: Timings::default(),
-        gpu: gpu_section,
-        topology,
-    };
-    progress.event("manifest-written", "done");
-    manifest.timings = Timings {
-        total_ms: progress.elapsed_ms(),
-        events: progress.events().to_vec(),
-    };
-    manifest.write_in(dir, facts.room)?;
-    Ok(DumpOutcome {
-        manifest,
-        image_bytes,
-        pages_bytes,
-    })
-}
-
-/// The size of the manifest's GPU section for `m`, as JSON.
-pub fn gpu_section_bytes(m: &gpu::GpuManifest) -> u64 {
-    serde_json::to_vec_pretty(&image::gpu::GpuSection::from_runtime(m))
-        .map_or(0, |v| v.len() as u64)
-}
-
 /// "No space left on device" when the file system holding `dir` is (nearly) full: CRIU
 /// cannot say so itself once its log cannot be written either.
 fn disk_full_hint(dir: &Path) -> Option<String> {
@@ -528,89 +367,4 @@ fn disk_full_hint(dir: &Path) -> Option<String> {
             dir.display()
         )
     })
-}
-
-/// `gpu/<data file>`: GPU memory, checksummed per chunk by the transfer engine.
-pub fn is_gpu_data_file(path: &str) -> bool {
-    // Everything in gpu/ but the index (see docs/gpu-image-format.md).
-    path.strip_prefix("gpu/")
-        .is_some_and(|name| name != crate::transfer::INDEX_FILE && !name.contains('/'))
-}
-
-pub use crate::image::checksum::is_pages_file;
-
-/// Checksum every image file but those `left_out`; `known` holds the blocks the
-/// follower already hashed. With `pages_size_only`, the memory pages files are
-/// recorded by size alone.
-fn checksum_image(
-    dir: &Path,
-    known: &Prefixes,
-    left_out: &[String],
-    pages_size_only: bool,
-) -> Result<Vec<FileRecord>, DumpError> {
-    let mut names = dir::image_files(dir)?;
-    names.retain(|name| !left_out.contains(name));
-    // GPU data files carry a checksum per chunk (gpu/index), and with `pages_size_only`
-    // the pages files go without one: only their size is recorded.
-    let marker = |name: &str| {
-        if is_gpu_data_file(name) {
-            Some(checksum::CHUNK_VERIFIED)
-        } else if pages_size_only && is_pages_file(name) {
-            Some(checksum::SIZE_ONLY)
-        } else {
-            None
-        }
-    };
-    let mut records: Vec<FileRecord> = Vec::new();
-    let mut to_hash = Vec::new();
-    for name in names {
-        let Some(marker) = marker(&name) else {
-            to_hash.push(name);
-            continue;
-        };
-        let path = dir.join(&name);
-        let size = std::fs::metadata(&path)
-            .map_err(|source| DumpError::Checksum { path, source })?
-            .len();
-        records.push(FileRecord {
-            path: name,
-            size,
-            checksum: marker.into(),
-            blocks: Vec::new(),
-        });
-    }
-    let names = to_hash;
-    let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
-    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-    let prefixes: Vec<Vec<u64>> = names
-        .iter()
-        .map(|n| known.get(n).cloned().unwrap_or_default())
-        .collect();
-    // CRIU has finished writing: the files can be mapped.
-    let digests =
-        checksum::digest_image_files_resuming(&refs, &prefixes, image::verify::default_threads());
-    names
-        .into_iter()
-        .zip(paths)
-        .zip(digests)
-        .map(|((name, path), digest)| {
-            let digest = digest.map_err(|source| DumpError::Checksum { path, source })?;
-            let blocks = if digest.blocks.len() > 1 {
-                digest.block_hex()
-            } else {
-                Vec::new()
-            };
-            Ok(FileRecord {
-                path: name,
-                size: digest.size,
-                checksum: digest.checksum(),
-                blocks,
-            })
-        })
-        .collect::<Result<Vec<_>, DumpError>>()
-        .map(|mut hashed| {
-            hashed.append(&mut records);
-            hashed.sort_by(|a, b| a.path.cmp(&b.path));
-            hashed
-        })
 }

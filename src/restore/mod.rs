@@ -1,6 +1,10 @@
 //! `gpucr restore`: refuse a bad image before CRIU starts, then run CRIU's RESTORE.
+//!
+//! [`load`] reads and verifies the image, [`gpu_state`] checks its GPU state against this
+//! machine's GPUs, [`error`] says why a restore failed; this module runs CRIU and the
+//! GPU helper side by side and answers CRIU's notifications.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -8,22 +12,31 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::criu::{
-    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuConfigError,
-    CriuError, NetworkLock, RestoreRequest,
+    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, NetworkLock,
+    RestoreRequest,
 };
-use crate::exit_code::{self, ExitCode};
-use crate::gpu::GpuRef;
-use crate::gpu::{GpuError, GpuManifest, LocalTopology, TaskTiming};
+use crate::gpu::TaskTiming;
 use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
-use crate::image::dir::{self, ImageDirError, ImagePath};
-use crate::image::manifest::{Manifest, ManifestError};
+use crate::image::dir;
+use crate::image::manifest::Manifest;
 use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
-use crate::image::workdir::{self, WorkDir, WorkDirError};
+use crate::image::workdir::{self, WorkDir};
 use crate::image::RESTORE_LOG;
 use crate::interrupt;
 use crate::progress::{describe_notify, Progress};
 use crate::restore_guard::RestoreGuard;
-use crate::transfer::{ChunkProblem, GpuStats, TransferConfig, TransferError};
+use crate::transfer::{GpuStats, TransferConfig};
+
+mod error;
+mod gpu_state;
+mod load;
+
+pub use error::RestoreError;
+use error::{advise, interrupted, pid_taken};
+use gpu_state::unchecked_gpus;
+pub use gpu_state::{prepare_gpu, PreparedGpu};
+use load::{load_checked, verify_gpu_first};
+pub use load::{load_verified, Loaded};
 
 /// What to restore and how. The boolean flags force an option on; the others come from
 /// the manifest.
@@ -65,344 +78,6 @@ pub struct RestoreOutcome {
     /// What moved GPU memory, and when each task's buffers were filled (milliseconds
     /// since the restore started, the clock of the progress events).
     pub gpu: Option<(GpuStats, Vec<TaskTiming>)>,
-}
-
-/// Why a restore failed. No restored process is left behind in any case.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    #[error("{dir}: no such image directory")]
-    NoDir { dir: PathBuf },
-    #[error("{dir}: {}", not_a_directory(*.found))]
-    NotADirectory { dir: PathBuf, found: ImagePath },
-    #[error("{}: the image is incomplete: {reason}", .dir.display())]
-    Incomplete { dir: PathBuf, reason: String },
-    #[error(transparent)]
-    Manifest(ManifestError),
-    #[error("{}", damaged_message(.dir, .problems))]
-    Damaged {
-        dir: PathBuf,
-        problems: Vec<Problem>,
-    },
-    #[error("{}", damaged_gpu_message(.dir, .problems))]
-    GpuDamaged {
-        dir: PathBuf,
-        problems: Vec<ChunkProblem>,
-    },
-    #[error("{}: refusing to restore the image: {source}", .dir.display())]
-    GpuImage { dir: PathBuf, source: TransferError },
-    #[error(transparent)]
-    Verify(#[from] VerifyError),
-    #[error(transparent)]
-    ImageDir(#[from] ImageDirError),
-    #[error(transparent)]
-    WorkDir(#[from] WorkDirError),
-    #[error(transparent)]
-    Criu(#[from] CriuError),
-    #[error(transparent)]
-    CriuConfig(#[from] CriuConfigError),
-    #[error("{error}\n  {advice}")]
-    CriuAdvised {
-        error: Box<CriuError>,
-        /// What may overcome the failure (see [`advise`]).
-        advice: String,
-    },
-    #[error("{}: option {field} has the unknown value {value:?}", .manifest.display())]
-    BadOption {
-        manifest: PathBuf,
-        field: &'static str,
-        value: String,
-    },
-    #[error(transparent)]
-    Gpu(#[from] GpuError),
-    #[error("{}: {source}", .manifest.display())]
-    GpuSection {
-        manifest: PathBuf,
-        source: crate::image::gpu::GpuSectionError,
-    },
-    #[error("{}: the device state of gpu.tasks[{task}] has {source}; refusing to restore an image that would create or open files there", .manifest.display())]
-    UnsafePath {
-        manifest: PathBuf,
-        task: usize,
-        source: crate::gpu::OutsideRoot,
-    },
-    #[error("{0}\n  the restore was aborted before any restored task ran")]
-    Helper(Box<HelperError>),
-    #[error("the GPUs of this machine cannot hold the image; nothing was restored\n{0}")]
-    Topology(Box<gpucr_topology::Report>),
-    #[error("cannot read this machine's GPU topology")]
-    TopologyRead(#[from] gpucr_topology::TopologyError),
-    #[error("interrupted by {signal}: nothing was restored (CRIU removed what it had begun)")]
-    Interrupted { signal: &'static str },
-    #[error(
-        "{error}\n  CRIU's log of this restore is kept in {} (the image directory is not \
-         writable); the next restore of this image removes it",
-        .dir.display()
-    )]
-    LogKept {
-        error: Box<RestoreError>,
-        /// The private work directory holding CRIU's log and statistics.
-        dir: PathBuf,
-    },
-    #[error(
-        "pid {pid} of the image's tree is in use on this machine ({holder}): CRIU gives a \
-         restored tree its own pids, so they must be free (a tree dumped in a PID namespace \
-         of its own, as in a container, gets a new namespace and never collides). End that \
-         process, or wait for it to exit, and restore again; nothing was restored\n{criu}"
-    )]
-    PidTaken {
-        pid: i32,
-        holder: String,
-        /// CRIU's failure, shown in full inside the message (not as its cause, which
-        /// would print it twice).
-        criu: Box<CriuError>,
-    },
-}
-
-/// A CRIU restore that failed because a pid of the tree is taken ("Can't fork for PID:
-/// File exists") becomes [`RestoreError::PidTaken`], naming what holds the pid.
-fn pid_taken(error: CriuError) -> RestoreError {
-    let text = error.to_string();
-    let pid = text.split("Can't fork for ").nth(1).and_then(|rest| {
-        let (pid, after) = rest.split_once(':')?;
-        after
-            .trim_start()
-            .starts_with("File exists")
-            .then(|| pid.trim().parse::<i32>().ok())?
-    });
-    let Some(pid) = pid else {
-        return RestoreError::Criu(error);
-    };
-    RestoreError::PidTaken {
-        pid,
-        holder: pid_holder(pid),
-        criu: Box::new(error),
-    }
-}
-
-/// A failed CRIU restore, with advice where a CRIU option may overcome it: one CRIU's
-/// message names, or, when this restore was given none (`configured` false), the ones
-/// the dump took from its `--criu-config` file, which a restore does not reuse.
-fn advise(error: CriuError, manifest: &Manifest, configured: bool) -> RestoreError {
-    let text = error.to_string();
-    let advice = crate::criu::advice_for(&text).or_else(|| {
-        let dumped = manifest
-            .options
-            .criu_config
-            .as_ref()
-            .filter(|c| !configured && !c.options.is_empty())?;
-        Some(format!(
-            "the dump took CRIU options from {} ({}); a restore does not reuse them: give \
-             it those it needs with --criu-config",
-            dumped.file,
-            dumped.options.join("; ")
-        ))
-    });
-    match advice {
-        Some(advice) => RestoreError::CriuAdvised {
-            error: Box::new(error),
-            advice,
-        },
-        None => RestoreError::Criu(error),
-    }
-}
-
-/// What holds `pid` now, for a message: its command name and state.
-fn pid_holder(pid: i32) -> String {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
-    match (stat.find('('), stat.rfind(')')) {
-        (Some(open), Some(close)) if open < close => {
-            let comm = &stat[open + 1..close];
-            match stat[close + 1..].split_whitespace().next() {
-                Some("Z") => format!("{comm}, exited and not yet reaped by its parent"),
-                _ => format!("by {comm}"),
-            }
-        }
-        _ => "by a process that has exited since".to_owned(),
-    }
-}
-
-impl ExitCode for RestoreError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            RestoreError::NoDir { .. } | RestoreError::Incomplete { .. } => {
-                exit_code::IMAGE_INCOMPLETE
-            }
-            RestoreError::Manifest(e) => e.exit_code(),
-            RestoreError::Damaged { .. }
-            | RestoreError::NotADirectory { .. }
-            | RestoreError::Verify(_)
-            | RestoreError::BadOption { .. }
-            | RestoreError::UnsafePath { .. }
-            | RestoreError::GpuSection { .. }
-            | RestoreError::GpuDamaged { .. } => exit_code::IMAGE_DAMAGED,
-            RestoreError::GpuImage { source, .. } => source.exit_code(),
-            RestoreError::ImageDir(_) => exit_code::FAILURE,
-            RestoreError::WorkDir(e) => e.exit_code(),
-            RestoreError::Criu(e) => e.exit_code(),
-            RestoreError::CriuConfig(e) => e.exit_code(),
-            RestoreError::CriuAdvised { error, .. } => error.exit_code(),
-            RestoreError::PidTaken { criu, .. } => criu.exit_code(),
-            RestoreError::LogKept { error, .. } => error.exit_code(),
-            RestoreError::Gpu(e) => restored_gpu_code(e),
-            RestoreError::TopologyRead(_) => exit_code::FAILURE,
-            RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
-            RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
-            RestoreError::Helper(e) => match e.as_ref() {
-                HelperError::Gpu(e) => restored_gpu_code(e),
-                other => other.exit_code(),
-            },
-        }
-    }
-}
-
-/// The exit code of a backend's error in a restore: device state of the image that does
-/// not parse is damage; a device or driver failing is the backend's own code.
-fn restored_gpu_code(e: &GpuError) -> u8 {
-    match e {
-        GpuError::Malformed { .. } => exit_code::IMAGE_DAMAGED,
-        e => e.exit_code(),
-    }
-}
-
-/// Why a path that exists is no image directory.
-fn not_a_directory(found: ImagePath) -> &'static str {
-    match found {
-        ImagePath::File => {
-            "not an image directory (a file); a container checkpoint archive is restored by \
-             the engine that made it (podman container restore --import ARCHIVE)"
-        }
-        _ => "not an image directory (neither a directory nor a file)",
-    }
-}
-
-fn damaged_message(dir: &Path, problems: &[Problem]) -> String {
-    let mut text = format!(
-        "{}: the image is damaged; refusing to restore it",
-        dir.display()
-    );
-    for p in problems {
-        text.push_str(&format!("\n  {p}"));
-    }
-    text
-}
-
-fn damaged_gpu_message(dir: &Path, problems: &[ChunkProblem]) -> String {
-    let mut text = format!(
-        "{}: the image's GPU memory is damaged; refusing to restore it",
-        dir.display()
-    );
-    for p in problems {
-        text.push_str(&format!("\n  {p}"));
-    }
-    text
-}
-
-/// Check every chunk of the image's GPU memory against `gpu/index` (as
-/// `gpucr inspect --verify` does), for `--verify-first`: a damaged chunk is refused
-/// before CRIU starts. Nothing to do for an image without GPU state. A signal that sets
-/// `stop` ends the check with [`RestoreError::Interrupted`].
-fn verify_gpu_first(
-    dir: &Path,
-    manifest: &Manifest,
-    stop: &AtomicBool,
-) -> Result<(), RestoreError> {
-    if manifest.gpu.is_none() {
-        return Ok(());
-    }
-    match crate::transfer::verify_image_until(dir, verify::default_threads(), stop) {
-        Ok(problems) if problems.is_empty() => Ok(()),
-        Ok(problems) => Err(RestoreError::GpuDamaged {
-            dir: dir.to_path_buf(),
-            problems,
-        }),
-        Err(TransferError::Cancelled { .. }) => Err(interrupted()),
-        Err(source) => Err(RestoreError::GpuImage {
-            dir: dir.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-/// An image's manifest, read and its files checked, and this machine's GPU topology
-/// being read meanwhile, for [`prepare_gpu`].
-pub struct Loaded {
-    pub manifest: Manifest,
-    /// The read of the topology the image's GPUs are checked against: started once the
-    /// manifest said the image has GPUs to map, so that NVML's initialisation (about
-    /// 200 ms on an H200) overlaps the verification and the driver's start.
-    pub topology: Option<LocalTopology>,
-}
-
-/// Read the manifest and verify every file, before anything else touches the image;
-/// the topology under `sysfs_root` (default: the image's backend's) is read meanwhile.
-pub fn load_verified(dir: &Path, sysfs_root: Option<&Path>) -> Result<Loaded, RestoreError> {
-    load_checked(dir, Scope::All, &AtomicBool::new(false), sysfs_root)
-}
-
-/// Read the manifest and check the files `scope` covers, reading the topology meanwhile
-/// ([`Loaded`]); a signal that sets `stop` ends the check with
-/// [`RestoreError::Interrupted`].
-fn load_checked(
-    dir: &Path,
-    scope: Scope,
-    stop: &AtomicBool,
-    sysfs_root: Option<&Path>,
-) -> Result<Loaded, RestoreError> {
-    match ImagePath::of(dir) {
-        ImagePath::Directory => {}
-        ImagePath::Missing => {
-            return Err(RestoreError::NoDir {
-                dir: dir.to_path_buf(),
-            })
-        }
-        found => {
-            return Err(RestoreError::NotADirectory {
-                dir: dir.to_path_buf(),
-                found,
-            })
-        }
-    }
-    let manifest = match Manifest::read(dir) {
-        Ok(m) => m,
-        Err(ManifestError::Missing { path }) => {
-            let reason = dir::incomplete_reason(dir).map_or_else(
-                || format!("{} is missing (the dump did not finish)", path.display()),
-                |r| format!("the dump failed: {r}"),
-            );
-            return Err(RestoreError::Incomplete {
-                dir: dir.to_path_buf(),
-                reason,
-            });
-        }
-        Err(e) => return Err(RestoreError::Manifest(e)),
-    };
-    let topology = topology_ahead(&manifest, sysfs_root);
-    let problems =
-        match verify::verify_files_until(dir, &manifest, verify::default_threads(), scope, stop) {
-            Err(VerifyError::Stopped) => return Err(interrupted()),
-            result => result?,
-        };
-    if !problems.is_empty() {
-        return Err(RestoreError::Damaged {
-            dir: dir.to_path_buf(),
-            problems,
-        });
-    }
-    Ok(Loaded { manifest, topology })
-}
-
-/// The read of the topology `manifest`'s GPUs will be checked against, started on a
-/// thread of its own; None when the image has no GPU state or no recorded GPUs. The
-/// topology is read where the image's backend would read it (`gpu::topology_root`,
-/// known without loading its driver), or under `sysfs_root`.
-fn topology_ahead(manifest: &Manifest, sysfs_root: Option<&Path>) -> Option<LocalTopology> {
-    let backend = &manifest.gpu.as_ref()?.backend;
-    manifest.topology.as_ref().filter(|t| t.has_gpus())?;
-    let root = sysfs_root
-        .map(Path::to_path_buf)
-        .or_else(|| crate::gpu::topology_root(backend));
-    Some(LocalTopology::start_at(root))
 }
 
 /// Restore the image in `opts.dir`. The root of the restored tree is a child of this
@@ -757,57 +432,6 @@ fn restore_in(
     Ok(RestoreOutcome { pid, manifest, gpu })
 }
 
-/// A warning for an image whose tasks use GPUs but whose dump recorded no topology of
-/// them (the dumping machine's GPUs could not be read): there is nothing to check this
-/// machine's against, so the tasks keep their GPU ids. None otherwise.
-fn unchecked_gpus(manifest: &Manifest) -> Option<String> {
-    let section = manifest.gpu.as_ref()?;
-    if manifest.topology.as_ref().is_some_and(|t| t.has_gpus()) {
-        return None;
-    }
-    let used = section.used_gpus();
-    (!used.is_empty()).then(|| {
-        format!(
-            "the image records no GPU topology (the dumping machine's GPUs could not be \
-             read): its tasks keep their GPUs ({}), unchecked against this machine's",
-            used.join(", ")
-        )
-    })
-}
-
-/// An image's GPU state mapped onto this machine, and the backend that restores it.
-pub type PreparedGpu = (GpuManifest, std::sync::Arc<dyn crate::gpu::Backend>);
-
-/// The image's GPU state, checked before anything is restored: its backend, the mapping
-/// onto this machine's GPUs (the topology check), and every path it would create or
-/// open confined to the backend's root. None for an image without GPU state.
-pub fn prepare_gpu(
-    opts: &RestoreOptions,
-    manifest: &Manifest,
-    topology: Option<LocalTopology>,
-) -> Result<Option<PreparedGpu>, RestoreError> {
-    let Some(section) = &manifest.gpu else {
-        return Ok(None);
-    };
-    let gpu = section
-        .load(&opts.dir)
-        .map_err(|e| RestoreError::GpuSection {
-            manifest: Manifest::path_in(&opts.dir),
-            source: e,
-        })?;
-    let backend = crate::gpu::backend_named(&gpu.backend)?;
-    let gpu = map_onto_local_gpus(opts, manifest, &gpu, backend.as_ref(), topology)?;
-    for (task, device) in gpu.tasks.iter().enumerate() {
-        let spec = backend.restore_spec(device)?;
-        crate::gpu::check_confined(&spec).map_err(|source| RestoreError::UnsafePath {
-            manifest: Manifest::path_in(&opts.dir),
-            task,
-            source,
-        })?;
-    }
-    Ok(Some((gpu, backend)))
-}
-
 /// Send `signal` to every process of the restored tree rooted at `root`.
 fn signal_tree(root: i32, signal: nix::sys::signal::Signal) {
     for pid in crate::gpu::tree_pids(root) {
@@ -815,61 +439,8 @@ fn signal_tree(root: i32, signal: nix::sys::signal::Signal) {
     }
 }
 
-/// Check the image's GPUs against this machine's (the same check as `gpucr
-/// check-topology DIR`), as `topology` read it (read here when None), and move the
-/// device state onto the GPUs the mapping chose.
-fn map_onto_local_gpus(
-    opts: &RestoreOptions,
-    manifest: &Manifest,
-    gpu: &GpuManifest,
-    backend: &dyn crate::gpu::Backend,
-    topology: Option<LocalTopology>,
-) -> Result<GpuManifest, RestoreError> {
-    let mut gpu = gpu.clone();
-    let Some(saved) = manifest.topology.as_ref().filter(|t| t.has_gpus()) else {
-        return Ok(gpu);
-    };
-    let local = match topology {
-        Some(reading) => reading.read()?,
-        None => {
-            let root = opts.sysfs_root.clone().or_else(|| backend.sysfs_root());
-            gpucr_topology::read_local(root.as_deref())?
-        }
-    };
-    let report = gpucr_topology::check_read(
-        saved,
-        local,
-        opts.cuda_visible_devices.as_deref(),
-        &gpucr_topology::Checks::from_env_and_skips(&opts.skip_checks),
-    )?;
-    let Some(mapping) = report.mapping.as_ref().filter(|_| report.compatible) else {
-        return Err(RestoreError::Topology(Box::new(report)));
-    };
-    let pairs: Vec<(GpuRef, GpuRef)> = mapping
-        .kfd_gpu_ids()
-        .into_iter()
-        .map(|(a, b)| (GpuRef::Kfd(a), GpuRef::Kfd(b)))
-        .chain(
-            mapping
-                .nvidia_uuids()
-                .into_iter()
-                .map(|(a, b)| (GpuRef::Nvidia(a), GpuRef::Nvidia(b))),
-        )
-        .collect();
-    for task in &mut gpu.tasks {
-        backend.remap_gpus(task, &pairs)?;
-    }
-    Ok(gpu)
-}
-
-/// The outcome of the background verification of the memory pages.
-/// The error for a restore a signal stopped.
-fn interrupted() -> RestoreError {
-    RestoreError::Interrupted {
-        signal: interrupt::requested().map_or("a signal", interrupt::name),
-    }
-}
-
+/// What the background verification of the memory pages found; its failure, or its
+/// thread's panic, as a problem of its own.
 fn join_bulk(handle: std::thread::JoinHandle<Result<Vec<Problem>, VerifyError>>) -> Vec<Problem> {
     match handle.join() {
         Ok(Ok(problems)) => problems,
