@@ -16,23 +16,25 @@ use crate::criu::{
     RestoreRequest,
 };
 use crate::gpu::TaskTiming;
-use crate::helper::{GpuRestore, HelperError, RestoreSettings, Session};
+use crate::helper::{GpuRestore, RestoreSettings, Session};
 use crate::image::dir;
 use crate::image::manifest::Manifest;
-use crate::image::verify::{self, Problem, ProblemKind, Scope, VerifyError};
+use crate::image::verify::{self, Scope};
 use crate::image::workdir::{self, WorkDir};
 use crate::image::RESTORE_LOG;
 use crate::interrupt;
-use crate::progress::{describe_notify, Progress};
+use crate::progress::Progress;
 use crate::restore_guard::RestoreGuard;
 use crate::transfer::{GpuStats, TransferConfig};
 
 mod error;
+mod gate;
 mod gpu_state;
 mod load;
 
 pub use error::RestoreError;
 use error::{advise, interrupted, pid_taken};
+use gate::{Gate, Verdict};
 use gpu_state::unchecked_gpus;
 pub use gpu_state::{prepare_gpu, PreparedGpu};
 use load::{load_checked, verify_gpu_first};
@@ -166,7 +168,7 @@ fn restore_in(
             "image verified"
         },
     );
-    let mut bulk = (!opts.verify_first).then(|| {
+    let bulk = (!opts.verify_first).then(|| {
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
         let threads = verify::default_threads().saturating_sub(1).max(1);
         let stop = stop_verifying.clone();
@@ -176,7 +178,6 @@ fn restore_in(
             verify::verify_files_until(&dir, &manifest, threads, Scope::BulkFiles, &stop)
         })
     });
-    let mut bulk_problems: Vec<Problem> = Vec::new();
     // CRIU restores with the method recorded in the image's inventory whatever it is
     // told; it is passed on as the manifest has it, and checked so that a damaged
     // manifest is named.
@@ -284,7 +285,6 @@ fn restore_in(
         config_origin: opts.criu_config.as_deref(),
     };
     let log = work.path.join(RESTORE_LOG);
-    let mut gpu_error = None;
     // A signal cancels the GPU copies at once; until post-restore has been answered, the
     // next notification fails the restore and CRIU kills what it had begun. Past it the
     // tree is whole and verified: a later signal is for the restored tree.
@@ -302,95 +302,26 @@ fn restore_in(
             None
         }
     });
-    let mut past_gate = false;
-    let mut restored_root = None;
-    let mut to_kill = None;
-    let result = swrk.restore(&request, &log, &mut |n| {
-        progress.event(&n.script, &describe_notify(&n.script));
-        if n.script == "post-restore" {
-            restored_root = n.pid;
-            if let (Some(guard), Some(root)) = (&guard, n.pid) {
-                guard.root(root);
-            }
-        }
-        // pre-resume: the tasks are still stopped, and every device must be back. CRIU
-        // only logs a failed RESUME_DEVICES_LATE or pre-resume and lets the tree go, so
-        // a tree whose device did not come back gets SIGSTOP now, which stops it the
-        // moment CRIU detaches (before it runs an instruction), and SIGKILL once CRIU is
-        // done with it (killing it while CRIU still traces it would deadlock CRIU).
-        if let (Some(gpu), "pre-resume") = (&gpu, n.script.as_str()) {
-            if let Err(e) = gpu.check_resumed() {
-                if let Some(root) = restored_root {
-                    signal_tree(root, nix::sys::signal::Signal::SIGSTOP);
-                    to_kill = Some(root);
-                }
-                let text = e.to_string();
-                gpu_error = Some(e);
-                return Err(text);
-            }
-        }
-        if past_gate {
-            return Ok(());
-        }
-        if let Some(signal) = interrupt::requested() {
-            return Err(format!("interrupted by {}", interrupt::name(signal)));
-        }
-        if n.script != "post-restore" {
-            return Ok(());
-        }
-        // post-restore comes before any restored task runs, and a refusal here makes
-        // CRIU kill the tree: everything must be verified and in place by now.
-        if let Some(handle) = bulk.take() {
-            bulk_problems = join_bulk(handle);
-            progress.event("pages-verified", "memory pages verified");
-            if !bulk_problems.is_empty() {
-                return Err("the image is damaged".to_owned());
-            }
-        }
-        if let Some(gpu) = &gpu {
-            if let Err(e) = gpu.wait_restored() {
-                let text = e.to_string();
-                gpu_error = Some(e);
-                return Err(text);
-            }
-            progress.event("gpu-done", "GPU memory restored");
-        }
-        past_gate = interrupt::requested().is_none();
-        if !past_gate {
-            return Err("interrupted".to_owned());
-        }
-        Ok(())
-    });
+    let mut gate = Gate::new(gpu.as_ref(), guard.as_ref(), bulk);
+    let result = swrk.restore(&request, &log, &mut |n| gate.notify(n, progress));
     drop(cancel_on_interrupt);
     if let (Some(_), true) = (interrupt::requested(), result.is_err()) {
         drop(swrk);
         return Err(interrupted());
     }
-    if let Some(handle) = bulk.take() {
-        // CRIU failed before post-restore: still report damage, which explains it best.
-        bulk_problems = join_bulk(handle);
-    }
-    if !bulk_problems.is_empty() {
-        return Err(RestoreError::Damaged {
-            dir: opts.dir.clone(),
-            problems: bulk_problems,
-        });
-    }
-    if let Some(root) = to_kill {
-        // CRIU has let go of the (stopped) tree by the time it answers.
-        let _ = swrk.finish();
-        signal_tree(root, nix::sys::signal::Signal::SIGKILL);
-        let _ = waitpid(Pid::from_raw(root), None);
-        let error = gpu_error.unwrap_or_else(|| {
-            HelperError::Device("a restored task's device did not come back".into())
-        });
-        return Err(RestoreError::Helper(Box::new(error)));
-    }
-    if let Some(error) = gpu_error {
-        return Err(RestoreError::Helper(Box::new(error)));
-    }
-    if result.is_err() {
-        if let Some(error) = gpu.as_ref().and_then(GpuRestore::take_failure) {
+    match gate.verdict(result.is_err()) {
+        Verdict::Criu => {}
+        Verdict::Damaged(problems) => {
+            return Err(RestoreError::Damaged {
+                dir: opts.dir.clone(),
+                problems,
+            })
+        }
+        Verdict::Gpu(error) => return Err(RestoreError::Helper(Box::new(error))),
+        Verdict::Unresumed { root, error } => {
+            // CRIU has let go of the (stopped) tree once it has answered.
+            let _ = swrk.finish();
+            gate::kill_unresumed(root);
             return Err(RestoreError::Helper(Box::new(error)));
         }
     }
@@ -430,29 +361,6 @@ fn restore_in(
         None => None,
     };
     Ok(RestoreOutcome { pid, manifest, gpu })
-}
-
-/// Send `signal` to every process of the restored tree rooted at `root`.
-fn signal_tree(root: i32, signal: nix::sys::signal::Signal) {
-    for pid in crate::gpu::tree_pids(root) {
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
-    }
-}
-
-/// What the background verification of the memory pages found; its failure, or its
-/// thread's panic, as a problem of its own.
-fn join_bulk(handle: std::thread::JoinHandle<Result<Vec<Problem>, VerifyError>>) -> Vec<Problem> {
-    match handle.join() {
-        Ok(Ok(problems)) => problems,
-        Ok(Err(e)) => vec![Problem {
-            file: "gpucr.json".into(),
-            kind: ProblemKind::Unreadable(e.to_string()),
-        }],
-        Err(_) => vec![Problem {
-            file: "(pages)".into(),
-            kind: ProblemKind::Unreadable("the verification thread panicked".into()),
-        }],
-    }
 }
 
 /// Wait for the restored root (a child of this process) and return the exit code a

@@ -1,0 +1,197 @@
+//! CRIU's notifications during a restore, answered: the tree is let run only once every
+//! page is verified and every device is back.
+//!
+//! post-restore comes before any restored task runs, and a refusal there makes CRIU
+//! kill the tree: by then the memory pages (verified on a thread of their own while
+//! CRIU restores) and the GPU memory must be in place. pre-resume comes once the
+//! devices should be back; a tree whose device is not is stopped then and killed once
+//! CRIU lets go of it.
+
+use std::thread::JoinHandle;
+
+use nix::sys::signal::Signal;
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+use crate::criu::Notify;
+use crate::helper::{GpuRestore, HelperError};
+use crate::image::verify::{Problem, ProblemKind, VerifyError};
+use crate::interrupt;
+use crate::progress::{describe_notify, Progress};
+use crate::restore_guard::RestoreGuard;
+
+/// The background verification of the memory pages.
+pub(super) type BulkVerification = JoinHandle<Result<Vec<Problem>, VerifyError>>;
+
+/// What a restore answers CRIU's notifications with, and what it learns from them.
+pub(super) struct Gate<'a> {
+    gpu: Option<&'a GpuRestore>,
+    guard: Option<&'a RestoreGuard>,
+    /// Still running until post-restore (None with `--verify-first`).
+    bulk: Option<BulkVerification>,
+    /// What the verification of the memory pages found.
+    bulk_problems: Vec<Problem>,
+    /// The restored root, from post-restore on.
+    restored_root: Option<i32>,
+    /// The root of a tree stopped at pre-resume because a device did not come back.
+    to_kill: Option<i32>,
+    /// Why the GPU side failed a notification.
+    gpu_error: Option<HelperError>,
+    /// post-restore was answered: the tree is whole and verified, and a later signal is
+    /// for the restored tree.
+    past_gate: bool,
+}
+
+/// How a restore ended on gpucr's side, once CRIU has answered.
+pub(super) enum Verdict {
+    /// Nothing stopped it here: CRIU's answer says how it went.
+    Criu,
+    /// The memory pages are damaged.
+    Damaged(Vec<Problem>),
+    /// The GPU side failed (the tree, if one was made, is gone).
+    Gpu(HelperError),
+    /// A device did not come back: the tree rooted at `root` was stopped before it ran
+    /// an instruction, and is to be killed once CRIU has let go of it
+    /// ([`kill_unresumed`]).
+    Unresumed { root: i32, error: HelperError },
+}
+
+impl<'a> Gate<'a> {
+    pub(super) fn new(
+        gpu: Option<&'a GpuRestore>,
+        guard: Option<&'a RestoreGuard>,
+        bulk: Option<BulkVerification>,
+    ) -> Gate<'a> {
+        Gate {
+            gpu,
+            guard,
+            bulk,
+            bulk_problems: Vec::new(),
+            restored_root: None,
+            to_kill: None,
+            gpu_error: None,
+            past_gate: false,
+        }
+    }
+
+    /// Answer one of CRIU's notifications: Err refuses it, and CRIU kills what it
+    /// has made of the tree.
+    pub(super) fn notify(&mut self, n: &Notify, progress: &mut Progress) -> Result<(), String> {
+        progress.event(&n.script, &describe_notify(&n.script));
+        if n.script == "post-restore" {
+            self.restored_root = n.pid;
+            if let (Some(guard), Some(root)) = (self.guard, n.pid) {
+                guard.root(root);
+            }
+        }
+        // pre-resume: the tasks are still stopped, and every device must be back. CRIU
+        // only logs a failed RESUME_DEVICES_LATE or pre-resume and lets the tree go, so
+        // a tree whose device did not come back gets SIGSTOP now, which stops it the
+        // moment CRIU detaches (before it runs an instruction), and SIGKILL once CRIU is
+        // done with it (killing it while CRIU still traces it would deadlock CRIU).
+        if let (Some(gpu), "pre-resume") = (self.gpu, n.script.as_str()) {
+            if let Err(e) = gpu.check_resumed() {
+                if let Some(root) = self.restored_root {
+                    signal_tree(root, Signal::SIGSTOP);
+                    self.to_kill = Some(root);
+                }
+                let text = e.to_string();
+                self.gpu_error = Some(e);
+                return Err(text);
+            }
+        }
+        if self.past_gate {
+            return Ok(());
+        }
+        if let Some(signal) = interrupt::requested() {
+            return Err(format!("interrupted by {}", interrupt::name(signal)));
+        }
+        if n.script != "post-restore" {
+            return Ok(());
+        }
+        // post-restore comes before any restored task runs, and a refusal here makes
+        // CRIU kill the tree: everything must be verified and in place by now.
+        if let Some(handle) = self.bulk.take() {
+            self.bulk_problems = join_bulk(handle);
+            progress.event("pages-verified", "memory pages verified");
+            if !self.bulk_problems.is_empty() {
+                return Err("the image is damaged".to_owned());
+            }
+        }
+        if let Some(gpu) = self.gpu {
+            if let Err(e) = gpu.wait_restored() {
+                let text = e.to_string();
+                self.gpu_error = Some(e);
+                return Err(text);
+            }
+            progress.event("gpu-done", "GPU memory restored");
+        }
+        self.past_gate = interrupt::requested().is_none();
+        if !self.past_gate {
+            return Err("interrupted".to_owned());
+        }
+        Ok(())
+    }
+
+    /// Once CRIU has answered (`criu_failed` if it failed the restore): what stopped the
+    /// restore on gpucr's side, if anything. Damage explains a failure best, even one
+    /// CRIU met before post-restore.
+    pub(super) fn verdict(mut self, criu_failed: bool) -> Verdict {
+        if let Some(handle) = self.bulk.take() {
+            self.bulk_problems = join_bulk(handle);
+        }
+        if !self.bulk_problems.is_empty() {
+            return Verdict::Damaged(self.bulk_problems);
+        }
+        if let Some(root) = self.to_kill {
+            let error = self.gpu_error.unwrap_or_else(|| {
+                HelperError::Device("a restored task's device did not come back".into())
+            });
+            return Verdict::Unresumed { root, error };
+        }
+        if let Some(error) = self.gpu_error {
+            return Verdict::Gpu(error);
+        }
+        // A failure the GPU side met on its own (not in answering a notification)
+        // explains CRIU's failure; taken only then, it is reported once.
+        match self
+            .gpu
+            .filter(|_| criu_failed)
+            .and_then(GpuRestore::take_failure)
+        {
+            Some(error) => Verdict::Gpu(error),
+            None => Verdict::Criu,
+        }
+    }
+}
+
+/// Kill the tree rooted at `root`, stopped at pre-resume, and reap its root. Only once
+/// CRIU has let go of it (its answer, `Swrk::finish`): killing a tree CRIU still
+/// traces would deadlock CRIU.
+pub(super) fn kill_unresumed(root: i32) {
+    signal_tree(root, Signal::SIGKILL);
+    let _ = waitpid(Pid::from_raw(root), None);
+}
+
+/// Send `signal` to every process of the restored tree rooted at `root`.
+fn signal_tree(root: i32, signal: Signal) {
+    for pid in crate::gpu::tree_pids(root) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+    }
+}
+
+/// What the background verification of the memory pages found; its failure, or its
+/// thread's panic, as a problem of its own.
+fn join_bulk(handle: BulkVerification) -> Vec<Problem> {
+    match handle.join() {
+        Ok(Ok(problems)) => problems,
+        Ok(Err(e)) => vec![Problem {
+            file: "gpucr.json".into(),
+            kind: ProblemKind::Unreadable(e.to_string()),
+        }],
+        Err(_) => vec![Problem {
+            file: "(pages)".into(),
+            kind: ProblemKind::Unreadable("the verification thread panicked".into()),
+        }],
+    }
+}
