@@ -135,7 +135,7 @@ done
 "$self" prepare-restore >/dev/null
 
 python3 - "$WORK" "$RUNS" <<'PY'
-import json, statistics, sys
+import json, random, statistics, sys
 work, runs = sys.argv[1], int(sys.argv[2])
 for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
     times = {}
@@ -156,6 +156,13 @@ for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
         paired = sorted(g / c for g, c in zip(t, times[base]))
         if len(paired) >= 4:
             q = statistics.quantiles(paired, n=4)
+            # How sure the per-round median is: 95% bootstrap interval (fixed seed, so
+            # that the same times print the same interval).
+            rng = random.Random(1)
+            medians = sorted(
+                statistics.median(rng.choices(paired, k=len(paired))) for _ in range(2000)
+            )
             print(f"{'':>30}  per round: median ratio {statistics.median(paired):.3f} "
-                  f"(quartiles {q[0]:.3f}-{q[2]:.3f})")
+                  f"(quartiles {q[0]:.3f}-{q[2]:.3f}; 95% interval of the median "
+                  f"{medians[50]:.3f}-{medians[1949]:.3f})")
 PY
