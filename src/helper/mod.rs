@@ -11,9 +11,11 @@
 //! the backends know nothing of the helper, the plugin protocol or the session.
 
 mod control;
+mod dump_answers;
 mod fault;
 mod lifecycle;
 mod operation;
+mod restore_answers;
 mod server;
 mod session;
 mod timeline;

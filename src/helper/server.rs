@@ -1,9 +1,10 @@
-//! The helper's answers to the plugin's requests: each moves a task through its
-//! lifecycle (`lifecycle`), calls the backend and feeds the transfer engine.
+//! The helper's state for one dump or restore ([`Mode`], [`Shared`]) and the dispatch
+//! of the plugin's requests to their answers (`dump_answers`, `restore_answers`): each
+//! moves a task through its lifecycle (`lifecycle`), calls the backend and feeds the
+//! transfer engine.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -11,15 +12,12 @@ use std::time::{Duration, Instant};
 use gpucr_abi::proto::{request, Reply, Request};
 
 use super::control::{Abandoned, ControlPlane, Handler};
-use super::fault::{self, FaultStep};
-use super::lifecycle::{Adopt, DumpStage, DumpTasks, RestoreTasks};
+use super::lifecycle::{DumpStage, DumpTasks, RestoreTasks};
+use super::restore_answers::task_keys;
 use super::timeline::Timeline;
-use super::tree::{
-    checkpoint_tree, copy_held, in_parallel, pause_tree, refill_from_image, resume_ahead,
-    resume_tree,
-};
-use super::HelperError;
-use crate::gpu::{Backend, DeviceFile, DeviceRole, Operation, TaskDevice, TaskTiming};
+use super::tree::checkpoint_tree;
+use super::{dump_answers, restore_answers, HelperError};
+use crate::gpu::{Backend, DeviceFile, Operation, TaskDevice, TaskTiming};
 use crate::transfer::{BufferKey, DumpWriter, GpuStats, Restorer};
 
 /// What a dump's helper collected.
@@ -82,7 +80,7 @@ pub(super) struct Shared {
     failure: Mutex<Option<HelperError>>,
     /// Dump: why a tree that lives on may not have all its devices back (the first
     /// failure of the end of the dump), whatever failed before it.
-    give_back_failure: Mutex<Option<String>>,
+    pub(super) give_back_failure: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -442,77 +440,6 @@ pub(super) fn timed<T>(
     ))
 }
 
-/// Every fd of `pid`'s buffers is in: the gpucr half takes the task over and its
-/// buffers start moving into the image.
-fn adopt(shared: &Shared, pid: i32, task: Adopt) -> Result<(), HelperError> {
-    let Mode::Dump {
-        writer,
-        devices,
-        tasks,
-        ..
-    } = &shared.mode
-    else {
-        return Err(HelperError::Failed("adopt on a restore helper".into()));
-    };
-    let outcome = adopt_device(shared, writer, pid, task);
-    let stage = match &outcome {
-        Ok(Some(_)) => DumpStage::Adopted,
-        Ok(None) => DumpStage::NoDevice,
-        Err(_) => DumpStage::Failed,
-    };
-    if let Some(mut device) = outcome? {
-        // A task the whole tree's checkpoint did not reach: memory the driver mapped
-        // here is copied now, with the task's restore thread let run.
-        for (_, operations) in copy_held(shared, &[pid])? {
-            device.operations.extend(operations);
-        }
-        lock(devices).insert(pid, device);
-    }
-    lock(tasks).adopted(pid, stage);
-    fault::check(FaultStep::Checkpoint)
-}
-
-/// The backend's part of [`adopt`]: the task's device, its buffers handed to `writer`.
-fn adopt_device(
-    shared: &Shared,
-    writer: &RwLock<Option<DumpWriter>>,
-    pid: i32,
-    task: Adopt,
-) -> Result<Option<TaskDevice>, HelperError> {
-    let (found, checkpoint) = timed(shared, "checkpoint", || {
-        shared
-            .backend
-            .adopt_task(pid, &task.format, &task.state, task.fds)
-    })?;
-    let Some(found) = found else {
-        return Ok(None);
-    };
-    let mut device = found.device;
-    device.operations = task.operations;
-    if !task.checkpointed_ahead {
-        // Else the checkpoint with the whole tree is in the log already.
-        device.operations.push(checkpoint);
-    }
-    // Buffers copied with the whole tree already have no source here, and a task whose
-    // device memory its driver staged in its own memory has none at all: nothing moves,
-    // so nothing is timed (and no "copy" is logged for it).
-    if !found.sources.is_empty() {
-        let bytes = found.sources.iter().map(|s| s.len()).sum();
-        lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
-    }
-    let guard = writer.read().unwrap_or_else(|e| e.into_inner());
-    let writer = guard
-        .as_ref()
-        .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
-    for (i, source) in found.sources.into_iter().enumerate() {
-        writer.add(
-            BufferKey::new(device.ns_pid, i as u32),
-            fault::source(source),
-        )?;
-    }
-    Ok(Some(device))
-}
-
 /// Hand an engine step to the engine helper's main thread and wait for its answer.
 fn engine_step(shared: &Shared, step: gpucr_abi::proto::EngineStep) -> Result<Reply, HelperError> {
     let Some(engine) = lock(&shared.engine).clone() else {
@@ -536,18 +463,16 @@ fn engine_step(shared: &Shared, step: gpucr_abi::proto::EngineStep) -> Result<Re
     }
 }
 
-fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
-    (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
-}
-
-fn ok() -> Reply {
+/// A request done.
+pub(super) fn ok() -> Reply {
     Reply {
         ok: true,
         ..Default::default()
     }
 }
 
-fn refuse(error: &str) -> Reply {
+/// A request refused, saying why (empty: not gpucr's, let other plugins have it).
+pub(super) fn refuse(error: &str) -> Reply {
     Reply {
         ok: false,
         error: error.to_owned(),
@@ -555,7 +480,8 @@ fn refuse(error: &str) -> Reply {
     }
 }
 
-fn not_owned() -> Reply {
+/// A device file that is not one gpucr's backend owns.
+pub(super) fn not_owned() -> Reply {
     Reply {
         ok: true,
         owned: false,
@@ -581,116 +507,25 @@ fn handle(
                 tasks, tree_paused, ..
             },
             request::Kind::PauseDevices(r),
-        ) => {
-            if !tree_paused.swap(true, Ordering::SeqCst) {
-                // CRIU pauses the root first, with the tree still running: every task's
-                // step before the freeze is taken now. Under `--freeze-cgroup` (runc's
-                // CRIU) the other tasks are already frozen by their own PAUSE_DEVICES,
-                // and a step that needs the task to run (a driver lock) would time out.
-                pause_tree(shared, tasks, r.pid)?;
-            }
-            if lock(tasks).confirm_ahead(r.pid) {
-                fault::check(FaultStep::Pause)?;
-                return Ok(ok());
-            }
-            let paused = timed(shared, "pause", || shared.backend.pre_freeze(r.pid));
-            let ((), pause) = paused.inspect_err(|_| lock(tasks).pause_failed(r.pid))?;
-            lock(tasks).paused(r.pid, pause)?;
-            fault::check(FaultStep::Pause)?;
-            Ok(ok())
-        }
+        ) => dump_answers::pause_devices(shared, tasks, tree_paused, r.pid),
         (Mode::Dump { tasks, .. }, request::Kind::TreeThreads(_)) => {
-            let mut run_threads = Vec::new();
-            if shared.backend.whole_tree() {
-                for pid in lock(tasks).to_checkpoint_ahead() {
-                    run_threads.extend(shared.backend.restore_thread(pid)?);
-                }
-            }
-            Ok(Reply {
-                ok: true,
-                run_threads,
-                ..Default::default()
-            })
+            dump_answers::tree_threads(shared, tasks)
         }
         (Mode::Dump { tasks, .. }, request::Kind::CheckpointTree(_)) => {
             checkpoint_tree(shared, tasks)?;
             Ok(ok())
         }
         (Mode::Dump { tasks, .. }, request::Kind::CheckpointDevices(r)) => {
-            let count = r.buffer_count as usize;
-            let ready = lock(tasks).checkpoint(r.pid, r.format, r.state, count, fds)?;
-            if let Some(task) = ready {
-                adopt(shared, r.pid, task)?;
-            }
-            Ok(ok())
+            dump_answers::checkpoint_devices(shared, tasks, r, fds)
         }
         (Mode::Dump { tasks, .. }, request::Kind::DumpBuffers(r)) => {
-            let ready = lock(tasks).buffers(r.pid, r.first_index as usize, fds)?;
-            if let Some(task) = ready {
-                adopt(shared, r.pid, task)?;
-            }
-            Ok(ok())
+            dump_answers::dump_buffers(shared, tasks, r, fds)
         }
         (Mode::Dump { devices, tasks, .. }, request::Kind::DumpFile(r)) => {
-            let Some(fd) = fds.first() else {
-                return Ok(refuse("DumpFile without its fd"));
-            };
-            let candidates = lock(tasks).pids();
-            let Some(owner) = shared.backend.file_owner(fd.as_fd(), &candidates)? else {
-                return Ok(not_owned());
-            };
-            let mut devices = lock(devices);
-            let Some(task) = devices.get_mut(&owner) else {
-                return Ok(not_owned());
-            };
-            let (role, path) = shared.backend.file_role(fd.as_fd());
-            let path = path.unwrap_or_else(|| {
-                std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            });
-            task.device_files.push(DeviceFile {
-                id: r.id,
-                role,
-                path,
-            });
-            fault::check(FaultStep::DumpFile)?;
-            Ok(Reply {
-                ok: true,
-                owned: true,
-                ..Default::default()
-            })
+            dump_answers::dump_file(shared, devices, tasks, r, fds)
         }
         (Mode::Restore { devices, tasks, .. }, request::Kind::RestoreFile(r)) => {
-            let Some(index) = devices.iter().position(|t| t.has_file(r.id)) else {
-                // Not a device gpucr carried: let other plugins have it.
-                return Ok(refuse(""));
-            };
-            let task = &devices[index];
-            let file = task.device_files.iter().find(|f| f.id == r.id);
-            if let Some(file) = file.filter(|f| f.role != DeviceRole::Device) {
-                // A further file of the task (a render node): reopened beside its
-                // device, which alone moves the task through its lifecycle.
-                let spec = shared.backend.file_spec(task, file)?;
-                crate::gpu::check_confined(&spec)
-                    .map_err(|e| HelperError::Failed(format!("task {}: {e}", task.ns_pid)))?;
-                return Ok(Reply {
-                    ok: true,
-                    device: Some(spec),
-                    ..Default::default()
-                });
-            }
-            let spec = shared.backend.restore_spec(task)?;
-            // Checked before CRIU started too; the plugin confines every path again.
-            crate::gpu::check_confined(&spec)
-                .map_err(|e| HelperError::Failed(format!("task {}: {e}", task.ns_pid)))?;
-            lock(tasks).recreating(index, peer)?;
-            fault::check(FaultStep::RestoreFile)?;
-            Ok(Reply {
-                ok: true,
-                device: Some(spec),
-                ..Default::default()
-            })
+            restore_answers::restore_file(shared, devices, tasks, r, peer)
         }
         (
             Mode::Restore {
@@ -701,38 +536,16 @@ fn handle(
                 fill_at_hand_over,
             },
             request::Kind::BuffersReady(r),
-        ) => {
-            let Some(index) = devices.iter().position(|t| t.has_file(r.id)) else {
-                return Ok(refuse("BuffersReady for a file gpucr does not carry"));
-            };
-            let task = &devices[index];
-            let first = r.first_index as usize;
-            lock(tasks).attach(index, first, fds.len())?;
-            let bytes = task.buffers[first..first + fds.len()]
-                .iter()
-                .map(|b| b.size)
-                .sum();
-            if !fds.is_empty() {
-                lock(&shared.timeline).begin(task.ns_pid, fds.len(), bytes);
-            }
-            let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-            let restorer = guard
-                .as_ref()
-                .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
-            let mut keys = Vec::with_capacity(fds.len());
-            for (j, fd) in fds.into_iter().enumerate() {
-                let key = BufferKey::new(task.ns_pid, (first + j) as u32);
-                let sink = shared
-                    .backend
-                    .buffer_sink(task, first + j, File::from(fd))?;
-                restorer.attach(key, fault::sink(sink))?;
-                keys.push(key);
-            }
-            if !parallel || *fill_at_hand_over {
-                restorer.wait(&keys)?;
-            }
-            Ok(ok())
-        }
+        ) => restore_answers::buffers_ready(
+            shared,
+            restorer,
+            devices,
+            tasks,
+            *parallel,
+            *fill_at_hand_over,
+            r,
+            fds,
+        ),
         (
             Mode::Restore {
                 restorer,
@@ -741,28 +554,9 @@ fn handle(
                 ..
             },
             request::Kind::ResumeDevices(r),
-        ) => {
-            let ns_pid = crate::gpu::ns_pid(r.pid).ok();
-            let Some(index) = lock(tasks).resuming(r.pid, ns_pid)? else {
-                return Ok(ok());
-            };
-            let resumed = resume(shared, restorer, r.pid, &devices[index]);
-            lock(tasks).resumed(index, resumed.is_ok());
-            resumed?;
-            Ok(ok())
-        }
+        ) => restore_answers::resume_devices(shared, restorer, devices, tasks, r),
         (Mode::Restore { tasks, .. }, request::Kind::ResumeTreeThreads(r)) => {
-            let pids = resume_ahead(shared, tasks, r.root);
-            let mut run_threads = Vec::new();
-            for &pid in &pids {
-                run_threads.extend(shared.backend.restore_thread(pid)?);
-            }
-            Ok(Reply {
-                ok: true,
-                run_threads,
-                pids,
-                ..Default::default()
-            })
+            restore_answers::resume_tree_threads(shared, tasks, r)
         }
         (
             Mode::Restore {
@@ -772,20 +566,9 @@ fn handle(
                 ..
             },
             request::Kind::ResumeTree(r),
-        ) => {
-            let pids = resume_tree(shared, restorer, devices, tasks, &r.pids)?;
-            Ok(Reply {
-                ok: true,
-                pids,
-                ..Default::default()
-            })
-        }
+        ) => restore_answers::resume_whole_tree(shared, restorer, devices, tasks, r),
         (Mode::Restore { tasks, .. }, request::Kind::ResumeFailed(r)) => {
-            lock(tasks).resume_failed(r.pid);
-            Err(HelperError::Device(format!(
-                "RESUME_DEVICES_LATE for pid {} failed in the plugin: {}",
-                r.pid, r.error
-            )))
+            restore_answers::resume_failed(tasks, r)
         }
         (
             Mode::Dump {
@@ -797,57 +580,7 @@ fn handle(
                 ..
             },
             request::Kind::DumpFinished(r),
-        ) => {
-            // The image is complete and CRIU kills the tree (CRIU's result does not say
-            // whether post-dump went through: `kept` does).
-            let lives_on = *leave_running || r.ret != 0 || !kept.load(Ordering::SeqCst);
-            let dumped = lock(tasks).pids();
-            // Memory the driver still holds mapped (a copy that failed before the
-            // operation was completed) is let go once copied, else given back.
-            let held = in_parallel(&dumped, |pid| {
-                shared.backend.release_held(pid, !lives_on).map(|_| ())
-            });
-            let mut failures: Vec<HelperError> = held
-                .into_iter()
-                .filter_map(Result::err)
-                .map(Into::into)
-                .collect();
-            if lives_on {
-                // Memory that already left the GPUs comes back from the image.
-                if let Err(e) = refill_from_image(shared, writer, image, &dumped) {
-                    failures.push(e);
-                }
-            }
-            // Tasks paused ahead that CRIU never reached are not part of the dump.
-            let mut pids = lock(tasks).release_unconfirmed();
-            if lives_on {
-                // The tree lives on: every task the backend touched gets its device
-                // back, even if one fails.
-                pids.extend(lock(tasks).release());
-            }
-            let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid));
-            failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
-            if lives_on && !pids.is_empty() {
-                if let Err(e) = fault::check(FaultStep::GiveBack) {
-                    failures.push(e);
-                }
-            }
-            // The plugin half undid its own steps first (AMD's UNPAUSE).
-            failures.extend(r.plugin_errors.iter().map(|e| {
-                HelperError::Failed(format!(
-                    "the plugin could not give a task its device back: {e}"
-                ))
-            }));
-            match failures.into_iter().next() {
-                Some(e) => {
-                    if lives_on {
-                        *lock(&shared.give_back_failure) = Some(e.to_string());
-                    }
-                    Err(e)
-                }
-                None => Ok(ok()),
-            }
-        }
+        ) => dump_answers::dump_finished(shared, writer, tasks, *leave_running, kept, image, r),
         (_, request::Kind::RestoreThread(r)) => {
             let tid = shared.backend.restore_thread(r.pid)?;
             Ok(Reply {
@@ -861,43 +594,4 @@ fn handle(
             "unexpected request {other:?} in this phase"
         ))),
     }
-}
-
-/// Bring restored task `task` (host pid `pid`) back on its device once its buffers
-/// are written.
-pub(super) fn resume(
-    shared: &Shared,
-    restorer: &RwLock<Option<Restorer>>,
-    pid: i32,
-    task: &TaskDevice,
-) -> Result<(), HelperError> {
-    let keys: Vec<BufferKey> = task_keys(task).collect();
-    let sinks = shared.backend.resume_sinks(pid, task)?;
-    {
-        let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-        let restorer = guard
-            .as_ref()
-            .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
-        if !task.device_files.is_empty() && !sinks.is_empty()
-            || task.device_files.is_empty() && sinks.len() != keys.len()
-        {
-            return Err(HelperError::Failed(format!(
-                "task {}: the backend gave {} buffers to fill at RESUME_DEVICES_LATE, \
-                 the image has {} for it",
-                task.ns_pid,
-                sinks.len(),
-                keys.len()
-            )));
-        }
-        if !sinks.is_empty() {
-            let bytes = sinks.iter().map(|s| s.len()).sum();
-            lock(&shared.timeline).begin(task.ns_pid, sinks.len(), bytes);
-        }
-        for (key, sink) in keys.iter().zip(sinks) {
-            restorer.attach(*key, fault::sink(sink))?;
-        }
-        restorer.wait(&keys)?;
-    }
-    shared.backend.resume_task(pid, task)?;
-    fault::check(FaultStep::Resume)
 }

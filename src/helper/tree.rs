@@ -8,7 +8,8 @@ use std::sync::{Mutex, RwLock};
 
 use super::fault;
 use super::lifecycle::{DumpTasks, RestoreTasks};
-use super::server::{lock, resume, timed, Mode, Shared};
+use super::restore_answers::resume;
+use super::server::{lock, timed, Mode, Shared};
 use super::timeline::counting;
 use super::HelperError;
 use crate::gpu::{Operation, TaskDevice};

@@ -1,0 +1,265 @@
+//! The helper's answers to the plugin's requests during a dump: each moves a task
+//! through its lifecycle (`lifecycle`), calls the backend and hands buffers to the
+//! transfer engine's writer.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use gpucr_abi::proto::{CheckpointDevices, DumpBuffers, DumpFile, DumpFinished, Reply};
+
+use super::fault::{self, FaultStep};
+use super::lifecycle::{Adopt, DumpStage, DumpTasks};
+use super::server::{lock, not_owned, ok, refuse, timed, Mode, Shared};
+use super::tree::{copy_held, in_parallel, pause_tree, refill_from_image};
+use super::HelperError;
+use crate::gpu::{DeviceFile, TaskDevice};
+use crate::transfer::{BufferKey, DumpWriter, TransferConfig};
+
+/// PAUSE_DEVICES for `pid`: the step before the freeze (the whole tree's, at the
+/// first one).
+pub(super) fn pause_devices(
+    shared: &Shared,
+    tasks: &Mutex<DumpTasks>,
+    tree_paused: &AtomicBool,
+    pid: i32,
+) -> Result<Reply, HelperError> {
+    if !tree_paused.swap(true, Ordering::SeqCst) {
+        // CRIU pauses the root first, with the tree still running: every task's
+        // step before the freeze is taken now. Under `--freeze-cgroup` (runc's
+        // CRIU) the other tasks are already frozen by their own PAUSE_DEVICES,
+        // and a step that needs the task to run (a driver lock) would time out.
+        pause_tree(shared, tasks, pid)?;
+    }
+    if lock(tasks).confirm_ahead(pid) {
+        fault::check(FaultStep::Pause)?;
+        return Ok(ok());
+    }
+    let paused = timed(shared, "pause", || shared.backend.pre_freeze(pid));
+    let ((), pause) = paused.inspect_err(|_| lock(tasks).pause_failed(pid))?;
+    lock(tasks).paused(pid, pause)?;
+    fault::check(FaultStep::Pause)?;
+    Ok(ok())
+}
+
+/// The threads CRIU must let run for the whole tree's checkpoint (the backend's
+/// restore threads of the tasks paused ahead).
+pub(super) fn tree_threads(
+    shared: &Shared,
+    tasks: &Mutex<DumpTasks>,
+) -> Result<Reply, HelperError> {
+    let mut run_threads = Vec::new();
+    if shared.backend.whole_tree() {
+        for pid in lock(tasks).to_checkpoint_ahead() {
+            run_threads.extend(shared.backend.restore_thread(pid)?);
+        }
+    }
+    Ok(Reply {
+        ok: true,
+        run_threads,
+        ..Default::default()
+    })
+}
+
+/// CHECKPOINT_DEVICES: a task's state and its first buffer fds.
+pub(super) fn checkpoint_devices(
+    shared: &Shared,
+    tasks: &Mutex<DumpTasks>,
+    r: CheckpointDevices,
+    fds: Vec<OwnedFd>,
+) -> Result<Reply, HelperError> {
+    let count = r.buffer_count as usize;
+    let ready = lock(tasks).checkpoint(r.pid, r.format, r.state, count, fds)?;
+    if let Some(task) = ready {
+        adopt(shared, r.pid, task)?;
+    }
+    Ok(ok())
+}
+
+/// More buffer fds of a task than one message carries.
+pub(super) fn dump_buffers(
+    shared: &Shared,
+    tasks: &Mutex<DumpTasks>,
+    r: DumpBuffers,
+    fds: Vec<OwnedFd>,
+) -> Result<Reply, HelperError> {
+    let ready = lock(tasks).buffers(r.pid, r.first_index as usize, fds)?;
+    if let Some(task) = ready {
+        adopt(shared, r.pid, task)?;
+    }
+    Ok(ok())
+}
+
+/// DUMP_EXT_FILE: a device file of a task, recorded with its role if the backend
+/// owns it.
+pub(super) fn dump_file(
+    shared: &Shared,
+    devices: &Mutex<BTreeMap<i32, TaskDevice>>,
+    tasks: &Mutex<DumpTasks>,
+    r: DumpFile,
+    fds: Vec<OwnedFd>,
+) -> Result<Reply, HelperError> {
+    let Some(fd) = fds.first() else {
+        return Ok(refuse("DumpFile without its fd"));
+    };
+    let candidates = lock(tasks).pids();
+    let Some(owner) = shared.backend.file_owner(fd.as_fd(), &candidates)? else {
+        return Ok(not_owned());
+    };
+    let mut devices = lock(devices);
+    let Some(task) = devices.get_mut(&owner) else {
+        return Ok(not_owned());
+    };
+    let (role, path) = shared.backend.file_role(fd.as_fd());
+    let path = path.unwrap_or_else(|| {
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    });
+    task.device_files.push(DeviceFile {
+        id: r.id,
+        role,
+        path,
+    });
+    fault::check(FaultStep::DumpFile)?;
+    Ok(Reply {
+        ok: true,
+        owned: true,
+        ..Default::default()
+    })
+}
+
+/// CRIU's `exit(DUMP)`: memory the driver still holds let go, and a tree that lives
+/// on given its devices (and memory) back.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dump_finished(
+    shared: &Shared,
+    writer: &RwLock<Option<DumpWriter>>,
+    tasks: &Mutex<DumpTasks>,
+    leave_running: bool,
+    kept: &AtomicBool,
+    image: &(std::path::PathBuf, TransferConfig),
+    r: DumpFinished,
+) -> Result<Reply, HelperError> {
+    // The image is complete and CRIU kills the tree (CRIU's result does not say
+    // whether post-dump went through: `kept` does).
+    let lives_on = leave_running || r.ret != 0 || !kept.load(Ordering::SeqCst);
+    let dumped = lock(tasks).pids();
+    // Memory the driver still holds mapped (a copy that failed before the
+    // operation was completed) is let go once copied, else given back.
+    let held = in_parallel(&dumped, |pid| {
+        shared.backend.release_held(pid, !lives_on).map(|_| ())
+    });
+    let mut failures: Vec<HelperError> = held
+        .into_iter()
+        .filter_map(Result::err)
+        .map(Into::into)
+        .collect();
+    if lives_on {
+        // Memory that already left the GPUs comes back from the image.
+        if let Err(e) = refill_from_image(shared, writer, image, &dumped) {
+            failures.push(e);
+        }
+    }
+    // Tasks paused ahead that CRIU never reached are not part of the dump.
+    let mut pids = lock(tasks).release_unconfirmed();
+    if lives_on {
+        // The tree lives on: every task the backend touched gets its device
+        // back, even if one fails.
+        pids.extend(lock(tasks).release());
+    }
+    let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid));
+    failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
+    if lives_on && !pids.is_empty() {
+        if let Err(e) = fault::check(FaultStep::GiveBack) {
+            failures.push(e);
+        }
+    }
+    // The plugin half undid its own steps first (AMD's UNPAUSE).
+    failures.extend(r.plugin_errors.iter().map(|e| {
+        HelperError::Failed(format!(
+            "the plugin could not give a task its device back: {e}"
+        ))
+    }));
+    match failures.into_iter().next() {
+        Some(e) => {
+            if lives_on {
+                *lock(&shared.give_back_failure) = Some(e.to_string());
+            }
+            Err(e)
+        }
+        None => Ok(ok()),
+    }
+}
+
+/// Every fd of `pid`'s buffers is in: the gpucr half takes the task over and its
+/// buffers start moving into the image.
+fn adopt(shared: &Shared, pid: i32, task: Adopt) -> Result<(), HelperError> {
+    let Mode::Dump {
+        writer,
+        devices,
+        tasks,
+        ..
+    } = &shared.mode
+    else {
+        return Err(HelperError::Failed("adopt on a restore helper".into()));
+    };
+    let outcome = adopt_device(shared, writer, pid, task);
+    let stage = match &outcome {
+        Ok(Some(_)) => DumpStage::Adopted,
+        Ok(None) => DumpStage::NoDevice,
+        Err(_) => DumpStage::Failed,
+    };
+    if let Some(mut device) = outcome? {
+        // A task the whole tree's checkpoint did not reach: memory the driver mapped
+        // here is copied now, with the task's restore thread let run.
+        for (_, operations) in copy_held(shared, &[pid])? {
+            device.operations.extend(operations);
+        }
+        lock(devices).insert(pid, device);
+    }
+    lock(tasks).adopted(pid, stage);
+    fault::check(FaultStep::Checkpoint)
+}
+
+/// The backend's part of [`adopt`]: the task's device, its buffers handed to `writer`.
+fn adopt_device(
+    shared: &Shared,
+    writer: &RwLock<Option<DumpWriter>>,
+    pid: i32,
+    task: Adopt,
+) -> Result<Option<TaskDevice>, HelperError> {
+    let (found, checkpoint) = timed(shared, "checkpoint", || {
+        shared
+            .backend
+            .adopt_task(pid, &task.format, &task.state, task.fds)
+    })?;
+    let Some(found) = found else {
+        return Ok(None);
+    };
+    let mut device = found.device;
+    device.operations = task.operations;
+    if !task.checkpointed_ahead {
+        // Else the checkpoint with the whole tree is in the log already.
+        device.operations.push(checkpoint);
+    }
+    // Buffers copied with the whole tree already have no source here, and a task whose
+    // device memory its driver staged in its own memory has none at all: nothing moves,
+    // so nothing is timed (and no "copy" is logged for it).
+    if !found.sources.is_empty() {
+        let bytes = found.sources.iter().map(|s| s.len()).sum();
+        lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
+    }
+    let guard = writer.read().unwrap_or_else(|e| e.into_inner());
+    let writer = guard
+        .as_ref()
+        .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
+    for (i, source) in found.sources.into_iter().enumerate() {
+        writer.add(
+            BufferKey::new(device.ns_pid, i as u32),
+            fault::source(source),
+        )?;
+    }
+    Ok(Some(device))
+}

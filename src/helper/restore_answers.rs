@@ -1,0 +1,209 @@
+//! The helper's answers to the plugin's requests during a restore: device files
+//! recreated, buffers attached to the transfer engine's restorer, tasks resumed.
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::{Mutex, RwLock};
+
+use gpucr_abi::proto::{
+    BuffersReady, Reply, RestoreFile, ResumeDevices, ResumeFailed, ResumeTree, ResumeTreeThreads,
+};
+
+use super::fault::{self, FaultStep};
+use super::lifecycle::RestoreTasks;
+use super::server::{lock, ok, refuse, Shared};
+use super::tree::{resume_ahead, resume_tree};
+use super::HelperError;
+use crate::gpu::{DeviceRole, TaskDevice};
+use crate::transfer::{BufferKey, Restorer};
+
+/// RESTORE_EXT_FILE: what to reopen for a device file gpucr carried.
+pub(super) fn restore_file(
+    shared: &Shared,
+    devices: &[TaskDevice],
+    tasks: &Mutex<RestoreTasks>,
+    r: RestoreFile,
+    peer: i32,
+) -> Result<Reply, HelperError> {
+    let Some(index) = devices.iter().position(|t| t.has_file(r.id)) else {
+        // Not a device gpucr carried: let other plugins have it.
+        return Ok(refuse(""));
+    };
+    let task = &devices[index];
+    let file = task.device_files.iter().find(|f| f.id == r.id);
+    if let Some(file) = file.filter(|f| f.role != DeviceRole::Device) {
+        // A further file of the task (a render node): reopened beside its
+        // device, which alone moves the task through its lifecycle.
+        let spec = shared.backend.file_spec(task, file)?;
+        crate::gpu::check_confined(&spec)
+            .map_err(|e| HelperError::Failed(format!("task {}: {e}", task.ns_pid)))?;
+        return Ok(Reply {
+            ok: true,
+            device: Some(spec),
+            ..Default::default()
+        });
+    }
+    let spec = shared.backend.restore_spec(task)?;
+    // Checked before CRIU started too; the plugin confines every path again.
+    crate::gpu::check_confined(&spec)
+        .map_err(|e| HelperError::Failed(format!("task {}: {e}", task.ns_pid)))?;
+    lock(tasks).recreating(index, peer)?;
+    fault::check(FaultStep::RestoreFile)?;
+    Ok(Reply {
+        ok: true,
+        device: Some(spec),
+        ..Default::default()
+    })
+}
+
+/// A restored task's buffers exist: their fds become sinks of the restorer.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn buffers_ready(
+    shared: &Shared,
+    restorer: &RwLock<Option<Restorer>>,
+    devices: &[TaskDevice],
+    tasks: &Mutex<RestoreTasks>,
+    parallel: bool,
+    fill_at_hand_over: bool,
+    r: BuffersReady,
+    fds: Vec<OwnedFd>,
+) -> Result<Reply, HelperError> {
+    let Some(index) = devices.iter().position(|t| t.has_file(r.id)) else {
+        return Ok(refuse("BuffersReady for a file gpucr does not carry"));
+    };
+    let task = &devices[index];
+    let first = r.first_index as usize;
+    lock(tasks).attach(index, first, fds.len())?;
+    let bytes = task.buffers[first..first + fds.len()]
+        .iter()
+        .map(|b| b.size)
+        .sum();
+    if !fds.is_empty() {
+        lock(&shared.timeline).begin(task.ns_pid, fds.len(), bytes);
+    }
+    let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+    let restorer = guard
+        .as_ref()
+        .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+    let mut keys = Vec::with_capacity(fds.len());
+    for (j, fd) in fds.into_iter().enumerate() {
+        let key = BufferKey::new(task.ns_pid, (first + j) as u32);
+        let sink = shared
+            .backend
+            .buffer_sink(task, first + j, File::from(fd))?;
+        restorer.attach(key, fault::sink(sink))?;
+        keys.push(key);
+    }
+    if !parallel || fill_at_hand_over {
+        restorer.wait(&keys)?;
+    }
+    Ok(ok())
+}
+
+/// RESUME_DEVICES_LATE for one task: its buffers written, its device back.
+pub(super) fn resume_devices(
+    shared: &Shared,
+    restorer: &RwLock<Option<Restorer>>,
+    devices: &[TaskDevice],
+    tasks: &Mutex<RestoreTasks>,
+    r: ResumeDevices,
+) -> Result<Reply, HelperError> {
+    let ns_pid = crate::gpu::ns_pid(r.pid).ok();
+    let Some(index) = lock(tasks).resuming(r.pid, ns_pid)? else {
+        return Ok(ok());
+    };
+    let resumed = resume(shared, restorer, r.pid, &devices[index]);
+    lock(tasks).resumed(index, resumed.is_ok());
+    resumed?;
+    Ok(ok())
+}
+
+/// The threads CRIU must let run for the whole tree's resume.
+pub(super) fn resume_tree_threads(
+    shared: &Shared,
+    tasks: &Mutex<RestoreTasks>,
+    r: ResumeTreeThreads,
+) -> Result<Reply, HelperError> {
+    let pids = resume_ahead(shared, tasks, r.root);
+    let mut run_threads = Vec::new();
+    for &pid in &pids {
+        run_threads.extend(shared.backend.restore_thread(pid)?);
+    }
+    Ok(Reply {
+        ok: true,
+        run_threads,
+        pids,
+        ..Default::default()
+    })
+}
+
+/// The whole tree resumed at once.
+pub(super) fn resume_whole_tree(
+    shared: &Shared,
+    restorer: &RwLock<Option<Restorer>>,
+    devices: &[TaskDevice],
+    tasks: &Mutex<RestoreTasks>,
+    r: ResumeTree,
+) -> Result<Reply, HelperError> {
+    let pids = resume_tree(shared, restorer, devices, tasks, &r.pids)?;
+    Ok(Reply {
+        ok: true,
+        pids,
+        ..Default::default()
+    })
+}
+
+/// The plugin half failed a task's resume.
+pub(super) fn resume_failed(
+    tasks: &Mutex<RestoreTasks>,
+    r: ResumeFailed,
+) -> Result<Reply, HelperError> {
+    lock(tasks).resume_failed(r.pid);
+    Err(HelperError::Device(format!(
+        "RESUME_DEVICES_LATE for pid {} failed in the plugin: {}",
+        r.pid, r.error
+    )))
+}
+
+/// Bring restored task `task` (host pid `pid`) back on its device once its buffers
+/// are written.
+pub(super) fn resume(
+    shared: &Shared,
+    restorer: &RwLock<Option<Restorer>>,
+    pid: i32,
+    task: &TaskDevice,
+) -> Result<(), HelperError> {
+    let keys: Vec<BufferKey> = task_keys(task).collect();
+    let sinks = shared.backend.resume_sinks(pid, task)?;
+    {
+        let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+        let restorer = guard
+            .as_ref()
+            .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+        if !task.device_files.is_empty() && !sinks.is_empty()
+            || task.device_files.is_empty() && sinks.len() != keys.len()
+        {
+            return Err(HelperError::Failed(format!(
+                "task {}: the backend gave {} buffers to fill at RESUME_DEVICES_LATE, \
+                 the image has {} for it",
+                task.ns_pid,
+                sinks.len(),
+                keys.len()
+            )));
+        }
+        if !sinks.is_empty() {
+            let bytes = sinks.iter().map(|s| s.len()).sum();
+            lock(&shared.timeline).begin(task.ns_pid, sinks.len(), bytes);
+        }
+        for (key, sink) in keys.iter().zip(sinks) {
+            restorer.attach(*key, fault::sink(sink))?;
+        }
+        restorer.wait(&keys)?;
+    }
+    shared.backend.resume_task(pid, task)?;
+    fault::check(FaultStep::Resume)
+}
+
+pub(super) fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
+    (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
+}
