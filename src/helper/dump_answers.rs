@@ -132,7 +132,6 @@ pub(super) fn dump_file(
 
 /// CRIU's `exit(DUMP)`: memory the driver still holds let go, and a tree that lives
 /// on given its devices (and memory) back.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn dump_finished(
     shared: &Shared,
     writer: &RwLock<Option<DumpWriter>>,

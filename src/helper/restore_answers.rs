@@ -56,15 +56,14 @@ pub(super) fn restore_file(
     })
 }
 
-/// A restored task's buffers exist: their fds become sinks of the restorer.
-#[allow(clippy::too_many_arguments)]
+/// A restored task's buffers exist: their fds become sinks of the restorer, filled
+/// before the answer with `fill_before_answer` (no parallel restore, or engine mode).
 pub(super) fn buffers_ready(
     shared: &Shared,
     restorer: &RwLock<Option<Restorer>>,
     devices: &[TaskDevice],
     tasks: &Mutex<RestoreTasks>,
-    parallel: bool,
-    fill_at_hand_over: bool,
+    fill_before_answer: bool,
     r: BuffersReady,
     fds: Vec<OwnedFd>,
 ) -> Result<Reply, HelperError> {
@@ -94,7 +93,7 @@ pub(super) fn buffers_ready(
         restorer.attach(key, fault::sink(sink))?;
         keys.push(key);
     }
-    if !parallel || fill_at_hand_over {
+    if fill_before_answer {
         restorer.wait(&keys)?;
     }
     Ok(ok())
