@@ -193,9 +193,14 @@ pub fn fd_dir(pid: i32) -> String {
 /// (pipes, sockets and anonymous files as their link text, `pipe:[N]`, not absolute),
 /// read as the caller goes; none if `pid`'s fd table cannot be read.
 pub fn open_files(pid: i32) -> impl Iterator<Item = (i32, PathBuf)> {
+    read_open_files(pid).into_iter().flatten()
+}
+
+/// [`open_files`], or why `pid`'s fd table cannot be read.
+pub fn read_open_files(pid: i32) -> io::Result<impl Iterator<Item = (i32, PathBuf)>> {
     let dir = fd_dir(pid);
-    fd_numbers(pid)
-        .filter_map(move |fd| Some((fd, std::fs::read_link(format!("{dir}/{fd}")).ok()?)))
+    Ok(read_fd_numbers(pid)?
+        .filter_map(move |fd| Some((fd, std::fs::read_link(format!("{dir}/{fd}")).ok()?))))
 }
 
 /// `/proc/PID/fdinfo/FD`: where an fd's open flags are.

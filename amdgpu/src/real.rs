@@ -108,12 +108,9 @@ impl Kfd for RealKfd {
     fn task_kfd(&self, pid: i32) -> Result<Option<OwnedFd>, KernelError> {
         // An fd table that cannot be read is an error here, not "no KFD open".
         let dir = gpucr_abi::procfs::fd_dir(pid);
-        let Some(number) = gpucr_abi::procfs::read_fd_numbers(pid)
+        let Some(number) = gpucr_abi::procfs::read_open_files(pid)
             .map_err(|e| KernelError::new("read_dir", &dir, errno(&e)))?
-            .find(|fd| {
-                std::fs::read_link(format!("{dir}/{fd}"))
-                    .is_ok_and(|t| t == std::path::Path::new(KFD_PATH))
-            })
+            .find_map(|(fd, target)| (target == std::path::Path::new(KFD_PATH)).then_some(fd))
         else {
             return Ok(None);
         };

@@ -864,10 +864,7 @@ impl HangingScript {
     }
 }
 
-/// The children of `pid` (none when it is gone).
-pub fn children(pid: i32) -> Vec<i32> {
-    gpucr_abi::procfs::children(pid)
-}
+pub use gpucr_abi::procfs::children;
 
 /// How many children of `pid` have exited and are not reaped (zombies).
 pub fn zombie_children(pid: i32) -> usize {
