@@ -62,11 +62,12 @@ pub struct DumpArgs {
     pub timeout: Option<u32>,
 
     /// Record CRIU's memory pages files (pages-*.img) in the manifest by their size
-    /// only, not their checksum: the dump no longer reads every page of the tree's
-    /// memory a second time while the tree is frozen, which on a machine with few cores
-    /// slows CRIU's memory dump (docs/benchmarks.md). A restore and `inspect --verify`
-    /// then check those files' sizes, not their contents; every other file keeps its
-    /// checksum.
+    /// only, not their checksum: the dump then reads no page a second time while the
+    /// tree is frozen (it otherwise digests every page from the tree's memory while
+    /// CRIU copies it; in engine mode, from the file CRIU writes, which on a machine
+    /// with few cores slows CRIU's memory dump: docs/benchmarks.md). A restore and
+    /// `inspect --verify` then check those files' sizes, not their contents; every
+    /// other file keeps its checksum.
     #[arg(
         long,
         env = gpucr_abi::engine::ENV_NO_PAGE_CHECKSUMS,

@@ -12,7 +12,6 @@ use crate::criu::{
 use crate::gpu;
 use crate::helper::{GpuDump, HelperError, Session};
 use crate::image::dir;
-use crate::image::follow::Follower;
 use crate::image::manifest::{self, Manifest};
 use crate::image::room::{self, ManifestRoom};
 use crate::image::{self, DUMP_LOG};
@@ -23,11 +22,13 @@ use crate::transfer::TransferConfig;
 
 mod complete;
 mod error;
+mod tree_pages;
 
 pub use complete::{
     gpu_section_bytes, is_gpu_data_file, is_pages_file, write_manifest, ImageFacts,
 };
 pub use error::DumpError;
+use tree_pages::{TreePages, TreePagesOutcome};
 
 /// What to dump and how.
 #[derive(Debug, Clone)]
@@ -151,8 +152,11 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         },
     };
     let log = opts.dir.join(DUMP_LOG);
-    let follower =
-        (!opts.no_page_checksums).then(|| Follower::start(opts.dir.clone(), is_pages_file));
+    // The memory pages are digested from the tree while CRIU writes them (see
+    // `tree_pages`), laid out at post-dump.
+    let mut tree_pages =
+        (!opts.no_page_checksums).then(|| TreePages::start(opts.pid, opts.dir.clone()));
+    let mut page_digests = TreePagesOutcome::default();
     let mut gpu_manifest = None;
     let mut gpu_error = None;
     let mut manifest_room = None;
@@ -192,6 +196,21 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
                     gpu_error = Some(e);
                     return Err(text);
                 }
+            }
+        }
+        // The pages' digests are laid out while the tree is held: what was not read
+        // from it yet still can be.
+        if n.script == "post-dump" {
+            if let Some(pages) = tree_pages.take() {
+                page_digests = pages.finish(&opts.dir);
+                progress.event(
+                    "pages-digested",
+                    &format!(
+                        "memory pages digested: {} from the tree, {} read back",
+                        crate::units::size(page_digests.from_tree),
+                        crate::units::size(page_digests.from_files)
+                    ),
+                );
             }
         }
         // The tree is let go after post-dump (killed, unless --leave-running): the
@@ -321,7 +340,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     };
     let written = write_manifest(
         &opts.dir,
-        &follower.map(Follower::finish).unwrap_or_default(),
+        &page_digests.prefixes,
         ImageFacts {
             target,
             criu_version: version.to_string(),

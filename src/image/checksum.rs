@@ -1,11 +1,17 @@
 //! File checksums: xxh3 over fixed-size blocks, hashed in parallel.
 //!
-//! A file's digest is the xxh3-128 of the little-endian xxh3-64 digests of its 4 MiB
-//! blocks. Blocks let several threads hash one large file (a 1 GiB `pages-*.img`) at once
-//! and let verification say which byte range differs. xxh3 detects corruption; it is not
-//! a defence against deliberate tampering.
+//! A file's digest is the xxh3-128 of the little-endian digests of its 4 MiB blocks, and
+//! a block's digest the xxh3-64 of the little-endian xxh3-64 digests of its 4 KiB pages
+//! ([`Algorithm::Pages4m`], the last page of a file may be shorter). Blocks let several
+//! threads hash one large file (a 1 GiB `pages-*.img`) at once and let verification say
+//! which byte range differs; pages let a dump digest a memory pages file from the pages
+//! themselves, read from the frozen tree in any order, without reading the file CRIU
+//! writes (`dump::tree_pages`). Images of earlier gpucr versions digest each block's
+//! bytes whole ([`Algorithm::Blocks4m`]) and are still verified. xxh3 detects
+//! corruption; it is not a defence against deliberate tampering.
 
 use std::fs::File;
+use std::hash::Hasher;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -25,6 +31,10 @@ fn xxh3_128(data: &[u8]) -> u128 {
 
 /// Size of one checksummed block.
 pub const BLOCK_SIZE: u64 = 4 << 20;
+/// Size of the pieces of a block digested one by one ([`Algorithm::Pages4m`]): the
+/// smallest page size of the machines CRIU runs on, so that a page of any of them is a
+/// whole number of pieces.
+pub const PAGE_PIECE: usize = 4096;
 /// Bytes read at a time while hashing a block: small enough that the bytes are still in
 /// the CPU cache when they are hashed (reading a whole block first costs a third more).
 pub const READ_PIECE: usize = 256 << 10;
@@ -47,8 +57,110 @@ pub fn is_content_checksum(checksum: &str) -> bool {
     checksum != CHUNK_VERIFIED && checksum != SIZE_ONLY
 }
 
-/// The name recorded in the manifest for this scheme.
-pub const ALGORITHM: &str = "xxh3-blocks-4m";
+/// How a block is digested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// `xxh3-blocks-4m`: the xxh3-64 of the block's bytes (images of earlier gpucr
+    /// versions; verified, no longer written).
+    Blocks4m,
+    /// `xxh3-pages-4m`: the xxh3-64 of the digests of its [`PAGE_PIECE`] pieces.
+    Pages4m,
+}
+
+impl Algorithm {
+    /// The one a dump writes.
+    pub const CURRENT: Algorithm = Algorithm::Pages4m;
+
+    /// The name recorded in the manifest's `checksum_algorithm`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Blocks4m => "xxh3-blocks-4m",
+            Algorithm::Pages4m => "xxh3-pages-4m",
+        }
+    }
+
+    /// The algorithm a manifest names; None for one this gpucr does not know.
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        [Algorithm::Blocks4m, Algorithm::Pages4m]
+            .into_iter()
+            .find(|a| a.name() == name)
+    }
+}
+
+/// The name recorded in the manifest for the scheme a dump writes.
+pub const ALGORITHM: &str = "xxh3-pages-4m";
+
+/// The digest of one [`PAGE_PIECE`] piece of a block (or the shorter last one of a
+/// file), for [`BlockHasher::add_piece_digest`].
+pub fn piece_digest(bytes: &[u8]) -> u64 {
+    XxHash3_64::oneshot(bytes)
+}
+
+/// A block's digest by `algorithm`, its bytes given as they arrive.
+pub struct BlockHasher {
+    algorithm: Algorithm,
+    outer: XxHash3_64,
+    /// The bytes of a piece not yet whole ([`Algorithm::Pages4m`]).
+    partial: Vec<u8>,
+}
+
+impl BlockHasher {
+    pub fn new(algorithm: Algorithm) -> BlockHasher {
+        BlockHasher {
+            algorithm,
+            outer: XxHash3_64::new(),
+            partial: Vec::new(),
+        }
+    }
+
+    /// Add the block's next bytes.
+    pub fn write(&mut self, mut bytes: &[u8]) {
+        if self.algorithm == Algorithm::Blocks4m {
+            self.outer.write(bytes);
+            return;
+        }
+        if !self.partial.is_empty() {
+            let n = (PAGE_PIECE - self.partial.len()).min(bytes.len());
+            self.partial.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.partial.len() < PAGE_PIECE {
+                return;
+            }
+            let digest = piece_digest(&self.partial);
+            self.partial.clear();
+            self.add_piece_digest(digest);
+        }
+        let mut pieces = bytes.chunks_exact(PAGE_PIECE);
+        for piece in &mut pieces {
+            self.add_piece_digest(piece_digest(piece));
+        }
+        self.partial.extend_from_slice(pieces.remainder());
+    }
+
+    /// Add the digest of the block's next whole piece ([`piece_digest`]) instead of its
+    /// bytes ([`Algorithm::Pages4m`] only, nothing partial written before).
+    pub fn add_piece_digest(&mut self, digest: u64) {
+        debug_assert_eq!(self.algorithm, Algorithm::Pages4m);
+        debug_assert!(self.partial.is_empty());
+        self.outer.write(&digest.to_le_bytes());
+    }
+
+    /// The block's digest.
+    pub fn finish(mut self) -> u64 {
+        if !self.partial.is_empty() {
+            let digest = piece_digest(&self.partial);
+            self.outer.write(&digest.to_le_bytes());
+        }
+        self.outer.finish()
+    }
+}
+
+/// The digest of a whole block's bytes.
+pub fn block_digest(algorithm: Algorithm, bytes: &[u8]) -> u64 {
+    let mut hasher = BlockHasher::new(algorithm);
+    hasher.write(bytes);
+    hasher.finish()
+}
 
 /// The digest of one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +199,14 @@ pub fn digest_files_resuming(
     known: &[Vec<u64>],
     threads: usize,
 ) -> Vec<io::Result<FileDigest>> {
-    digest_files_with(paths, known, threads, BlockRead::Pieces, None)
+    digest_files_with(
+        paths,
+        known,
+        threads,
+        BlockRead::Pieces,
+        None,
+        Algorithm::CURRENT,
+    )
 }
 
 /// Like [`digest_files`], for the files of a complete image, which nothing writes any
@@ -97,19 +216,35 @@ pub fn digest_files_resuming(
 /// the process with SIGBUS: not for files another process may still be writing.
 pub fn digest_image_files(paths: &[&Path], threads: usize) -> Vec<io::Result<FileDigest>> {
     let known = vec![Vec::new(); paths.len()];
-    digest_files_with(paths, &known, threads, BlockRead::Mapped, None)
+    digest_files_with(
+        paths,
+        &known,
+        threads,
+        BlockRead::Mapped,
+        None,
+        Algorithm::CURRENT,
+    )
 }
 
-/// [`digest_image_files`] that gives up once `stop` is set (a user's Ctrl-C while a
-/// restore verifies a large image): no new block is started, and every file with a
-/// block left unhashed gets an [`io::ErrorKind::Interrupted`] error.
+/// [`digest_image_files`] by `algorithm` (the one the image's manifest names) that
+/// gives up once `stop` is set (a user's Ctrl-C while a restore verifies a large
+/// image): no new block is started, and every file with a block left unhashed gets an
+/// [`io::ErrorKind::Interrupted`] error.
 pub fn digest_image_files_until(
     paths: &[&Path],
     threads: usize,
     stop: &AtomicBool,
+    algorithm: Algorithm,
 ) -> Vec<io::Result<FileDigest>> {
     let known = vec![Vec::new(); paths.len()];
-    digest_files_with(paths, &known, threads, BlockRead::Mapped, Some(stop))
+    digest_files_with(
+        paths,
+        &known,
+        threads,
+        BlockRead::Mapped,
+        Some(stop),
+        algorithm,
+    )
 }
 
 /// [`digest_image_files`] for files whose leading full blocks were already hashed (see
@@ -119,7 +254,14 @@ pub fn digest_image_files_resuming(
     known: &[Vec<u64>],
     threads: usize,
 ) -> Vec<io::Result<FileDigest>> {
-    digest_files_with(paths, known, threads, BlockRead::Mapped, None)
+    digest_files_with(
+        paths,
+        known,
+        threads,
+        BlockRead::Mapped,
+        None,
+        Algorithm::CURRENT,
+    )
 }
 
 /// How a block's bytes reach the hasher.
@@ -137,6 +279,7 @@ fn digest_files_with(
     threads: usize,
     read: BlockRead,
     stop: Option<&AtomicBool>,
+    algorithm: Algorithm,
 ) -> Vec<io::Result<FileDigest>> {
     struct Job {
         file: usize,
@@ -181,8 +324,10 @@ fn digest_files_with(
                         continue;
                     };
                     let digest = match read {
-                        BlockRead::Pieces => hash_block(file, *size, job.block, &mut buf),
-                        BlockRead::Mapped => hash_block_mapped(file, *size, job.block),
+                        BlockRead::Pieces => {
+                            hash_block(file, *size, job.block, &mut buf, algorithm)
+                        }
+                        BlockRead::Mapped => hash_block_mapped(file, *size, job.block, algorithm),
                     };
                     results[job.file]
                         .lock()
@@ -228,13 +373,18 @@ pub fn block_count(size: u64) -> usize {
     size.div_ceil(BLOCK_SIZE).max(1) as usize
 }
 
-/// The xxh3-64 of block `block` of `file` (of `size` bytes), read through `buf` one
+/// The digest of block `block` of `file` (of `size` bytes), read through `buf` one
 /// `buf.len()` piece at a time.
-fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -> io::Result<u64> {
-    use std::hash::Hasher;
+fn hash_block(
+    file: &File,
+    size: u64,
+    block: usize,
+    buf: &mut [u8],
+    algorithm: Algorithm,
+) -> io::Result<u64> {
     let start = block as u64 * BLOCK_SIZE;
     let len = (size - start.min(size)).min(BLOCK_SIZE) as usize;
-    let mut hasher = XxHash3_64::new();
+    let mut hasher = BlockHasher::new(algorithm);
     let mut done = 0;
     while done < len {
         let want = (len - done).min(buf.len());
@@ -259,13 +409,18 @@ fn hash_block(file: &File, size: u64, block: usize, buf: &mut [u8]) -> io::Resul
     Ok(hasher.finish())
 }
 
-/// The xxh3-64 of block `block` of `file` (of `size` bytes), read through a read-only
+/// The digest of block `block` of `file` (of `size` bytes), read through a read-only
 /// mapping of the block (see [`digest_image_files`]).
-fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
+fn hash_block_mapped(
+    file: &File,
+    size: u64,
+    block: usize,
+    algorithm: Algorithm,
+) -> io::Result<u64> {
     let start = block as u64 * BLOCK_SIZE;
     let len = (size - start.min(size)).min(BLOCK_SIZE) as usize;
     if len == 0 {
-        return Ok(XxHash3_64::oneshot(&[]));
+        return Ok(block_digest(algorithm, &[]));
     }
     // SAFETY: the mapping is read-only, private to this function and dropped before it
     // returns. Another process writing the file could only change the bytes hashed (a
@@ -279,18 +434,28 @@ fn hash_block_mapped(file: &File, size: u64, block: usize) -> io::Result<u64> {
     };
     // Only a hint: the kernel reads ahead further for a sequential mapping.
     let _ = map.advise(memmap2::Advice::Sequential);
-    Ok(XxHash3_64::oneshot(&map))
+    Ok(block_digest(algorithm, &map))
 }
 
 /// The digest of bytes that arrive in pieces (a file read from a stream), block by
 /// block, the same as [`digest_files`] gives for the file on disk.
-#[derive(Default)]
 pub struct StreamDigest {
     size: u64,
     blocks: Vec<u64>,
     /// Bytes of the current block so far.
     in_block: u64,
-    hasher: XxHash3_64,
+    hasher: BlockHasher,
+}
+
+impl Default for StreamDigest {
+    fn default() -> StreamDigest {
+        StreamDigest {
+            size: 0,
+            blocks: Vec::new(),
+            in_block: 0,
+            hasher: BlockHasher::new(Algorithm::CURRENT),
+        }
+    }
 }
 
 impl StreamDigest {
@@ -300,7 +465,6 @@ impl StreamDigest {
 
     /// Add the next bytes.
     pub fn update(&mut self, mut bytes: &[u8]) {
-        use std::hash::Hasher;
         while !bytes.is_empty() {
             let room = (BLOCK_SIZE - self.in_block) as usize;
             let n = room.min(bytes.len());
@@ -309,8 +473,9 @@ impl StreamDigest {
             self.size += n as u64;
             bytes = &bytes[n..];
             if self.in_block == BLOCK_SIZE {
-                self.blocks.push(self.hasher.finish());
-                self.hasher = XxHash3_64::new();
+                let hasher =
+                    std::mem::replace(&mut self.hasher, BlockHasher::new(Algorithm::CURRENT));
+                self.blocks.push(hasher.finish());
                 self.in_block = 0;
             }
         }
@@ -318,7 +483,6 @@ impl StreamDigest {
 
     /// The digest of everything added.
     pub fn finish(mut self) -> FileDigest {
-        use std::hash::Hasher;
         // A last partial block, or the one empty block of an empty file.
         if self.in_block > 0 || self.blocks.is_empty() {
             self.blocks.push(self.hasher.finish());
@@ -352,16 +516,18 @@ mod tests {
         for piece in [1, 7, 4096, READ_PIECE, BLOCK_SIZE as usize] {
             let mut buf = vec![0u8; piece];
             let size = data.len() as u64;
-            assert_eq!(
-                hash_block(&file, size, 0, &mut buf).unwrap(),
-                xxh3_64(&data[..BLOCK_SIZE as usize]),
-                "piece {piece}"
-            );
-            assert_eq!(
-                hash_block(&file, size, 1, &mut buf).unwrap(),
-                xxh3_64(&data[BLOCK_SIZE as usize..]),
-                "piece {piece}"
-            );
+            for algorithm in [Algorithm::Blocks4m, Algorithm::Pages4m] {
+                assert_eq!(
+                    hash_block(&file, size, 0, &mut buf, algorithm).unwrap(),
+                    block_digest(algorithm, &data[..BLOCK_SIZE as usize]),
+                    "piece {piece}"
+                );
+                assert_eq!(
+                    hash_block(&file, size, 1, &mut buf, algorithm).unwrap(),
+                    block_digest(algorithm, &data[BLOCK_SIZE as usize..]),
+                    "piece {piece}"
+                );
+            }
         }
     }
 
@@ -384,12 +550,54 @@ mod tests {
         let data = vec![7u8; BLOCK_SIZE as usize * 3];
         let f = file_with(&data);
         let stop = AtomicBool::new(true);
-        let stopped = digest_image_files_until(&[f.path()], 2, &stop);
+        let stopped = digest_image_files_until(&[f.path()], 2, &stop, Algorithm::CURRENT);
         let err = stopped[0].as_ref().unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::Interrupted);
         stop.store(false, Ordering::SeqCst);
-        let whole = digest_image_files_until(&[f.path()], 2, &stop);
+        let whole = digest_image_files_until(&[f.path()], 2, &stop, Algorithm::CURRENT);
         assert_eq!(whole[0].as_ref().unwrap(), &digest_file(f.path()).unwrap());
+    }
+
+    #[test]
+    fn a_block_of_pages_is_the_digest_of_its_pieces_digests() {
+        let data: Vec<u8> = (0..3 * PAGE_PIECE + 100)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let pieces: Vec<u8> = data
+            .chunks(PAGE_PIECE)
+            .flat_map(|p| xxh3_64(p).to_le_bytes())
+            .collect();
+        assert_eq!(block_digest(Algorithm::Pages4m, &data), xxh3_64(&pieces));
+        assert_eq!(block_digest(Algorithm::Blocks4m, &data), xxh3_64(&data));
+        // Bytes split anywhere, or whole pieces given by their digests, digest the same.
+        for split in [
+            1,
+            100,
+            PAGE_PIECE - 1,
+            PAGE_PIECE,
+            PAGE_PIECE + 1,
+            3 * PAGE_PIECE,
+        ] {
+            let mut hasher = BlockHasher::new(Algorithm::Pages4m);
+            hasher.write(&data[..split]);
+            hasher.write(&data[split..]);
+            assert_eq!(hasher.finish(), xxh3_64(&pieces), "split at {split}");
+        }
+        let mut hasher = BlockHasher::new(Algorithm::Pages4m);
+        for piece in data[..3 * PAGE_PIECE].chunks(PAGE_PIECE) {
+            hasher.add_piece_digest(piece_digest(piece));
+        }
+        hasher.write(&data[3 * PAGE_PIECE..]);
+        assert_eq!(hasher.finish(), xxh3_64(&pieces));
+    }
+
+    #[test]
+    fn algorithms_are_known_by_their_manifest_names() {
+        assert_eq!(Algorithm::CURRENT.name(), ALGORITHM);
+        for a in [Algorithm::Blocks4m, Algorithm::Pages4m] {
+            assert_eq!(Algorithm::from_name(a.name()), Some(a));
+        }
+        assert_eq!(Algorithm::from_name("sha256"), None);
     }
 
     #[test]
@@ -408,7 +616,10 @@ mod tests {
         let f = file_with(&data);
         let serial = digest_file(f.path()).unwrap();
         assert_eq!(serial.blocks.len(), 3);
-        assert_eq!(serial.blocks[2], xxh3_64(&data[2 * BLOCK_SIZE as usize..]));
+        assert_eq!(
+            serial.blocks[2],
+            block_digest(Algorithm::CURRENT, &data[2 * BLOCK_SIZE as usize..])
+        );
         let parallel = digest_files(&[f.path(), f.path()], 4);
         assert_eq!(parallel[0].as_ref().unwrap(), &serial);
         assert_eq!(parallel[1].as_ref().unwrap(), &serial);

@@ -1,4 +1,6 @@
-//! Hash image files while CRIU is still writing them.
+//! Hash image files while CRIU is still writing them (engine mode, where gpucr cannot
+//! hold CRIU at post-dump to digest the pages from the tree as `gpucr dump` does:
+//! `dump::tree_pages`).
 //!
 //! CRIU writes `pages-N.img` sequentially, from start to end. A [`Follower`] thread
 //! watches the image directory and hashes whatever CRIU has appended since it last
@@ -22,7 +24,6 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::hash::Hasher;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,10 +32,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::checksum::{Algorithm, BlockHasher, BLOCK_SIZE, READ_PIECE};
 use memmap2::{Mmap, MmapOptions};
-use twox_hash::XxHash3_64;
-
-use super::checksum::{BLOCK_SIZE, READ_PIECE};
 
 /// How long the follower sleeps when nothing new has landed while CRIU is writing
 /// memory pages: CRIU appends about 0.3 MiB in that time, which the follower then
@@ -75,7 +74,7 @@ struct Followed {
     /// The file's size when the follower last looked.
     size: u64,
     /// The block being hashed, as far as it has been read.
-    hasher: XxHash3_64,
+    hasher: BlockHasher,
     /// Bytes of that block hashed so far.
     in_block: u64,
 }
@@ -111,7 +110,7 @@ impl Followed {
             }
         }
         if self.in_block == BLOCK_SIZE {
-            let hasher = std::mem::replace(&mut self.hasher, XxHash3_64::new());
+            let hasher = std::mem::replace(&mut self.hasher, BlockHasher::new(Algorithm::CURRENT));
             self.blocks.push(hasher.finish());
             self.in_block = 0;
         }
@@ -236,7 +235,7 @@ fn follow(
                             read_only: false,
                             blocks: Vec::new(),
                             size: 0,
-                            hasher: XxHash3_64::new(),
+                            hasher: BlockHasher::new(Algorithm::CURRENT),
                             in_block: 0,
                         },
                     );

@@ -14,10 +14,17 @@ use super::manifest::{FileRecord, Manifest};
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     #[error(
-        "{path}: checksum algorithm {found:?} is not supported (this gpucr knows {:?})",
-        checksum::ALGORITHM
+        "{path}: checksum algorithm {found:?} is not supported (this gpucr knows {:?} and {:?})",
+        checksum::Algorithm::Pages4m.name(),
+        checksum::Algorithm::Blocks4m.name()
     )]
     UnknownAlgorithm { path: PathBuf, found: String },
+    #[error(
+        "{path}: checksum algorithm {found:?} (an earlier gpucr's) is verified in an image \
+         directory only, not in an archive: unpack it and run gpucr inspect --verify on the \
+         directory"
+    )]
+    EarlierAlgorithm { path: PathBuf, found: String },
     #[error("{path}: unsafe file name {name:?} in the manifest")]
     UnsafeName { path: PathBuf, name: String },
     #[error("{path}: file {name:?} is listed more than once in the manifest")]
@@ -156,12 +163,12 @@ pub fn verify_files_until(
     stop: &AtomicBool,
 ) -> Result<Vec<Problem>, VerifyError> {
     let manifest_path = Manifest::path_in(dir);
-    if manifest.checksum_algorithm != checksum::ALGORITHM {
+    let Some(algorithm) = checksum::Algorithm::from_name(&manifest.checksum_algorithm) else {
         return Err(VerifyError::UnknownAlgorithm {
             path: manifest_path,
             found: manifest.checksum_algorithm.clone(),
         });
-    }
+    };
     let mut listed = std::collections::HashSet::with_capacity(manifest.files.len());
     if let Some(twice) = manifest
         .files
@@ -229,7 +236,7 @@ pub fn verify_files_until(
         ));
     }
     let paths: Vec<&Path> = to_hash.iter().map(|(_, p)| p.as_path()).collect();
-    let digests = checksum::digest_image_files_until(&paths, threads, stop);
+    let digests = checksum::digest_image_files_until(&paths, threads, stop, algorithm);
     if stop.load(Ordering::SeqCst) {
         return Err(VerifyError::Stopped);
     }
@@ -258,11 +265,21 @@ pub fn verify_digests(
     sizes: &BTreeMap<String, u64>,
     digests: &BTreeMap<String, FileDigest>,
 ) -> Result<Vec<Problem>, VerifyError> {
-    if manifest.checksum_algorithm != checksum::ALGORITHM {
-        return Err(VerifyError::UnknownAlgorithm {
-            path: manifest_path.to_path_buf(),
-            found: manifest.checksum_algorithm.clone(),
-        });
+    // The stream was digested by the algorithm a dump writes now.
+    match checksum::Algorithm::from_name(&manifest.checksum_algorithm) {
+        Some(checksum::Algorithm::CURRENT) => {}
+        Some(_) => {
+            return Err(VerifyError::EarlierAlgorithm {
+                path: manifest_path.to_path_buf(),
+                found: manifest.checksum_algorithm.clone(),
+            })
+        }
+        None => {
+            return Err(VerifyError::UnknownAlgorithm {
+                path: manifest_path.to_path_buf(),
+                found: manifest.checksum_algorithm.clone(),
+            })
+        }
     }
     let listed: std::collections::HashSet<&str> =
         manifest.files.iter().map(|r| r.path.as_str()).collect();
@@ -479,6 +496,56 @@ mod tests {
 
     /// A pages file recorded by size only (`--no-page-checksums`) is checked by its
     /// size, in a directory and an archive alike; any other file recorded so is damage.
+    /// An earlier gpucr's image (a block digested whole) verifies in a directory, is
+    /// refused with its name in an archive, and an unknown algorithm is refused.
+    #[test]
+    fn an_earlier_algorithm_verifies_in_a_directory() {
+        use checksum::Algorithm;
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..3 * checksum::PAGE_PIECE)
+            .map(|i| (i % 253) as u8)
+            .collect();
+        std::fs::write(dir.path().join("core-1.img"), &bytes).unwrap();
+        let path = dir.path().join("core-1.img");
+        let digest_by = |algorithm| {
+            checksum::digest_image_files_until(&[&path], 1, &AtomicBool::new(false), algorithm)
+                .pop()
+                .unwrap()
+                .unwrap()
+        };
+        let (earlier, current) = (
+            digest_by(Algorithm::Blocks4m),
+            digest_by(Algorithm::CURRENT),
+        );
+        assert_ne!(earlier.checksum(), current.checksum());
+        let mut manifest = crate::image::manifest::tests::sample();
+        manifest.checksum_algorithm = Algorithm::Blocks4m.name().into();
+        manifest.files[0].size = bytes.len() as u64;
+        manifest.files[0].checksum = earlier.checksum();
+        assert_eq!(verify_files(dir.path(), &manifest, 1).unwrap(), vec![]);
+        // Read by the current algorithm, the same file would be damage.
+        manifest.files[0].checksum = current.checksum();
+        assert_eq!(verify_files(dir.path(), &manifest, 1).unwrap().len(), 1);
+
+        let sizes = BTreeMap::from([("core-1.img".to_owned(), bytes.len() as u64)]);
+        let digests = BTreeMap::from([("core-1.img".to_owned(), current)]);
+        let err = verify_digests(Path::new("gpucr.json"), &manifest, &sizes, &digests);
+        assert!(
+            matches!(err, Err(VerifyError::EarlierAlgorithm { .. })),
+            "{err:?}"
+        );
+        manifest.checksum_algorithm = "sha256-blocks".into();
+        let err = verify_files(dir.path(), &manifest, 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: checksum algorithm \"sha256-blocks\" is not supported (this gpucr knows \
+                 \"xxh3-pages-4m\" and \"xxh3-blocks-4m\")",
+                dir.path().join("gpucr.json").display()
+            )
+        );
+    }
+
     #[test]
     fn size_only_is_for_pages_files_alone() {
         let dir = tempfile::tempdir().unwrap();
