@@ -404,7 +404,9 @@ fn rseq_pieces(dir: &Path, entries: &[std::fs::DirEntry], page_size: u64) -> Opt
 /// The leading full block digests of the pages file `pages`, which holds the data of
 /// `pagemap`'s present runs back to back, each piece's digest taken from `task` or,
 /// where it was not read, from the file (the last, partial block is left to the final
-/// pass). None when the pagemap does not account for the whole file.
+/// pass). None when the pagemap does not account for the whole file, or when the first
+/// piece of a block taken from the tree differs from the file's: a check on one piece
+/// in 1024 that the tree's digests are laid out where CRIU put those pages.
 fn lay_out(
     pagemap: &Pagemap,
     pages: &Path,
@@ -436,6 +438,7 @@ fn lay_out(
     let mut in_block = 0;
     let mut piece = vec![0u8; PAGE_PIECE];
     let (mut from_tree, mut from_files) = (0u64, 0u64);
+    let mut checked_block = None;
     for (vaddr, start, bytes) in runs {
         let mut at = 0;
         while at < bytes && start + at < full {
@@ -444,6 +447,14 @@ fn lay_out(
                 .flatten();
             let digest = match known {
                 Some(digest) => {
+                    let block = (start + at) / BLOCK_SIZE;
+                    if checked_block != Some(block) {
+                        checked_block = Some(block);
+                        file.read_exact_at(&mut piece, start + at).ok()?;
+                        if piece_digest(&piece) != digest {
+                            return None;
+                        }
+                    }
                     from_tree += PAGE_PIECE as u64;
                     digest
                 }
@@ -647,14 +658,25 @@ mod tests {
             [data.clone(), vec![0; PAGE_PIECE]].concat(),
         )
         .unwrap();
-        // A task without a pagemap, and a shared memory pagemap, are passed over.
-        pagemap_in(dir.path(), 2, 2, &[(0x10000, 4, PE_PRESENT)]);
-        std::fs::write(dir.path().join("pages-2.img"), &data).unwrap();
+        // Digests laid out where the file holds other pages (another task's, had the
+        // tree's pids been mapped wrongly) are caught by the check of a block's first
+        // piece.
+        let big = pattern(1024 * PAGE_PIECE, 5);
+        pagemap_in(dir.path(), 2, 2, &[(0x10000, 1024, PE_PRESENT)]);
+        std::fs::write(dir.path().join("pages-2.img"), &big).unwrap();
+        let other = pattern(big.len(), 6);
+        // A task without a pagemap is passed over.
         let tasks = HashMap::from([
             (
                 1,
                 TaskDigests {
                     runs: vec![read_from_tree(0x10000, &data)],
+                },
+            ),
+            (
+                2,
+                TaskDigests {
+                    runs: vec![read_from_tree(0x10000, &other)],
                 },
             ),
             (
