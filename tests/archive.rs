@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{assert_success, gpucr, gpucr_env, stdout};
+use common::{assert_success, gpucr, gpucr_env, names_in, stdout};
 use serde_json::Value;
 
 /// One dump of the sim workload (two processes, two GPUs), shared by the tests: the
@@ -238,12 +238,7 @@ fn archives_show_what_the_directory_shows() {
             if reverse { 2 } else { 1 },
             "{what}"
         );
-        let members: Vec<&str> = report["archive"]["members"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["name"].as_str().unwrap())
-            .collect();
+        let members = names_in(&report["archive"]["members"]);
         for needle in [
             "checkpoint/gpucr.json",
             "checkpoint/gpu/index",

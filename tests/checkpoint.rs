@@ -108,6 +108,16 @@ fn leave_running_keeps_the_tree_running() {
         manifest["host"]["page_size"].as_u64(),
         Some(gpucr::inspect::host_page_size())
     );
+    // The memory pages were digested from the tree while CRIU held it, before it ran on
+    // and changed its memory: the image verifies.
+    let events = names_in(&manifest["timings"]["events"]);
+    let at = |name| events.iter().position(|e| *e == name);
+    let (post_dump, digested) = (at("post-dump"), at("pages-digested"));
+    assert!(post_dump.is_some() && post_dump < digested, "{events:?}");
+    assert_eq!(manifest["checksum_algorithm"], "xxh3-pages-4m");
+    let out = gpucr(&["inspect", "--verify", image.to_str().unwrap()]);
+    assert_success(&out);
+    assert!(stdout(&out).contains("intact"), "{}", stdout(&out));
 }
 
 /// A workload tree dumped into `tmp/image` (and killed), with its state files as they

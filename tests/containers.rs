@@ -19,7 +19,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{assert_success, gpucr, stderr, stdout, wait_for};
+use common::{assert_success, gpucr, names_in, stderr, stdout, wait_for};
 use serde_json::Value;
 
 const IMAGE: &str = "localhost/gpucr-test-counter:latest";
@@ -692,12 +692,7 @@ fn plain_container_round_trip_with_the_plugin_installed() {
 
     // The archive podman wrote (listed by gpucr: the zstd tool is not installed).
     let report = inspect_json(&archive, &["--ps-tree-cmd"]);
-    let listing: Vec<&str> = report["archive"]["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap())
-        .collect();
+    let listing = names_in(&report["archive"]["members"]);
     assert!(listing.contains(&"checkpoint/pstree.img"), "{listing:?}");
     assert!(!listing.contains(&"checkpoint/gpucr.json"), "{listing:?}");
     let container = &report["container"];

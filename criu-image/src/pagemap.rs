@@ -53,6 +53,15 @@ pub enum Location {
     Absent,
 }
 
+/// The process a pagemap image is named for: `pagemap-<pid>.img` gives its pid; a
+/// shared memory object's (`pagemap-shmem-<id>.img`) and any other name give None.
+pub fn process_of(name: &str) -> Option<u32> {
+    name.strip_prefix("pagemap-")?
+        .strip_suffix(".img")?
+        .parse()
+        .ok()
+}
+
 /// The index of one pagemap image, sorted by address.
 #[derive(Debug, Clone)]
 pub struct Pagemap {
@@ -277,6 +286,14 @@ mod tests {
             flags,
             nr_pages: Some(nr_pages),
         }
+    }
+
+    #[test]
+    fn a_process_pagemap_names_its_pid() {
+        assert_eq!(process_of("pagemap-42.img"), Some(42));
+        assert_eq!(process_of("pagemap-shmem-105979.img"), None);
+        assert_eq!(process_of("pages-1.img"), None);
+        assert_eq!(process_of("pagemap-42.img.tmp"), None);
     }
 
     #[test]

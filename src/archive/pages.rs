@@ -25,11 +25,7 @@ pub fn capture_plan(
     let images = ImageDir::in_memory(root, page_size, Arc::new(files.clone()));
     let mut ranges = Vec::new();
     for name in files.names() {
-        let Some(pid) = name
-            .strip_prefix("pagemap-")
-            .and_then(|n| n.strip_suffix(".img"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(pid) = gpucr_criu_image::pagemap::process_of(name) else {
             continue;
         };
         let Ok(pagemap) = images.pagemap_named(name) else {

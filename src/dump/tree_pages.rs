@@ -347,11 +347,7 @@ fn assemble(dir: &Path, tasks: &HashMap<u32, TaskDigests>, page_size: u64) -> Tr
     };
     for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(vpid) = name
-            .strip_prefix("pagemap-")
-            .and_then(|n| n.strip_suffix(".img"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(vpid) = gpucr_criu_image::pagemap::process_of(&name) else {
             continue;
         };
         let Some(task) = tasks.get(&vpid) else {

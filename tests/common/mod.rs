@@ -377,14 +377,20 @@ pub fn manifest_json(image: &Path) -> serde_json::Value {
     serde_json::from_slice(&fs::read(image.join("gpucr.json")).unwrap()).unwrap()
 }
 
-/// The names of a manifest task's operations (`gpu.tasks[].operations`), in order.
-pub fn operation_names(task: &serde_json::Value) -> Vec<&str> {
-    task["operations"]
+/// The `name` of each element of a JSON array (a manifest's timeline events, an
+/// archive's members), in order.
+pub fn names_in(array: &serde_json::Value) -> Vec<&str> {
+    array
         .as_array()
         .unwrap()
         .iter()
         .map(|o| o["name"].as_str().unwrap())
         .collect()
+}
+
+/// The names of a manifest task's operations (`gpu.tasks[].operations`), in order.
+pub fn operation_names(task: &serde_json::Value) -> Vec<&str> {
+    names_in(&task["operations"])
 }
 
 impl Drop for Restored {
