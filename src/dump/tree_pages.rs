@@ -223,7 +223,9 @@ fn namespace_pid(pid: i32) -> Option<u32> {
 }
 
 /// The mappings of a `/proc/PID/maps` text whose pages CRIU may dump from memory and
-/// that can be read now: private, readable, not executable, not a kernel area.
+/// that can be read now: private, readable, not executable, not a kernel area and not
+/// a device's (its pages are the device's business: reading a GPU's through its
+/// aperture would be slow, and CRIU leaves device mappings to its plugins).
 fn readable_private_mappings(maps: &str) -> Vec<(u64, u64)> {
     maps.lines()
         .filter_map(|line| {
@@ -236,6 +238,9 @@ fn readable_private_mappings(maps: &str) -> Vec<(u64, u64)> {
                 return None;
             }
             let m = procfs::parse_mapping(line)?;
+            if m.path.as_ref().is_some_and(|p| p.starts_with("/dev/")) {
+                return None;
+            }
             Some((m.start, m.end))
         })
         .collect()
@@ -487,6 +492,8 @@ mod tests {
 55d0c0003000-55d0c0005000 rw-p 00003000 fd:01 1234   /usr/bin/prog
 7f0000000000-7f0040000000 rw-p 00000000 00:00 0
 7f0040000000-7f0040001000 ---p 00000000 00:00 0
+7f0048000000-7f0048010000 rw-p 00000000 00:05 88     /dev/zero
+7f0049000000-7f0049010000 rw-p 00000000 00:05 89     /dev/dri/renderD128
 7f0050000000-7f0050001000 rw-s 00000000 00:01 77     /memfd:CRIUMFD (deleted)
 7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0      [stack]
 7ffc00100000-7ffc00104000 r--p 00000000 00:00 0      [vvar]

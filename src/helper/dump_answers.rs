@@ -11,7 +11,7 @@ use gpucr_abi::proto::{CheckpointDevices, DumpBuffers, DumpFile, DumpFinished, R
 
 use super::fault::{self, FaultStep};
 use super::lifecycle::{Adopt, DumpStage, DumpTasks};
-use super::server::{lock, not_owned, ok, refuse, timed, Mode, Shared};
+use super::server::{lock, not_owned, ok, refuse, running, timed, Mode, Shared};
 use super::tree::{copy_held, in_parallel, pause_tree, refill_from_image};
 use super::HelperError;
 use crate::gpu::{DeviceFile, TaskDevice};
@@ -251,9 +251,7 @@ fn adopt_device(
         lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
     }
     let guard = writer.read().unwrap_or_else(|e| e.into_inner());
-    let writer = guard
-        .as_ref()
-        .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
+    let writer = running(&guard, "dump")?;
     for (i, source) in found.sources.into_iter().enumerate() {
         writer.add(
             BufferKey::new(device.ns_pid, i as u32),

@@ -11,7 +11,7 @@ use gpucr_abi::proto::{
 
 use super::fault::{self, FaultStep};
 use super::lifecycle::RestoreTasks;
-use super::server::{lock, ok, refuse, Shared};
+use super::server::{lock, ok, refuse, running, Shared};
 use super::tree::{resume_ahead, resume_tree};
 use super::HelperError;
 use crate::gpu::{DeviceRole, TaskDevice};
@@ -81,9 +81,7 @@ pub(super) fn buffers_ready(
         lock(&shared.timeline).begin(task.ns_pid, fds.len(), bytes);
     }
     let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-    let restorer = guard
-        .as_ref()
-        .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+    let restorer = running(&guard, "restore")?;
     let mut keys = Vec::with_capacity(fds.len());
     for (j, fd) in fds.into_iter().enumerate() {
         let key = BufferKey::new(task.ns_pid, (first + j) as u32);
@@ -176,9 +174,7 @@ pub(super) fn resume(
     let sinks = shared.backend.resume_sinks(pid, task)?;
     {
         let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-        let restorer = guard
-            .as_ref()
-            .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
+        let restorer = running(&guard, "restore")?;
         if !task.device_files.is_empty() && !sinks.is_empty()
             || task.device_files.is_empty() && sinks.len() != keys.len()
         {

@@ -335,10 +335,7 @@ impl Helper {
             .flat_map(task_keys)
             .collect();
         let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-        let restorer = guard
-            .as_ref()
-            .ok_or_else(|| HelperError::Failed("restore already finished".into()))?;
-        restorer.wait(&keys)?;
+        running(&guard, "restore")?.wait(&keys)?;
         Ok(())
     }
 
@@ -413,6 +410,13 @@ impl Helper {
     pub fn take_failure(&self) -> Option<HelperError> {
         lock(&self.shared.failure).take()
     }
+}
+
+/// The writer or restorer a slot holds until its dump or restore (`what`) is finished,
+/// or the error of a request that comes after.
+pub(super) fn running<'a, T>(slot: &'a Option<T>, what: &str) -> Result<&'a T, HelperError> {
+    slot.as_ref()
+        .ok_or_else(|| HelperError::Failed(format!("{what} already finished")))
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
