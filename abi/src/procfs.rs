@@ -129,6 +129,9 @@ pub fn is_stopped(pid: i32) -> bool {
 pub struct Mapping {
     pub start: u64,
     pub end: u64,
+    /// The permissions as the kernel writes them: read, write, execute (`r`, `w`, `x`
+    /// or `-`), then `p` (private) or `s` (shared), as in `rw-p`.
+    pub perms: String,
     /// The offset into the mapped file, in bytes.
     pub offset: u64,
     /// The mapped file, as the kernel writes its path: everything after the inode
@@ -141,7 +144,7 @@ pub struct Mapping {
 /// path is the rest of the line after the padding, so a path with spaces stays whole.
 pub fn parse_mapping(line: &str) -> Option<Mapping> {
     let (range, rest) = line.split_once(' ')?;
-    let (_perms, rest) = rest.split_once(' ')?;
+    let (perms, rest) = rest.split_once(' ')?;
     let (offset, rest) = rest.split_once(' ')?;
     let (_device, rest) = rest.split_once(' ')?;
     let path = rest.split_once(' ').map_or("", |(_inode, path)| path);
@@ -150,6 +153,7 @@ pub fn parse_mapping(line: &str) -> Option<Mapping> {
     Some(Mapping {
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
+        perms: perms.to_owned(),
         offset: u64::from_str_radix(offset, 16).ok()?,
         path: path.starts_with('/').then(|| PathBuf::from(path)),
     })
@@ -311,6 +315,7 @@ mod tests {
             Some(Mapping {
                 start: 0x7fee80042000,
                 end: 0x7fee80043000,
+                perms: "rw-s".into(),
                 offset: 0x1000,
                 path: Some(PathBuf::from("/tmp/a b/c")),
             })

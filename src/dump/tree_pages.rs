@@ -50,7 +50,7 @@ use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
 use crate::image::checksum::{
-    is_pages_file, piece_digest, Algorithm, BlockHasher, BLOCK_SIZE, PAGE_PIECE, READ_PIECE,
+    is_pages_file, piece_digest, BlockHasher, BLOCK_SIZE, PAGE_PIECE, READ_PIECE,
 };
 use crate::image::follow::Prefixes;
 
@@ -177,7 +177,7 @@ fn read_tree(
     let mut buf = vec![0u8; READ_PIECE];
     let mut left: Vec<(i32, u32)> = procfs::tree_pids(root)
         .into_iter()
-        .filter_map(|pid| Some((pid, namespace_pid(pid)?)))
+        .filter_map(|pid| Some((pid, crate::gpu::ns_pid(pid).ok()?)))
         .collect();
     while !left.is_empty() && !stop.load(Ordering::SeqCst) {
         let before = left.len();
@@ -211,17 +211,6 @@ fn has_pages_file(dir: &Path) -> bool {
     })
 }
 
-/// `pid` as the tree's own PID namespace numbers it (the last `NSpid` entry), the
-/// number CRIU names its images by.
-fn namespace_pid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    procfs::status_value(&status, "NSpid")?
-        .split_whitespace()
-        .last()?
-        .parse()
-        .ok()
-}
-
 /// The mappings of a `/proc/PID/maps` text whose pages CRIU may dump from memory and
 /// that can be read now: private, readable, not executable, not a kernel area and not
 /// a device's (its pages are the device's business: reading a GPU's through its
@@ -229,19 +218,16 @@ fn namespace_pid(pid: i32) -> Option<u32> {
 fn readable_private_mappings(maps: &str) -> Vec<(u64, u64)> {
     maps.lines()
         .filter_map(|line| {
-            let perms = line.split_whitespace().nth(1)?.as_bytes();
+            let m = procfs::parse_mapping(line)?;
+            let perms = m.perms.as_bytes();
             let private = perms.get(3) == Some(&b'p');
             let readable = perms.first() == Some(&b'r');
             let executable = perms.get(2) == Some(&b'x');
+            // The kernel's own areas have no path, only a name: `[vvar]`, `[vdso]`.
             let kernel_area = line.ends_with(']') && line.contains(" [v");
-            if !private || !readable || executable || kernel_area {
-                return None;
-            }
-            let m = procfs::parse_mapping(line)?;
-            if m.path.as_ref().is_some_and(|p| p.starts_with("/dev/")) {
-                return None;
-            }
-            Some((m.start, m.end))
+            let device = m.path.as_ref().is_some_and(|p| p.starts_with("/dev/"));
+            (private && readable && !executable && !kernel_area && !device)
+                .then_some((m.start, m.end))
         })
         .collect()
 }
@@ -435,7 +421,7 @@ fn lay_out(
     }
     let full = size - size % BLOCK_SIZE;
     let mut blocks = Vec::new();
-    let mut hasher = BlockHasher::new(Algorithm::Pages4m);
+    let mut hasher = BlockHasher::default();
     let mut in_block = 0;
     let mut piece = vec![0u8; PAGE_PIECE];
     let (mut from_tree, mut from_files) = (0u64, 0u64);
@@ -468,8 +454,7 @@ fn lay_out(
             hasher.add_piece_digest(digest);
             in_block += 1;
             if in_block == PIECES_PER_BLOCK {
-                let done = std::mem::replace(&mut hasher, BlockHasher::new(Algorithm::Pages4m));
-                blocks.push(done.finish());
+                blocks.push(std::mem::take(&mut hasher).finish());
                 in_block = 0;
             }
             at += PAGE_PIECE as u64;

@@ -72,7 +72,7 @@ impl Algorithm {
     pub const CURRENT: Algorithm = Algorithm::Pages4m;
 
     /// The name recorded in the manifest's `checksum_algorithm`.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Algorithm::Blocks4m => "xxh3-blocks-4m",
             Algorithm::Pages4m => "xxh3-pages-4m",
@@ -88,7 +88,7 @@ impl Algorithm {
 }
 
 /// The name recorded in the manifest for the scheme a dump writes.
-pub const ALGORITHM: &str = "xxh3-pages-4m";
+pub const ALGORITHM: &str = Algorithm::CURRENT.name();
 
 /// The digest of one [`PAGE_PIECE`] piece of a block (or the shorter last one of a
 /// file), for [`BlockHasher::add_piece_digest`].
@@ -96,12 +96,20 @@ pub fn piece_digest(bytes: &[u8]) -> u64 {
     XxHash3_64::oneshot(bytes)
 }
 
-/// A block's digest by `algorithm`, its bytes given as they arrive.
+/// A block's digest by `algorithm`, its bytes given as they arrive. The default is
+/// by [`Algorithm::CURRENT`]; `std::mem::take` gives a block's hasher back and starts
+/// the next one's.
 pub struct BlockHasher {
     algorithm: Algorithm,
     outer: XxHash3_64,
     /// The bytes of a piece not yet whole ([`Algorithm::Pages4m`]).
     partial: Vec<u8>,
+}
+
+impl Default for BlockHasher {
+    fn default() -> BlockHasher {
+        BlockHasher::new(Algorithm::CURRENT)
+    }
 }
 
 impl BlockHasher {
@@ -439,23 +447,13 @@ fn hash_block_mapped(
 
 /// The digest of bytes that arrive in pieces (a file read from a stream), block by
 /// block, the same as [`digest_files`] gives for the file on disk.
+#[derive(Default)]
 pub struct StreamDigest {
     size: u64,
     blocks: Vec<u64>,
     /// Bytes of the current block so far.
     in_block: u64,
     hasher: BlockHasher,
-}
-
-impl Default for StreamDigest {
-    fn default() -> StreamDigest {
-        StreamDigest {
-            size: 0,
-            blocks: Vec::new(),
-            in_block: 0,
-            hasher: BlockHasher::new(Algorithm::CURRENT),
-        }
-    }
 }
 
 impl StreamDigest {
@@ -473,9 +471,7 @@ impl StreamDigest {
             self.size += n as u64;
             bytes = &bytes[n..];
             if self.in_block == BLOCK_SIZE {
-                let hasher =
-                    std::mem::replace(&mut self.hasher, BlockHasher::new(Algorithm::CURRENT));
-                self.blocks.push(hasher.finish());
+                self.blocks.push(std::mem::take(&mut self.hasher).finish());
                 self.in_block = 0;
             }
         }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::checksum::{Algorithm, BlockHasher, BLOCK_SIZE, READ_PIECE};
+use super::checksum::{BlockHasher, BLOCK_SIZE, READ_PIECE};
 use memmap2::{Mmap, MmapOptions};
 
 /// How long the follower sleeps when nothing new has landed while CRIU is writing
@@ -110,8 +110,7 @@ impl Followed {
             }
         }
         if self.in_block == BLOCK_SIZE {
-            let hasher = std::mem::replace(&mut self.hasher, BlockHasher::new(Algorithm::CURRENT));
-            self.blocks.push(hasher.finish());
+            self.blocks.push(std::mem::take(&mut self.hasher).finish());
             self.in_block = 0;
         }
         progressed
@@ -235,7 +234,7 @@ fn follow(
                             read_only: false,
                             blocks: Vec::new(),
                             size: 0,
-                            hasher: BlockHasher::new(Algorithm::CURRENT),
+                            hasher: BlockHasher::default(),
                             in_block: 0,
                         },
                     );

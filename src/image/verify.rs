@@ -163,12 +163,7 @@ pub fn verify_files_until(
     stop: &AtomicBool,
 ) -> Result<Vec<Problem>, VerifyError> {
     let manifest_path = Manifest::path_in(dir);
-    let Some(algorithm) = checksum::Algorithm::from_name(&manifest.checksum_algorithm) else {
-        return Err(VerifyError::UnknownAlgorithm {
-            path: manifest_path,
-            found: manifest.checksum_algorithm.clone(),
-        });
-    };
+    let algorithm = algorithm_of(&manifest_path, manifest)?;
     let mut listed = std::collections::HashSet::with_capacity(manifest.files.len());
     if let Some(twice) = manifest
         .files
@@ -266,20 +261,11 @@ pub fn verify_digests(
     digests: &BTreeMap<String, FileDigest>,
 ) -> Result<Vec<Problem>, VerifyError> {
     // The stream was digested by the algorithm a dump writes now.
-    match checksum::Algorithm::from_name(&manifest.checksum_algorithm) {
-        Some(checksum::Algorithm::CURRENT) => {}
-        Some(_) => {
-            return Err(VerifyError::EarlierAlgorithm {
-                path: manifest_path.to_path_buf(),
-                found: manifest.checksum_algorithm.clone(),
-            })
-        }
-        None => {
-            return Err(VerifyError::UnknownAlgorithm {
-                path: manifest_path.to_path_buf(),
-                found: manifest.checksum_algorithm.clone(),
-            })
-        }
+    if algorithm_of(manifest_path, manifest)? != checksum::Algorithm::CURRENT {
+        return Err(VerifyError::EarlierAlgorithm {
+            path: manifest_path.to_path_buf(),
+            found: manifest.checksum_algorithm.clone(),
+        });
     }
     let listed: std::collections::HashSet<&str> =
         manifest.files.iter().map(|r| r.path.as_str()).collect();
@@ -323,6 +309,19 @@ pub fn verify_digests(
     }
     problems.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(problems)
+}
+
+/// The checksum algorithm `manifest` (read from `manifest_path`) names.
+fn algorithm_of(
+    manifest_path: &Path,
+    manifest: &Manifest,
+) -> Result<checksum::Algorithm, VerifyError> {
+    checksum::Algorithm::from_name(&manifest.checksum_algorithm).ok_or_else(|| {
+        VerifyError::UnknownAlgorithm {
+            path: manifest_path.to_path_buf(),
+            found: manifest.checksum_algorithm.clone(),
+        }
+    })
 }
 
 /// A record that claims to need no checksum although its file is not a memory pages
@@ -494,8 +493,6 @@ mod tests {
         assert_eq!(problems.unwrap(), vec![unlisted]);
     }
 
-    /// A pages file recorded by size only (`--no-page-checksums`) is checked by its
-    /// size, in a directory and an archive alike; any other file recorded so is damage.
     /// An earlier gpucr's image (a block digested whole) verifies in a directory, is
     /// refused with its name in an archive, and an unknown algorithm is refused.
     #[test]
@@ -546,6 +543,8 @@ mod tests {
         );
     }
 
+    /// A pages file recorded by size only (`--no-page-checksums`) is checked by its
+    /// size, in a directory and an archive alike; any other file recorded so is damage.
     #[test]
     fn size_only_is_for_pages_files_alone() {
         let dir = tempfile::tempdir().unwrap();
