@@ -169,11 +169,16 @@ fn sim_tree_survives_dump_wipe_and_restore() {
     );
     // The log is at info level (the plugin's lines), not debug, unless -v.
     assert!(
-        !log.contains("Plugin \"gpucr\" (version 512 hooks 12)"),
+        !log.contains("Plugin \"gpucr\" (version 512 hooks"),
         "CRIU logged at debug level"
     );
     assert!(log.contains("gpucr: CHECKPOINT_DEVICES pid"));
     assert!(log.contains("gpucr: DUMP_EXT_FILE id"));
+    // The descriptor was fitted to this CRIU's hook ABI.
+    assert!(
+        log.contains("; hook ABI of CRIU "),
+        "the plugin could not tell CRIU's hook ABI"
+    );
 
     kill_and_wait(tree.pid);
     let steps_at_dump = tree.steps();
@@ -277,8 +282,9 @@ fn install_plugin(dir: &Path, sim: &SimRoot, settings: &[&str]) -> std::path::Pa
 }
 
 /// Engine mode on a file system with room for the GPU memory but not for the manifest:
-/// the plugin's last step that CRIU honours (the first device file, where the copy is
-/// finished) takes the manifest's room, so CRIU's dump fails there, CRIU's log names the
+/// the plugin's last step that CRIU honours (DUMP_DEVICES_LATE on CRIU 4.3, else the
+/// first device file, where the copy is finished) takes the manifest's room, so CRIU's
+/// dump fails there, CRIU's log names the
 /// image directory and says there is no room, and the tree keeps running with every
 /// byte; no manifest is written. Before, the room was only looked for in CRIU's exit
 /// hook, after CRIU had decided to kill the tree.
@@ -298,21 +304,32 @@ fn engine_mode_without_room_for_the_manifest_fails_the_dump_and_the_tree_runs_on
     let roomy_fs = mount_tmpfs(&roomy, 1 << 30);
     let (out, log) =
         criu_dump_with_plugin(&libs, tree.pid, &roomy.join("img"), &["--leave-running"]);
-    let gpu_bytes: u64 = fs::read_dir(roomy.join("img/gpu"))
-        .map(|d| {
-            d.flatten()
-                .map(|e| std::os::unix::fs::MetadataExt::blocks(&e.metadata().unwrap()) * 512)
-                .sum()
-        })
-        .unwrap_or(0);
+    let bytes_in = |dir: &Path| -> u64 {
+        fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name() != "gpucr.json")
+                    .map(|e| std::os::unix::fs::MetadataExt::blocks(&e.metadata().unwrap()) * 512)
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    let gpu_bytes = bytes_in(&roomy.join("img/gpu"));
+    let image_bytes = bytes_in(&roomy.join("img")) + gpu_bytes;
     let manifest = roomy.join("img/gpucr.json").exists();
     drop(roomy_fs);
     assert!(out.status.success(), "{log}");
     assert!(manifest, "{log}");
     assert!(gpu_bytes >= 12 << 20, "{gpu_bytes}");
-    // The GPU memory fits, with less than the manifest's room to spare.
+    // A CRIU with DUMP_DEVICES_LATE (4.3) gets the room taken there, after it wrote
+    // the tree's memory: then all of CRIU's image fits, and the GPU memory, with less
+    // than the manifest's room to spare. An older CRIU gets it at the first device
+    // file, before its memory: then the GPU memory fits, with less than that to spare.
+    let late = log.contains("hook ABI of CRIU 4.3");
+    assert!(late || log.contains("hook ABI of CRIU "), "{log}");
+    let fits = if late { image_bytes } else { gpu_bytes };
     let full = tmp.path().join("full");
-    let full_fs = mount_tmpfs(&full, gpu_bytes + (96 << 10));
+    let full_fs = mount_tmpfs(&full, fits + (96 << 10));
     let dir = full.join("img");
     let (out, log) = criu_dump_with_plugin(&libs, tree.pid, &dir, &[]);
     let manifest_written = dir.join("gpucr.json").exists();

@@ -8,6 +8,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod amdgpu_drm;
+pub mod criu_hook_abi;
 pub mod cuda;
 pub mod engine;
 pub mod env;

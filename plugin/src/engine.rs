@@ -222,10 +222,19 @@ pub fn start_restore() -> Result<bool, HookFailure> {
     start("restore", None)
 }
 
-/// FINISH_COPY at the first device file CRIU dumps, or for a backend whose tasks keep
-/// none, once every task is checkpointed: every task's device memory in the image and
-/// the manifest's room taken before CRIU goes on (a failure fails the dump; the tree
-/// runs on).
+/// FINISH_COPY where a CRIU without DUMP_DEVICES_LATE last honours a failure (the
+/// first device file, or a CUDA tree's last CHECKPOINT_DEVICES). A CRIU with that hook
+/// gets it there instead: every task's memory is dumped by then, so the GPU copy has
+/// run beside CRIU's and the manifest's room is taken after CRIU's pages are written.
+pub fn finish_copy_early() -> Result<(), HookFailure> {
+    if crate::descriptor::abi().is_ok_and(|abi| abi.dump_devices_late()) {
+        return Ok(());
+    }
+    finish_copy()
+}
+
+/// FINISH_COPY: every task's device memory in the image and the manifest's room taken
+/// while CRIU can still fail the dump (a failure fails it; the tree runs on).
 pub fn finish_copy() -> Result<(), HookFailure> {
     if !active() || COPY_FINISHED.swap(true, Ordering::SeqCst) {
         return Ok(());

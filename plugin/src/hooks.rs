@@ -22,7 +22,7 @@ use gpucr_abi::{PluginFailureKind, PLUGIN_EXIT_STEP, PLUGIN_NAME};
 use crate::half::{self, HalfError, PluginHalf};
 use crate::helper::{self, HelperError};
 use crate::thread::RunGuard;
-use crate::{criu, device, engine, unresumed, NOT_OURS};
+use crate::{criu, descriptor, device, engine, unresumed, NOT_OURS};
 
 /// Whether this dump already named the plugin in CRIU's inventory.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
@@ -147,15 +147,19 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
                 }
             }
             criu::info(&format!(
-                "plugin loaded ({stage_name}; image needs gpucr: {claimed})"
+                "plugin loaded ({stage_name}; image needs gpucr: {claimed}; {})",
+                abi_line()
             ));
+            if claimed && descriptor::abi().is_err() {
+                return Err(unknown_abi_failure());
+            }
             if claimed && !helper::configured() {
                 // A CRIU gpucr did not start (a container engine's): engine mode.
                 engine::load_settings();
                 engine::start_restore()?;
             }
         } else {
-            criu::info(&format!("plugin loaded ({stage_name})"));
+            criu::info(&format!("plugin loaded ({stage_name}; {})", abi_line()));
             if !helper::configured() {
                 engine::set_stage(stage);
                 engine::load_settings();
@@ -166,6 +170,14 @@ pub unsafe extern "C" fn init(stage: c_int) -> c_int {
         }
         Ok(0)
     })
+}
+
+/// The hook ABI the descriptor was fitted to, for CRIU's log.
+fn abi_line() -> String {
+    match descriptor::abi() {
+        Ok(abi) => format!("hook ABI of {}, {} hooks", abi.releases(), abi.max_hooks()),
+        Err(why) => format!("hook ABI unknown: {why}"),
+    }
 }
 
 pub unsafe extern "C" fn exit(stage: c_int, ret: c_int) {
@@ -286,7 +298,7 @@ pub fn checkpoint_devices_with(half: &dyn PluginHalf, pid: c_int) -> Result<c_in
     // CRIU dumps any memory, so that a full disk fails the dump and the tree runs on.
     // (Under gpucr's own CRIU the copy is finished at post-dump: nothing to count.)
     if engine::active() && !half.dumps_device_files() && tree_checkpointed(pid) {
-        engine::finish_copy()?;
+        engine::finish_copy_early()?;
     }
     Ok(0)
 }
@@ -323,7 +335,7 @@ pub fn dump_ext_file_with(fd: c_int, id: c_int) -> Result<c_int, HookFailure> {
     criu::info(&format!(
         "DUMP_EXT_FILE id {id:#x}: device carried by gpucr"
     ));
-    engine::finish_copy()?;
+    engine::finish_copy_early()?;
     Ok(0)
 }
 
@@ -381,10 +393,65 @@ pub unsafe extern "C" fn update_vma_map(
     })
 }
 
+/// RESTORE_EXT_FILE(id), CRIU 4.1 and 4.2.
 pub unsafe extern "C" fn restore_ext_file(id: c_int) -> c_int {
+    restore_ext_file_guarded(id)
+}
+
+fn restore_ext_file_guarded(id: c_int) -> c_int {
     guard("RESTORE_EXT_FILE", || match plugin_half()? {
         Some(half) => restore_ext_file_with(half, id),
         None => Ok(NOT_OURS),
+    })
+}
+
+/// RESTORE_EXT_FILE(id, &retry_needed), CRIU 4.3 and criu-dev: gpucr restores a device
+/// file in one call, so it never asks CRIU to call again. CRIU reads `*retry_needed`
+/// whenever a plugin returns a descriptor, and leaves it uninitialised itself.
+pub unsafe extern "C" fn restore_ext_file_retry(id: c_int, retry_needed: *mut bool) -> c_int {
+    let ret = restore_ext_file_guarded(id);
+    if !retry_needed.is_null() {
+        // SAFETY: CRIU passes the address of its own `bool` local, valid for the call.
+        unsafe { *retry_needed = false };
+    }
+    ret
+}
+
+/// RESTORE_EXT_FILE for a CRIU whose hook ABI could not be told: what CRIU passes beyond
+/// `id` is unknown, so a device of gpucr's is refused (a failure CRIU reads nothing
+/// more of); `init` has already failed such a restore, saying why.
+pub unsafe extern "C" fn restore_ext_file_unknown_abi(_id: c_int) -> c_int {
+    guard("RESTORE_EXT_FILE", || match plugin_half()? {
+        Some(_) => Err(unknown_abi_failure()),
+        None => Ok(NOT_OURS),
+    })
+}
+
+/// The failure of a restore that needs gpucr in a CRIU whose hook ABI is unknown.
+fn unknown_abi_failure() -> HookFailure {
+    let why = descriptor::abi().err().unwrap_or("no reason recorded");
+    HookFailure {
+        errno: libc::EPROTO,
+        kind: PluginFailureKind::Plugin,
+        message: format!(
+            "cannot tell this CRIU's plugin hook ABI, so gpucr cannot restore devices with \
+             it ({why}); gpucr supports CRIU 4.1, 4.2, 4.3 and criu-dev"
+        ),
+    }
+}
+
+/// DUMP_DEVICES_LATE(pid), CRIU 4.3 and criu-dev: once every task of the tree rooted at
+/// `pid` is dumped, the last point at which a failure still fails the dump. Engine mode
+/// finishes the GPU copy and takes the manifest's room here (under `gpucr dump` that is
+/// post-dump's work, which gpucr is told of).
+pub unsafe extern "C" fn dump_devices_late(pid: c_int) -> c_int {
+    guard("DUMP_DEVICES_LATE", || {
+        if !engine::active() {
+            return Ok(NOT_OURS);
+        }
+        engine::finish_copy()?;
+        criu::info(&format!("DUMP_DEVICES_LATE pid {pid}: GPU copy finished"));
+        Ok(0)
     })
 }
 
@@ -525,6 +592,11 @@ mod tests {
                 NOT_OURS
             );
             assert_eq!(restore_ext_file(1), NOT_OURS);
+            assert_eq!(restore_ext_file_unknown_abi(1), NOT_OURS);
+            assert_eq!(dump_devices_late(1), NOT_OURS);
+            let mut retry = true;
+            assert_eq!(restore_ext_file_retry(1, &mut retry), NOT_OURS);
+            assert!(!retry, "retry_needed is always answered");
             assert_eq!(resume_devices_late(1), NOT_OURS);
         }
     }
