@@ -192,13 +192,11 @@ fn pool_task(i: u64, rounds: u64) -> u64 {
 }
 
 /// Removes the pool's shared memory block from /dev/shm if the pool did not.
-struct ShmBlock(Option<String>);
+struct ShmBlock(String);
 
 impl Drop for ShmBlock {
     fn drop(&mut self) {
-        if let Some(name) = &self.0 {
-            let _ = fs::remove_file(Path::new("/dev/shm").join(name));
-        }
+        let _ = fs::remove_file(Path::new("/dev/shm").join(&self.0));
     }
 }
 
@@ -231,7 +229,7 @@ fn python_multiprocessing_pool_finishes_its_tasks_after_restore() {
     let shm_name = wait_or_show(Duration::from_secs(30), "the pool", &[&log], || {
         fs::read_to_string(dir.join("ready")).ok()
     });
-    let _shm = ShmBlock(Some(shm_name));
+    let _shm = ShmBlock(shm_name);
     let progress = || -> u64 {
         fs::read_to_string(dir.join("progress"))
             .ok()
