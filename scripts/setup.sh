@@ -18,8 +18,11 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # podman and runc: the container tests (tests/containers.rs) checkpoint containers with them.
 # iproute2: CRIU dumps a tree's own network namespace with `ip`, and the tests give a tree
 # one (its loopback brought up with `ip`).
+# postgresql, nginx and python3: the real programs tests/real_programs.rs dumps and restores
+# (docs/real-programs.md); the tests use Debian's binaries (/usr/lib/postgresql/15/bin,
+# /usr/sbin/nginx, /usr/bin/python3) and util-linux's setpriv and nsenter.
 packages=(build-essential pkg-config ca-certificates util-linux procps nftables linux-libc-dev libdrm-dev
-          podman runc iproute2)
+          podman runc iproute2 postgresql nginx python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
