@@ -1,7 +1,10 @@
 //! The raw C types and function signatures of the driver entry points this crate uses,
 //! and the CUDA version at which each is requested through `cuGetProcAddress`.
 //!
-//! Signatures follow `cuda.h` (CUDA 12.8 to 13.4). The checkpoint functions take their
+//! Signatures follow `cuda.h` (CUDA 12.8 to 13.5); each function pointer type carries its
+//! parameters' `cuda.h` spelling ([`Signature`]), and `tests/cuda_headers.rs` checks it
+//! against the `PFN_<name>_v<version>` typedef of `cudaTypedefs.h` at the version the
+//! function is requested at. The checkpoint functions take their
 //! argument struct as `*mut c_void` because its layout depends on the driver's version
 //! (see [`crate::layout`]); the caller passes a struct of the layout it selected.
 
