@@ -75,7 +75,7 @@ for line in "${VERSIONS[@]}"; do
 
     wheel="$tmp/${package//-/_}-$version-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
     log "downloading $package==$version (CUDA $cuda_version)"
-    if ! "$PYTHON" -m pip download --quiet --no-deps --no-cache-dir --only-binary=:all: \
+    if ! "$PYTHON" -m pip download --quiet --no-deps --no-cache-dir --retries 2 --timeout 30 --only-binary=:all: \
             --platform manylinux2014_x86_64 --python-version 3 --implementation py \
             --dest "$tmp" "$package==$version" >"$tmp/pip.log" 2>&1; then
         cat "$tmp/pip.log" >&2
