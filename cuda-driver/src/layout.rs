@@ -11,27 +11,21 @@
 //! | `CUcheckpointRestoreArgs` | `reserved[8]` (u64) | `gpuPairs; gpuPairsCount; reserved[44]; reserved1` | `gpuPairs; gpuPairsCount; reserved[52]` | `gpuPairs; gpuPairsCount; padding0; customStorageInfo_out; reserved[40]` |
 //! | `CUcheckpointUnlockArgs` | `reserved[8]` (u64) | same | same | same |
 //!
-//! Sources:
-//! * 12.8–12.9: the CUDA 12.8/12.9 driver API reference (all four structs are reserved
-//!   words apart from `timeoutMs`), as mirrored by the generated bindings of that
-//!   version (cuda-python `cuda.bindings` 12.9; Fortran and Rust bindings of 12.8 list
-//!   `CUcheckpointRestoreArgs` as `reserved[8]` only).
-//! * 13.0–13.2: CRIU `plugins/cuda/cuda_checkpoint.h` (written from the 13.0 driver API
-//!   reference, with `_Static_assert`s on the size and on `gpuPairsCount` at
-//!   `sizeof(void *)`), and the CUDA 13.0 reference page of `CUcheckpointRestoreArgs`
-//!   (`char reserved[52 - sizeof(CUcheckpointGpuPair *)]; cuuint64_t reserved1`).
-//! * 13.3: bindgen output of the 13.3 `cuda.h` (`reserved: [c_char; 52]` after
-//!   `gpuPairsCount`); cuda-bindings 13.3.1 notes that 13.3 changed this layout.
-//! * 13.4: the CUDA 13.4 driver API reference of `CUcheckpointRestoreArgs`
-//!   (`padding0`, `customStorageInfo_out`, `reserved[64 - 8 - 2 * 4 - 8]`), of
-//!   `CUcheckpointCheckpointArgs` (`customStorageInfo_out; reserved[64 - 8]`),
-//!   `CUcheckpointCustomStorageInfo` (`handle; perDeviceData; deviceCount`) and
-//!   `CUcheckpointCustomStoragePerDeviceData` (`devPtr; size; stream`); the same
-//!   declarations appear in public code written against the 13.4 headers.
-//! * `CUcheckpointGpuPair` (13.0+): `CUuuid oldUuid; CUuuid newUuid` (32 bytes), from the
-//!   13.0 reference and CRIU's header.
+//! Checked against NVIDIA's own `cuda.h` of CUDA 12.8, 12.9, 13.0, 13.1, 13.2, 13.3, 13.4
+//! and 13.5 (the runtime wheels on PyPI, `scripts/fetch-cuda-headers.sh`) by
+//! `tests/cuda_headers.rs`: for each version, the layout [`ArgsLayout::from_driver_version`]
+//! picks for its `CUDA_VERSION` must have the header's fields, in order, at the header's
+//! offsets and sizes ([`crate::header_facts`]). In those headers:
+//! * 12.8–12.9: all four structs are reserved words apart from `timeoutMs`.
+//! * 13.0–13.2: `CUcheckpointGpuPair *gpuPairs; unsigned int gpuPairsCount;
+//!   char reserved[52 - sizeof(CUcheckpointGpuPair *)]; cuuint64_t reserved1`.
+//! * 13.3: `gpuPairs; gpuPairsCount; char reserved[64 - sizeof(void *) - sizeof(unsigned int)]`.
+//! * 13.4 and 13.5: `CUcheckpointRestoreArgs` has `padding0`, `customStorageInfo_out`,
+//!   `reserved[64 - 8 - 2 * 4 - 8]`; `CUcheckpointCheckpointArgs` has
+//!   `customStorageInfo_out; reserved[64 - 8]`; `CUcheckpointCustomStorageInfo` and
+//!   `CUcheckpointCustomStoragePerDeviceData` appear.
 //!
-//! 12.8 and 12.9 share a layout; so do 13.0, 13.1 and 13.2.
+//! 12.8 and 12.9 share a layout; so do 13.0, 13.1 and 13.2, and 13.4 and 13.5.
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -60,7 +54,7 @@ pub enum ArgsLayout {
     Cuda13_0,
     /// CUDA 13.3: the restore arguments' reserved tail changed.
     Cuda13_3,
-    /// CUDA 13.4 and newer: custom storage.
+    /// CUDA 13.4 and newer (13.5 has the same structs): custom storage.
     Cuda13_4,
 }
 

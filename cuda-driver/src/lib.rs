@@ -12,9 +12,9 @@
 //! * **Versions.** `cuDriverGetVersion` must say 12080 (CUDA 12.8, driver r570) or more;
 //!   it chooses the [`ArgsLayout`] of the 64-byte argument structs (12.9, 13.0–13.2,
 //!   13.3, 13.4+). Each layout is a `#[repr(C)]` struct in [`layout`] with compile-time
-//!   size and offset assertions, and the sources it was read from. The same types
-//!   decode arguments in the fake library, so both sides are checked against one
-//!   definition.
+//!   size and offset assertions. `tests/cuda_headers.rs` compiles the real `cuda.h` of
+//!   every supported CUDA version (12.8 to 13.5) and checks every struct, field, enum
+//!   value and function signature of [`header_facts`] against it.
 //! * **Initialisation.** Creating a [`Driver`] calls `cuInit(0)`; the caller creates one
 //!   before it freezes anything.
 //! * **Checkpoint API** ([`checkpoint`]): state, restore thread, lock (with timeout),
@@ -34,6 +34,7 @@ pub mod app;
 pub mod checkpoint;
 mod driver;
 pub mod error;
+pub mod header_facts;
 pub mod layout;
 mod loader;
 pub mod result;

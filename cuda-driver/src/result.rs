@@ -82,6 +82,13 @@ const NAMES: &[(CUresult, &CStr)] = &[
     (UNKNOWN, c"CUDA_ERROR_UNKNOWN"),
 ];
 
+/// Every code of this crate's table with its name.
+pub fn all() -> impl Iterator<Item = (CUresult, &'static str)> {
+    NAMES
+        .iter()
+        .filter_map(|(code, name)| name.to_str().ok().map(|n| (*code, n)))
+}
+
 /// The name of `code` from this crate's table (`CUDA_ERROR_INVALID_VALUE`), as a C string.
 pub fn name_cstr(code: CUresult) -> Option<&'static CStr> {
     NAMES.iter().find(|(c, _)| *c == code).map(|(_, n)| *n)

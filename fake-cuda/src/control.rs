@@ -21,13 +21,14 @@ use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gpucr_cuda_driver::layout::{CustomStorageInfo, CustomStoragePerDeviceData};
 use gpucr_cuda_driver::result;
 use gpucr_cuda_driver::sys::CUresult;
 use gpucr_cuda_driver::Uuid;
 
 use crate::app::{self, CONTROL_FILE, CONTROL_MAGIC, RESTORE_THREAD, STATE_OFFSET};
+use crate::args::{CustomStorageInfo, Region};
 use crate::config::Config;
+use crate::cuda_h::Header;
 use crate::devptr::DevPtr;
 use crate::mailbox::{self, Answer, GpuMemory, Op, Request};
 use crate::mapping::Mapping;
@@ -141,15 +142,9 @@ struct Operation {
     pid: i32,
     restore: bool,
     slots: Vec<u16>,
-    // Kept alive while the caller reads them through the pointer it was given.
-    _info: Box<CustomStorageInfo>,
-    _per_device: Box<[CustomStoragePerDeviceData]>,
+    // Kept alive while the caller reads it through the pointer it was given.
+    _info: CustomStorageInfo,
 }
-
-// SAFETY: the raw pointers inside point into the boxes this value owns (and to nothing
-// else); they are only read by the thread that holds the operations' lock or by the
-// caller that was handed them, never freed elsewhere.
-unsafe impl Send for Operation {}
 
 static OPERATIONS: Mutex<Option<HashMap<usize, Operation>>> = Mutex::new(None);
 static REGIONS: Mutex<Option<HashMap<u16, Arc<Mapping>>>> = Mutex::new(None);
@@ -167,14 +162,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Begins a custom-storage checkpoint (`restore: false`) or restore of `pid`: maps the
 /// target's device memory and stores the information in `*out`.
 ///
+/// The information is laid out as `header` says.
+///
 /// # Safety
-/// `out` points to a writable `*mut CustomStorageInfo`.
+/// `out` points to a writable `CUcheckpointCustomStorageInfo *`.
 pub unsafe fn begin_custom(
     config: &Config,
+    header: &'static Header,
     pid: i32,
     restore: bool,
     pairs: Vec<(Uuid, Uuid)>,
-    out: *mut *mut CustomStorageInfo,
+    out: *mut *mut c_void,
 ) -> Result<(), CUresult> {
     let op = if restore {
         Op::RestoreBegin { pairs }
@@ -199,23 +197,24 @@ pub unsafe fn begin_custom(
             let slot = NEXT_SLOT.fetch_add(1, Ordering::Relaxed);
             regions.insert(slot, Arc::new(mapping));
             slots.push(slot);
-            per_device.push(CustomStoragePerDeviceData {
+            per_device.push(Region {
                 dev_ptr: DevPtr::Mapped { slot, offset: 0 }.encode(),
                 size: g.size as usize,
-                stream: (STREAM_BASE + usize::from(g.ordinal)) as *mut c_void,
+                stream: STREAM_BASE + usize::from(g.ordinal),
             });
         }
     }
-    let mut per_device = per_device.into_boxed_slice();
     let handle = HANDLE_BASE + NEXT_HANDLE.fetch_add(1, Ordering::Relaxed);
-    let mut info = Box::new(CustomStorageInfo {
-        handle: handle as *mut c_void,
-        per_device_data: per_device.as_mut_ptr(),
-        device_count: per_device.len() as u32,
-    });
+    let mut info = match CustomStorageInfo::new(header, handle, &per_device) {
+        Ok(info) => info,
+        Err(_) => {
+            let _ = request(config, pid, Op::Cancel, Duration::ZERO);
+            return Err(result::NOT_SUPPORTED);
+        }
+    };
     // SAFETY: the caller guarantees `out` is writable; the information lives in the
     // operation until it completes.
-    unsafe { *out = &mut *info };
+    unsafe { *out = info.as_ptr() };
     lock(&OPERATIONS).get_or_insert_with(HashMap::new).insert(
         handle,
         Operation {
@@ -223,7 +222,6 @@ pub unsafe fn begin_custom(
             restore,
             slots,
             _info: info,
-            _per_device: per_device,
         },
     );
     Ok(())

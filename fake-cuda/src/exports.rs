@@ -3,21 +3,25 @@
 //! Every function goes through [`call`]: failure injection first (an injected failure
 //! does nothing else), then the body with panics caught (`CUDA_ERROR_UNKNOWN`), then the
 //! call log.
+//!
+//! The functions' types, the ABI versions `cuGetProcAddress` knows and the argument
+//! structs' layouts are those of NVIDIA's headers ([`crate::cuda_h`], [`crate::args`]),
+//! for the version the fake reports.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use gpucr_cuda_driver::layout::{self, ArgsLayout, CustomStorageInfo};
 use gpucr_cuda_driver::result;
-use gpucr_cuda_driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUresult, CUuuid};
 use gpucr_cuda_driver::Uuid;
 
 use crate::app;
+use crate::args::{self, ArgsError};
 use crate::calllog;
 use crate::config::{self, Config};
 use crate::control;
+use crate::cuda_h::{self as h, CUresult, CUuuid, Header};
 use crate::devptr::DevPtr;
 use crate::fail::Injector;
 use crate::mailbox::Op;
@@ -60,8 +64,27 @@ fn call(
     code
 }
 
-fn layout_of(config: &Config) -> Result<ArgsLayout, CUresult> {
-    ArgsLayout::from_driver_version(config.version).map_err(|_| result::NOT_SUPPORTED)
+type CUcontext = *mut c_void;
+type CUdevice = c_int;
+type CUdeviceptr = u64;
+
+/// `cuGetProcAddress`'s answers (`CUdriverProcAddressQueryResult`).
+const PROC_ADDRESS_SUCCESS: c_int = 0;
+const PROC_ADDRESS_SYMBOL_NOT_FOUND: c_int = 1;
+const PROC_ADDRESS_VERSION_NOT_SUFFICIENT: c_int = 2;
+
+/// The header of the reported version, whose structs the checkpoint functions read.
+fn header_of(config: &Config) -> Result<&'static Header, CUresult> {
+    args::header(config.version).map_err(|_| result::NOT_SUPPORTED)
+}
+
+/// Decodes arguments with the reported version's header (`None`: no configuration or
+/// no header), for call-log summaries computed outside [`call`]'s body.
+fn decoded<T>(
+    f: impl FnOnce(&'static Header) -> Result<T, ArgsError>,
+) -> Option<Result<T, ArgsError>> {
+    let config = config::get().ok()?;
+    args::header(config.version).ok().map(f)
 }
 
 fn current() -> Result<usize, CUresult> {
@@ -136,128 +159,169 @@ fn table() -> Vec<Entry> {
             Entry {
                 name: $name,
                 since: $since,
-                // The cast through the driver crate's type checks the signature.
+                // The cast through the header's `PFN_` type checks the signature.
                 pfn: ($f as $ty) as *mut c_void,
             }
         };
     }
     vec![
-        entry!("cuInit", 2000, cuInit, sys::PfnInit),
+        entry!("cuInit", 2000, cuInit, h::PFN_cuInit_v2000),
         entry!(
             "cuDriverGetVersion",
             2020,
             cuDriverGetVersion,
-            sys::PfnDriverGetVersion
+            h::PFN_cuDriverGetVersion_v2020
         ),
-        entry!("cuGetErrorName", 6000, cuGetErrorName, sys::PfnGetErrorName),
+        entry!(
+            "cuGetErrorName",
+            6000,
+            cuGetErrorName,
+            h::PFN_cuGetErrorName_v6000
+        ),
+        entry!(
+            "cuGetProcAddress",
+            11030,
+            cuGetProcAddress,
+            h::PFN_cuGetProcAddress_v11030
+        ),
         entry!(
             "cuGetProcAddress",
             12000,
             cuGetProcAddress_v2,
-            sys::PfnGetProcAddressV2
+            h::PFN_cuGetProcAddress_v12000
         ),
         entry!(
             "cuDeviceGetCount",
             2000,
             cuDeviceGetCount,
-            sys::PfnDeviceGetCount
+            h::PFN_cuDeviceGetCount_v2000
         ),
-        entry!("cuDeviceGet", 2000, cuDeviceGet, sys::PfnDeviceGet),
+        entry!("cuDeviceGet", 2000, cuDeviceGet, h::PFN_cuDeviceGet_v2000),
         entry!(
             "cuDeviceGetUuid",
             9020,
             cuDeviceGetUuid,
-            sys::PfnDeviceGetUuid
+            h::PFN_cuDeviceGetUuid_v9020
         ),
         entry!(
             "cuDeviceGetUuid",
             11040,
             cuDeviceGetUuid_v2,
-            sys::PfnDeviceGetUuid
+            h::PFN_cuDeviceGetUuid_v11040
         ),
         entry!(
             "cuDevicePrimaryCtxRetain",
             7000,
             cuDevicePrimaryCtxRetain,
-            sys::PfnDevicePrimaryCtxRetain
+            h::PFN_cuDevicePrimaryCtxRetain_v7000
         ),
         entry!(
             "cuCtxSetCurrent",
             4000,
             cuCtxSetCurrent,
-            sys::PfnCtxSetCurrent
+            h::PFN_cuCtxSetCurrent_v4000
         ),
         entry!(
             "cuCtxSynchronize",
             2000,
             cuCtxSynchronize,
-            sys::PfnCtxSynchronize
+            h::PFN_cuCtxSynchronize_v2000
         ),
-        entry!("cuMemAlloc", 3020, cuMemAlloc_v2, sys::PfnMemAlloc),
-        entry!("cuMemFree", 3020, cuMemFree_v2, sys::PfnMemFree),
-        entry!("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, sys::PfnMemcpyHtoD),
-        entry!("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, sys::PfnMemcpyDtoH),
+        entry!("cuMemAlloc", 3020, cuMemAlloc_v2, h::PFN_cuMemAlloc_v3020),
+        entry!("cuMemFree", 3020, cuMemFree_v2, h::PFN_cuMemFree_v3020),
+        entry!(
+            "cuMemcpyHtoD",
+            3020,
+            cuMemcpyHtoD_v2,
+            h::PFN_cuMemcpyHtoD_v3020
+        ),
+        entry!(
+            "cuMemcpyDtoH",
+            3020,
+            cuMemcpyDtoH_v2,
+            h::PFN_cuMemcpyDtoH_v3020
+        ),
         entry!(
             "cuCheckpointProcessLock",
             12080,
             cuCheckpointProcessLock,
-            sys::PfnCheckpointProcessLock
+            h::PFN_cuCheckpointProcessLock_v12080
         ),
         entry!(
             "cuCheckpointProcessCheckpoint",
             12080,
             cuCheckpointProcessCheckpoint,
-            sys::PfnCheckpointProcessCheckpoint
+            h::PFN_cuCheckpointProcessCheckpoint_v12080
         ),
         entry!(
             "cuCheckpointProcessRestore",
             12080,
             cuCheckpointProcessRestore,
-            sys::PfnCheckpointProcessRestore
+            h::PFN_cuCheckpointProcessRestore_v12080
         ),
         entry!(
             "cuCheckpointProcessUnlock",
             12080,
             cuCheckpointProcessUnlock,
-            sys::PfnCheckpointProcessUnlock
+            h::PFN_cuCheckpointProcessUnlock_v12080
         ),
         entry!(
             "cuCheckpointProcessGetState",
             12080,
             cuCheckpointProcessGetState,
-            sys::PfnCheckpointProcessGetState
+            h::PFN_cuCheckpointProcessGetState_v12080
         ),
         entry!(
             "cuCheckpointProcessGetRestoreThreadId",
             12080,
             cuCheckpointProcessGetRestoreThreadId,
-            sys::PfnCheckpointProcessGetRestoreThreadId
+            h::PFN_cuCheckpointProcessGetRestoreThreadId_v12080
         ),
         entry!(
             "cuCheckpointOperationComplete",
             13040,
             cuCheckpointOperationComplete,
-            sys::PfnCheckpointOperationComplete
+            h::PFN_cuCheckpointOperationComplete_v13040
         ),
     ]
 }
 
-/// Looks `symbol` up at `version`: the newest ABI not newer than it, of the symbols a
-/// driver of the configured version has.
+/// Looks `symbol` up at `version` as a driver of the configured version does: the
+/// newest ABI of it that the driver's header declares, not newer than the driver nor
+/// than `version`. A driver older than every header answers as the oldest one, less the
+/// functions newer than itself. The fake implements the ABIs of its table only: an older
+/// one is `VERSION_NOT_SUFFICIENT` (`cuMemAlloc` below 3020), a newer one
+/// `SYMBOL_NOT_FOUND` (`cuCtxSynchronize` at 13000, which takes a context).
 fn lookup(config: &Config, symbol: &str, version: c_int) -> Result<*mut c_void, c_int> {
-    let known: Vec<Entry> = table()
-        .into_iter()
-        .filter(|e| e.name == symbol && e.since <= config.version)
-        .collect();
-    if known.is_empty() {
-        return Err(sys::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-    }
-    known
+    let header = args::header(config.version).unwrap_or(&h::HEADERS[0]);
+    let abis: Vec<i32> = header
+        .functions
         .iter()
-        .filter(|e| e.since <= version)
-        .max_by_key(|e| e.since)
-        .map(|e| e.pfn)
-        .ok_or(sys::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+        .find(|f| f.name == symbol)
+        .map(|f| {
+            f.versions
+                .iter()
+                .copied()
+                .filter(|v| *v <= config.version)
+                .collect()
+        })
+        .unwrap_or_default();
+    if abis.is_empty() {
+        return Err(PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    }
+    let abi = abis
+        .into_iter()
+        .filter(|v| *v <= version)
+        .max()
+        .ok_or(PROC_ADDRESS_VERSION_NOT_SUFFICIENT)?;
+    let implemented: Vec<Entry> = table().into_iter().filter(|e| e.name == symbol).collect();
+    match implemented.iter().find(|e| e.since == abi) {
+        Some(e) => Ok(e.pfn),
+        None if implemented.iter().all(|e| e.since > abi) => {
+            Err(PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+        }
+        None => Err(PROC_ADDRESS_SYMBOL_NOT_FOUND),
+    }
 }
 
 /// `cuGetProcAddress_v2`.
@@ -294,7 +358,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
             unsafe {
                 *pfn = *found.as_ref().unwrap_or(&std::ptr::null_mut());
                 if !status.is_null() {
-                    *status = found.err().unwrap_or(sys::CU_GET_PROC_ADDRESS_SUCCESS);
+                    *status = found.err().unwrap_or(PROC_ADDRESS_SUCCESS);
                 }
             }
             found.map(|_| ()).map_err(|_| result::NOT_FOUND)
@@ -315,6 +379,10 @@ pub unsafe extern "C" fn cuGetProcAddress(
 ) -> CUresult {
     // SAFETY: the same contract, without a status.
     unsafe { cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, std::ptr::null_mut()) }
+}
+
+fn uuid_of(uuid: &CUuuid) -> Uuid {
+    Uuid::from_cu(gpucr_cuda_driver::sys::CUuuid { bytes: uuid.bytes })
 }
 
 /// `cuDeviceGetCount`.
@@ -371,7 +439,11 @@ fn device_uuid(function: &str, uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
                 return Err(result::INVALID_VALUE);
             }
             // SAFETY: non-null and writable per the contract of the callers.
-            unsafe { *uuid = found.to_cu() };
+            unsafe {
+                *uuid = CUuuid {
+                    bytes: found.to_cu().bytes,
+                }
+            };
             Ok(())
         },
     )
@@ -572,19 +644,25 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(
 /// `args` is null or points to 64 readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn cuCheckpointProcessLock(pid: c_int, args: *mut c_void) -> CUresult {
-    // SAFETY: null or 64 readable bytes per the contract.
-    let timeout = unsafe { layout::decode_lock(args) };
+    // SAFETY: null or a struct of the version's layout per the contract.
+    let timeout = decoded(|h| unsafe { args::lock(h, args) });
     let summary = format!(
         "timeout_ms={}",
-        timeout.as_ref().map_or(-1, |t| i64::from(*t))
+        match &timeout {
+            Some(Ok(t)) => i64::from(*t),
+            _ => -1,
+        }
     );
     call(
         "cuCheckpointProcessLock",
         Some(pid),
         move || summary,
         |config| {
-            layout_of(config)?;
-            let timeout_ms = timeout.map_err(|_| result::INVALID_VALUE)?;
+            header_of(config)?;
+            let timeout_ms = match timeout {
+                Some(Ok(t)) => t,
+                _ => return Err(result::INVALID_VALUE),
+            };
             let extra = Duration::from_millis(u64::from(timeout_ms));
             control::request(config, pid, Op::Lock { timeout_ms }, extra).map(|_| ())
         },
@@ -601,27 +679,23 @@ pub unsafe extern "C" fn cuCheckpointProcessCheckpoint(pid: c_int, args: *mut c_
         "cuCheckpointProcessCheckpoint",
         Some(pid),
         || {
-            // SAFETY: null or 64 readable bytes per the contract.
-            let custom = config::get()
-                .ok()
-                .and_then(|c| layout_of(c).ok())
-                .and_then(|l| unsafe { l.decode_checkpoint(args) }.ok());
+            // SAFETY: null or a struct of the version's layout per the contract.
+            let custom = decoded(|h| unsafe { args::checkpoint(h, args) });
             format!(
                 "custom={}",
-                custom.is_some_and(|d| !d.custom_storage_info_out.is_null())
+                matches!(custom, Some(Ok(out)) if !out.is_null())
             )
         },
         |config| {
-            let layout = layout_of(config)?;
-            // SAFETY: null or 64 readable bytes per the contract.
-            let decoded =
-                unsafe { layout.decode_checkpoint(args) }.map_err(|_| result::INVALID_VALUE)?;
-            let out = decoded.custom_storage_info_out;
+            let header = header_of(config)?;
+            // SAFETY: null or a struct of the version's layout per the contract.
+            let out =
+                unsafe { args::checkpoint(header, args) }.map_err(|_| result::INVALID_VALUE)?;
             if out.is_null() {
                 return control::request(config, pid, Op::Checkpoint, Duration::ZERO).map(|_| ());
             }
             // SAFETY: the caller's out pointer is writable per the API's contract.
-            unsafe { control::begin_custom(config, pid, false, Vec::new(), out) }
+            unsafe { control::begin_custom(config, header, pid, false, Vec::new(), out) }
         },
     )
 }
@@ -633,20 +707,17 @@ pub unsafe extern "C" fn cuCheckpointProcessCheckpoint(pid: c_int, args: *mut c_
 /// whose pairs pointer (if any) points to `gpuPairsCount` pairs.
 #[no_mangle]
 pub unsafe extern "C" fn cuCheckpointProcessRestore(pid: c_int, args: *mut c_void) -> CUresult {
-    let decoded = config::get()
-        .ok()
-        .and_then(|c| layout_of(c).ok())
-        // SAFETY: as the contract says.
-        .map(|l| unsafe { l.decode_restore(args) });
+    // SAFETY: as the contract says.
+    let decoded = decoded(|h| unsafe { args::restore(h, args) });
     let pairs: Vec<(Uuid, Uuid)> = match &decoded {
         Some(Ok(d)) => d
             .pairs
             .iter()
-            .map(|p| (Uuid::from_cu(p.old_uuid), Uuid::from_cu(p.new_uuid)))
+            .map(|(old, new)| (uuid_of(old), uuid_of(new)))
             .collect(),
         _ => Vec::new(),
     };
-    let out: *mut *mut CustomStorageInfo = match &decoded {
+    let out: *mut *mut c_void = match &decoded {
         Some(Ok(d)) => d.custom_storage_info_out,
         _ => std::ptr::null_mut(),
     };
@@ -673,8 +744,9 @@ pub unsafe extern "C" fn cuCheckpointProcessRestore(pid: c_int, args: *mut c_voi
                 };
                 return control::request(config, pid, op, Duration::ZERO).map(|_| ());
             }
+            let header = header_of(config)?;
             // SAFETY: the caller's out pointer is writable per the API's contract.
-            unsafe { control::begin_custom(config, pid, true, pairs.clone(), out) }
+            unsafe { control::begin_custom(config, header, pid, true, pairs.clone(), out) }
         },
     )
 }
@@ -685,15 +757,17 @@ pub unsafe extern "C" fn cuCheckpointProcessRestore(pid: c_int, args: *mut c_voi
 /// `args` is null or points to 64 readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn cuCheckpointProcessUnlock(pid: c_int, args: *mut c_void) -> CUresult {
-    // SAFETY: null or 64 readable bytes per the contract.
-    let checked = unsafe { layout::decode_unlock(args) };
+    // SAFETY: null or a struct of the version's layout per the contract.
+    let checked = decoded(|h| unsafe { args::unlock(h, args) });
     call(
         "cuCheckpointProcessUnlock",
         Some(pid),
         String::new,
         |config| {
-            layout_of(config)?;
-            checked.map_err(|_| result::INVALID_VALUE)?;
+            header_of(config)?;
+            if !matches!(checked, Some(Ok(()))) {
+                return Err(result::INVALID_VALUE);
+            }
             control::request(config, pid, Op::Unlock, Duration::ZERO).map(|_| ())
         },
     )
@@ -711,7 +785,7 @@ pub unsafe extern "C" fn cuCheckpointProcessGetState(pid: c_int, state: *mut c_i
         Some(pid),
         || format!("state={}", seen.get()),
         |config| {
-            layout_of(config)?;
+            header_of(config)?;
             if state.is_null() {
                 return Err(result::INVALID_VALUE);
             }
@@ -738,7 +812,7 @@ pub unsafe extern "C" fn cuCheckpointProcessGetRestoreThreadId(
         Some(pid),
         String::new,
         |config| {
-            layout_of(config)?;
+            header_of(config)?;
             if tid.is_null() {
                 return Err(result::INVALID_VALUE);
             }
@@ -758,7 +832,12 @@ pub extern "C" fn cuCheckpointOperationComplete(handle: *mut c_void) -> CUresult
         None,
         || format!("handle={handle:p}"),
         |config| {
-            if config.version < layout::CUSTOM_STORAGE_VERSION {
+            let header = header_of(config)?;
+            if !header
+                .functions
+                .iter()
+                .any(|f| f.name == "cuCheckpointOperationComplete")
+            {
                 return Err(result::NOT_SUPPORTED);
             }
             control::complete(config, handle as usize)
@@ -789,28 +868,68 @@ mod tests {
         let c = config(13000);
         assert_eq!(
             lookup(&c, "cuMemAlloc", 3020).unwrap(),
-            (cuMemAlloc_v2 as sys::PfnMemAlloc) as *mut c_void
+            (cuMemAlloc_v2 as h::PFN_cuMemAlloc_v3020) as *mut c_void
         );
+        // The header's 2000 ABI, which the fake does not implement.
         assert_eq!(
             lookup(&c, "cuMemAlloc", 3010),
-            Err(sys::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+            Err(PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
         );
         assert_eq!(
             lookup(&c, "cuDeviceGetUuid", 11040).unwrap(),
-            (cuDeviceGetUuid_v2 as sys::PfnDeviceGetUuid) as *mut c_void
+            (cuDeviceGetUuid_v2 as h::PFN_cuDeviceGetUuid_v11040) as *mut c_void
         );
+        assert_eq!(
+            lookup(&c, "cuDeviceGetUuid", 11030).unwrap(),
+            (cuDeviceGetUuid as h::PFN_cuDeviceGetUuid_v9020) as *mut c_void
+        );
+        assert_eq!(
+            lookup(&c, "cuGetProcAddress", 11080).unwrap(),
+            (cuGetProcAddress as h::PFN_cuGetProcAddress_v11030) as *mut c_void
+        );
+        // 13.0's cuCtxSynchronize takes a context: not the fake's.
+        assert_eq!(
+            lookup(&c, "cuCtxSynchronize", 13000),
+            Err(PROC_ADDRESS_SYMBOL_NOT_FOUND)
+        );
+        assert!(lookup(&c, "cuCtxSynchronize", 2000).is_ok());
         assert_eq!(
             lookup(&c, "cuCheckpointOperationComplete", 13040),
-            Err(sys::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
+            Err(PROC_ADDRESS_SYMBOL_NOT_FOUND)
         );
         assert!(lookup(&config(13040), "cuCheckpointOperationComplete", 13040).is_ok());
+        assert!(lookup(&config(13050), "cuCheckpointOperationComplete", 13040).is_ok());
         assert_eq!(
             lookup(&c, "cuNoSuchThing", 13000),
-            Err(sys::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)
+            Err(PROC_ADDRESS_SYMBOL_NOT_FOUND)
         );
-        // Every symbol the driver crate asks for is there at its version.
-        for s in sys::symbol::ALL {
-            assert!(lookup(&config(13040), s.name, s.version).is_ok(), "{s:?}");
+        // A driver older than every header: the oldest header, less what is newer.
+        let old = config(12040);
+        assert!(lookup(&old, "cuDriverGetVersion", 2020).is_ok());
+        assert_eq!(
+            lookup(&old, "cuCheckpointProcessLock", 12080),
+            Err(PROC_ADDRESS_SYMBOL_NOT_FOUND)
+        );
+        // Every symbol gpucr asks for is there at its version, for every header.
+        for header in h::HEADERS {
+            let v = header.cuda_version.max(13040);
+            for s in gpucr_cuda_driver::sys::symbol::ALL {
+                assert!(lookup(&config(v), s.name, s.version).is_ok(), "{s:?} {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_export_is_an_abi_of_the_newest_header() {
+        let newest = h::HEADERS.last().unwrap();
+        for e in table() {
+            let f = newest.functions.iter().find(|f| f.name == e.name);
+            assert!(
+                f.is_some_and(|f| f.versions.contains(&e.since)),
+                "{} v{}",
+                e.name,
+                e.since
+            );
         }
     }
 }

@@ -20,9 +20,11 @@
 //!   (reported version 13040 or more and `customStorageInfo_out`), the controlling
 //!   process maps the target's memory files itself, and `cuCheckpointOperationComplete`
 //!   lets the target drop (checkpoint) or keep (restore) them without host staging.
-//! * The argument structs are decoded with `gpucr-cuda-driver`'s layout types for the
-//!   reported version (`GPUCR_FAKE_CUDA_VERSION`), so binding and fake are checked
-//!   against one definition.
+//! * The argument structs are read ([`args`]) by the layouts of NVIDIA's `cuda.h` of
+//!   the reported version (`GPUCR_FAKE_CUDA_VERSION`): [`cuda_h`] is generated from the
+//!   real headers of CUDA 12.8 to 13.5 (`tests/cuda_h.rs` checks it), so the fake does
+//!   not share gpucr's own declarations, which it tests. The exported functions' types
+//!   and the ABI versions `cuGetProcAddress` answers come from the same headers.
 //! * **Failure injection** (`GPUCR_FAKE_CUDA_FAIL`, [`fail`]) and **call recording**
 //!   (`GPUCR_FAKE_CUDA_LOG`, [`calllog`]).
 //!
@@ -33,9 +35,11 @@
 #![allow(non_snake_case)]
 
 pub mod app;
+pub mod args;
 pub mod calllog;
 pub mod config;
 pub mod control;
+pub mod cuda_h;
 pub mod devptr;
 pub mod exports;
 pub mod fail;
