@@ -16,13 +16,14 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # Every package named: installs run with --no-install-recommends. procps: pgrep (tests).
 # linux-libc-dev and libdrm-dev: the kernel and libdrm headers the uAPI check compiles against.
 # podman and runc: the container tests (tests/containers.rs) checkpoint containers with them.
+# python3-pip: the CUDA header tests fetch cuda.h from NVIDIA's runtime wheels (scripts/fetch-cuda-headers.sh).
 # iproute2: CRIU dumps a tree's own network namespace with `ip`, and the tests give a tree
 # one (its loopback brought up with `ip`).
 # postgresql, nginx and python3: the real programs tests/real_programs.rs dumps and restores
 # (docs/real-programs.md); the tests use Debian's binaries (/usr/lib/postgresql/15/bin,
 # /usr/sbin/nginx, /usr/bin/python3) and util-linux's setpriv and nsenter.
 packages=(build-essential pkg-config ca-certificates util-linux procps nftables linux-libc-dev libdrm-dev
-          podman runc iproute2 postgresql nginx python3)
+          podman runc iproute2 postgresql nginx python3 python3-pip)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
