@@ -665,7 +665,7 @@ fn plain_container_round_trip_with_the_plugin_installed() {
         ]);
     }
     let log = c.criu_log("dump");
-    assert!(log.contains("gpucr: plugin loaded (dump)"), "{log}");
+    assert!(log.contains("gpucr: plugin loaded (dump; hook ABI of CRIU "), "{log}");
     assert!(!log.contains("gpucr: backend"), "{log}");
     let before = c.count();
     std::thread::sleep(Duration::from_millis(300));
@@ -685,7 +685,7 @@ fn plain_container_round_trip_with_the_plugin_installed() {
     }
     let log = c.criu_log("restore");
     assert!(
-        log.contains("gpucr: plugin loaded (restore; image needs gpucr: false)"),
+        log.contains("gpucr: plugin loaded (restore; image needs gpucr: false; hook ABI of CRIU "),
         "{log}"
     );
     c.wait_past(before);
@@ -847,7 +847,7 @@ fn cuda_container_round_trip_in_engine_mode() {
     // Nothing but the CUDA processes' memory says the image needs gpucr (no device
     // file was dumped): the dump named gpucr in CRIU's inventory all the same.
     assert!(
-        log.contains("gpucr: plugin loaded (restore; image needs gpucr: true)")
+        log.contains("gpucr: plugin loaded (restore; image needs gpucr: true; hook ABI of CRIU ")
             && log.contains("gpucr: RESUME_DEVICES_LATE: 2 CUDA processes brought back at once"),
         "{log}"
     );

@@ -226,6 +226,27 @@ pub const VARIABLES: &[Variable] = &[
          restore fails instead of hanging",
     ),
     variable(
+        "GPUCR_CRIU_ABI",
+        false,
+        Testing,
+        "the plugin hook ABI (4.1, 4.2 or 4.3) that abi/tests/criu_binary_abi.rs must \
+         detect in the CRIU under test, for a CRIU whose version does not say it \
+         (criu-dev calls itself 4.2)",
+    ),
+    variable(
+        "GPUCR_CUDA_HEADERS_DIR",
+        false,
+        Testing,
+        "where scripts/fetch-cuda-headers.sh caches CUDA's own headers, which the CUDA \
+         layout tests compile against (default /var/cache/gpucr/cuda-headers)",
+    ),
+    variable(
+        "GPUCR_WRITE_CUDA_H",
+        false,
+        Testing,
+        "fake-cuda's header test rewrites fake-cuda/src/cuda_h.rs from the cached headers",
+    ),
+    variable(
         "GPUCR_BLESS",
         false,
         Testing,
