@@ -594,7 +594,10 @@ fn sigint_while_criu_hangs_at_its_start_ends_gpucr_at_once() {
             || {
                 gpucr_abi::procfs::children(child.id() as i32)
                     .into_iter()
-                    .any(|c| fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|a| a == b"sleep\x0042\x00"))
+                    .any(|c| {
+                        fs::read(format!("/proc/{c}/cmdline"))
+                            .is_ok_and(|a| a == b"sleep\x0042\x00")
+                    })
                     .then_some(())
             },
         );

@@ -872,8 +872,8 @@ fn cuda_container_checkpoint_survives_a_killed_helper() {
         Workload::FakeCuda,
     );
     let archive = setup().dir.join("cuda-kill.tar.zst");
-    // In the middle of the whole tree's lock: one process is locked, the other's lock
-    // takes its 1.5 s.
+    // In the middle of the dump: once a process is locked (every driver step taking
+    // 1.5 s, the other process's lock or the checkpoint is still to come).
     let fake_cuda = c.fake_cuda.clone().unwrap();
     let killer = kill_dump_helper_when(&c, move |_| a_cuda_process_is_locked(&fake_cuda));
     let out = c.checkpoint(&archive, &[]);
@@ -1007,7 +1007,9 @@ fn kill_dump_helper_when(
             let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
             let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
             let at = args.iter().position(|a| *a == b"--images-dir")?;
-            Some(PathBuf::from(String::from_utf8_lossy(args.get(at + 1)?).into_owned()))
+            Some(PathBuf::from(
+                String::from_utf8_lossy(args.get(at + 1)?).into_owned(),
+            ))
         });
         wait_for(
             Duration::from_secs(30),

@@ -116,6 +116,9 @@ mod tests {
         let ledger = ledger_path();
         assert_eq!(ledger.file_name().unwrap(), LEDGER_NAME);
         let exe = std::env::current_exe().unwrap();
-        assert_eq!(Some(ledger.parent().unwrap()), exe.parent().unwrap().parent());
+        assert_eq!(
+            Some(ledger.parent().unwrap()),
+            exe.parent().unwrap().parent()
+        );
     }
 }

@@ -154,7 +154,13 @@ mod tests {
         match (loadable, driver, nvml::read(Path::new("/"))) {
             (false, _, Err(err)) => assert!(matches!(err, NvmlError::Load { .. }), "{err}"),
             (true, false, Err(err)) => assert!(
-                matches!(err, NvmlError::Call { function: "nvmlInit_v2", .. }),
+                matches!(
+                    err,
+                    NvmlError::Call {
+                        function: "nvmlInit_v2",
+                        ..
+                    }
+                ),
                 "{err}"
             ),
             (true, true, Ok(gpus)) => {
