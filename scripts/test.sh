@@ -24,7 +24,7 @@ mkdir -p "$(dirname "$ledger")"
 : >"$ledger"
 not_run() {
     local n
-    n=$(wc -l <"$ledger")
+    n=$(cat "$ledger" 2>/dev/null | wc -l)
     if [ "$n" -gt 0 ]; then
         echo "test: not run: $n test(s) (GPUCR_TESTS_MAY_SKIP=${GPUCR_TESTS_MAY_SKIP:-}):"
         sed 's/^/  /' "$ledger"
