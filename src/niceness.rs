@@ -128,8 +128,12 @@ mod tests {
 
     #[test]
     fn a_new_session_takes_the_autogroup_nice_of_another_process() {
-        if !std::path::Path::new("/proc/self/autogroup").exists() {
-            return; // a kernel without autogroups
+        if !gpucr_abi::testing::require(
+            "autogroup",
+            std::path::Path::new("/proc/self/autogroup").exists(),
+            "the kernel has no autogroups (CONFIG_SCHED_AUTOGROUP, or noautogroup)",
+        ) {
+            return;
         }
         // A process in a session (so an autogroup) of its own, at nice 5 (lowering
         // needs no privilege).

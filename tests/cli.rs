@@ -587,7 +587,20 @@ fn sigint_while_criu_hangs_at_its_start_ends_gpucr_at_once() {
             "the hung criu to start",
             || marker.exists().then_some(()),
         );
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        // The hung criu runs `sleep 42` (its own child `sleep 41` started before).
+        wait_for(
+            std::time::Duration::from_secs(10),
+            "gpucr's criu to exec `sleep 42`",
+            || {
+                gpucr_abi::procfs::children(child.id() as i32)
+                    .into_iter()
+                    .any(|c| {
+                        fs::read(format!("/proc/{c}/cmdline"))
+                            .is_ok_and(|a| a == b"sleep\x0042\x00")
+                    })
+                    .then_some(())
+            },
+        );
         signal_child(&child, signal);
         let out = child.wait_with_output().unwrap();
         assert!(
@@ -1214,7 +1227,23 @@ fn damaged_images_are_refused_and_never_run() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Once gpucr (`timeout`'s child, taskset having become it) has the pages file
+    // open, it hashes it.
+    wait_for(
+        std::time::Duration::from_secs(20),
+        "gpucr to open the pages file to hash it",
+        || {
+            gpucr_abi::procfs::children(child.id() as i32)
+                .into_iter()
+                .any(|gpucr| {
+                    fs::read_dir(format!("/proc/{gpucr}/fd")).is_ok_and(|fds| {
+                        fds.flatten()
+                            .any(|fd| fs::read_link(fd.path()).is_ok_and(|p| p == pages))
+                    })
+                })
+                .then_some(())
+        },
+    );
     // `timeout` passes the signal on to gpucr.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),

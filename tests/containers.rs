@@ -9,7 +9,8 @@
 //!
 //! The container image is made here, offline: a root holding only /bin/sh, sleep and
 //! their libraries, imported with `podman import`. `scripts/setup.sh` installs podman
-//! and runc; without podman on PATH the tests say so and pass.
+//! and runc; without podman on PATH the tests fail, unless `GPUCR_TESTS_MAY_SKIP` lists
+//! `podman` (then they are reported as not run).
 
 mod common;
 
@@ -31,18 +32,18 @@ const ULIMITS: [&str; 4] = [
     "nproc=1024:1024",
 ];
 
-/// Whether podman is installed; if not, say why the test does nothing.
+/// Whether the test may go on: podman is installed, or the run allows its absence
+/// (`GPUCR_TESTS_MAY_SKIP=podman`) and the test is recorded as not run.
 fn have_podman() -> bool {
     let found = Command::new("podman")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        eprintln!(
-            "podman is not installed (scripts/setup.sh installs it): container tests skipped"
-        );
-    }
-    found
+    gpucr_abi::testing::require(
+        "podman",
+        found,
+        "containers are checkpointed by podman (scripts/setup.sh installs it)",
+    )
 }
 
 fn podman(args: &[&str]) -> Output {
@@ -871,8 +872,10 @@ fn cuda_container_checkpoint_survives_a_killed_helper() {
         Workload::FakeCuda,
     );
     let archive = setup().dir.join("cuda-kill.tar.zst");
-    // In the middle of the whole tree's lock.
-    let killer = kill_dump_helper_after(&c, Duration::from_millis(700));
+    // In the middle of the dump: once a process is locked (every driver step taking
+    // 1.5 s, the other process's lock or the checkpoint is still to come).
+    let fake_cuda = c.fake_cuda.clone().unwrap();
+    let killer = kill_dump_helper_when(&c, move |_| a_cuda_process_is_locked(&fake_cuda));
     let out = c.checkpoint(&archive, &[]);
     killer.join().unwrap();
     assert_given_back_after_failed_checkpoint(&c, &out, "the guard to unlock the processes");
@@ -959,35 +962,60 @@ fn gpu_container_leave_running() {
     }
 }
 
-/// A thread that waits for the engine helper of `c`'s next checkpoint to start, then
-/// kills it with SIGKILL `delay` later.
-fn kill_dump_helper_after(c: &GpuContainer, delay: Duration) -> std::thread::JoinHandle<()> {
-    kill_dump_helper_when(c, move || {
-        std::thread::sleep(delay);
-        true
+/// Whether the helper whose images directory is `images` is copying device memory:
+/// a data file of the GPU image has bytes, and more are to come.
+fn copying_device_memory(images: &Path) -> bool {
+    fs::read_dir(images.join("gpu")).is_ok_and(|dir| {
+        dir.flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("data-")
+                && e.metadata().is_ok_and(|m| m.len() > 0)
+        })
+    })
+}
+
+/// Whether a process of the fake CUDA driver's directory `dir` is locked: its context's
+/// control file (fake-cuda's `gpucr-fake-cuda.control`) holds the state LOCKED, a
+/// native-endian u32 at offset 8.
+fn a_cuda_process_is_locked(dir: &Path) -> bool {
+    let locked = gpucr_cuda_driver::ProcessState::Locked.to_raw() as u32;
+    fs::read_dir(dir).is_ok_and(|dir| {
+        dir.flatten().any(|e| {
+            fs::read(e.path().join("gpucr-fake-cuda.control")).is_ok_and(|control| {
+                control
+                    .get(8..12)
+                    .is_some_and(|w| u32::from_ne_bytes(w.try_into().unwrap()) == locked)
+            })
+        })
     })
 }
 
 /// A thread that waits for the engine helper of `c`'s next checkpoint to start, then
-/// for `ready` (polled every millisecond, for up to 30 s), and kills it with SIGKILL.
+/// for `ready` (given the helper's images directory; polled every millisecond, for up
+/// to 30 s, failing the test when it never is), and kills it with SIGKILL.
 fn kill_dump_helper_when(
     c: &GpuContainer,
-    mut ready: impl FnMut() -> bool + Send + 'static,
+    mut ready: impl FnMut(&Path) -> bool + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     let pattern = format!("engine-helper dump --images-dir .*{}", c.id());
     std::thread::spawn(move || {
-        wait_for(Duration::from_secs(20), "the engine helper", || {
+        let images = wait_for(Duration::from_secs(20), "the engine helper", || {
             let out = Command::new("pgrep")
                 .args(["-f", &pattern])
                 .output()
                 .unwrap();
-            stdout(&out).split_whitespace().next().map(str::to_owned)
+            let pid = stdout(&out).split_whitespace().next()?.to_owned();
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let at = args.iter().position(|a| *a == b"--images-dir")?;
+            Some(PathBuf::from(
+                String::from_utf8_lossy(args.get(at + 1)?).into_owned(),
+            ))
         });
         wait_for(
             Duration::from_secs(30),
             "the moment to kill the helper",
             || {
-                ready().then_some(()).or_else(|| {
+                ready(&images).then_some(()).or_else(|| {
                     std::thread::sleep(Duration::from_millis(1));
                     None
                 })
@@ -1009,7 +1037,7 @@ fn gpu_container_checkpoint_survives_a_killed_helper() {
     // A slow simulated copy engine, so that the helper is caught mid-copy.
     let c = GpuContainer::start("gpu-kill", &["GPUCR_SIM_COPY_BW=20MiB"]);
     let archive = setup().dir.join("gpu-kill.tar.zst");
-    let killer = kill_dump_helper_after(&c, Duration::from_millis(500));
+    let killer = kill_dump_helper_when(&c, copying_device_memory);
     let out = c.checkpoint(&archive, &[]);
     killer.join().unwrap();
     assert!(!out.status.success(), "the checkpoint succeeded");
@@ -1035,7 +1063,7 @@ fn nvidia_model_container_checkpoint_survives_a_killed_helper() {
     let archive = setup().dir.join("nv-kill.tar.zst");
     let contexts = common::sim_contexts(&c.sim.0);
     assert_eq!(contexts.len(), 2, "one context per process");
-    let killer = kill_dump_helper_when(&c, move || common::sim_drivers_hold(&contexts));
+    let killer = kill_dump_helper_when(&c, move |_| common::sim_drivers_hold(&contexts));
     let out = c.checkpoint(&archive, &[]);
     killer.join().unwrap();
     assert_given_back_after_failed_checkpoint(&c, &out, "the guard to resume the processes");

@@ -379,7 +379,6 @@ fn cuda_lock_that_times_out_is_named() {
     );
     let steps_before = tree.steps();
     let image = tmp.path().join("image");
-    let started = std::time::Instant::now();
     let out = gpucr_env(
         &[
             "dump",
@@ -390,14 +389,12 @@ fn cuda_lock_that_times_out_is_named() {
         ],
         &fake.env(),
     );
-    let took = started.elapsed();
     assert_fails_with(&out, DEVICE_FAILED, "cuCheckpointProcessLock");
     assert!(
         stderr(&out).contains("CUDA_ERROR_TIMEOUT"),
         "{}",
         stderr(&out)
     );
-    assert!(took < std::time::Duration::from_secs(4), "{took:?}");
     assert!(image.join("gpucr-incomplete.json").exists());
     assert!(alive(tree.pid));
     tree.wait_ticks(2);

@@ -779,12 +779,21 @@ fn killed_helper_leaves_the_tree_running() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Mid-copy: a data file of the GPU image has bytes, more to come.
     wait_for(
         Duration::from_secs(20),
-        "the helper to start copying",
-        || image.join("gpu").exists().then_some(()),
+        "the helper to write device memory into the image",
+        || {
+            fs::read_dir(image.join("gpu"))
+                .ok()?
+                .flatten()
+                .any(|e| {
+                    e.file_name().to_string_lossy().starts_with("data-")
+                        && e.metadata().is_ok_and(|m| m.len() > 0)
+                })
+                .then_some(())
+        },
     );
-    std::thread::sleep(Duration::from_millis(500));
     gpucr.kill().unwrap();
     gpucr.wait().unwrap();
     wait_for(Duration::from_secs(30), "CRIU to give up", || {

@@ -253,6 +253,13 @@ pub const VARIABLES: &[Variable] = &[
         "the tests rewrite the generated man pages and completions",
     ),
     variable(
+        "GPUCR_TESTS_MAY_SKIP",
+        false,
+        Testing,
+        "the requirements (comma-separated: podman, root, ...) a test run may lack; \
+         the tests that need them are listed as not run instead of failing",
+    ),
+    variable(
         "GPUCR_BENCH_SESSION",
         false,
         Testing,

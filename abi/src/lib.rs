@@ -17,6 +17,8 @@ pub mod kfd;
 pub mod plugin_abi;
 pub mod procfs;
 pub mod sim;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod uapi;
 pub mod wire;
 

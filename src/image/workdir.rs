@@ -286,10 +286,14 @@ mod tests {
                 .is_ok_and(|s| s.success())
         };
         let (from, to) = (image.path().to_str().unwrap(), ro.path().to_str().unwrap());
-        if !mount(&["--bind", from, to]) {
-            eprintln!("skipped: cannot bind-mount (needs root)");
+        if !gpucr_abi::testing::require(
+            "root",
+            nix::unistd::geteuid().is_root(),
+            "the image is bind-mounted read-only",
+        ) {
             return;
         }
+        assert!(mount(&["--bind", from, to]), "bind-mount {from} on {to}");
         let remounted = mount(&["-o", "remount,bind,ro", to]);
         let work = remounted.then(|| for_restore(ro.path()));
         assert!(std::process::Command::new("umount")

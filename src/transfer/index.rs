@@ -544,6 +544,107 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The largest single allocation a thread makes, seen by this test binary's global
+    /// allocator (the system's, watched): other tests' threads are not counted.
+    mod allocations {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        struct Watched;
+
+        thread_local! {
+            static WATCHING: Cell<bool> = const { Cell::new(false) };
+            static LARGEST: Cell<usize> = const { Cell::new(0) };
+        }
+
+        fn note(size: usize) {
+            // try_with: a thread being torn down has no locals left; neither allocates.
+            let _ = WATCHING.try_with(|on| {
+                if on.get() {
+                    let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+                }
+            });
+        }
+
+        // SAFETY: every call is forwarded unchanged to the system allocator; `note`
+        // only looks at the size and allocates nothing.
+        unsafe impl GlobalAlloc for Watched {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                note(layout.size());
+                // SAFETY: the caller's contract for `alloc` is passed through.
+                unsafe { System.alloc(layout) }
+            }
+
+            unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+                note(layout.size());
+                // SAFETY: the caller's contract for `alloc_zeroed` is passed through.
+                unsafe { System.alloc_zeroed(layout) }
+            }
+
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                // SAFETY: `ptr` was allocated by `System` with `layout`.
+                unsafe { System.dealloc(ptr, layout) }
+            }
+
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+                note(new_size);
+                // SAFETY: the caller's contract for `realloc` is passed through.
+                unsafe { System.realloc(ptr, layout, new_size) }
+            }
+        }
+
+        #[global_allocator]
+        static ALLOCATOR: Watched = Watched;
+
+        /// `f`'s result and the largest single allocation this thread made in it.
+        pub fn largest_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+            LARGEST.with(|l| l.set(0));
+            WATCHING.with(|on| on.set(true));
+            let out = f();
+            WATCHING.with(|on| on.set(false));
+            (out, LARGEST.with(Cell::get))
+        }
+    }
+
+    /// What decoding `bytes` may allocate at most in one block: a few times the index's
+    /// own size (its entries are decoded into structs of about their size), never what
+    /// a count field claims.
+    fn allocation_bound(bytes: &[u8]) -> usize {
+        8 * bytes.len() + 4096
+    }
+
+    /// Decode `bytes`, failing the test when one allocation exceeds [`allocation_bound`].
+    fn decode_in_bounded_memory(bytes: &[u8]) -> Result<GpuIndex, TransferError> {
+        let (result, largest) =
+            allocations::largest_during(|| GpuIndex::from_bytes(bytes, &path()));
+        assert!(
+            largest <= allocation_bound(bytes),
+            "decoding {} bytes allocated {largest} bytes at once ({result:?})",
+            bytes.len()
+        );
+        result
+    }
+
+    /// The allocator sees the decoder's allocations, and counts of 2^64 - 1 are refused
+    /// without allocating for them.
+    #[test]
+    fn decoding_allocates_about_the_index_size() {
+        let good = sample().to_bytes();
+        let (_, largest) = allocations::largest_during(|| GpuIndex::from_bytes(&good, &path()));
+        assert!(largest > 0, "the watching allocator saw nothing");
+        decode_in_bounded_memory(&good).unwrap();
+        let over = allocation_bound(&good) + 1;
+        let (_, huge) = allocations::largest_during(|| std::hint::black_box(vec![0u8; over]));
+        assert_eq!(huge, over, "an allocation is seen at its size");
+        // The file, buffer and chunk counts of the header, at their largest.
+        for (at, max) in [(24, &[0xff; 4][..]), (28, &[0xff; 4]), (32, &[0xff; 8])] {
+            let mut bytes = good.clone();
+            bytes[at..at + max.len()].copy_from_slice(max);
+            reseal(&mut bytes);
+            decode_in_bounded_memory(&bytes).unwrap_err();
+        }
+    }
+
     /// A small valid index: three buffers (one empty), every encoding, two files.
     pub(crate) fn sample() -> GpuIndex {
         let cs = 4096u64;
@@ -682,13 +783,13 @@ mod tests {
         /// Any bytes at all: an error or an index, never a panic or a huge allocation.
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let _ = GpuIndex::from_bytes(&bytes, &path());
+            let _ = decode_in_bounded_memory(&bytes);
             let mut sealed = bytes.clone();
             if sealed.len() >= 16 {
                 sealed[..8].copy_from_slice(&INDEX_MAGIC);
             }
             reseal(&mut sealed);
-            let _ = GpuIndex::from_bytes(&sealed, &path());
+            let _ = decode_in_bounded_memory(&sealed);
         }
 
         /// A valid index with bytes overwritten (and its checksum fixed, so the field

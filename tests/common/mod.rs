@@ -411,6 +411,62 @@ pub fn alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// The lines a child writes on a pipe (its stderr), read as they come by a thread of
+/// their own.
+pub struct Lines {
+    rx: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    pub fn of(stream: impl std::io::Read + Send + 'static) -> Lines {
+        use std::io::BufRead;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait up to `timeout` for a line holding `needle` (returned); fails the test
+    /// naming it, with the lines seen, when none comes.
+    pub fn wait_for_line(&mut self, timeout: Duration, needle: &str) -> String {
+        if let Some(line) = self.seen.iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(e) => panic!(
+                    "no line with {needle:?} within {timeout:?} ({e}); lines:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Every line, once the writer has closed the pipe (its process ended).
+    pub fn all(mut self) -> String {
+        self.seen.extend(self.rx.iter());
+        self.seen.iter().map(|l| format!("{l}\n")).collect()
+    }
+}
+
 pub fn wait_for<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
     wait_for_opt(timeout, f).unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
@@ -835,17 +891,21 @@ impl HangingScript {
     /// once the script hangs, and again after gpucr has said what it waits for: the
     /// script ends with what it started, gpucr exits 130 having said both. Returns its
     /// stderr.
-    pub fn interrupt_twice(&self, gpucr: Child, request: &str) -> String {
+    pub fn interrupt_twice(&self, mut gpucr: Child, request: &str) -> String {
+        let mut lines = Lines::of(gpucr.stderr.take().expect("gpucr's stderr is piped"));
         let sleeper: i32 = wait_for(Duration::from_secs(20), "the action script to hang", || {
             fs::read_to_string(&self.started).ok()?.trim().parse().ok()
         });
         signal_child(&gpucr, Signal::SIGINT);
         // gpucr speaks up after 3 s without a word from CRIU.
-        std::thread::sleep(Duration::from_secs(4));
+        lines.wait_for_line(
+            Duration::from_secs(20),
+            &format!("gpucr: SIGINT received during the {request}: waiting for CRIU (pid "),
+        );
         assert!(alive(sleeper), "the script ends only on the second signal");
         signal_child(&gpucr, Signal::SIGINT);
         let out = gpucr.wait_with_output().unwrap();
-        let said = stderr(&out);
+        let said = lines.all();
         assert_eq!(out.status.code(), Some(130), "{said}");
         let command = format!("`/bin/sh {}` (pid ", self.script.display());
         assert!(
