@@ -69,6 +69,7 @@ passed=0 failed=0
 started=()  # every job's pid: each leads its process group, a restored one too
 cleanup() {
     local g
+    trap '' PIPE  # the log's tee may be gone (a signal to the whole group)
     for g in ${started[@]+"${started[@]}"}; do
         kill -KILL -- "-$g" 2>/dev/null
         kill -KILL "$g" 2>/dev/null
@@ -129,7 +130,10 @@ wait_file() {
         if [ -n "$(ls "$state"/error* 2>/dev/null)" ]; then
             echo "error in $state:"; tail -15 "$state"/error*; return 1
         fi
-        if ! alive "$pid"; then echo "process $pid is gone"; return 1; fi
+        if ! alive "$pid"; then
+            [ -e "$file" ] && return 0  # written just before the process ended
+            echo "process $pid is gone"; return 1
+        fi
         if [ "$SECONDS" -ge "$end" ]; then echo "no $file after $secs s"; return 1; fi
         sleep 0.05
     done
@@ -253,7 +257,8 @@ train_fork() {
     else
         fail "$name: steps 0-$((PAUSE_STEP - 1)), a second process against the reference" "$d"
     fi
-    info "$name: the tree at the dump" "$(ps -o pid=,ppid=,comm= -p "$(pgrep -g "$pid" | paste -sd,)" 2>/dev/null | xargs)"
+    info "$name: the tree at the dump" "$(ps -o pid=,ppid=,comm= -p "$(pgrep -g "$pid" | paste -sd,)" 2>/dev/null |
+        awk '{printf "%s%s %s (parent %s)", (NR > 1 ? ", " : ""), $3, $1, $2}')"
     t=$(date +%s%N)
     if limit 300 "$gpucr" dump --leave-running --criu-config "$criu_conf" "$pid" "$img" \
             > "$details/dump-train-$fork.txt" 2>&1; then
