@@ -666,7 +666,10 @@ fn plain_container_round_trip_with_the_plugin_installed() {
         ]);
     }
     let log = c.criu_log("dump");
-    assert!(log.contains("gpucr: plugin loaded (dump; hook ABI of CRIU "), "{log}");
+    assert!(
+        log.contains("gpucr: plugin loaded (dump; hook ABI of CRIU "),
+        "{log}"
+    );
     assert!(!log.contains("gpucr: backend"), "{log}");
     let before = c.count();
     std::thread::sleep(Duration::from_millis(300));

@@ -481,8 +481,9 @@ fn engine_mode_without_room(extra: &[&str]) {
         // CRIU 4.3 calls DUMP_DEVICES_LATE once its image is written: the copy is
         // finished and the room taken there, which fails the dump.
         assert!(
-            log.lines().any(|l| l.contains("gpucr: error: DUMP_DEVICES_LATE")
-                && l.contains("no room for the manifest")),
+            log.lines()
+                .any(|l| l.contains("gpucr: error: DUMP_DEVICES_LATE")
+                    && l.contains("no room for the manifest")),
             "the room was not refused at DUMP_DEVICES_LATE:\n{log}"
         );
     } else {
