@@ -174,7 +174,11 @@ for bin in gpu cuda containers checkpoint; do
             summary+=("tests/$bin.rs: no CRIU run by '$who' went through $work/bin/criu: the chosen CRIU was not used")
         fi
     done
-    log "tests/$bin.rs: $(grep -c . <<<"$new_runs" || true) CRIU runs through PATH ($(cut -d' ' -f1,2 <<<"$new_runs" | sort | uniq -c | awk '{ printf "%s%s by %s under %s", sep, $1, $2, $3; sep = ", " }'))"
+    if [ -n "$new_runs" ]; then
+        log "tests/$bin.rs: $(wc -l <<<"$new_runs") CRIU runs through PATH ($(cut -d' ' -f1,2 <<<"$new_runs" | sort | uniq -c | awk '{ printf "%s%s by %s under %s", sep, $1, $2, $3; sep = ", " }'))"
+    else
+        log "tests/$bin.rs: no CRIU runs through PATH (gpucr ran GPUCR_CRIU)"
+    fi
     missing=()
     for name in "${names[@]}"; do
         grep -Eq "^test $name \.\.\. ok$" "$out" || missing+=("$name")
