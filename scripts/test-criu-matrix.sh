@@ -21,6 +21,9 @@
 #     and tests/cuda.rs by the test itself.
 # tests/amdgpu.rs (the amdgpu backend against the fake kernel) is not run: it calls the
 # plugin's hook functions in-process and never starts CRIU, so no CRIU version reaches it.
+# Then abi/tests/criu_binary_abi.rs checks that the plugin tells this CRIU's hook ABI
+# right, and with criu-dev the simulator's round trip runs ROUND_TRIPS times in a row
+# (default 20).
 #
 # The tests are picked by exact name; each must run and pass (a renamed test fails the
 # run instead of silently leaving the list; GPUCR_TESTS_MAY_SKIP is ignored). Tests whose workload holds a TCP socket
@@ -193,6 +196,48 @@ for bin in gpu cuda containers checkpoint; do
         summary+=("tests/$bin.rs: ${#names[@]} passed in ${secs}s")
     fi
 done
+
+# The hook ABI the plugin tells from this CRIU's binary is the one its header declares
+# (criu-dev calls itself 4.2, so the ABI is named here, not read from its version).
+case $version in
+    4.1.1) abi=4.1 ;;
+    4.2.1) abi=4.2 ;;
+    dev-2cf8f13) abi=4.3 ;;
+esac
+t0=$(date +%s)
+if GPUCR_CRIU_ABI=$abi cargo test -p gpucr-abi --test criu_binary_abi 2>&1 | tee "$work/abi.out" \
+        && grep -q "^test the_criu_binary_is_detected_as_its_header_declares ... ok$" "$work/abi.out"; then
+    summary+=("abi/tests/criu_binary_abi.rs: detected as CRIU $abi's hook ABI ($(( $(date +%s) - t0 ))s)")
+else
+    failed=1
+    summary+=("abi/tests/criu_binary_abi.rs: FAILED: $criu not detected as CRIU $abi's hook ABI")
+fi
+
+# criu-dev reads RESTORE_EXT_FILE's retry_needed from its own stack unless the plugin
+# writes it, so one passing restore can be luck: the simulator's round trip runs
+# ROUND_TRIPS times in a row (default 20) with it.
+if [ "$version" = dev-2cf8f13 ]; then
+    rounds=${ROUND_TRIPS:-20}
+    t0=$(date +%s)
+    passed=0
+    for round in $(seq "$rounds"); do
+        out=$work/round-$round.out
+        if cargo test --all-features --test gpu -- --exact sim_tree_survives_dump_wipe_and_restore \
+                >"$out" 2>&1 && grep -q "^test sim_tree_survives_dump_wipe_and_restore ... ok$" "$out"; then
+            passed=$((passed + 1))
+        else
+            cat "$out"
+            log "round trip $round of $rounds FAILED"
+            break
+        fi
+    done
+    if [ "$passed" = "$rounds" ]; then
+        summary+=("tests/gpu.rs: the simulator's round trip passed $rounds times in a row in $(( $(date +%s) - t0 ))s")
+    else
+        failed=1
+        summary+=("tests/gpu.rs: the simulator's round trip passed $passed times, then failed (of $rounds)")
+    fi
+fi
 
 total=$(( $(date +%s) - start ))
 for line in "${summary[@]}"; do log "$line"; done
