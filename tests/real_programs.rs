@@ -90,15 +90,7 @@ impl ProgramTree {
             });
         }
         let unshare = cmd.spawn().expect("spawn unshare");
-        let children = format!("/proc/{0}/task/{0}/children", unshare.id());
-        let pid = wait_for(Duration::from_secs(20), "the tree's root process", || {
-            fs::read_to_string(&children)
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<i32>()
-                .ok()
-        });
+        let pid = first_child(unshare.id(), "the tree's root process");
         ProgramTree { unshare, pid }
     }
 

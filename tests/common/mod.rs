@@ -208,20 +208,22 @@ fn start_in_namespaces(
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn unshare");
-    let children = format!("/proc/{0}/task/{0}/children", unshare.id());
-    let pid = wait_for(
-        Duration::from_secs(20),
-        "the workload's root process",
-        || {
-            fs::read_to_string(&children)
-                .ok()?
-                .split_whitespace()
-                .next()?
-                .parse::<i32>()
-                .ok()
-        },
-    );
+    let pid = first_child(unshare.id(), "the workload's root process");
     (unshare, pid)
+}
+
+/// The first child of `parent` (an `unshare --fork`: the tree's root in its new PID
+/// namespace), waited for up to 20 s; `what` names it if it never comes.
+pub fn first_child(parent: u32, what: &str) -> i32 {
+    let children = format!("/proc/{parent}/task/{parent}/children");
+    wait_for(Duration::from_secs(20), what, || {
+        fs::read_to_string(&children)
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse::<i32>()
+            .ok()
+    })
 }
 
 /// One line of a workload journal.
