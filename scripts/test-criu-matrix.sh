@@ -18,7 +18,8 @@
 #     `podman container restore` (run by conmon, which podman 4.3 hands its PATH too).
 #     The run checks the log: the tests of tests/containers.rs must have had CRIU run by
 #     runc under podman and by runc under conmon through it, and those of tests/gpu.rs
-#     and tests/cuda.rs by the test itself.
+#     and tests/cuda.rs by the test itself. tests/real_programs.rs (PostgreSQL, nginx, a
+#     Python multiprocessing pool, from Debian's packages) runs them through gpucr.
 # tests/amdgpu.rs (the amdgpu backend against the fake kernel) is not run: it calls the
 # plugin's hook functions in-process and never starts CRIU, so no CRIU version reaches it.
 # Then abi/tests/criu_binary_abi.rs checks that the plugin tells this CRIU's hook ABI
@@ -103,13 +104,23 @@ tests=(
     "checkpoint one_image_restores_twice"
     # the CPU sample tree's exit status handed on by a waiting restore
     "checkpoint restore_waits_for_the_tree_and_exits_with_its_status"
+    # real programs (Debian's): a Python multiprocessing pool with shared memory, mid-task
+    # (no sockets: the CPU round trip CRIU 4.1 can do here)
+    "real_programs python_multiprocessing_pool_finishes_its_tasks_after_restore"
+    # nginx holding a keep-alive connection
+    "real_programs nginx_serves_a_keep_alive_connection_across_dump_and_restore"
+    # PostgreSQL with a client inside an open transaction
+    "real_programs postgres_transaction_goes_on_after_restore"
 )
-# Tests whose workload (examples/workload.rs, the CPU sample tree) holds TCP sockets.
+# Tests whose workload holds TCP sockets (examples/workload.rs, the CPU sample tree;
+# nginx's and PostgreSQL's connections).
 tcp_tests=(
     dump_kill_restore_continues_where_it_was
     leave_running_keeps_the_tree_running
     one_image_restores_twice
     restore_waits_for_the_tree_and_exits_with_its_status
+    nginx_serves_a_keep_alive_connection_across_dump_and_restore
+    postgres_transaction_goes_on_after_restore
 )
 
 start=$(date +%s)
@@ -147,7 +158,7 @@ cargo build --workspace --all-features --lib --bins --examples -q
 
 summary=()
 failed=0
-for bin in gpu cuda containers checkpoint; do
+for bin in gpu cuda containers checkpoint real_programs; do
     names=()
     for t in "${tests[@]}"; do
         [ "${t%% *}" = "$bin" ] || continue
