@@ -56,6 +56,11 @@ cached() {
 }
 
 PYTHON="$(command -v python3 || true)"
+# A site that inspects TLS names its CA bundle in SSL_CERT_FILE (as cargo and curl read
+# it); pip reads only its own setting, so hand it on when pip has none.
+if [ -z "${PIP_CERT:-}" ] && [ -n "${SSL_CERT_FILE:-}" ] && [ -s "$SSL_CERT_FILE" ]; then
+    export PIP_CERT=$SSL_CERT_FILE
+fi
 tmp=""
 cleanup() { [ -z "$tmp" ] || rm -rf "$tmp"; }
 trap cleanup EXIT

@@ -36,4 +36,6 @@ trap not_run EXIT
 # The end-to-end tests run the gpucr binary with its CRIU plugin (a cdylib, which
 # `cargo test` alone does not produce) and the sample workloads.
 cargo build --workspace --all-features --lib --bins --examples
-cargo test --workspace --all-features "$@"
+# Every test binary runs even after one fails (--no-fail-fast): a failure early in the
+# workspace must not hide what the rest would say.
+cargo test --workspace --all-features --no-fail-fast "$@"
