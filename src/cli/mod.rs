@@ -1,7 +1,7 @@
 //! The clap tree: one documented struct per subcommand, no behaviour.
 //!
 //! Man pages (`man/`) and shell completions (`completions/`) are generated from this
-//! tree; `tests/docs_fresh.rs` fails when the committed copies are stale.
+//! tree; `generated_docs_are_fresh` in `tests/cli.rs` fails when the committed copies are stale.
 
 mod check_topology;
 mod common;
