@@ -61,15 +61,16 @@ pub const fn descriptor_for(abi: Option<HookAbi>) -> CrPluginDesc {
     hooks[hook::PAUSE_DEVICES] = hooks::pause_devices as PidHookFn as *const c_void;
     hooks[hook::CHECKPOINT_DEVICES] = hooks::checkpoint_devices as PidHookFn as *const c_void;
     let max_hooks = match abi {
-        Some(HookAbi::Criu43) => {
-            hooks[hook::RESTORE_EXT_FILE] =
-                hooks::restore_ext_file_retry as RestoreExtFileRetryFn as *const c_void;
-            hooks[hook::DUMP_DEVICES_LATE] = hooks::dump_devices_late as PidHookFn as *const c_void;
-            HookAbi::Criu43.max_hooks()
-        }
-        Some(abi @ (HookAbi::Criu41 | HookAbi::Criu42)) => {
-            hooks[hook::RESTORE_EXT_FILE] =
-                hooks::restore_ext_file as RestoreExtFileFn as *const c_void;
+        Some(abi) => {
+            hooks[hook::RESTORE_EXT_FILE] = if abi.restore_ext_file_retry() {
+                hooks::restore_ext_file_retry as RestoreExtFileRetryFn as *const c_void
+            } else {
+                hooks::restore_ext_file as RestoreExtFileFn as *const c_void
+            };
+            if abi.dump_devices_late() {
+                hooks[hook::DUMP_DEVICES_LATE] =
+                    hooks::dump_devices_late as PidHookFn as *const c_void;
+            }
             abi.max_hooks()
         }
         None => {
@@ -90,15 +91,11 @@ pub const fn descriptor_for(abi: Option<HookAbi>) -> CrPluginDesc {
 
 /// The hook ABI of the CRIU that loaded the plugin, or why it could not be told.
 pub fn abi() -> Result<HookAbi, &'static str> {
-    match detected() {
-        Ok(abi) => Ok(*abi),
-        Err(why) => Err(why.as_str()),
-    }
-}
-
-fn detected() -> &'static Result<HookAbi, String> {
     static ABI: OnceLock<Result<HookAbi, String>> = OnceLock::new();
     ABI.get_or_init(|| criu_hook_abi::of_running_criu().map_err(|e| e.to_string()))
+        .as_ref()
+        .copied()
+        .map_err(String::as_str)
 }
 
 /// Runs inside `dlopen` (`.init_array`), before CRIU looks the descriptor up.
@@ -120,7 +117,6 @@ static FIT_TO_CRIU: extern "C" fn() = fit_to_criu;
 mod tests {
     use std::ffi::CStr;
 
-    use gpucr_abi::plugin_abi::HookSignature;
     use gpucr_abi::PLUGIN_NAME;
 
     use super::*;
@@ -137,12 +133,7 @@ mod tests {
             let d = descriptor_for(Some(abi));
             assert_eq!(d.version, 0x200);
             assert_eq!(d.max_hooks as usize, abi.max_hooks(), "{abi:?}");
-            let expected: Vec<usize> = abi
-                .registered()
-                .iter()
-                .map(|h: &HookSignature| h.number)
-                .collect();
-            let mut expected = expected;
+            let mut expected: Vec<usize> = abi.registered().iter().map(|h| h.number).collect();
             expected.sort();
             assert_eq!(registered(&d), expected, "{abi:?}");
             // Nothing past what CRIU reads.

@@ -39,7 +39,7 @@ mod unresumed;
 
 use std::ffi::c_int;
 
-pub use descriptor::{descriptor_for, Descriptor, CR_PLUGIN_DESC};
+pub use descriptor::{Descriptor, CR_PLUGIN_DESC};
 
 /// The errno a hook returns for files and devices that are not gpucr's.
 pub const NOT_OURS: c_int = -libc::ENOTSUP;
