@@ -18,6 +18,9 @@ use gpucr_abi::plugin_abi::{
     stage, CrPluginDesc, HookAbi, CRIU_PLUGIN_VERSION, CRIU_PLUGIN_VERSION_OLD,
 };
 
+mod common;
+use common::{cc, require_cc};
+
 /// Each vendored header: its directory under `tests/criu-plugin`, the hook ABI of that
 /// CRIU, and the header's sha256 (as `tests/criu-plugin/README.md` lists it).
 const HEADERS: &[(&str, HookAbi, &str)] = &[
@@ -38,10 +41,6 @@ const HEADERS: &[(&str, HookAbi, &str)] = &[
     ),
 ];
 
-fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".to_string())
-}
-
 fn header_dir(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/criu-plugin")
@@ -53,21 +52,6 @@ fn workdir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("criu_plugin_header");
     std::fs::create_dir_all(&dir).expect("create the test's scratch directory");
     dir
-}
-
-fn require_cc() {
-    match Command::new(cc()).arg("--version").output() {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => panic!(
-            "the C compiler `{}` does not run: {}",
-            cc(),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => panic!(
-            "no C compiler `{}` ({e}); the CRIU plugin header check needs one (Debian: gcc)",
-            cc()
-        ),
-    }
 }
 
 /// The size of what `field` returns: a field's size without a value to take it of.
@@ -250,7 +234,7 @@ fn every_hook_abi_has_a_header() {
 
 #[test]
 fn plugin_abi_matches_each_criu_header() {
-    require_cc();
+    require_cc("CRIU plugin header check");
     let work = workdir();
     let mut failures = Vec::new();
     for (version, abi, _) in HEADERS {
@@ -273,7 +257,7 @@ fn plugin_abi_matches_each_criu_header() {
 /// argument, a hook 4.2 lacks, another CR_PLUGIN_HOOK__MAX), and the other way round.
 #[test]
 fn a_header_of_another_abi_fails_the_check() {
-    require_cc();
+    require_cc("CRIU plugin header check");
     let work = workdir().join("crossed");
     std::fs::create_dir_all(&work).expect("create the scratch directory");
     let err = compile(&work, "4.2.1", HookAbi::Criu43).expect_err("4.3's ABI passed 4.2.1");

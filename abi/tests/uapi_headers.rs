@@ -10,6 +10,9 @@ use std::process::Command;
 
 use gpucr_abi::uapi::{facts, Fact};
 
+mod common;
+use common::{cc, require_cc};
+
 /// libdrm's include directory: `amdgpu.h` includes `<amdgpu_drm.h>` and friends from it.
 const LIBDRM_INCLUDE: &str = "/usr/include/libdrm";
 
@@ -21,10 +24,6 @@ const HEADERS: &[(&str, &str)] = &[
     ("libdrm/amdgpu.h", "libdrm-dev"),
     ("linux/kfd_ioctl.h", "linux-libc-dev"),
 ];
-
-fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".to_string())
-}
 
 /// A scratch directory of this test under cargo's target tmpdir, with the shim
 /// `drm/drm.h`: `<linux/kfd_ioctl.h>` includes `<drm/drm.h>`, which Debian's linux-libc-dev
@@ -46,18 +45,7 @@ fn include_args(dir: &Path) -> Vec<String> {
 
 /// Fails with the package to install when a header cannot be preprocessed.
 fn require_headers(dir: &Path) {
-    match Command::new(cc()).arg("--version").output() {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => panic!(
-            "the C compiler `{}` does not run: {}",
-            cc(),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) => panic!(
-            "no C compiler `{}` ({e}); the uAPI header check needs one (Debian: gcc)",
-            cc()
-        ),
-    }
+    require_cc("uAPI header check");
     for (header, package) in HEADERS {
         let src = dir.join("probe.c");
         std::fs::write(&src, format!("#include <{header}>\n")).expect("write probe.c");
