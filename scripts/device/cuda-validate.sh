@@ -77,12 +77,8 @@ cp "$dev"/examples/* target/release/examples/
 cp "$dev"/lib/libgpucr_plugin.so "$dev"/lib/libgpucr_fake_cuda.so target/release/
 # CRIU's own libraries (Debian 12's) are given to CRIU alone, through a wrapper, so
 # that Python and PyTorch keep the machine's.
-mkdir -p "$work/bin"
-printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/criu "$@"\n' \
-    "$dev" "$dev" > "$work/bin/criu"
-chmod +x "$work/bin/criu"
-export PATH=$work/bin:$dev/bin:$PATH
-export GPUCR_CRIU=$work/bin/criu
+source "$root/scripts/device/carried-criu.sh"
+use_carried_criu "$dev" "$work"
 # The driver library, where the dynamic loader does not find it by itself.
 if [ "${WORKLOAD}" != fake ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
     for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/local/cuda/compat; do

@@ -156,12 +156,8 @@ elif [ -x "$dev/bin/gpucr" ]; then
     gpucr=$dev/bin/gpucr
     export GPUCR_PLUGIN=$dev/lib/libgpucr_plugin.so
     # CRIU's own libraries (Debian 12's) for CRIU alone; Python keeps the machine's.
-    mkdir -p "$work/bin"
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s/bin/criu "$@"\n' \
-        "$dev" "$dev" > "$work/bin/criu"
-    chmod +x "$work/bin/criu"
-    export PATH=$work/bin:$dev/bin:$PATH
-    export GPUCR_CRIU=$work/bin/criu
+    source "$root/scripts/device/carried-criu.sh"
+    use_carried_criu "$dev" "$work"
 else
     echo "no $dev/bin/gpucr: run scripts/device/pack.sh on the build machine and carry .device (or set GPUCR)" >&2
     exit 1
