@@ -61,9 +61,9 @@ pub fn require(what: &str, present: bool, why: &str) -> bool {
              report this test as not run instead"
         );
     }
-    let line = format!("{test}: {what}: {why}");
     // Straight to the stderr file, past libtest's capture of a passing test's output.
-    let _ = writeln!(std::io::stderr(), "not run: {line}");
+    let _ = writeln!(std::io::stderr(), "not run: {test}: {what}: {why}");
+    let line = ledger_line(&test, what, why);
     let ledger = ledger_path();
     let written = std::fs::OpenOptions::new()
         .create(true)
@@ -78,6 +78,17 @@ pub fn require(what: &str, present: bool, why: &str) -> bool {
         );
     }
     false
+}
+
+/// The ledger's line for a test not run: one line, whatever `why` holds (a tool's
+/// output, say), since `scripts/test.sh` counts the tests by the ledger's lines.
+fn ledger_line(test: &str, what: &str, why: &str) -> String {
+    let why: Vec<&str> = why
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("{test}: {what}: {}", why.join(" / "))
 }
 
 #[cfg(test)]
@@ -109,6 +120,19 @@ mod tests {
             message.contains(&format!("needs {name}: because"))
                 && message.contains(&format!("{ENV_MAY_SKIP}={name}")),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_reason_of_several_lines_is_one_ledger_line() {
+        let line = ledger_line(
+            "t x",
+            "cuda-headers",
+            "fetch failed:\n  ERROR: no\n\nat all\n",
+        );
+        assert_eq!(
+            line,
+            "t x: cuda-headers: fetch failed: / ERROR: no / at all"
         );
     }
 
