@@ -477,7 +477,7 @@ fn engine_mode_without_room(extra: &[&str]) {
     let manifest_written = full.join("gpucr.json").exists();
     drop(full_fs);
     assert!(!out.status.success(), "{log}");
-    if log.contains("hook ABI of CRIU 4.3") {
+    if criu_calls_dump_devices_late(&log) {
         // CRIU 4.3 calls DUMP_DEVICES_LATE once its image is written: the copy is
         // finished and the room taken there, which fails the dump.
         assert!(

@@ -325,7 +325,7 @@ fn engine_mode_without_room_for_the_manifest_fails_the_dump_and_the_tree_runs_on
     // the tree's memory: then all of CRIU's image fits, and the GPU memory, with less
     // than the manifest's room to spare. An older CRIU gets it at the first device
     // file, before its memory: then the GPU memory fits, with less than that to spare.
-    let late = log.contains("hook ABI of CRIU 4.3");
+    let late = criu_calls_dump_devices_late(&log);
     assert!(late || log.contains("hook ABI of CRIU "), "{log}");
     let fits = if late { image_bytes } else { gpu_bytes };
     let full = tmp.path().join("full");

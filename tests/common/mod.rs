@@ -954,3 +954,12 @@ pub fn stop(pid: i32) {
 pub fn continue_process(pid: i32) {
     kill(Pid::from_raw(pid), Signal::SIGCONT).unwrap();
 }
+
+/// Whether the plugin, by its `init` line in CRIU's `log`, was loaded by a CRIU that
+/// calls DUMP_DEVICES_LATE (CRIU 4.3), where engine mode finishes its copy.
+pub fn criu_calls_dump_devices_late(log: &str) -> bool {
+    gpucr_abi::plugin_abi::HookAbi::ALL
+        .into_iter()
+        .filter(|abi| abi.dump_devices_late())
+        .any(|abi| log.contains(&format!("hook ABI of {},", abi.releases())))
+}
