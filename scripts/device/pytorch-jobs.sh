@@ -255,6 +255,15 @@ train_fork() {
     fi
     info "$name: the tree at the dump" "$(ps -o pid=,ppid=,comm= -p "$(pgrep -g "$pid" | paste -sd,)" 2>/dev/null |
         awk '{printf "%s%s %s (parent %s)", (NR > 1 ? ", " : ""), $3, $1, $2}')"
+    # What each process of the tree maps and holds open of the driver (a worker that
+    # inherited a device mapping is what CRIU cannot dump without a plugin claiming it).
+    local p
+    for p in $(pgrep -g "$pid"); do
+        cat "/proc/$p/maps" > "$details/maps-train-$fork-$p.txt" 2>/dev/null
+        ls -l "/proc/$p/fd" > "$details/fds-train-$fork-$p.txt" 2>/dev/null
+        info "$name: pid $p maps of devices" "$(grep -E ' /dev/' "/proc/$p/maps" 2>/dev/null |
+            awk '{print $1, $2, $6}' | sort -k3 | awk '{a[$3]++; r[$3]=r[$3] " " $1 " " $2} END {for (f in a) printf "%s x%d:%s; ", f, a[f], substr(r[f], 1, 120)}')"
+    done
     t=$(date +%s%N)
     if limit 300 "$gpucr" dump --leave-running --criu-config "$criu_conf" "$pid" "$img" \
             > "$details/dump-train-$fork.txt" 2>&1; then
