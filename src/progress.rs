@@ -146,25 +146,6 @@ pub fn spans(events: &[TimedEvent]) -> Vec<(String, String, f64)> {
         .collect()
 }
 
-/// Human text for a CRIU notification name.
-pub fn describe_notify(script: &str) -> String {
-    let text = match script {
-        "pre-dump" => "CRIU: freezing the tree",
-        "network-lock" => "CRIU: network locked",
-        "query-ext-files" => "CRIU: dumping files",
-        "post-dump" => "CRIU: dump written",
-        "network-unlock" => "CRIU: network unlocked",
-        "pre-restore" => "CRIU: restoring",
-        "setup-namespaces" => "CRIU: namespaces created",
-        "post-setup-namespaces" => "CRIU: restoring tasks",
-        "post-restore" => "CRIU: tasks restored",
-        "pre-resume" => "CRIU: resuming",
-        "post-resume" => "CRIU: tree running",
-        other => return format!("CRIU: {other}"),
-    };
-    text.to_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,11 +161,5 @@ mod tests {
         let s = spans(&events);
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].0.as_str(), s[0].1.as_str()), ("a", "b"));
-    }
-
-    #[test]
-    fn unknown_notify_is_still_described() {
-        assert_eq!(describe_notify("post-dump"), "CRIU: dump written");
-        assert_eq!(describe_notify("status-ready"), "CRIU: status-ready");
     }
 }

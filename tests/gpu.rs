@@ -625,6 +625,54 @@ fn criu_failure_after_the_helper_started_leaves_the_tree_running() {
     assert_fails_with(&out, IMAGE_INCOMPLETE, "incomplete");
 }
 
+/// A user's action script failing at post-dump, after gpucr finished the GPU copy at
+/// that notification: the dump fails with CRIU's failure naming the script, not with
+/// the helper's "the dump was already finished" (which finishing the copy a second
+/// time answered, and which was once reported as the cause); the image is marked
+/// incomplete, and the tree runs on with every byte of its device memory.
+#[test]
+fn a_script_failing_at_post_dump_after_the_gpu_copy_is_reported_as_criu_s_failure() {
+    let _lock = criu_lock();
+    let Started {
+        tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "postdumpscript",
+        &["--parent-mib", "16", "--child-mib", "8"],
+    );
+    let (script, config) = failing_script(tmp.path(), "post-dump", 3);
+    let out = dump(
+        &sim,
+        &[
+            "--criu-config",
+            config.to_str().unwrap(),
+            &tree.pid.to_string(),
+            image.to_str().unwrap(),
+        ],
+    );
+    assert_fails_with(
+        &out,
+        CRIU_FAILED,
+        &format!(
+            "gpucr: error: criu dump failed: the action script {} failed at post-dump \
+             (exited with status 3)",
+            script.display()
+        ),
+    );
+    let err = stderr(&out);
+    assert!(!err.contains("already finished"), "{err}");
+    assert!(
+        err.contains(&format!("pid {} is still running", tree.pid)),
+        "{err}"
+    );
+    assert!(!image.join("gpucr.json").exists());
+    assert!(image.join("gpucr-incomplete.json").exists());
+    tree.wait_ticks(3);
+    assert!(tree.verify(1));
+}
+
 /// The plugin cannot reach the helper: CRIU aborts the dump, the tree keeps running.
 #[test]
 fn plugin_that_cannot_reach_the_helper_fails_the_dump_cleanly() {

@@ -2,7 +2,8 @@
 //!
 //! gpucr never builds a CRIU command line or parses CRIU's output: every request is a
 //! protobuf `criu_req`, every answer a `criu_resp`, and every notification CRIU sends
-//! (pre-dump, post-restore, ...) is answered by an ack after a callback has seen it.
+//! (a [`Notification`]) is answered by an ack after a handler has seen it; the handler's
+//! refusal comes back typed beside CRIU's own result ([`Answered`]).
 //!
 //! [`start_criu`] and [`criu_log_level`] are the parts the dump and the restore share.
 
@@ -11,6 +12,7 @@ mod binary;
 mod config;
 mod error;
 mod log_tail;
+mod notification;
 mod options;
 mod request;
 mod start;
@@ -27,11 +29,12 @@ pub use error::CriuError;
 pub use log_tail::{
     log_tail, plugin_failure, script_failure, LogStamp, PluginFailure, ScriptFailure,
 };
+pub use notification::Notification;
 pub use request::{
     has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
 };
 pub use start::{criu_log_level, start_criu};
-pub use swrk::{Notify, Swrk, START_TIMEOUT};
+pub use swrk::{Answered, Swrk, START_TIMEOUT};
 pub use version::{check_supported, CriuVersion, MIN_VERSION, SOCKETS_OK_VERSION};
 
 /// The protobuf messages of CRIU's RPC protocol (`proto/criu/rpc.proto`).

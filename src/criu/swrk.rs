@@ -14,6 +14,7 @@ use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag
 use prost::Message;
 
 use super::action_script;
+use super::notification::Notification;
 use super::request::{request, DumpRequest, RestoreRequest};
 use super::rpc::{self, CriuReqType};
 use super::{
@@ -56,12 +57,24 @@ fn end_action_scripts(criu: i32, name: &str) {
     }
 }
 
-/// A notification CRIU sent during a request ("pre-dump", "post-restore", ...).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notify {
-    pub script: String,
-    /// Set for "setup-namespaces" and "post-restore" (the restored root pid).
-    pub pid: Option<i32>,
+/// CRIU's answer to a request whose notifications a handler answered: CRIU's own
+/// result, and the first refusal of the handler (CRIU then fails the stage, and the
+/// request unless CRIU only logs that stage's failures), typed as the handler gave it.
+#[derive(Debug)]
+pub struct Answered<T, E> {
+    pub criu: Result<T, CriuError>,
+    pub refused: Option<E>,
+}
+
+/// Whether a notification was accepted, keeping the handler's first refusal.
+fn first_refusal<E>(answer: Result<(), E>, refused: &mut Option<E>) -> bool {
+    match answer {
+        Ok(()) => true,
+        Err(e) => {
+            refused.get_or_insert(e);
+            false
+        }
+    }
 }
 
 /// A running `criu swrk` process and gpucr's end of its socket.
@@ -236,7 +249,7 @@ impl Swrk {
                 ..Default::default()
             }),
         );
-        match self.call(req, "check", None, None, &mut |_| Ok(())) {
+        match self.call(req, "check", None, None, &mut |_| true) {
             Ok(_) => Ok(true),
             Err(CriuError::Failed { .. }) => Ok(false),
             Err(e) => Err(e),
@@ -244,41 +257,49 @@ impl Swrk {
     }
 
     /// Dump a tree. `log` is the log's full path, shown on failure.
-    pub fn dump(
+    pub fn dump<E>(
         &mut self,
         req: &DumpRequest<'_>,
         log: &Path,
-        on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
-    ) -> Result<(), CriuError> {
-        self.call(
-            req.to_rpc(),
-            "dump",
-            Some(log),
-            req.config_origin,
-            on_notify,
-        )
-        .map(|_| ())
+        on_notify: &mut dyn FnMut(&Notification) -> Result<(), E>,
+    ) -> Answered<(), E> {
+        let mut refused = None;
+        let criu = self
+            .call(
+                req.to_rpc(),
+                "dump",
+                Some(log),
+                req.config_origin,
+                &mut |n| first_refusal(on_notify(n), &mut refused),
+            )
+            .map(|_| ());
+        Answered { criu, refused }
     }
 
     /// Restore a tree; returns the restored root's pid (a child of this process).
-    pub fn restore(
+    pub fn restore<E>(
         &mut self,
         req: &RestoreRequest<'_>,
         log: &Path,
-        on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
-    ) -> Result<i32, CriuError> {
-        let resp = self.call(
-            req.to_rpc(),
-            "restore",
-            Some(log),
-            req.config_origin,
-            on_notify,
-        )?;
-        resp.restore
-            .map(|r| r.pid)
-            .ok_or_else(|| CriuError::Protocol {
-                detail: "RESTORE answer without the restored pid".into(),
-            })
+        on_notify: &mut dyn FnMut(&Notification) -> Result<(), E>,
+    ) -> Answered<i32, E> {
+        let mut refused = None;
+        let criu = self
+            .call(
+                req.to_rpc(),
+                "restore",
+                Some(log),
+                req.config_origin,
+                &mut |n| first_refusal(on_notify(n), &mut refused),
+            )
+            .and_then(|resp| {
+                resp.restore
+                    .map(|r| r.pid)
+                    .ok_or_else(|| CriuError::Protocol {
+                        detail: "RESTORE answer without the restored pid".into(),
+                    })
+            });
+        Answered { criu, refused }
     }
 
     /// Wait for the swrk child to exit after its last answer.
@@ -299,7 +320,7 @@ impl Swrk {
         name: &'static str,
         log: Option<&Path>,
         config: Option<&Path>,
-        on_notify: &mut dyn FnMut(&Notify) -> Result<(), String>,
+        on_notify: &mut dyn FnMut(&Notification) -> bool,
     ) -> Result<rpc::CriuResp, CriuError> {
         let kind = req.r#type;
         // A log left by an earlier run is never shown as this one's.
@@ -311,17 +332,15 @@ impl Swrk {
             let resp = self.recv()?;
             if resp.r#type == CriuReqType::Notify as i32 {
                 let notify = resp.notify.unwrap_or_default();
-                let notify = Notify {
-                    script: notify.script.unwrap_or_default(),
-                    pid: notify.pid,
-                };
+                let notify =
+                    Notification::from_wire(notify.script.as_deref().unwrap_or(""), notify.pid);
                 // CRIU waits for the answer before it logs more, and runs this stage's
                 // action scripts right after it.
                 let length = log
                     .and_then(|l| std::fs::metadata(l).ok())
                     .map_or(0, |m| m.len());
-                self.stages.push((length, notify.script.clone()));
-                let ok = on_notify(&notify).is_ok();
+                self.stages.push((length, notify.name().to_owned()));
+                let ok = on_notify(&notify);
                 let mut ack = request(CriuReqType::Notify, None);
                 ack.notify_success = Some(ok);
                 self.send(&ack)?;

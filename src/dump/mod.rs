@@ -1,8 +1,10 @@
 //! `gpucr dump`: validate, run CRIU's DUMP, checksum the image, write the manifest last.
 //!
-//! [`complete`] checksums the image and writes its manifest (also for engine mode's
-//! helper), [`error`] says why a dump failed; this module runs CRIU and the GPU helper
-//! side by side and answers CRIU's notifications.
+//! [`gate`] answers CRIU's notifications and gives the verdict (which failure the user
+//! hears of), [`post_dump`] is the work done while CRIU still holds the tree (shared
+//! with engine mode), [`complete`] checksums the image and writes its manifest (also
+//! for engine mode's helper), [`error`] says why a dump failed; this module runs CRIU
+//! and the GPU helper side by side, phase by phase.
 
 use std::path::{Path, PathBuf};
 
@@ -10,25 +12,28 @@ use crate::criu::{
     criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, DumpRequest, NetworkLock,
 };
 use crate::gpu;
-use crate::helper::{GpuDump, HelperError, Session};
+use crate::helper::{GpuDump, Session};
 use crate::image::dir;
 use crate::image::manifest::{self, Manifest};
-use crate::image::room::{self, ManifestRoom};
-use crate::image::{self, DUMP_LOG};
+use crate::image::DUMP_LOG;
 use crate::interrupt;
-use crate::progress::{describe_notify, Progress};
+use crate::progress::Progress;
 use crate::target;
 use crate::transfer::TransferConfig;
 
 mod complete;
 mod error;
+mod gate;
+mod post_dump;
 mod tree_pages;
 
 pub use complete::{
     gpu_section_bytes, is_gpu_data_file, is_pages_file, write_manifest, ImageFacts,
 };
 pub use error::DumpError;
-use tree_pages::{TreePages, TreePagesOutcome};
+use gate::{Gate, Verdict};
+pub use post_dump::{DumpDevices, PostDump, PostDumpError};
+use tree_pages::TreePages;
 
 /// What to dump and how.
 #[derive(Debug, Clone)]
@@ -70,7 +75,9 @@ pub struct DumpOutcome {
     pub pages_bytes: u64,
 }
 
-/// Checkpoint `opts.pid` into `opts.dir`.
+/// Checkpoint `opts.pid` into `opts.dir`, phase by phase: check the target and start
+/// the GPU side, run CRIU's dump with the [`gate`] answering its notifications, tell
+/// the user the [`gate::verdict`], write the manifest.
 pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, DumpError> {
     progress.event("start", "checking the target");
     let criu_config = opts
@@ -110,25 +117,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     )
     .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
-    let gpu = match (backend, session) {
-        (Some(backend), Some(session)) => {
-            progress.event(
-                "helper-started",
-                &format!("GPU backend {}: helper started", backend.name()),
-            );
-            let started = GpuDump::start(
-                session,
-                &opts.dir,
-                backend,
-                opts.transfer.clone(),
-                progress.gpu_events(),
-                opts.leave_running,
-                opts.device_timeout,
-            );
-            Some(started.map_err(|e| DumpError::HelperSetup(Box::new(e)))?)
-        }
-        _ => None,
-    };
+    let gpu = start_gpu(opts, backend, session, progress)?;
     let network_lock = opts
         .network_lock
         .unwrap_or_else(|| NetworkLock::default_for(opts.pid, opts.tcp_established));
@@ -152,165 +141,41 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         },
     };
     let log = opts.dir.join(DUMP_LOG);
+    let devices = gpu.as_ref().map(|g| g as &dyn DumpDevices);
     // The memory pages are digested from the tree while CRIU writes them (see
     // `tree_pages`), laid out at post-dump.
-    let mut tree_pages =
+    let tree_pages =
         (!opts.no_page_checksums).then(|| TreePages::start(opts.pid, opts.dir.clone()));
-    let mut page_digests = TreePagesOutcome::default();
-    let mut gpu_manifest = None;
-    let mut gpu_error = None;
-    let mut manifest_room = None;
-    let mut room_error = None;
+    let mut gate = Gate::new(&opts.dir, devices, tree_pages);
     // A signal cancels the GPU copy at once; the next notification fails the dump.
-    let _cancel_on_interrupt = gpu.as_ref().map(|g| {
+    let cancel_on_interrupt = gpu.as_ref().map(|g| {
         let canceller = g.canceller();
         interrupt::on_interrupt(move || canceller.cancel("gpucr was interrupted"))
     });
-    let result = swrk.dump(&request, &log, &mut |n| {
-        progress.event(&n.script, &describe_notify(&n.script));
-        if let Some(signal) = interrupt::requested() {
-            return Err(format!("interrupted by {}", interrupt::name(signal)));
-        }
-        // post-dump comes before CRIU lets the tree go: the device memory must be in the
-        // image by then, or the dump fails and the tree keeps running.
-        if let (Some(gpu), "post-dump") = (&gpu, n.script.as_str()) {
-            match gpu.finish() {
-                Ok(m) => {
-                    // The tasks' device state goes into the image while the tree is
-                    // still held, like the memory: a failure fails the dump.
-                    if let Err(source) = image::gpu::write_states(&opts.dir, &m) {
-                        let e = HelperError::Io {
-                            path: opts.dir.join(image::gpu::STATE_DIR),
-                            source,
-                        };
-                        let text = e.to_string();
-                        gpu_error = Some(e);
-                        return Err(text);
-                    }
-                    progress.event("gpu-done", "GPU memory written");
-                    gpu.keep();
-                    gpu_manifest = Some(m);
-                }
-                Err(e) => {
-                    let text = e.to_string();
-                    gpu_error = Some(e);
-                    return Err(text);
-                }
-            }
-        }
-        // The pages' digests are laid out while the tree is held: what was not read
-        // from it yet still can be.
-        if n.script == "post-dump" {
-            if let Some(pages) = tree_pages.take() {
-                page_digests = pages.finish(&opts.dir);
-                progress.event(
-                    "pages-digested",
-                    &format!(
-                        "memory pages digested: {} from the tree, {} read back",
-                        crate::units::size(page_digests.from_tree),
-                        crate::units::size(page_digests.from_files)
-                    ),
-                );
-            }
-        }
-        // The tree is let go after post-dump (killed, unless --leave-running): the
-        // manifest's room is taken while it is held, so that a full file system fails
-        // the dump and leaves the tree running instead of losing both.
-        if n.script == "post-dump" {
-            let gpu_bytes = gpu_manifest.as_ref().map_or(0, gpu_section_bytes);
-            match ManifestRoom::take(&opts.dir, room::needed(&opts.dir, gpu_bytes)) {
-                Ok(taken) => manifest_room = Some(taken),
-                Err(e) => {
-                    let text = e.to_string();
-                    room_error = Some(e);
-                    return Err(text);
-                }
-            }
-        }
-        Ok(())
-    });
-    // Where the tree lives on and the end of the dump could not give it every device
-    // back, the user must hear it whatever else failed.
-    let running = || {
-        let alive = liveness(opts.pid);
-        match gpu.as_ref().and_then(GpuDump::give_back_failure) {
-            Some(e) => format!("{alive}, but a task may not have its device back: {e}"),
-            None => alive,
-        }
-    };
-    if let (Some(signal), true) = (
-        interrupt::requested(),
-        result.is_err() || gpu_error.is_some(),
-    ) {
-        let signal = interrupt::name(signal);
-        let _ = dir::mark_incomplete(&opts.dir, &format!("interrupted by {signal}"));
-        drop(swrk);
-        return Err(DumpError::Interrupted {
-            signal,
-            dir: opts.dir.clone(),
-            running: running(),
-        });
-    }
-    if let Some(error) = gpu_error {
-        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
-        drop(swrk);
-        return Err(DumpError::Helper {
-            error: Box::new(error),
-            dir: opts.dir.clone(),
-            running: running(),
-        });
-    }
-    if let Some(error) = room_error {
-        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
-        drop(swrk);
-        return Err(DumpError::ManifestRoom {
-            error: Box::new(error),
-            dir: opts.dir.clone(),
-            running: running(),
-        });
-    }
+    let answered = swrk.dump(&request, &log, &mut |n| gate.notify(n, progress));
+    let gathered = gate.gathered();
+    drop(cancel_on_interrupt);
     // CRIU lets a dump succeed whose action script failed at network-unlock (scripts
     // come only from --criu-config): the user must hear of it.
-    let lenient_script = match (&result, &opts.criu_config) {
+    let lenient_script = match (&answered.criu, &opts.criu_config) {
         (Ok(()), Some(config)) => swrk.script_failure(&log, Some(config)),
         _ => None,
     };
-    if let Err(error) = result.and_then(|()| swrk.finish()) {
-        let _ = dir::mark_incomplete(&opts.dir, &error.to_string());
-        // The helper's own failure (or, when CRIU stopped first, the writer's) explains
-        // more than CRIU's.
-        let helper_failure = gpu
-            .as_ref()
-            .and_then(|g| g.take_failure().or_else(|| g.finish().err()));
-        if let Some(helper_error) = helper_failure {
-            // CRIU gave up because the plugin passed the helper's refusal on: nothing
-            // more to say. Any other CRIU failure is shown too.
-            let relayed = error
-                .plugin_failure()
-                .is_some_and(|f| f.contains(&helper_error.to_string()));
-            let running = if relayed {
-                running()
-            } else {
-                format!("{}; CRIU then failed too:\n{error}", running())
-            };
-            return Err(DumpError::Helper {
-                error: Box::new(helper_error),
-                dir: opts.dir.clone(),
-                running,
-            });
+    let criu = match answered.criu {
+        Ok(()) => swrk.finish(),
+        Err(e) => {
+            drop(swrk);
+            Err(e)
         }
-        let running = match disk_full_hint(&opts.dir)
-            .or_else(|| crate::criu::advice_for(&error.to_string()))
-        {
-            Some(hint) => format!("{}; {hint}", running()),
-            None => running(),
-        };
-        return Err(DumpError::Criu {
-            error: Box::new(error),
-            dir: opts.dir.clone(),
-            running,
-        });
-    }
+    };
+    let verdict = gate::verdict(
+        interrupt::requested().map(interrupt::name),
+        answered.refused,
+        criu,
+        devices,
+        gathered.copy_finished,
+    );
+    fail_on(verdict, opts, devices)?;
     if let Some(failure) = lenient_script {
         progress.warn(&format!(
             "{}; CRIU does not fail a dump for it: see {}",
@@ -334,26 +199,26 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         set_by_engine: false,
         no_page_checksums: opts.no_page_checksums,
     };
-    let gpu_facts = match (topology.take(), &gpu_manifest) {
+    let gpu_facts = match (topology.take(), &gathered.gpu) {
         (Some(topology), Some(g)) => Some((topology, g)),
         _ => None,
     };
     let written = write_manifest(
         &opts.dir,
-        &page_digests.prefixes,
+        &gathered.page_digests.prefixes,
         ImageFacts {
             target,
             criu_version: version.to_string(),
             options,
             gpu: gpu_facts,
-            room: manifest_room,
+            room: gathered.room,
             still_written: Vec::new(),
         },
         progress,
     )?;
     // The end of the dump ran in CRIU's exit hook, after the image was complete: the
     // gpucr half gave a tree that lives on its devices back, or let go of what it held.
-    if let Some(error) = gpu.as_ref().and_then(GpuDump::take_failure) {
+    if let Some(error) = devices.and_then(DumpDevices::take_failure) {
         if opts.leave_running {
             return Err(DumpError::GiveBack {
                 error: Box::new(error),
@@ -364,6 +229,100 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         progress.warn(&format!("after the dump, the tree killed: {error}"));
     }
     Ok(written)
+}
+
+/// Start the GPU side of the dump when the tree uses a GPU.
+fn start_gpu(
+    opts: &DumpOptions,
+    backend: Option<std::sync::Arc<dyn gpu::Backend>>,
+    session: Option<Session>,
+    progress: &mut Progress,
+) -> Result<Option<GpuDump>, DumpError> {
+    let (Some(backend), Some(session)) = (backend, session) else {
+        return Ok(None);
+    };
+    progress.event(
+        "helper-started",
+        &format!("GPU backend {}: helper started", backend.name()),
+    );
+    GpuDump::start(
+        session,
+        &opts.dir,
+        backend,
+        opts.transfer.clone(),
+        progress.gpu_events(),
+        opts.leave_running,
+        opts.device_timeout,
+    )
+    .map(Some)
+    .map_err(|e| DumpError::HelperSetup(Box::new(e)))
+}
+
+/// The dump's failure for `verdict`, with the image marked incomplete and what became
+/// of the tree; Ok when the image is written.
+fn fail_on(
+    verdict: Verdict,
+    opts: &DumpOptions,
+    devices: Option<&dyn DumpDevices>,
+) -> Result<(), DumpError> {
+    // Where the tree lives on and the end of the dump could not give it every device
+    // back, the user must hear it whatever else failed.
+    let running = || {
+        let alive = liveness(opts.pid);
+        match devices.and_then(DumpDevices::give_back_failure) {
+            Some(e) => format!("{alive}, but a task may not have its device back: {e}"),
+            None => alive,
+        }
+    };
+    let dir = opts.dir.clone();
+    let incomplete = |why: &str| {
+        let _ = dir::mark_incomplete(&opts.dir, why);
+    };
+    match verdict {
+        Verdict::Written => Ok(()),
+        Verdict::Interrupted(signal) => {
+            incomplete(&format!("interrupted by {signal}"));
+            Err(DumpError::Interrupted {
+                signal,
+                dir,
+                running: running(),
+            })
+        }
+        Verdict::Helper { error, criu_too } => {
+            incomplete(&error.to_string());
+            let running = match criu_too {
+                Some(criu) => format!("{}; CRIU then failed too:\n{criu}", running()),
+                None => running(),
+            };
+            Err(DumpError::Helper {
+                error: Box::new(error),
+                dir,
+                running,
+            })
+        }
+        Verdict::Room(error) => {
+            incomplete(&error.to_string());
+            Err(DumpError::ManifestRoom {
+                error: Box::new(error),
+                dir,
+                running: running(),
+            })
+        }
+        Verdict::Criu(error) => {
+            incomplete(&error.to_string());
+            let running = match disk_full_hint(&opts.dir)
+                .or_else(|| crate::criu::advice_for(&error.to_string()))
+            {
+                Some(hint) => format!("{}; {hint}", running()),
+                None => running(),
+            };
+            Err(DumpError::Criu {
+                error: Box::new(error),
+                dir,
+                running,
+            })
+        }
+    }
 }
 
 /// Whether `pid` still runs, for the messages of a dump.

@@ -5,8 +5,9 @@
 //!   starts, as under `gpucr dump`.
 //! * FINISH_COPY, at the first device file CRIU dumps (for a backend whose tasks keep
 //!   no device file, CUDA's, at the last task's CHECKPOINT_DEVICES): every copy is
-//!   waited for, the device state written, and the manifest's room taken (what `gpucr
-//!   dump` does at post-dump, which an engine's CRIU does not tell gpucr of). A failure
+//!   waited for, the device state written, and the manifest's room taken: what `gpucr
+//!   dump` does at post-dump, which an engine's CRIU does not tell gpucr of, through
+//!   the same [`PostDump`]. A failure
 //!   fails that hook, so CRIU's dump fails and the tree runs on. (CRIU ignores what its
 //!   plugins' exit hook returns: neither can be left to the end.)
 //! * DUMP_DONE, from the plugin's exit hook: the image's files are checksummed and the
@@ -27,11 +28,11 @@ use super::{
     criu_alive, criu_version, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT,
 };
 use crate::cli::EngineHelperArgs;
-use crate::dump::{gpu_section_bytes, is_pages_file, write_manifest, ImageFacts};
-use crate::gpu::{self, GpuManifest};
-use crate::helper::{EngineCall, GpuDump, HelperError, Session};
-use crate::image::room::{self, ManifestRoom};
-use crate::image::{self, dir, follow::Follower, manifest};
+use crate::dump::{is_pages_file, write_manifest, DumpDevices, ImageFacts, PostDump};
+use crate::gpu;
+use crate::helper::{EngineCall, GpuDump, Session};
+use crate::image::room;
+use crate::image::{dir, follow::Follower, manifest};
 use crate::progress::Progress;
 
 /// Serve the dump of the tree rooted at `args.pid` into `args.images_dir`.
@@ -70,8 +71,7 @@ pub fn serve(
     let criu_version = criu_version(args.criu_pid);
     status.ready(backend.name());
 
-    let mut finished: Option<GpuManifest> = None;
-    let mut room: Option<ManifestRoom> = None;
+    let mut post = PostDump::new(dir, Some(&gpu as &dyn DumpDevices));
     loop {
         let call = match steps.recv_timeout(Duration::from_millis(500)) {
             Ok(call) => call,
@@ -86,8 +86,14 @@ pub fn serve(
         let started = std::time::Instant::now();
         match step {
             Step::FinishCopy => {
-                let answer = finish_copy(&gpu, dir, &mut finished)
-                    .and_then(|()| take_room(dir, pid, finished.as_ref(), &mut room));
+                // CRIU has not written every task's memory yet: the tree's processes
+                // stand in for it ([`room::needed_for_tree`]).
+                let answer = post
+                    .finish_copy()
+                    .and_then(|()| {
+                        post.take_room(|gpu_bytes| room::needed_for_tree(dir, gpu_bytes, pid))
+                    })
+                    .map_err(|e| e.to_string());
                 if let Err(e) = &answer {
                     let _ = dir::mark_incomplete(dir, e);
                 }
@@ -99,31 +105,34 @@ pub fn serve(
                     let _ = dir::mark_incomplete(dir, &format!("CRIU's dump failed ({ret})"));
                     Ok(())
                 } else {
-                    finish_copy(&gpu, dir, &mut finished).and_then(|()| {
-                        // Every task's device files: CRIU dumped the later tasks' files
-                        // after FINISH_COPY.
-                        finished = finished.take().map(|m| gpu.with_late_files(m));
-                        let still_written = written_by_criu(args.criu_pid, dir);
-                        if !still_written.is_empty() {
-                            crate::errln!(
-                                "gpucr engine-helper: left out of the manifest, as CRIU \
+                    post.finish_copy()
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| {
+                            // Every task's device files: CRIU dumped the later tasks' files
+                            // after FINISH_COPY.
+                            let (finished, room) = post.take_parts();
+                            let finished = finished.map(|m| gpu.with_late_files(m));
+                            let still_written = written_by_criu(args.criu_pid, dir);
+                            if !still_written.is_empty() {
+                                crate::errln!(
+                                    "gpucr engine-helper: left out of the manifest, as CRIU \
                                  still writes them: {}",
-                                still_written.join(", ")
-                            );
-                        }
-                        let facts = ImageFacts {
-                            target: target.clone(),
-                            criu_version: criu_version.clone(),
-                            options: engine_options(settings.no_page_checksums),
-                            gpu: finished.as_ref().zip(topology.take()).map(|(m, t)| (t, m)),
-                            room: room.take(),
-                            still_written,
-                        };
-                        let known = follower.take().map(Follower::finish).unwrap_or_default();
-                        write_manifest(dir, &known, facts, &mut progress)
-                            .map(|_| ())
-                            .map_err(|e| e.to_string())
-                    })
+                                    still_written.join(", ")
+                                );
+                            }
+                            let facts = ImageFacts {
+                                target: target.clone(),
+                                criu_version: criu_version.clone(),
+                                options: engine_options(settings.no_page_checksums),
+                                gpu: finished.as_ref().zip(topology.take()).map(|(m, t)| (t, m)),
+                                room,
+                                still_written,
+                            };
+                            let known = follower.take().map(Follower::finish).unwrap_or_default();
+                            write_manifest(dir, &known, facts, &mut progress)
+                                .map(|_| ())
+                                .map_err(|e| e.to_string())
+                        })
                 };
                 if let Err(e) = &answer {
                     let _ = dir::mark_incomplete(dir, e);
@@ -156,47 +165,6 @@ fn written_by_criu(criu_pid: i32, dir: &Path) -> Vec<String> {
                 .map(|rel| rel.to_string_lossy().into_owned())
         })
         .collect()
-}
-
-/// Wait for every copy and write the tasks' device state (once).
-fn finish_copy(
-    gpu: &GpuDump,
-    dir: &Path,
-    finished: &mut Option<GpuManifest>,
-) -> Result<(), String> {
-    if finished.is_some() {
-        return Ok(());
-    }
-    let m = gpu.finish().map_err(|e| e.to_string())?;
-    image::gpu::write_states(dir, &m).map_err(|source| {
-        HelperError::Io {
-            path: dir.join(image::gpu::STATE_DIR),
-            source,
-        }
-        .to_string()
-    })?;
-    gpu.keep();
-    *finished = Some(m);
-    Ok(())
-}
-
-/// Take the manifest's room in `dir` (once), while CRIU holds the tree rooted at
-/// `root` and can still fail the dump: on a file system CRIU's image would fill, the
-/// checkpoint then fails and the tree runs on, instead of being killed with an image
-/// that can never be completed. CRIU has not written every task's memory yet: the
-/// tree's processes stand in for it ([`room::needed_for_tree`]).
-fn take_room(
-    dir: &Path,
-    root: i32,
-    gpu: Option<&GpuManifest>,
-    room: &mut Option<ManifestRoom>,
-) -> Result<(), String> {
-    if room.is_some() {
-        return Ok(());
-    }
-    let bytes = room::needed_for_tree(dir, gpu.map_or(0, gpu_section_bytes), root);
-    *room = Some(ManifestRoom::take(dir, bytes).map_err(|e| e.to_string())?);
-    Ok(())
 }
 
 /// The dump options the manifest records: the engine's CRIU was configured by the

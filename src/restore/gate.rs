@@ -13,11 +13,11 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
-use crate::criu::Notify;
+use crate::criu::Notification;
 use crate::helper::{GpuRestore, HelperError};
 use crate::image::verify::{Problem, ProblemKind, VerifyError};
 use crate::interrupt;
-use crate::progress::{describe_notify, Progress};
+use crate::progress::Progress;
 use crate::restore_guard::RestoreGuard;
 
 /// The background verification of the memory pages.
@@ -40,6 +40,20 @@ pub(super) struct Gate<'a> {
     /// post-restore was answered: the tree is whole and verified, and a later signal is
     /// for the restored tree.
     past_gate: bool,
+}
+
+/// Why the gate refused one of CRIU's notifications. The gate keeps the details itself
+/// (the damage found, the helper's error) for [`Gate::verdict`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Refusal {
+    #[error("a restored task's device did not come back")]
+    Unresumed,
+    #[error("interrupted by {0}")]
+    Interrupted(&'static str),
+    #[error("the image is damaged")]
+    Damaged,
+    #[error("the GPU memory could not be restored")]
+    Gpu,
 }
 
 /// How a restore ended on gpucr's side, once CRIU has answered.
@@ -76,11 +90,15 @@ impl<'a> Gate<'a> {
 
     /// Answer one of CRIU's notifications: Err refuses it, and CRIU kills what it
     /// has made of the tree.
-    pub(super) fn notify(&mut self, n: &Notify, progress: &mut Progress) -> Result<(), String> {
-        progress.event(&n.script, &describe_notify(&n.script));
-        if n.script == "post-restore" {
-            self.restored_root = n.pid;
-            if let (Some(guard), Some(root)) = (self.guard, n.pid) {
+    pub(super) fn notify(
+        &mut self,
+        n: &Notification,
+        progress: &mut Progress,
+    ) -> Result<(), Refusal> {
+        progress.event(n.name(), &n.describe());
+        if let Notification::PostRestore { pid } = n {
+            self.restored_root = *pid;
+            if let (Some(guard), Some(root)) = (self.guard, *pid) {
                 guard.root(root);
             }
         }
@@ -89,24 +107,23 @@ impl<'a> Gate<'a> {
         // a tree whose device did not come back gets SIGSTOP now, which stops it the
         // moment CRIU detaches (before it runs an instruction), and SIGKILL once CRIU is
         // done with it (killing it while CRIU still traces it would deadlock CRIU).
-        if let (Some(gpu), "pre-resume") = (self.gpu, n.script.as_str()) {
+        if let (Some(gpu), Notification::PreResume) = (self.gpu, n) {
             if let Err(e) = gpu.check_resumed() {
                 if let Some(root) = self.restored_root {
                     signal_tree(root, Signal::SIGSTOP);
                     self.to_kill = Some(root);
                 }
-                let text = e.to_string();
                 self.gpu_error = Some(e);
-                return Err(text);
+                return Err(Refusal::Unresumed);
             }
         }
         if self.past_gate {
             return Ok(());
         }
         if let Some(signal) = interrupt::requested() {
-            return Err(format!("interrupted by {}", interrupt::name(signal)));
+            return Err(Refusal::Interrupted(interrupt::name(signal)));
         }
-        if n.script != "post-restore" {
+        if !matches!(n, Notification::PostRestore { .. }) {
             return Ok(());
         }
         // post-restore comes before any restored task runs, and a refusal here makes
@@ -115,22 +132,23 @@ impl<'a> Gate<'a> {
             self.bulk_problems = join_bulk(handle);
             progress.event("pages-verified", "memory pages verified");
             if !self.bulk_problems.is_empty() {
-                return Err("the image is damaged".to_owned());
+                return Err(Refusal::Damaged);
             }
         }
         if let Some(gpu) = self.gpu {
             if let Err(e) = gpu.wait_restored() {
-                let text = e.to_string();
                 self.gpu_error = Some(e);
-                return Err(text);
+                return Err(Refusal::Gpu);
             }
             progress.event("gpu-done", "GPU memory restored");
         }
-        self.past_gate = interrupt::requested().is_none();
-        if !self.past_gate {
-            return Err("interrupted".to_owned());
+        match interrupt::requested() {
+            Some(signal) => Err(Refusal::Interrupted(interrupt::name(signal))),
+            None => {
+                self.past_gate = true;
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// Once CRIU has answered (`criu_failed` if it failed the restore): what stopped the

@@ -303,7 +303,10 @@ fn restore_in(
         }
     });
     let mut gate = Gate::new(gpu.as_ref(), guard.as_ref(), bulk);
-    let result = swrk.restore(&request, &log, &mut |n| gate.notify(n, progress));
+    // The gate keeps why it refused a notification, for its verdict.
+    let result = swrk
+        .restore(&request, &log, &mut |n| gate.notify(n, progress))
+        .criu;
     drop(cancel_on_interrupt);
     if let (Some(_), true) = (interrupt::requested(), result.is_err()) {
         drop(swrk);
