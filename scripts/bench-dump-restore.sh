@@ -10,9 +10,15 @@
 #
 # Both tools get the same options: --tcp-established, nftables network lock, log level 2,
 # images in the same directory on the same disk, page cache warm.
+#
+# The output ends with one line per gpucr command, `ROW|name|target|result|verdict`
+# (scripts/bench-all.sh collects them): PASS when the whole 95% interval of the per-round
+# median ratio is below 1.05, FAIL when it is all at or above 1.05, - when the run cannot
+# tell.
 set -euo pipefail
 # The measured commands run in a session of their own (scripts/bench-session.sh); the
 # steps hyperfine calls back (a first argument) stay where they are.
+# shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
 if [ -z "${1:-}" ]; then
     bench_session_start "$@"
@@ -90,15 +96,18 @@ criu-restore)
 esac
 
 command -v hyperfine >/dev/null || apt-get install -y -qq --no-install-recommends hyperfine >/dev/null
-[ -x "$gpucr" ] && [ -x "$workload" ] || cargo build --release --workspace --lib --bins --examples -q
+{ [ -x "$gpucr" ] && [ -x "$workload" ]; } || cargo build --release --workspace --lib --bins --examples -q
 mkdir -p "$WORK"
 self=$root/scripts/bench-dump-restore.sh
 export MEM_MIB WORK
 
+# shellcheck disable=SC2034  # the three arrays are used through `declare -n` below
 dump_criu=(-n "criu dump" "$criu dump -t \$(cat $WORK/pid) -D $WORK/image --tcp-established --network-lock nftables -o dump.log")
+# shellcheck disable=SC2034
 dump_gpucr=(-n "gpucr dump" "$gpucr dump --tcp-established --network-lock nftables \$(cat $WORK/pid) $WORK/image")
 # The same without the memory pages' checksums (--no-page-checksums): what hashing every
 # page beside CRIU costs.
+# shellcheck disable=SC2034
 dump_sizes=(-n "gpucr dump --no-page-checksums" "$gpucr dump --no-page-checksums --tcp-established --network-lock nftables \$(cat $WORK/pid) $WORK/image")
 echo "# dump of a ${MEM_MIB} MiB process tree, $RUNS interleaved rounds"
 for round in $(seq "$RUNS"); do
@@ -137,6 +146,10 @@ done
 python3 - "$WORK" "$RUNS" <<'PY'
 import json, random, statistics, sys
 work, runs = sys.argv[1], int(sys.argv[2])
+rows = []
+row_names = {"gpucr dump": "CPU-only dump vs `criu dump`",
+             "gpucr dump --no-page-checksums": "CPU-only dump --no-page-checksums vs `criu dump`",
+             "gpucr restore": "CPU-only restore vs `criu restore`"}
 for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
     times = {}
     for r in range(1, runs + 1):
@@ -154,6 +167,8 @@ for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
         # Each round ran every command back to back: the ratio within a round is free
         # of the machine's drift between rounds.
         paired = sorted(g / c for g, c in zip(t, times[base]))
+        result = f"{m/ref:.3f} ({m*1000:.1f} vs {ref*1000:.1f} ms"
+        verdict = "-"
         if len(paired) >= 4:
             q = statistics.quantiles(paired, n=4)
             # How sure the per-round median is: 95% bootstrap interval (fixed seed, so
@@ -165,4 +180,11 @@ for what, base in (("dump", "criu dump"), ("restore", "criu restore")):
             print(f"{'':>30}  per round: median ratio {statistics.median(paired):.3f} "
                   f"(quartiles {q[0]:.3f}-{q[2]:.3f}; 95% interval of the median "
                   f"{medians[50]:.3f}-{medians[1949]:.3f})")
+            lo, hi = medians[50], medians[1949]
+            result += (f"; per round {statistics.median(paired):.3f}, 95% interval "
+                       f"{lo:.3f}-{hi:.3f}")
+            verdict = "PASS" if hi < 1.05 else "FAIL" if lo >= 1.05 else "-"
+        result += f"; {len(paired)} rounds)"
+        rows.append(f"ROW|{row_names.get(name, name)}|< 1.05 (per-round median, 95% interval)|{result}|{verdict}")
+print("\n".join(rows))
 PY

@@ -18,12 +18,23 @@
 #   bare    the same checkpoint of a second such container whose CRIU loads no plugin
 #           (no org.criu.config annotation): what having gpucr's plugin installed
 #           costs a container that holds no GPU
+#   engine0, gpucr0  the same two checkpoints of the same workload holding 1 MiB of GPU
+#           memory instead of N MiB, in a container of its own and outside one (the
+#           simulator's workload always opens its device, so "without GPU" is without
+#           GPU memory); the four GPU checkpoints run in an order reversed every run
+#
+# The target (docs/benchmarks.md, "Engine mode"): what the plugin adds to podman's
+# checkpoint of the same container without GPU is at most 1.1 times what `gpucr dump`'s
+# GPU work costs for the same memory: (engine - engine0) <= 1.1 x (gpucr - gpucr0).
 # GPU memory is compressed with zstd (level 1) in both modes; --fill is the workload's
 # (mixed, the default: random, compressible and zeroed buffers; random: all random). Prints a Markdown section
-# for docs/benchmarks.md on stdout (medians, and engine/gpucr); progress on stderr.
+# for docs/benchmarks.md on stdout (medians, engine/gpucr, and the target's ratio), then
+# a line `ROW|Engine mode|target|result|PASS or FAIL` (scripts/bench-all.sh collects it);
+# progress on stderr.
 # Needs root, CRIU, podman and runc (scripts/setup.sh).
 set -euo pipefail
 # The measured commands run in a session of their own (scripts/bench-session.sh).
+# shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
 bench_session_start "$@"
 bench_session_nice
@@ -51,18 +62,25 @@ done
 work=$(mktemp -d /var/tmp/gpucr-bench-engine.XXXXXX)
 sim_ctr=/dev/shm/gpucr-bench-engine-ctr-$$
 sim_host=/dev/shm/gpucr-bench-engine-host-$$
+sim_ctr0=/dev/shm/gpucr-bench-engine-ctr0-$$
+sim_host0=/dev/shm/gpucr-bench-engine-host0-$$
 ctr=gpucr-bench-engine-$$
+ctr0=gpucr-bench-engine0-$$
 plain=gpucr-bench-plain-$$
 bare=gpucr-bench-bare-$$
 image=localhost/gpucr-bench-engine:latest
 unshare_pid=
 host_pid=
+unshare_pid0=
+host_pid0=
 cleanup() {
-    podman rm -f -t 0 "$ctr" "$plain" "$bare" >/dev/null 2>&1 || true
-    # The workload first: it is its PID namespace's init, which outlives `unshare`.
-    [ -n "$host_pid" ] && kill -9 "$host_pid" 2>/dev/null || true
-    [ -n "$unshare_pid" ] && kill -9 "$unshare_pid" 2>/dev/null || true
-    rm -rf "$sim_ctr" "$sim_host"
+    podman rm -f -t 0 "$ctr" "$ctr0" "$plain" "$bare" >/dev/null 2>&1 || true
+    # The workloads first: each is its PID namespace's init, which outlives `unshare`.
+    local pid
+    for pid in "$host_pid" "$unshare_pid" "$host_pid0" "$unshare_pid0"; do
+        if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
+    done
+    rm -rf "$sim_ctr" "$sim_host" "$sim_ctr0" "$sim_host0"
     if [ "$keep" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
@@ -88,13 +106,21 @@ podman import -q "$work/rootfs.tar" "$image" >/dev/null
 log "installing the plugin for engine mode into $work/criu-libs"
 "$gpucr" install-plugin --criu-libdir "$work/criu-libs" --setting "GPUCR_SIM_ROOT=$sim_ctr" >/dev/null
 printf 'libdir %s\n' "$work/criu-libs" >"$work/criu.conf"
+# The container with 1 MiB of GPU memory has a simulator root of its own (both
+# containers' workloads are PID 1 in their namespaces), so a plugin set up for it.
+"$gpucr" install-plugin --criu-libdir "$work/criu-libs0" --setting "GPUCR_SIM_ROOT=$sim_ctr0" >/dev/null
+printf 'libdir %s\n' "$work/criu-libs0" >"$work/criu0.conf"
 
 ulimits=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
-mkdir -p "$sim_ctr" "$sim_host" "$work/state-ctr" "$work/state-host" "$work/state-plain"
+mkdir -p "$sim_ctr" "$sim_host" "$sim_ctr0" "$sim_host0" "$work/state-ctr" "$work/state-host" \
+    "$work/state-ctr0" "$work/state-host0" "$work/state-plain"
 log "starting the container with $mib MiB of GPU memory"
 podman run -d --name "$ctr" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
     --device /dev/fuse -v "$work/state-ctr:/state" -v "$sim_ctr:$sim_ctr" -e "GPUCR_SIM_ROOT=$sim_ctr" \
     "$image" /bin/sim_workload --state /state --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" >/dev/null
+podman run -d --name "$ctr0" --annotation "org.criu.config=$work/criu0.conf" "${ulimits[@]}" \
+    --device /dev/fuse -v "$work/state-ctr0:/state" -v "$sim_ctr0:$sim_ctr0" -e "GPUCR_SIM_ROOT=$sim_ctr0" \
+    "$image" /bin/sim_workload --state /state --gpus 1 --parent-mib 1 --child-mib 0 --fill "$fill" >/dev/null
 podman run -d --name "$plain" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
     -v "$work/state-plain:/state" "$image" /bin/sleep 1000000 >/dev/null
 podman run -d --name "$bare" "${ulimits[@]}" \
@@ -103,13 +129,18 @@ log "starting the same workload outside a container"
 GPUCR_SIM_ROOT=$sim_host unshare --pid --fork --kill-child setsid "$target/examples/sim_workload" \
     --state "$work/state-host" --gpus 1 --parent-mib "$mib" --child-mib 0 --fill "$fill" </dev/null >"$work/workload.log" 2>&1 &
 unshare_pid=$!
-for state in state-ctr state-host; do
+GPUCR_SIM_ROOT=$sim_host0 unshare --pid --fork --kill-child setsid "$target/examples/sim_workload" \
+    --state "$work/state-host0" --gpus 1 --parent-mib 1 --child-mib 0 --fill "$fill" </dev/null >"$work/workload0.log" 2>&1 &
+unshare_pid0=$!
+for state in state-ctr state-host state-ctr0 state-host0; do
     for _ in $(seq 1200); do [ -e "$work/$state/ready-parent" ] && break; sleep 0.1; done
     [ -e "$work/$state/ready-parent" ] || { log "error: the workload in $state did not start"; exit 1; }
 done
 host_pid=$(tr -d ' \n' <"/proc/$unshare_pid/task/$unshare_pid/children")
+host_pid0=$(tr -d ' \n' <"/proc/$unshare_pid0/task/$unshare_pid0/children")
 userdata() { echo "/var/lib/containers/storage/overlay-containers/$(podman inspect --format '{{.Id}}' "$1")/userdata"; }
 ctr_images=$(userdata "$ctr")/checkpoint
+ctr0_images=$(userdata "$ctr0")/checkpoint
 plain_images=$(userdata "$plain")/checkpoint
 bare_images=$(userdata "$bare")/checkpoint
 
@@ -119,7 +150,7 @@ time_one() { # label command...
     # files is not the checkpoint's cost; with an earlier image still in the page cache,
     # whichever checkpoint came second in a run took up to 0.9 s longer at 3 GiB) and
     # no dirty pages left whose writeback would slow this one.
-    rm -rf "$ctr_images" "$work/img" "$plain_images" "$bare_images"
+    rm -rf "$ctr_images" "$ctr0_images" "$work/img" "$plain_images" "$bare_images"
     sync
     start=$(date +%s.%N)
     "${@:2}" >/dev/null 2>"$work/last.err" || { log "error: $1 failed"; cat "$work/last.err" >&2; exit 1; }
@@ -131,11 +162,15 @@ time_one() { # label command...
 load_before=$(cut -d' ' -f1 /proc/loadavg)
 log "$runs runs after one warm-up, interleaved"
 for run in $(seq 0 "$runs"); do
-    # The order of the two GPU checkpoints alternates from run to run.
+    # The order of the four GPU checkpoints is reversed from run to run.
     if [ $((run % 2)) = 0 ]; then
         time_one engine podman container checkpoint --keep --leave-running "$ctr"
         time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running "$host_pid" "$work/img"
+        time_one engine0 podman container checkpoint --keep --leave-running "$ctr0"
+        time_one gpucr0 env GPUCR_SIM_ROOT="$sim_host0" "$gpucr" dump --leave-running "$host_pid0" "$work/img"
     else
+        time_one gpucr0 env GPUCR_SIM_ROOT="$sim_host0" "$gpucr" dump --leave-running "$host_pid0" "$work/img"
+        time_one engine0 podman container checkpoint --keep --leave-running "$ctr0"
         time_one gpucr env GPUCR_SIM_ROOT="$sim_host" "$gpucr" dump --leave-running "$host_pid" "$work/img"
         time_one engine podman container checkpoint --keep --leave-running "$ctr"
     fi
@@ -167,6 +202,8 @@ print("| checkpoint | median s | min s | max s |")
 print("|---|---|---|---|")
 for label, what in [("engine", "podman checkpoint, GPU container (engine mode)"),
                     ("gpucr", "`gpucr dump`, same workload, no container"),
+                    ("engine0", "podman checkpoint, the same container with 1 MiB of GPU memory"),
+                    ("gpucr0", "`gpucr dump`, the same workload with 1 MiB of GPU memory"),
                     ("podman", "podman checkpoint, container without GPU"),
                     ("bare", "the same, its CRIU loading no plugin")]:
     v = times[label]
@@ -175,6 +212,16 @@ print()
 print(f"engine / gpucr: **{med['engine'] / med['gpucr']:.3f}**; "
       f"(engine - podman's own cost) / gpucr: **{(med['engine'] - med['podman']) / med['gpucr']:.3f}**; "
       f"container without GPU, plugin installed / no plugin: **{med['podman'] / med['bare']:.3f}**")
+# The target: what the plugin adds to podman's checkpoint of the same container without
+# GPU memory, against what `gpucr dump`'s GPU work costs for the same memory.
+adds, work = med["engine"] - med["engine0"], med["gpucr"] - med["gpucr0"]
+ratio = adds / work if work > 0 else float("nan")
+verdict = "PASS" if ratio <= 1.1 else "FAIL" if ratio > 1.1 else "-"
+print()
+print(f"what the plugin adds to podman's checkpoint (GPU container - the one with 1 MiB): {adds:.3f} s; "
+      f"what `gpucr dump`'s GPU work costs (`gpucr dump` - the same with 1 MiB): {work:.3f} s; "
+      f"ratio **{ratio:.3f}** (target <= 1.1: "
+      f"{ {'PASS': 'met', 'FAIL': 'not met'}.get(verdict, 'cannot tell') })")
 
 # Where the last engine-mode checkpoint's time went, from CRIU's own log (seconds since
 # CRIU started): the first line matching each mark.
@@ -196,4 +243,7 @@ for line in open(criu_log, errors="replace"):
 print()
 print("The last engine-mode checkpoint in CRIU's log (s since CRIU started): " +
       "; ".join(f"{name} {at[name]:.3f}" for name, _ in marks if name in at))
+print()
+print(f"ROW|Engine mode|(podman with GPU - without) <= 1.1 x (gpucr dump with GPU - without)|"
+      f"{ratio:.3f} (podman +{adds:.3f} s, gpucr dump +{work:.3f} s; {mib} MiB, fill {fill})|{verdict}")
 EOF

@@ -10,12 +10,23 @@
 # each case: the phase timeline of both modes, what CRIU spent restoring memory and
 # what filling the GPU buffers took inside RESTORE_EXT_FILE (the two costs the
 # benchmark balances), and how busy the machine's cores were.
+#
+# The same rounds also restore, for each case, three variants of its tree (the parts of
+# its restore, each dumped from a workload of its own): "cpu", the tree with 1 MiB of
+# GPU memory per process (CRIU's half); "gpu", the tree with its GPU memory and no CPU
+# memory of its own (the fill, with next to nothing for CRIU to restore); "none", the
+# tree with neither (the restore's fixed steps). The target is the overlap efficiency:
+# the parallel restore's median at most 1.1 times the larger of CRIU's half and the fill
+# (single, tree), or, for tree-cow, where CRIU hands gpucr the buffers only after the
+# memory, 1.1 times their sum less the fixed steps counted twice in it. Each case ends
+# with a line `ROW|case|target|result|PASS or FAIL` (scripts/bench-all.sh collects them).
 # Results: docs/benchmarks.md.
 #
 #   scripts/bench-parallel-restore.sh            (RUNS=9)
 set -euo pipefail
 # The measured commands run in a session of their own (scripts/bench-session.sh); the
 # steps hyperfine calls back (a first argument) stay where they are.
+# shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
 if [ -z "${1:-}" ]; then
     bench_session_start "$@"
@@ -25,6 +36,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 RUNS=${RUNS:-9}
 WORK=${WORK:-/var/tmp/gpucr-bench-parallel}
+# The image and tree a step works on: the case's own, or with BENCH_PART one of the
+# parts it is compared with (above).
+dir=$WORK${BENCH_PART:+/$BENCH_PART}
 export GPUCR_SIM_ROOT=${GPUCR_SIM_ROOT:-/dev/shm/gpucr-bench-sim}
 export GPUCR_SIM_COPY_BW=${GPUCR_SIM_COPY_BW:-1.6GB/s}
 gpucr=$root/target/release/gpucr
@@ -48,13 +62,13 @@ prepare)
     # Before each restore: no restored tree, the tree's files as at the dump, and no
     # device memory (as on a new machine).
     kill_restored
-    rm -rf "$WORK/state" && cp -a "$WORK/state-at-dump" "$WORK/state"
+    rm -rf "$dir/state" && cp -a "$dir/state-at-dump" "$dir/state"
     rm -rf "$GPUCR_SIM_ROOT/contexts"
-    rm -f "$WORK/image/restore.log" "$WORK/image/stats-restore"
+    rm -f "$dir/image/restore.log" "$dir/image/stats-restore"
     exit 0 ;;
 restore)
     shift
-    "$gpucr" restore --detach "$@" "$WORK/image" > "$WORK/restored"
+    "$gpucr" restore --detach "$@" "$dir/image" > "$WORK/restored"
     exit 0 ;;
 timeline)
     shift
@@ -94,25 +108,52 @@ PY
 esac
 
 command -v hyperfine >/dev/null || apt-get install -y -qq --no-install-recommends hyperfine >/dev/null
-[ -x "$gpucr" ] && [ -x "$workload" ] || cargo build --release --workspace --lib --bins --examples -q
+{ [ -x "$gpucr" ] && [ -x "$workload" ]; } || cargo build --release --workspace --lib --bins --examples -q
 self=$root/scripts/bench-parallel-restore.sh
 export WORK
 
-# Start the sim workload with these options and dump it into $WORK/image.
+# Start the sim workload with these options and dump it into $WORK/image; with a part
+# name first (not empty), into $WORK/PART/image, keeping the case's image and sim root.
 start_and_dump() {
+    local part=$1 d; shift
     kill_restored
-    rm -rf "$WORK" "$GPUCR_SIM_ROOT" && mkdir -p "$WORK/state"
-    unshare --pid --fork setsid "$workload" --state "$WORK/state" "$@" </dev/null >/dev/null 2>&1 &
+    if [ -z "$part" ]; then
+        d=$WORK
+        rm -rf "$WORK" "$GPUCR_SIM_ROOT"
+    else
+        d=$WORK/$part
+        rm -rf "$d" "$GPUCR_SIM_ROOT/contexts"
+    fi
+    mkdir -p "$d/state"
+    unshare --pid --fork setsid "$workload" --state "$d/state" "$@" </dev/null >/dev/null 2>&1 &
     local up=$! pid=""
     for _ in $(seq 1200); do
         pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
-        [ -n "$pid" ] && [ -f "$WORK/state/ready-parent" ] && break
+        [ -n "$pid" ] && [ -f "$d/state/ready-parent" ] && break
         sleep 0.05
     done
     sleep 2
-    "$gpucr" dump "$pid" "$WORK/image" > "$WORK/dump.txt"
+    "$gpucr" dump "$pid" "$d/image" > "$d/dump.txt"
     for _ in $(seq 200); do [ -d "/proc/$pid" ] || break; sleep 0.05; done
-    cp -a "$WORK/state" "$WORK/state-at-dump"
+    cp -a "$d/state" "$d/state-at-dump"
+}
+
+# The workload options "$@" with --cpu-mib, --parent-mib and --child-mib set to $1, $2
+# and $3 where those are not empty (a --child-mib of 0, no children, stays 0), into the
+# array `part_opts`.
+with_sizes() {
+    local cpu=$1 parent=$2 child=$3; shift 3
+    part_opts=()
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --cpu-mib) part_opts+=("$1" "${cpu:-$2}"); shift 2 ;;
+        --parent-mib) part_opts+=("$1" "${parent:-$2}"); shift 2 ;;
+        --child-mib)
+            if [ "$2" = 0 ]; then part_opts+=("$1" 0); else part_opts+=("$1" "${child:-$2}"); fi
+            shift 2 ;;
+        *) part_opts+=("$1"); shift ;;
+        esac
+    done
 }
 
 # The benchmark's sizes balance its two halves: CPU memory that takes CRIU as long to
@@ -122,7 +163,7 @@ start_and_dump() {
 # setting up namespaces to post-restore. Prints the factor that scales the CPU sizes
 # (1: CRIU restores 1 GiB as fast as the engine fills 1 GiB).
 calibrate() {
-    start_and_dump --cpu-mib 1024 --parent-mib 1 --child-mib 0 --gpus 1 --fill random >/dev/null
+    start_and_dump "" --cpu-mib 1024 --parent-mib 1 --child-mib 0 --gpus 1 --fill random >/dev/null
     local i
     for i in 1 2 3; do
         "$self" prepare >/dev/null
@@ -148,20 +189,31 @@ PY
 
 run_case() {
     local name=$1; shift
-    start_and_dump "$@"
+    start_and_dump "" "$@"
+    # The parts of this restore, each its own workload and image (see the top).
+    local part_opts
+    with_sizes "" 1 1 "$@"; start_and_dump cpu "${part_opts[@]}"
+    with_sizes 0 "" "" "$@"; start_and_dump gpu "${part_opts[@]}"
+    with_sizes 0 1 1 "$@"; start_and_dump none "${part_opts[@]}"
     echo "## $name: $*"
     sed -n '1,2p' "$WORK/dump.txt"
     echo "image: $(du -sh "$WORK/image" | cut -f1) ($(du -sh "$WORK/image/gpu" | cut -f1) of it GPU memory)"
-    local round first second
-    local sequential=(-n "sequential (--no-parallel-restore)" "$self restore --no-parallel-restore")
-    local parallel=(-n "parallel" "$self restore")
+    local round k what args
+    local commands=(sequential parallel cpu gpu none)
     rm -f "$WORK/../parallel-$name"-*.json
     for round in $(seq "$RUNS"); do
-        if [ $((round % 2)) = 1 ]; then first=("${sequential[@]}") second=("${parallel[@]}")
-        else first=("${parallel[@]}") second=("${sequential[@]}"); fi
+        # The five restores in an order that rotates from round to round.
+        args=()
+        for k in "${!commands[@]}"; do
+            what=${commands[$(( (k + round) % ${#commands[@]} ))]}
+            case $what in
+            sequential) args+=(--prepare "$self prepare" -n "sequential (--no-parallel-restore)" "$self restore --no-parallel-restore") ;;
+            parallel) args+=(--prepare "$self prepare" -n "parallel" "$self restore") ;;
+            *) args+=(--prepare "BENCH_PART=$what $self prepare" -n "part $what" "BENCH_PART=$what $self restore") ;;
+            esac
+        done
         hyperfine --runs 1 --style none --export-json "$WORK/../parallel-$name-$round.json" \
-            --prepare "$self prepare" "${first[@]}" \
-            --prepare "$self prepare" "${second[@]}" >/dev/null
+            "${args[@]}" >/dev/null
     done
     echo "timeline, parallel:"
     "$self" timeline
@@ -196,10 +248,11 @@ wanted tree && run_case tree --cpu-mib "$TREE_CPU_MIB" --parent-mib 192 --child-
 wanted tree-cow && run_case tree-cow --cpu-mib "$TREE_CPU_MIB" --cpu-bounds parent --parent-mib 192 --child-mib 192 --children 3 --gpus 1 --fill random --max-buffer-mib 128
 rm -rf "$GPUCR_SIM_ROOT"
 
-python3 - "$(dirname "$WORK")" "$RUNS" <<'PY'
-import json, os, statistics, sys
-results, runs = sys.argv[1], int(sys.argv[2])
-for name in os.environ.get("CASES", "single tree tree-cow").split():
+python3 - "$(dirname "$WORK")" "$RUNS" "$CASES" <<'PY'
+import json, statistics, sys
+results, runs, cases = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rows = []
+for name in cases.split():
     times = {}
     for r in range(1, runs + 1):
         for res in json.load(open(f"{results}/parallel-{name}-{r}.json"))["results"]:
@@ -210,4 +263,23 @@ for name in os.environ.get("CASES", "single tree tree-cow").split():
     print(f"{name:>8}: sequential median {s*1000:7.1f} ms (min {min(seq)*1000:.1f}, max "
           f"{max(seq)*1000:.1f}), parallel median {p*1000:7.1f} ms (min {min(par)*1000:.1f}, "
           f"max {max(par)*1000:.1f}), n={len(par)}: {(1 - p / s)*100:.0f}% faster")
+    # The overlap efficiency (docs/benchmarks.md, "Parallel restore of GPU memory").
+    cpu, fill, fixed = (statistics.median(times[f"part {w}"]) for w in ("cpu", "gpu", "none"))
+    if name == "tree-cow":
+        bound, what = cpu + fill - fixed, "CRIU's half + the fill - the fixed steps"
+        target = "<= 1.1 x (CRIU's half + the fill - the fixed steps)"
+    else:
+        bound, what = max(cpu, fill), "the larger of CRIU's half and the fill"
+        target = "<= 1.1 x max(CRIU's half, the fill)"
+    eff = p / bound
+    print(f"{'':>8}  CRIU's half {cpu*1000:.1f} ms, the fill {fill*1000:.1f} ms, the fixed steps "
+          f"{fixed*1000:.1f} ms (medians): parallel / ({what}) = {eff:.3f} (target <= 1.1: "
+          f"{'met' if eff <= 1.1 else 'not met'})")
+    row = {"single": "Parallel restore, one process",
+           "tree": "Parallel restore, 4-process tree (own bounds)",
+           "tree-cow": "Parallel restore, 4-process tree (parent's bounds)"}.get(name, f"Parallel restore, {name}")
+    rows.append(f"ROW|{row}|{target}|{eff:.3f} (parallel {p*1000:.1f} ms; CRIU's half {cpu*1000:.1f} ms, "
+                f"the fill {fill*1000:.1f} ms, fixed steps {fixed*1000:.1f} ms; {(1 - p / s)*100:.0f}% "
+                f"faster than sequential)|{'PASS' if eff <= 1.1 else 'FAIL'}")
+print("\n".join(rows))
 PY

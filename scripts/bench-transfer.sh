@@ -16,7 +16,11 @@
 # On a machine shared with other work (builds), the script runs in its own session whose
 # scheduler group gets nice $NICE (default -15; NICE=0 leaves it alone), so that the
 # measured commands, gpucr and baselines alike, get the cores rather than share them.
+#
+# The output ends with one line per comparison, `ROW|name|target|result|PASS or FAIL`
+# (scripts/bench-all.sh collects them).
 set -euo pipefail
+# shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
 bench_session_start "$@"
 cd "$(dirname "$0")/.."
@@ -88,4 +92,10 @@ for ours, base in ((names[0], names[1]), (names[2], names[3])):
     print(f"* `{ours}` vs `{base}` (same output): {med[base] / med[ours]:.2f}x")
 fastest = min(med[names[1]], med[names[3]])
 print(f"* `{names[0]}` vs the faster baseline overall: {fastest / med[names[0]]:.2f}x")
+print()
+for row, ours, base in (("GPU dump throughput, zstd:1", names[0], names[1]),
+                        ("GPU dump throughput, uncompressed", names[2], names[3])):
+    ratio = med[base] / med[ours]
+    print(f"ROW|{row}|>= 1.0x the speed of `{base}`|{ratio:.2f}x ({med[ours]:.2f} s vs "
+          f"{med[base]:.2f} s)|{'PASS' if ratio >= 1.0 else 'FAIL'}")
 EOF
