@@ -1,55 +1,76 @@
-//! Progress: a spinner with CRIU's current phase on a terminal, and phase timestamps.
+//! Progress: the phase timestamps of a command, and a [`Reporter`] that shows them.
 //!
-//! The core records [`TimedEvent`]s as they happen (gpucr's steps and CRIU's
-//! notifications); the [`Progress`] reporter shows them. It draws on stderr only when
-//! both stdout and stderr are terminals and `--json` is off, so scripts and pipes see
-//! nothing but the result.
+//! The library records [`TimedEvent`]s as they happen (gpucr's steps and CRIU's
+//! notifications) and hands each to the reporter it was given, with the warnings and
+//! notes a user must see. The library draws nothing itself: [`Lines`] writes plain lines
+//! to stderr (the default, and engine mode's), and the command line brings its own
+//! terminal reporter (a spinner and a GPU byte bar).
 
-use std::io::IsTerminal;
-use std::time::{Duration, Instant};
-
-use indicatif::{ProgressBar, ProgressStyle};
+use std::time::Instant;
 
 use crate::image::manifest::TimedEvent;
+use crate::transfer::{no_events, EventSink};
 
-/// Shows progress and records when each phase began.
-#[derive(Debug)]
+/// Where a command's progress goes: a terminal, a log, plain lines.
+pub trait Reporter: Send {
+    /// A step began, `at_ms` after the command started; `message` is for a person.
+    fn step(&mut self, at_ms: f64, message: &str);
+    /// A line the user must see (a warning or a note, already prefixed with "gpucr:").
+    fn line(&self, text: &str);
+    /// A sink for the transfer engine's events, to show the GPU bytes moved.
+    fn transfer_events(&self) -> EventSink {
+        no_events()
+    }
+    /// The command is over: clear what was drawn.
+    fn finish(&mut self) {}
+}
+
+/// Plain lines on stderr: warnings and notes always, each step with `verbose`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lines {
+    pub verbose: bool,
+}
+
+impl Reporter for Lines {
+    fn step(&mut self, at_ms: f64, message: &str) {
+        if self.verbose {
+            self.line(&format!("[{at_ms:>9.1} ms] {message}"));
+        }
+    }
+    fn line(&self, text: &str) {
+        crate::errln!("{text}");
+    }
+}
+
+/// Records when each phase began and passes it to its [`Reporter`].
 pub struct Progress {
     start: Instant,
-    bar: Option<ProgressBar>,
-    verbose: bool,
+    reporter: Box<dyn Reporter>,
     events: Vec<TimedEvent>,
 }
 
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Progress {
-    /// A reporter that draws only where a person is watching.
-    pub fn new(json: bool, verbose: bool) -> Progress {
-        let interactive =
-            !json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal();
-        Self::with_display(interactive, verbose && !json)
-    }
-
-    /// A reporter that never draws (tests, library use).
-    pub fn silent() -> Progress {
-        Self::with_display(false, false)
-    }
-
-    fn with_display(spinner: bool, verbose: bool) -> Progress {
-        let bar = spinner.then(|| {
-            let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
-                    .expect("template is valid"),
-            );
-            bar.enable_steady_tick(Duration::from_millis(100));
-            bar
-        });
+    /// Progress shown by `reporter`.
+    pub fn new(reporter: Box<dyn Reporter>) -> Progress {
         Progress {
             start: Instant::now(),
-            bar,
-            verbose,
+            reporter,
             events: Vec::new(),
         }
+    }
+
+    /// Progress that shows only warnings and notes, as plain lines (tests, engine mode,
+    /// library use).
+    pub fn silent() -> Progress {
+        Progress::new(Box::new(Lines { verbose: false }))
     }
 
     /// Milliseconds since the command started.
@@ -64,51 +85,22 @@ impl Progress {
             name: name.to_owned(),
             at_ms,
         });
-        if let Some(bar) = &self.bar {
-            bar.set_message(message.to_owned());
-        }
-        if self.verbose {
-            self.println(&format!("[{:>9.1} ms] {message}", at_ms));
-        }
+        self.reporter.step(at_ms, message);
     }
 
-    /// A sink for the transfer engine's events: a bar of GPU bytes under the spinner on
-    /// a terminal, nothing otherwise.
-    pub fn gpu_events(&self) -> crate::transfer::EventSink {
-        let Some(spinner) = &self.bar else {
-            return crate::transfer::no_events();
-        };
-        let bar = ProgressBar::new(0);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "  GPU memory {bar:30} {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .expect("template is valid"),
-        );
-        let multi = indicatif::MultiProgress::new();
-        let spinner = multi.add(spinner.clone());
-        spinner.tick();
-        let bar = multi.add(bar);
-        std::sync::Arc::new(move |event| {
-            if let crate::transfer::Event::Bytes { done, total } = event {
-                bar.set_length(total);
-                bar.set_position(done);
-                if done >= total {
-                    bar.finish_and_clear();
-                }
-            }
-        })
+    /// A sink for the transfer engine's events (the reporter's GPU byte count).
+    pub fn gpu_events(&self) -> EventSink {
+        self.reporter.transfer_events()
     }
 
-    /// Print a warning without tearing the spinner.
+    /// Tell the user of something wrong that did not stop the command.
     pub fn warn(&self, text: &str) {
-        self.println(&format!("gpucr: warning: {text}"));
+        self.reporter.line(&format!("gpucr: warning: {text}"));
     }
 
-    /// Print a note (something the user should know, not wrong) without tearing the
-    /// spinner.
+    /// Tell the user something they should know (not wrong).
     pub fn note(&self, text: &str) {
-        self.println(&format!("gpucr: note: {text}"));
+        self.reporter.line(&format!("gpucr: note: {text}"));
     }
 
     /// The events recorded so far.
@@ -116,19 +108,10 @@ impl Progress {
         &self.events
     }
 
-    /// Stop the spinner and hand back the recorded events.
+    /// End the reporter and hand back the recorded events.
     pub fn finish(mut self) -> Vec<TimedEvent> {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
-        }
+        self.reporter.finish();
         std::mem::take(&mut self.events)
-    }
-
-    fn println(&self, line: &str) {
-        match &self.bar {
-            Some(bar) => bar.suspend(|| crate::errln!("{line}")),
-            None => crate::errln!("{line}"),
-        }
     }
 }
 
@@ -161,5 +144,39 @@ mod tests {
         let s = spans(&events);
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].0.as_str(), s[0].1.as_str()), ("a", "b"));
+    }
+
+    /// A reporter that keeps what it was given.
+    struct Recording(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Reporter for Recording {
+        fn step(&mut self, _at_ms: f64, message: &str) {
+            self.0.lock().unwrap().push(format!("step {message}"));
+        }
+        fn line(&self, text: &str) {
+            self.0.lock().unwrap().push(text.to_owned());
+        }
+        fn finish(&mut self) {
+            self.0.lock().unwrap().push("finished".into());
+        }
+    }
+
+    #[test]
+    fn every_step_warning_and_note_reaches_the_reporter_in_order() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut p = Progress::new(Box::new(Recording(seen.clone())));
+        p.event("start", "checking the target");
+        p.warn("w");
+        p.note("n");
+        assert_eq!(p.finish().len(), 1);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "step checking the target",
+                "gpucr: warning: w",
+                "gpucr: note: n",
+                "finished"
+            ]
+        );
     }
 }

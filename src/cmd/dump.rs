@@ -8,7 +8,6 @@ use crate::cli::{CudaStagingArg, DumpArgs};
 use crate::cmd::common::{network_lock, print_timeline, report_out, size};
 use crate::dump::{dump, DumpOptions};
 use crate::exit_code;
-use crate::progress::Progress;
 use crate::transfer::TransferConfig;
 
 pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
@@ -39,7 +38,7 @@ pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
         criu_config: args.criu.criu_config.clone(),
         no_page_checksums: args.no_page_checksums,
     };
-    let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
+    let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);
     progress.finish();
     let outcome = result?;

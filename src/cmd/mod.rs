@@ -14,6 +14,7 @@ pub mod install_plugin;
 pub mod restore;
 pub mod restore_guard;
 pub mod sim_guard;
+pub mod terminal;
 
 use crate::criu::CriuError;
 use crate::dump::DumpError;

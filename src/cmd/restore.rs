@@ -10,7 +10,6 @@ use crate::cmd::common::{print_timeline, report_out};
 use crate::exit_code;
 use crate::gpu::TaskTiming;
 use crate::image::manifest::TimedEvent;
-use crate::progress::Progress;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};
 use crate::transfer::{GpuStats, TransferConfig};
 
@@ -40,7 +39,7 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
         skip_checks: args.topology.skip_check.clone(),
         device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
     };
-    let mut progress = Progress::new(args.output.json, args.criu.verbose > 0);
+    let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = restore(&opts, &mut progress);
     let total_ms = progress.elapsed_ms();
     let events = progress.finish();

@@ -55,7 +55,7 @@ pub fn serve(
     };
     let target = crate::target::validate(pid).map_err(crate::dump::DumpError::from)?;
     let mut topology = Some(gpu::LocalTopology::start(backend.as_ref()));
-    let mut progress = Progress::new(true, false);
+    let mut progress = Progress::silent();
     let gpu = GpuDump::start(
         Session::engine(connector, backend.name()),
         dir,

@@ -40,7 +40,7 @@ pub fn serve(
         status.none();
         return Ok(());
     };
-    let progress = Progress::new(true, false);
+    let progress = Progress::silent();
     let name = backend.name();
     let restore = GpuRestore::start(
         Session::engine(connector, name),
