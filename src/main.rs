@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         Command::CheckTopology(args) => cmd::check_topology::run(args),
         Command::InstallPlugin(args) => cmd::install_plugin::run(args),
         Command::Completions(args) => cmd::completions::run(args),
-        Command::EngineHelper(args) => gpucr::engine::run(args),
+        Command::EngineHelper(args) => Ok(cmd::engine_helper::run(args)),
         Command::CudaGuard(args) => cmd::cuda_guard::run(args),
         Command::RestoreGuard(args) => cmd::restore_guard::run(args),
         Command::SimGuard(args) => cmd::sim_guard::run(args),

@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 pub struct EngineHelperArgs {
     /// What CRIU is doing.
     #[arg(value_enum)]
-    pub stage: EngineStage,
+    pub stage: EngineStageArg,
 
     /// CRIU's image directory.
     #[arg(long, value_name = "DIR")]
@@ -30,7 +30,7 @@ pub struct EngineHelperArgs {
 
 /// The stage of the CRIU run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EngineStage {
+pub enum EngineStageArg {
     Dump,
     Restore,
 }

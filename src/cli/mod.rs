@@ -25,7 +25,7 @@ pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs}
 pub use completions::CompletionsArgs;
 pub use cuda_guard::CudaGuardArgs;
 pub use dump::{CudaStagingArg, DumpArgs};
-pub use engine_helper::{EngineHelperArgs, EngineStage};
+pub use engine_helper::{EngineHelperArgs, EngineStageArg};
 pub use inspect::InspectArgs;
 pub use install_plugin::InstallPluginArgs;
 pub use restore::RestoreArgs;

@@ -8,6 +8,7 @@ pub mod common;
 pub mod completions;
 pub mod cuda_guard;
 pub mod dump;
+pub mod engine_helper;
 pub mod give_back;
 pub mod inspect;
 pub mod install_plugin;

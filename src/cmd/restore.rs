@@ -17,10 +17,12 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     crate::interrupt::install()?;
     let opts = RestoreOptions {
         dir: args.dir.clone(),
-        tcp_established: args.tcp_established,
-        shell_job: args.shell_job,
-        ext_unix_sk: args.ext_unix_sk,
-        file_locks: args.file_locks,
+        flags: crate::criu::CriuFlags {
+            tcp_established: args.tcp_established,
+            shell_job: args.shell_job,
+            ext_unix_sk: args.ext_unix_sk,
+            file_locks: args.file_locks,
+        },
         criu: args.criu.criu.clone(),
         verbose: args.criu.verbose > 0,
         verify_first: args.verify_first,

@@ -31,7 +31,7 @@ pub use log_tail::{
 };
 pub use notification::Notification;
 pub use request::{
-    has_own_mount_namespace, CommonOptions, DumpRequest, NetworkLock, RestoreRequest,
+    has_own_mount_namespace, CommonOptions, CriuFlags, DumpRequest, NetworkLock, RestoreRequest,
 };
 pub use start::{criu_log_level, start_criu};
 pub use swrk::{Answered, Swrk, START_TIMEOUT};

@@ -113,13 +113,37 @@ impl FromStr for NetworkLock {
     }
 }
 
+/// The CRIU flags a dump takes and its restore must repeat, declared once for the
+/// dump, the restore, the request and the manifest (which records them under these
+/// names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CriuFlags {
+    /// Established TCP connections (with their sequence numbers; needs a network lock).
+    pub tcp_established: bool,
+    /// The tree is a shell job: it shares a session or controlling terminal.
+    pub shell_job: bool,
+    /// Unix sockets connected to peers outside the tree.
+    pub ext_unix_sk: bool,
+    /// File locks (flock, POSIX and OFD locks).
+    pub file_locks: bool,
+}
+
+impl CriuFlags {
+    /// Every flag set in either.
+    pub fn or(self, other: CriuFlags) -> CriuFlags {
+        CriuFlags {
+            tcp_established: self.tcp_established || other.tcp_established,
+            shell_job: self.shell_job || other.shell_job,
+            ext_unix_sk: self.ext_unix_sk || other.ext_unix_sk,
+            file_locks: self.file_locks || other.file_locks,
+        }
+    }
+}
+
 /// The options common to DUMP and RESTORE.
 #[derive(Debug, Clone, Copy)]
 pub struct CommonOptions {
-    pub tcp_established: bool,
-    pub shell_job: bool,
-    pub ext_unix_sk: bool,
-    pub file_locks: bool,
+    pub flags: CriuFlags,
     pub network_lock: NetworkLock,
     /// CRIU's log level: 2 (errors and warnings) by default, 4 for debug.
     pub log_level: i32,
@@ -176,10 +200,10 @@ impl CommonOptions {
             log_level: Some(self.log_level),
             log_file: Some(log_file.to_owned()),
             notify_scripts: Some(true),
-            tcp_established: Some(self.tcp_established),
-            shell_job: Some(self.shell_job),
-            ext_unix_sk: Some(self.ext_unix_sk),
-            file_locks: Some(self.file_locks),
+            tcp_established: Some(self.flags.tcp_established),
+            shell_job: Some(self.flags.shell_job),
+            ext_unix_sk: Some(self.flags.ext_unix_sk),
+            file_locks: Some(self.flags.file_locks),
             network_lock: Some(self.network_lock.to_rpc() as i32),
             auto_ext_mnt: self.own_mount_namespace.then_some(true),
             ext_sharing: self.own_mount_namespace.then_some(true),
@@ -252,10 +276,12 @@ mod tests {
 
     fn common() -> CommonOptions {
         CommonOptions {
-            tcp_established: true,
-            shell_job: false,
-            ext_unix_sk: false,
-            file_locks: true,
+            flags: CriuFlags {
+                tcp_established: true,
+                shell_job: false,
+                ext_unix_sk: false,
+                file_locks: true,
+            },
             network_lock: NetworkLock::Nftables,
             log_level: 2,
             own_mount_namespace: false,

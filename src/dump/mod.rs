@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::criu::{
-    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, DumpRequest, NetworkLock,
+    criu_log_level, start_criu, CommonOptions, ConfigHandover, CriuConfig, CriuFlags, DumpRequest,
+    NetworkLock,
 };
 use crate::gpu;
 use crate::helper::{GpuDump, Session};
@@ -41,10 +42,7 @@ pub struct DumpOptions {
     pub pid: i32,
     pub dir: PathBuf,
     pub leave_running: bool,
-    pub tcp_established: bool,
-    pub shell_job: bool,
-    pub ext_unix_sk: bool,
-    pub file_locks: bool,
+    pub flags: CriuFlags,
     /// None: what the machine has ([`NetworkLock::detect`]).
     pub network_lock: Option<NetworkLock>,
     pub timeout: Option<u32>,
@@ -120,7 +118,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let gpu = start_gpu(opts, backend, session, progress)?;
     let network_lock = opts
         .network_lock
-        .unwrap_or_else(|| NetworkLock::default_for(opts.pid, opts.tcp_established));
+        .unwrap_or_else(|| NetworkLock::default_for(opts.pid, opts.flags.tcp_established));
     let own_mount_namespace = crate::criu::has_own_mount_namespace(opts.pid);
     let request = DumpRequest {
         pid: opts.pid,
@@ -131,10 +129,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
         config_origin: opts.criu_config.as_deref(),
         common: CommonOptions {
-            tcp_established: opts.tcp_established,
-            shell_job: opts.shell_job,
-            ext_unix_sk: opts.ext_unix_sk,
-            file_locks: opts.file_locks,
+            flags: opts.flags,
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
             own_mount_namespace,
@@ -186,10 +181,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     progress.event("criu-done", "checksumming the image");
     let options = manifest::DumpOptions {
         leave_running: opts.leave_running,
-        tcp_established: opts.tcp_established,
-        shell_job: opts.shell_job,
-        ext_unix_sk: opts.ext_unix_sk,
-        file_locks: opts.file_locks,
+        flags: opts.flags,
         network_lock: network_lock.as_str().into(),
         mount_namespace: own_mount_namespace,
         criu_config: criu_config.map(|c| manifest::CriuConfigRecord {

@@ -27,7 +27,6 @@ use gpucr_abi::proto::engine_step::Step;
 use super::{
     criu_alive, criu_version, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT,
 };
-use crate::cli::EngineHelperArgs;
 use crate::dump::{is_pages_file, write_manifest, DumpDevices, ImageFacts, PostDump};
 use crate::gpu;
 use crate::helper::{EngineCall, GpuDump, Session};
@@ -37,7 +36,7 @@ use crate::progress::Progress;
 
 /// Serve the dump of the tree rooted at `args.pid` into `args.images_dir`.
 pub fn serve(
-    args: &EngineHelperArgs,
+    args: &super::EngineRun,
     connector: OwnedFd,
     status: &mut StatusPipe,
 ) -> Result<(), EngineError> {
@@ -172,10 +171,7 @@ fn written_by_criu(criu_pid: i32, dir: &Path) -> Vec<String> {
 fn engine_options(no_page_checksums: bool) -> manifest::DumpOptions {
     manifest::DumpOptions {
         leave_running: false,
-        tcp_established: false,
-        shell_job: false,
-        ext_unix_sk: false,
-        file_locks: false,
+        flags: crate::criu::CriuFlags::default(),
         network_lock: "iptables".into(),
         mount_namespace: true,
         criu_config: None,

@@ -25,7 +25,6 @@ use std::path::PathBuf;
 pub use settings::{check_setting, EngineSettings, SettingsError};
 pub use status::StatusPipe;
 
-use crate::cli::{EngineHelperArgs, EngineStage};
 use crate::exit_code;
 
 use gpucr_abi::engine::{CONNECTOR_FD, STATUS_FD};
@@ -55,8 +54,28 @@ pub enum EngineError {
     Detach(nix::Error),
 }
 
-/// `gpucr engine-helper`: detach, then serve one dump or one restore.
-pub fn run(args: &EngineHelperArgs) -> anyhow::Result<u8> {
+/// What CRIU is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineStage {
+    Dump,
+    Restore,
+}
+
+/// The one dump or restore a helper serves, as the plugin started it.
+#[derive(Debug, Clone)]
+pub struct EngineRun {
+    pub stage: EngineStage,
+    /// CRIU's image directory.
+    pub images_dir: PathBuf,
+    /// The CRIU process (the helper ends when it does).
+    pub criu_pid: i32,
+    /// The root of the dumped tree (dump only).
+    pub pid: Option<i32>,
+}
+
+/// `gpucr engine-helper`: detach, then serve one dump or one restore; the exit code.
+/// What went wrong goes to the plugin on the status pipe.
+pub fn run(args: &EngineRun) -> u8 {
     // SAFETY: fds 3 and 4 are the connector and the status pipe the plugin put there
     // (checked below before use); nothing else in this process owns them.
     let (connector, status) = unsafe {
@@ -77,17 +96,17 @@ pub fn run(args: &EngineHelperArgs) -> anyhow::Result<u8> {
     let mut status = StatusPipe::new(status);
     if let Err(e) = detach(args.criu_pid) {
         status.error(&e.to_string());
-        return Ok(exit_code::FAILURE);
+        return exit_code::FAILURE;
     }
     let result = match args.stage {
         EngineStage::Dump => dump::serve(args, connector, &mut status),
         EngineStage::Restore => restore::serve(args, connector, &mut status),
     };
     match result {
-        Ok(()) => Ok(exit_code::SUCCESS),
+        Ok(()) => exit_code::SUCCESS,
         Err(e) => {
             status.error(&e.to_string());
-            Ok(exit_code::FAILURE)
+            exit_code::FAILURE
         }
     }
 }

@@ -15,14 +15,13 @@ use std::time::Duration;
 use gpucr_abi::proto::engine_step::Step;
 
 use super::{criu_alive, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
-use crate::cli::EngineHelperArgs;
 use crate::helper::{EngineCall, GpuRestore, RestoreSettings, Session};
 use crate::progress::Progress;
 use crate::restore::{load_verified, prepare_gpu, Loaded, RestoreOptions};
 
 /// Serve the restore of the image in `args.images_dir`.
 pub fn serve(
-    args: &EngineHelperArgs,
+    args: &super::EngineRun,
     connector: OwnedFd,
     status: &mut StatusPipe,
 ) -> Result<(), EngineError> {

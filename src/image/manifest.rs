@@ -171,10 +171,9 @@ pub struct Target {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DumpOptions {
     pub leave_running: bool,
-    pub tcp_established: bool,
-    pub shell_job: bool,
-    pub ext_unix_sk: bool,
-    pub file_locks: bool,
+    /// tcp_established, shell_job, ext_unix_sk and file_locks, at this level.
+    #[serde(flatten)]
+    pub flags: crate::criu::CriuFlags,
     /// "iptables", "nftables" or "skip".
     pub network_lock: String,
     /// The tree had a mount namespace of its own (CRIU dumped it; restore needs the

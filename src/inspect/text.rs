@@ -249,10 +249,10 @@ fn dump_options(root: &mut Node, o: &crate::image::manifest::DumpOptions) {
     }
     let mut words: Vec<String> = [
         (o.leave_running, "leave-running"),
-        (o.tcp_established, "tcp-established"),
-        (o.shell_job, "shell-job"),
-        (o.ext_unix_sk, "ext-unix-sk"),
-        (o.file_locks, "file-locks"),
+        (o.flags.tcp_established, "tcp-established"),
+        (o.flags.shell_job, "shell-job"),
+        (o.flags.ext_unix_sk, "ext-unix-sk"),
+        (o.flags.file_locks, "file-locks"),
         (o.mount_namespace, "own mount namespace"),
         (o.no_page_checksums, "no page checksums"),
     ]

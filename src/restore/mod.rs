@@ -45,10 +45,7 @@ pub use load::{load_verified, Loaded};
 #[derive(Debug, Clone, Default)]
 pub struct RestoreOptions {
     pub dir: PathBuf,
-    pub tcp_established: bool,
-    pub shell_job: bool,
-    pub ext_unix_sk: bool,
-    pub file_locks: bool,
+    pub flags: crate::criu::CriuFlags,
     pub criu: Option<PathBuf>,
     pub verbose: bool,
     /// Hash every file and check every GPU chunk before CRIU starts, instead of while
@@ -272,10 +269,7 @@ fn restore_in(
         work_dir: work.fd(),
         log_file: RESTORE_LOG,
         common: CommonOptions {
-            tcp_established: opts.tcp_established || dumped.tcp_established,
-            shell_job: opts.shell_job || dumped.shell_job,
-            ext_unix_sk: opts.ext_unix_sk || dumped.ext_unix_sk,
-            file_locks: opts.file_locks || dumped.file_locks,
+            flags: opts.flags.or(dumped.flags),
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
             own_mount_namespace: dumped.mount_namespace,
