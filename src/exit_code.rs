@@ -6,8 +6,8 @@
 //!
 //! This module is a leaf: it holds the codes and the [`ExitCode`] trait, and imports no
 //! other module of gpucr. Each error type maps itself to a code in its own module
-//! (`impl ExitCode for ...`), and [`crate::cmd::exit_code_for`] picks the code of an
-//! error that reached `main`.
+//! (`impl ExitCode for ...`), and the command line's `Failure` (one enum of every
+//! error a command ends with) picks it with one exhaustive match.
 
 /// Success (for `check-topology DIR`: the image can be restored here; for
 /// `inspect --verify`: the image is intact).

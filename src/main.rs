@@ -45,10 +45,12 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
             gpucr::errln!("gpucr: error: {err}");
-            for cause in err.chain().skip(1) {
-                gpucr::errln!("  caused by: {cause}");
+            let mut cause = std::error::Error::source(&err);
+            while let Some(c) = cause {
+                gpucr::errln!("  caused by: {c}");
+                cause = c.source();
             }
-            ExitCode::from(cmd::exit_code_for(&err))
+            ExitCode::from(gpucr::exit_code::ExitCode::exit_code(&err))
         }
     }
 }

@@ -195,7 +195,7 @@ fn check_against_local(
     .context("cannot read this machine's GPU topology")
 }
 
-pub fn run(args: &CheckTopologyArgs) -> anyhow::Result<u8> {
+pub fn run(args: &CheckTopologyArgs) -> Result<u8, crate::cmd::Failure> {
     let json = args.output.json;
     let Some(dir) = &args.dir else {
         let local = read_local(args.topology.sysfs_root.as_deref())

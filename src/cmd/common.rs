@@ -29,11 +29,11 @@ pub fn print_timeline(events: &[TimedEvent], total_ms: f64) {
 /// Write a command's result to standard output. A reader that stopped reading (`gpucr
 /// inspect DIR | head`) ends the output without an error: the command's own outcome and
 /// exit status stand. Any other failure (a full disk behind `>`) is returned.
-pub fn print_out(text: impl AsRef<[u8]>) -> anyhow::Result<()> {
+pub fn print_out(text: impl AsRef<[u8]>) -> Result<(), crate::cmd::Failure> {
     let mut out = io::stdout().lock();
     match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        result => result.context("cannot write to standard output"),
+        result => Ok(result.context("cannot write to standard output")?),
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::cli::CudaGuardArgs;
 use crate::gpu::cuda::guard;
 
-pub fn run(args: &CudaGuardArgs) -> anyhow::Result<u8> {
+pub fn run(args: &CudaGuardArgs) -> Result<u8, crate::cmd::Failure> {
     super::give_back::run_guard(
         guard::SUBCOMMAND,
         "CUDA",

@@ -10,7 +10,7 @@ use crate::dump::{dump, DumpOptions};
 use crate::exit_code;
 use crate::transfer::TransferConfig;
 
-pub fn run(args: &DumpArgs) -> anyhow::Result<u8> {
+pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
     crate::interrupt::install()?;
     let opts = DumpOptions {
         pid: args.pid,

@@ -20,7 +20,7 @@ pub fn run_guard<T>(
     images_dir: &Path,
     tasks: impl FnOnce(&[String]) -> Vec<T>,
     give_back_all: impl FnOnce(&[T]) -> Result<Vec<GivenBack>, GpuError>,
-) -> anyhow::Result<u8> {
+) -> Result<u8, crate::cmd::Failure> {
     crate::guard::ignore_terminal_signals();
     let records = crate::guard::read_records(io::stdin().lock());
     let tasks = tasks(&records.lines);

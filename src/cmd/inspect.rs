@@ -13,7 +13,7 @@ use crate::image::verify::default_threads;
 use crate::inspect::model::{ArchiveInfo, Report, ReportError, VerifyReport};
 use crate::inspect::{self, text, ImageSource, InspectError, Options, Status, Views};
 
-pub fn run(args: &InspectArgs) -> anyhow::Result<u8> {
+pub fn run(args: &InspectArgs) -> Result<u8, crate::cmd::Failure> {
     let found = if ImagePath::of(&args.dir) == ImagePath::File {
         inspect_archive(&args.dir, args)?
     } else {
@@ -84,7 +84,7 @@ fn inspect_dir(dir: &Path, args: &InspectArgs) -> Result<Inspected, InspectError
 fn inspect_archive(
     path: &Path,
     args: &InspectArgs,
-) -> anyhow::Result<Result<Inspected, InspectError>> {
+) -> Result<Result<Inspected, InspectError>, crate::cmd::Failure> {
     let scan = archive::scan(
         path,
         &ScanOptions {

@@ -45,7 +45,7 @@ fn check_libdir(dir: &Path) -> Result<(), InstallPluginError> {
     }
 }
 
-pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
+pub fn run(args: &InstallPluginArgs) -> Result<u8, crate::cmd::Failure> {
     check_libdir(&args.criu_libdir)?;
     let dest = args.criu_libdir.join(PLUGIN_FILE);
     if args.uninstall {
@@ -55,7 +55,11 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 print_out(format!("{} is not installed\n", dest.display()))?
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", dest.display())),
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot remove {}", dest.display()))
+                    .into())
+            }
         }
         return Ok(exit_code::SUCCESS);
     }
@@ -70,13 +74,14 @@ pub fn run(args: &InstallPluginArgs) -> anyhow::Result<u8> {
                    first that answers, so for a GPU process either plugin may act and the \
                    other never see it";
         if !args.force {
-            anyhow::bail!(
+            return Err(anyhow::anyhow!(
                 "{} holds CRIU's own GPU plugins ({names}): {why}. Install gpucr's plugin \
                  into a directory of its own (--criu-libdir DIR, with `libdir DIR` in the \
                  CRIU configuration file the engine hands CRIU; see docs/containers.md), \
                  move them aside, or pass --force",
                 args.criu_libdir.display()
-            );
+            )
+            .into());
         }
         crate::errln!("gpucr: warning: installing beside {names}: {why}");
     }

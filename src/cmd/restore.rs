@@ -13,7 +13,7 @@ use crate::image::manifest::TimedEvent;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};
 use crate::transfer::{GpuStats, TransferConfig};
 
-pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
+pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
     crate::interrupt::install()?;
     let opts = RestoreOptions {
         dir: args.dir.clone(),
@@ -70,8 +70,8 @@ pub fn run(args: &RestoreArgs) -> anyhow::Result<u8> {
     if args.detach {
         return Ok(exit_code::SUCCESS);
     }
-    wait_for_tree(outcome.pid)
-        .with_context(|| format!("cannot wait for restored pid {}", outcome.pid))
+    Ok(wait_for_tree(outcome.pid)
+        .with_context(|| format!("cannot wait for restored pid {}", outcome.pid))?)
 }
 
 /// When each task's GPU memory was filled, on the timeline's clock, next to when CRIU

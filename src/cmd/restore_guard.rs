@@ -8,7 +8,7 @@ use crate::exit_code;
 use crate::guard::{ignore_terminal_signals, read_records, UNTRACED_WAIT};
 use crate::restore_guard::{kill_half_restored, root};
 
-pub fn run(_args: &RestoreGuardArgs) -> anyhow::Result<u8> {
+pub fn run(_args: &RestoreGuardArgs) -> Result<u8, crate::cmd::Failure> {
     ignore_terminal_signals();
     let records = read_records(io::stdin().lock());
     let Some(root) = root(&records.lines).filter(|_| !records.done) else {

@@ -5,7 +5,7 @@
 use crate::cli::SimGuardArgs;
 use crate::gpu::sim::guard;
 
-pub fn run(args: &SimGuardArgs) -> anyhow::Result<u8> {
+pub fn run(args: &SimGuardArgs) -> Result<u8, crate::cmd::Failure> {
     super::give_back::run_guard(
         guard::SUBCOMMAND,
         "simulated driver's",
