@@ -24,6 +24,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::watch;
 
+use super::reply::refuse;
+
 /// What answers the plugins' requests: the helper.
 pub trait Handler: Send + Sync + 'static {
     /// Answer `req` (with the fds it carried) from the plugin in host pid `peer`. Runs
@@ -380,14 +382,6 @@ async fn send(conn: &AsyncFd<OwnedFd>, reply: &Reply) -> Result<(), WireError> {
             }
             other => return other,
         }
-    }
-}
-
-fn refuse(error: &str) -> Reply {
-    Reply {
-        ok: false,
-        error: error.to_owned(),
-        ..Default::default()
     }
 }
 

@@ -9,10 +9,12 @@ use std::sync::{Mutex, RwLock};
 
 use gpucr_abi::proto::{CheckpointDevices, DumpBuffers, DumpFile, DumpFinished, Reply};
 
+use super::dump_tree::{self, copy_held, pause_tree, refill_from_image};
 use super::fault::{self, FaultStep};
 use super::lifecycle::{Adopt, DumpStage, DumpTasks};
-use super::server::{lock, not_owned, ok, refuse, running, timed, Mode, Shared};
-use super::tree::{copy_held, in_parallel, pause_tree, refill_from_image};
+use super::parallel::in_parallel;
+use super::reply::{not_owned, ok, refuse};
+use super::shared::{lock, running, timed, Mode, Shared};
 use super::HelperError;
 use crate::gpu::{DeviceFile, TaskDevice};
 use crate::transfer::{BufferKey, DumpWriter, TransferConfig};
@@ -60,6 +62,16 @@ pub(super) fn tree_threads(
         run_threads,
         ..Default::default()
     })
+}
+
+/// The first CHECKPOINT_DEVICES of a dump, the tree frozen: the backend's checkpoint of
+/// every paused task at once.
+pub(super) fn checkpoint_tree(
+    shared: &Shared,
+    tasks: &Mutex<DumpTasks>,
+) -> Result<Reply, HelperError> {
+    dump_tree::checkpoint_tree(shared, tasks)?;
+    Ok(ok())
 }
 
 /// CHECKPOINT_DEVICES: a task's state and its first buffer fds.

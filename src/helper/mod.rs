@@ -12,21 +12,26 @@
 
 mod control;
 mod dump_answers;
+mod dump_tree;
 mod fault;
 mod lifecycle;
 mod operation;
+mod parallel;
+mod reply;
 mod restore_answers;
+mod resume;
 mod server;
 mod session;
+mod shared;
 mod timeline;
-mod tree;
 
 use std::io;
 use std::path::PathBuf;
 
 pub use operation::{GpuDump, GpuRestore, RestoreSettings};
-pub use server::{DumpOutcome, EngineCall, Helper};
+pub use server::{DumpOutcome, Helper};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
+pub use shared::EngineCall;
 pub use timeline::{timeline_events, Timeline};
 
 use crate::gpu::GpuError;

@@ -11,8 +11,9 @@ use gpucr_abi::proto::{
 
 use super::fault::{self, FaultStep};
 use super::lifecycle::RestoreTasks;
-use super::server::{lock, ok, refuse, running, Shared};
-use super::tree::{resume_ahead, resume_tree};
+use super::reply::{ok, refuse};
+use super::resume::{resume, resume_ahead, resume_tree};
+use super::shared::{lock, running, Shared};
 use super::HelperError;
 use crate::gpu::{DeviceRole, TaskDevice};
 use crate::transfer::{BufferKey, Restorer};
@@ -160,45 +161,4 @@ pub(super) fn resume_failed(
         "RESUME_DEVICES_LATE for pid {} failed in the plugin: {}",
         r.pid, r.error
     )))
-}
-
-/// Bring restored task `task` (host pid `pid`) back on its device once its buffers
-/// are written.
-pub(super) fn resume(
-    shared: &Shared,
-    restorer: &RwLock<Option<Restorer>>,
-    pid: i32,
-    task: &TaskDevice,
-) -> Result<(), HelperError> {
-    let keys: Vec<BufferKey> = task_keys(task).collect();
-    let sinks = shared.backend.resume_sinks(pid, task)?;
-    {
-        let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
-        let restorer = running(&guard, "restore")?;
-        if !task.device_files.is_empty() && !sinks.is_empty()
-            || task.device_files.is_empty() && sinks.len() != keys.len()
-        {
-            return Err(HelperError::Failed(format!(
-                "task {}: the backend gave {} buffers to fill at RESUME_DEVICES_LATE, \
-                 the image has {} for it",
-                task.ns_pid,
-                sinks.len(),
-                keys.len()
-            )));
-        }
-        if !sinks.is_empty() {
-            let bytes = sinks.iter().map(|s| s.len()).sum();
-            lock(&shared.timeline).begin(task.ns_pid, sinks.len(), bytes);
-        }
-        for (key, sink) in keys.iter().zip(sinks) {
-            restorer.attach(*key, fault::sink(sink))?;
-        }
-        restorer.wait(&keys)?;
-    }
-    shared.backend.resume_task(pid, task)?;
-    fault::check(FaultStep::Resume)
-}
-
-pub(super) fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + '_ {
-    (0..task.buffers.len()).map(move |i| BufferKey::new(task.ns_pid, i as u32))
 }

@@ -1,21 +1,21 @@
-//! The helper's state for one dump or restore ([`Mode`], [`Shared`]) and the dispatch
-//! of the plugin's requests to their answers (`dump_answers`, `restore_answers`): each
-//! moves a task through its lifecycle (`lifecycle`), calls the backend and feeds the
-//! transfer engine.
+//! The helper of one dump or restore ([`Helper`]) and the dispatch of the plugin's
+//! requests to their answers (`dump_answers`, `restore_answers`): each moves a task
+//! through its lifecycle (`lifecycle`), calls the backend and feeds the transfer engine.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use gpucr_abi::proto::{request, Reply, Request};
 
 use super::control::{Abandoned, ControlPlane, Handler};
-use super::lifecycle::{DumpStage, DumpTasks, RestoreTasks};
-use super::restore_answers::task_keys;
+use super::lifecycle::DumpStage;
+use super::reply::{ok, refuse};
+use super::resume::task_keys;
+use super::shared::{lock, running, EngineCall, Mode, Shared};
 use super::timeline::Timeline;
-use super::tree::checkpoint_tree;
 use super::{dump_answers, restore_answers, HelperError};
 use crate::gpu::{Backend, DeviceFile, Operation, TaskDevice, TaskTiming};
 use crate::transfer::{BufferKey, DumpWriter, GpuStats, Restorer};
@@ -25,71 +25,6 @@ use crate::transfer::{BufferKey, DumpWriter, GpuStats, Restorer};
 pub struct DumpOutcome {
     pub tasks: Vec<TaskDevice>,
     pub stats: GpuStats,
-}
-
-pub(super) enum Mode {
-    Dump {
-        writer: RwLock<Option<DumpWriter>>,
-        /// The devices of the tasks the gpucr half took over, by host pid.
-        devices: Mutex<BTreeMap<i32, TaskDevice>>,
-        /// Every task of the tree and where it is.
-        tasks: Mutex<DumpTasks>,
-        /// Whether the tree lives on after a successful dump.
-        leave_running: bool,
-        /// Whether the whole tree was paused at the first PAUSE_DEVICES.
-        tree_paused: AtomicBool,
-        /// The image is complete (post-dump went through): CRIU kills the tree unless
-        /// it is left running. CRIU's DumpFinished comes after post-dump, and its
-        /// result does not tell a post-dump that failed.
-        kept: AtomicBool,
-        /// Where the writer writes and how: a tree that lives on after its device
-        /// memory left the GPUs gets it back from there.
-        image: (std::path::PathBuf, crate::transfer::TransferConfig),
-    },
-    Restore {
-        restorer: RwLock<Option<Restorer>>,
-        devices: Vec<TaskDevice>,
-        /// Where each task is.
-        tasks: Mutex<RestoreTasks>,
-        parallel: bool,
-        /// Engine mode: a task's buffers are filled before its RESTORE_EXT_FILE returns
-        /// (the last hook whose failure CRIU honours), though streamed from the start.
-        fill_at_hand_over: bool,
-    },
-}
-
-/// An engine step (engine mode only) for the engine helper's main thread, which answers
-/// it on `reply`: Ok, or the error the plugin fails its hook with.
-#[derive(Debug)]
-pub struct EngineCall {
-    pub step: gpucr_abi::proto::engine_step::Step,
-    /// CRIU's result (DUMP_DONE).
-    pub ret: i32,
-    pub reply: std::sync::mpsc::Sender<Result<(), String>>,
-}
-
-pub(super) struct Shared {
-    /// Engine mode: where engine steps go (see [`Helper::engine_steps`]).
-    engine: Mutex<Option<std::sync::mpsc::Sender<EngineCall>>>,
-    pub(super) backend: Arc<dyn Backend>,
-    pub(super) mode: Mode,
-    pub(super) timeline: Arc<Mutex<Timeline>>,
-    /// How long one device step (a driver call, a task taken over) may take.
-    device_timeout: Duration,
-    /// The first failure, reported again when the command asks for the outcome.
-    failure: Mutex<Option<HelperError>>,
-    /// Dump: why a tree that lives on may not have all its devices back (the first
-    /// failure of the end of the dump), whatever failed before it.
-    pub(super) give_back_failure: Mutex<Option<String>>,
-}
-
-impl Shared {
-    fn fail(&self, e: HelperError) {
-        self.failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert(e);
-    }
 }
 
 impl Handler for Shared {
@@ -158,15 +93,7 @@ impl Helper {
         leave_running: bool,
         device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
-        let mode = Mode::Dump {
-            writer: RwLock::new(Some(writer)),
-            devices: Mutex::new(BTreeMap::new()),
-            tasks: Mutex::new(DumpTasks::default()),
-            leave_running,
-            tree_paused: AtomicBool::new(false),
-            kept: AtomicBool::new(false),
-            image,
-        };
+        let mode = Mode::dump(writer, image, leave_running);
         Self::start(connector, backend, mode, timeline, device_timeout)
     }
 
@@ -181,20 +108,7 @@ impl Helper {
         timeline: Arc<Mutex<Timeline>>,
         device_timeout: Duration,
     ) -> Result<Helper, HelperError> {
-        // A task without device files gets its buffers at RESUME_DEVICES_LATE
-        // ([`Backend::resume_sinks`]), none through BuffersReady.
-        let tasks = RestoreTasks::new(devices.iter().map(|t| {
-            let fileless = t.device_files.is_empty();
-            let attached_early = if fileless { 0 } else { t.buffers.len() };
-            (t.ns_pid, attached_early, fileless)
-        }));
-        let mode = Mode::Restore {
-            restorer: RwLock::new(Some(restorer)),
-            devices,
-            tasks: Mutex::new(tasks),
-            parallel,
-            fill_at_hand_over,
-        };
+        let mode = Mode::restore(restorer, devices, parallel, fill_at_hand_over);
         Self::start(connector, backend, mode, timeline, device_timeout)
     }
 
@@ -211,15 +125,7 @@ impl Helper {
             path: "the helper connector".into(),
             source,
         };
-        let shared = Arc::new(Shared {
-            engine: Mutex::new(None),
-            backend,
-            mode,
-            timeline,
-            device_timeout,
-            failure: Mutex::new(None),
-            give_back_failure: Mutex::new(None),
-        });
+        let shared = Arc::new(Shared::new(backend, mode, timeline, device_timeout));
         let control = ControlPlane::start(connector, shared.clone()).map_err(io_err)?;
         Ok(Helper { shared, control })
     }
@@ -412,38 +318,6 @@ impl Helper {
     }
 }
 
-/// The writer or restorer a slot holds until its dump or restore (`what`) is finished,
-/// or the error of a request that comes after.
-pub(super) fn running<'a, T>(slot: &'a Option<T>, what: &str) -> Result<&'a T, HelperError> {
-    slot.as_ref()
-        .ok_or_else(|| HelperError::Failed(format!("{what} already finished")))
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Run one backend operation, timed on the helper's clock; its log entry when it
-/// succeeded (a failed one fails the dump, which keeps no log).
-pub(super) fn timed<T>(
-    shared: &Shared,
-    name: &str,
-    operation: impl FnOnce() -> Result<T, crate::gpu::GpuError>,
-) -> Result<(T, Operation), crate::gpu::GpuError> {
-    let start_ms = lock(&shared.timeline).ms();
-    let started = Instant::now();
-    let value = operation()?;
-    Ok((
-        value,
-        Operation {
-            name: name.into(),
-            start_ms,
-            duration_ms: started.elapsed().as_secs_f64() * 1e3,
-            result: "ok".into(),
-        },
-    ))
-}
-
 /// Hand an engine step to the engine helper's main thread and wait for its answer.
 fn engine_step(shared: &Shared, step: gpucr_abi::proto::EngineStep) -> Result<Reply, HelperError> {
     let Some(engine) = lock(&shared.engine).clone() else {
@@ -464,32 +338,6 @@ fn engine_step(shared: &Shared, step: gpucr_abi::proto::EngineStep) -> Result<Re
         Err(_) => Err(HelperError::Failed(
             "the engine helper stopped before it answered".into(),
         )),
-    }
-}
-
-/// A request done.
-pub(super) fn ok() -> Reply {
-    Reply {
-        ok: true,
-        ..Default::default()
-    }
-}
-
-/// A request refused, saying why (empty: not gpucr's, let other plugins have it).
-pub(super) fn refuse(error: &str) -> Reply {
-    Reply {
-        ok: false,
-        error: error.to_owned(),
-        ..Default::default()
-    }
-}
-
-/// A device file that is not one gpucr's backend owns.
-pub(super) fn not_owned() -> Reply {
-    Reply {
-        ok: true,
-        owned: false,
-        ..Default::default()
     }
 }
 
@@ -516,8 +364,7 @@ fn handle(
             dump_answers::tree_threads(shared, tasks)
         }
         (Mode::Dump { tasks, .. }, request::Kind::CheckpointTree(_)) => {
-            checkpoint_tree(shared, tasks)?;
-            Ok(ok())
+            dump_answers::checkpoint_tree(shared, tasks)
         }
         (Mode::Dump { tasks, .. }, request::Kind::CheckpointDevices(r)) => {
             dump_answers::checkpoint_devices(shared, tasks, r, fds)

@@ -1,40 +1,18 @@
-//! The steps the helper takes for many tasks at once, each task on a thread of its own:
-//! the whole tree's lock before the freeze and its checkpoint once frozen (backends that
-//! handle the whole tree, as CUDA's), the copy of memory the driver holds mapped, the
-//! refill of a tree that lives on, and the whole tree brought back on restore.
+//! The steps of a dump the helper takes for many tasks at once, each task on a thread of
+//! its own: the whole tree's lock before the freeze and its checkpoint once frozen
+//! (backends that handle the whole tree, as CUDA's), the copy of memory the driver holds
+//! mapped, and the refill of a tree that lives on.
 
-use std::collections::BTreeMap;
 use std::sync::{Mutex, RwLock};
 
 use super::fault;
-use super::lifecycle::{DumpTasks, RestoreTasks};
-use super::restore_answers::resume;
-use super::server::{lock, timed, Mode, Shared};
+use super::lifecycle::DumpTasks;
+use super::parallel::in_parallel;
+use super::shared::{lock, timed, Mode, Shared};
 use super::timeline::counting;
 use super::HelperError;
-use crate::gpu::{Operation, TaskDevice};
+use crate::gpu::Operation;
 use crate::transfer::{no_events, BufferKey, DumpWriter, Restorer};
-
-/// `f` for every pid at once, one thread each; the outcomes in the order of `pids`.
-pub(super) fn in_parallel<T: Send>(pids: &[i32], f: impl Fn(i32) -> T + Sync) -> Vec<T> {
-    if let [pid] = pids {
-        return vec![f(*pid)];
-    }
-    std::thread::scope(|scope| {
-        let f = &f;
-        let running: Vec<_> = pids
-            .iter()
-            .map(|&pid| scope.spawn(move || f(pid)))
-            .collect();
-        running
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
-}
 
 /// The first PAUSE_DEVICES of a dump, with the tree still running: the backend's step
 /// before the freeze for every task of the tree rooted at `root`, in parallel (CRIU
@@ -224,59 +202,4 @@ pub(super) fn refill_from_image(
     restorer.wait(&keys)?;
     restorer.finish_attached()?;
     Ok(())
-}
-
-/// The first RESUME_DEVICES_LATE of a restore of a [`Backend::whole_tree`] backend,
-/// every task restored and stopped: the tasks of the tree rooted at `root` (host pids)
-/// that the helper brings back at once, ahead of their own hooks (those without device
-/// files, still waiting). None for other backends.
-pub(super) fn resume_ahead(shared: &Shared, tasks: &Mutex<RestoreTasks>, root: i32) -> Vec<i32> {
-    if !shared.backend.whole_tree() {
-        return Vec::new();
-    }
-    let tasks = lock(tasks);
-    crate::gpu::tree_pids(root)
-        .into_iter()
-        .filter(|&pid| {
-            crate::gpu::ns_pid(pid).is_ok_and(|ns| tasks.awaits_resume_without_files(pid, ns))
-        })
-        .collect()
-}
-
-/// [`resume_ahead`]'s tasks, as the plugin names them back, brought back on their
-/// devices in parallel (the plugin lets their restore threads run meanwhile); the pids
-/// done. A task that fails is marked so (the restore then fails before any task runs);
-/// the first failure is returned.
-pub(super) fn resume_tree(
-    shared: &Shared,
-    restorer: &RwLock<Option<Restorer>>,
-    devices: &[TaskDevice],
-    tasks: &Mutex<RestoreTasks>,
-    pids: &[i32],
-) -> Result<Vec<i32>, HelperError> {
-    let mut taken = BTreeMap::new();
-    for &pid in pids {
-        let ns_pid = crate::gpu::ns_pid(pid).ok();
-        if let Some(index) = lock(tasks).resuming(pid, ns_pid)? {
-            taken.insert(pid, index);
-        }
-    }
-    let pids: Vec<i32> = taken.keys().copied().collect();
-    // The failure that came first in time is the cause; the others may only echo it.
-    let first_failure = Mutex::new(None);
-    in_parallel(&pids, |pid| {
-        let index = taken[&pid];
-        let resumed = resume(shared, restorer, pid, &devices[index]);
-        lock(tasks).resumed(index, resumed.is_ok());
-        if let Err(e) = resumed {
-            lock(&first_failure).get_or_insert(e);
-        }
-    });
-    match first_failure
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-    {
-        Some(e) => Err(e),
-        None => Ok(pids),
-    }
 }
