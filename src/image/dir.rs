@@ -9,7 +9,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::Serialize;
 
-use super::manifest::write_atomically;
+use super::atomic::write_atomically;
 use super::{INCOMPLETE_FILE, MANIFEST_FILE};
 use crate::exit_code::{self, ExitCode};
 

@@ -3,6 +3,7 @@
 //!
 //! The format is described for users in `docs/image-format.md`.
 
+pub mod atomic;
 pub mod checksum;
 pub mod dir;
 pub mod follow;

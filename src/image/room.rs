@@ -16,9 +16,9 @@ use gpucr_abi::procfs;
 use nix::errno::Errno;
 use nix::fcntl::{fallocate, FallocateFlags};
 
+use super::atomic::{put_in_place, temporary_path};
 use super::checksum::block_count;
 use super::dir::image_files;
-use super::manifest::{put_in_place, temporary_path};
 use super::MANIFEST_FILE;
 
 /// What the manifest needs besides its per-file records: the header, the target, the
