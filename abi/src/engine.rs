@@ -33,15 +33,6 @@ pub const ENV_NO_PAGE_CHECKSUMS: &str = "GPUCR_NO_PAGE_CHECKSUMS";
 /// which the helper loads when `GPUCR_CUDA_LIBRARY` names it.
 pub const FAKE_CUDA_PREFIX: &str = "GPUCR_FAKE_CUDA_";
 
-/// The `GPUCR_*` variables engine mode reads, for messages: names, and a family as
-/// `PREFIX*`.
-pub fn gpucr_settings_text() -> String {
-    crate::env::engine_settings()
-        .map(|v| v.shown())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// CRIU's own GPU plugins, as `make install` and distributions put them in CRIU's plugin
 /// directory. CRIU calls each hook on its plugins in directory order and stops at the
 /// first one that answers, so beside gpucr's plugin either may take a GPU process and

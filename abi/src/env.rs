@@ -305,6 +305,15 @@ pub fn engine_settings() -> impl Iterator<Item = &'static Variable> {
     VARIABLES.iter().filter(|v| v.engine)
 }
 
+/// The `GPUCR_*` variables engine mode reads, for messages: names, and a family as
+/// `PREFIX*`.
+pub fn engine_settings_text() -> String {
+    engine_settings()
+        .map(|v| v.shown())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Whether `name` is a `GPUCR_*` variable engine mode reads.
 pub fn engine_reads(name: &str) -> bool {
     find(name).is_some_and(|v| v.engine)

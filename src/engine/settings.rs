@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use gpucr_abi::engine::gpucr_settings_text;
-use gpucr_abi::env::engine_reads;
+use gpucr_abi::env::{engine_reads, engine_settings_text};
 use gpucr_topology::{CheckName, Checks};
 
 use crate::gpu::{amdgpu, sim};
@@ -31,7 +30,7 @@ pub enum SettingsError {
         "{name}: not a setting engine mode reads{}; the GPUCR_* settings are {} \
          (gpucr(1) says what each sets); the KFD_* ones are {}",
         resembling(name).map(|like| format!(" (did you mean {like}?)")).unwrap_or_default(),
-        gpucr_settings_text(),
+        engine_settings_text(),
         CheckName::env_vars().collect::<Vec<_>>().join(", ")
     )]
     Unknown { name: String },
