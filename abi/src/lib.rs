@@ -20,6 +20,7 @@ pub mod sim;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod uapi;
+pub mod uapi_facts;
 pub mod wire;
 
 /// The helper protocol messages (`proto/gpucr/helper.proto`).

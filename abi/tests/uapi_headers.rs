@@ -1,14 +1,15 @@
 //! The kernel uAPI gpucr declares (`gpucr_abi::kfd`, `gpucr_abi::amdgpu_drm`) against the
 //! system headers: a generated C program includes `<linux/kfd_ioctl.h>` (linux-libc-dev)
 //! and `<libdrm/amdgpu_drm.h>`, `<libdrm/amdgpu.h>` (libdrm-dev), prints every size, field
-//! offset, constant and ioctl number that `gpucr_abi::uapi::facts()` lists, and each value
+//! offset, constant and ioctl number that `gpucr_abi::uapi_facts::all()` lists, and each value
 //! must equal gpucr's. A missing header or compiler is a failure, never a skip.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpucr_abi::uapi::{facts, Fact};
+use gpucr_abi::uapi::Fact;
+use gpucr_abi::uapi_facts;
 
 mod common;
 use common::{cc, require_cc};
@@ -96,7 +97,7 @@ fn uapi_matches_system_headers() {
     let dir = workdir();
     require_headers(&dir);
 
-    let facts: Vec<&Fact> = facts().collect();
+    let facts: Vec<&Fact> = uapi_facts::all().collect();
     let src = dir.join("uapi_check.c");
     let exe = dir.join("uapi_check");
     std::fs::write(&src, program(&facts)).expect("write uapi_check.c");
