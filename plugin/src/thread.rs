@@ -6,7 +6,7 @@
 
 use std::mem::size_of;
 
-use crate::half::HalfError;
+use crate::half::error::HalfError;
 
 /// Test hook: when set, threads are never let run (to prove that a backend whose
 /// restore thread does not run fails instead of hanging).

@@ -9,6 +9,7 @@
 
 pub mod amdgpu;
 mod cuda;
+pub mod error;
 mod sim;
 
 use std::ffi::CStr;
@@ -16,9 +17,11 @@ use std::fs::File;
 use std::os::fd::{OwnedFd, RawFd};
 
 use gpucr_abi::proto::DeviceSpec;
-use gpucr_abi::{PluginFailureKind, ENV_BACKEND};
+use gpucr_abi::ENV_BACKEND;
 
-use crate::device::{self, DeviceError};
+use crate::device;
+
+pub use error::HalfError;
 
 /// What a plugin half collected for one task at CHECKPOINT_DEVICES.
 #[derive(Debug)]
@@ -40,47 +43,6 @@ pub struct Recreated {
     pub device_fd: RawFd,
     /// The task's new buffers, in `DeviceSpec.buffers` order, for the gpucr half to fill.
     pub buffers: Vec<File>,
-}
-
-/// A plugin-half failure, with the errno CRIU gets back and its kind (which decides
-/// gpucr's exit code when CRIU fails because of it).
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct HalfError {
-    pub errno: i32,
-    pub kind: PluginFailureKind,
-    pub message: String,
-}
-
-impl HalfError {
-    /// The plugin's own part failed (a thread, a descriptor, its environment).
-    pub fn new(errno: i32, message: impl Into<String>) -> HalfError {
-        HalfError::of(PluginFailureKind::Plugin, errno, message)
-    }
-
-    /// The device or its driver refused or broke.
-    pub fn device(errno: i32, message: impl Into<String>) -> HalfError {
-        HalfError::of(PluginFailureKind::Device, errno, message)
-    }
-
-    /// The device state an image describes cannot be used.
-    pub fn image(errno: i32, message: impl Into<String>) -> HalfError {
-        HalfError::of(PluginFailureKind::Image, errno, message)
-    }
-
-    fn of(kind: PluginFailureKind, errno: i32, message: impl Into<String>) -> HalfError {
-        HalfError {
-            errno,
-            kind,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<DeviceError> for HalfError {
-    fn from(e: DeviceError) -> Self {
-        HalfError::of(e.kind(), e.errno(), e.to_string())
-    }
 }
 
 /// One backend's plugin half.
