@@ -50,6 +50,7 @@ pub mod kfd;
 mod matching;
 mod model;
 pub mod nvidia;
+mod properties;
 mod report;
 mod rules;
 mod search;

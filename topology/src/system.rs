@@ -52,7 +52,7 @@ pub(crate) struct Gpu<'t> {
     pub name: String,
     pub device: Device<'t>,
     pub vram: Option<Vram>,
-    /// The compared KFD properties ([`crate::rules::property_values`]); empty for NVIDIA.
+    /// The compared KFD properties ([`crate::properties::property_values`]); empty for NVIDIA.
     pub properties: Vec<u64>,
     /// Valid PCIe and XGMI links (CRIU's `num_valid_iolinks`).
     pub valid_links: u64,
@@ -132,7 +132,7 @@ impl<'t> System<'t> {
                 name: node.display_name(),
                 device: Device::Kfd(node),
                 vram: node.vram(),
-                properties: crate::rules::property_values(node),
+                properties: crate::properties::property_values(node),
                 valid_links: links[i].len() as u64,
                 cpu_links,
                 hive: None,
