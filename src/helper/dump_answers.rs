@@ -11,7 +11,7 @@ use gpucr_abi::proto::{CheckpointDevices, DumpBuffers, DumpFile, DumpFinished, R
 
 use super::dump_tree::{self, copy_held, pause_tree, refill_from_image};
 use super::fault::{self, FaultStep};
-use super::lifecycle::{Adopt, DumpStage, DumpTasks};
+use super::lifecycle::{Adopt, AdoptOutcome, DumpTasks};
 use super::parallel::in_parallel;
 use super::reply::{not_owned, ok, refuse};
 use super::shared::{lock, running, timed, Mode, Shared};
@@ -216,21 +216,30 @@ fn adopt(shared: &Shared, pid: i32, task: Adopt) -> Result<(), HelperError> {
     else {
         return Err(HelperError::Failed("adopt on a restore helper".into()));
     };
-    let outcome = adopt_device(shared, writer, pid, task);
-    let stage = match &outcome {
-        Ok(Some(_)) => DumpStage::Adopted,
-        Ok(None) => DumpStage::NoDevice,
-        Err(_) => DumpStage::Failed,
-    };
-    if let Some(mut device) = outcome? {
+    let adopted = adopt_device(shared, writer, pid, task).and_then(|device| {
+        let Some(mut device) = device else {
+            return Ok(None);
+        };
         // A task the whole tree's checkpoint did not reach: memory the driver mapped
         // here is copied now, with the task's restore thread let run.
         for (_, operations) in copy_held(shared, &[pid])? {
             device.operations.extend(operations);
         }
+        Ok(Some(device))
+    });
+    // Recorded however it went: a task whose takeover failed is no longer being taken
+    // over.
+    let outcome = match &adopted {
+        Ok(Some(_)) => AdoptOutcome::Adopted,
+        Ok(None) => AdoptOutcome::NoDevice,
+        Err(_) => AdoptOutcome::Failed,
+    };
+    let recorded = lock(tasks).adopted(pid, outcome);
+    let device = adopted?;
+    recorded?;
+    if let Some(device) = device {
         lock(devices).insert(pid, device);
     }
-    lock(tasks).adopted(pid, stage);
     fault::check(FaultStep::Checkpoint)
 }
 
@@ -271,4 +280,175 @@ fn adopt_device(
         )?;
     }
     Ok(Some(device))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::os::fd::BorrowedFd;
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use gpucr_abi::proto::DeviceSpec;
+
+    use super::*;
+    use crate::gpu::{Backend, Checkpointed, GpuError, GpuRef};
+    use crate::helper::lifecycle::DumpStage;
+    use crate::transfer::{no_events, BufferSink, BufferSource};
+
+    /// Where taking a task over fails.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Failure {
+        /// The backend's takeover itself.
+        Adopt,
+        /// The copy of the memory the driver holds mapped for the task.
+        HeldCopy,
+        /// Nowhere: the task is taken over.
+        None,
+    }
+
+    /// A backend whose takeover of a task fails where it is told to.
+    struct Takeover(Failure);
+
+    impl Backend for Takeover {
+        fn name(&self) -> &'static str {
+            "takeover"
+        }
+
+        fn holds_device(&self, _pid: i32) -> bool {
+            true
+        }
+
+        fn held_sources(&self, pid: i32) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
+            match self.0 {
+                Failure::HeldCopy => Err(GpuError::Task {
+                    pid,
+                    detail: "the driver's mapped memory is gone".into(),
+                }),
+                _ => Ok(Vec::new()),
+            }
+        }
+
+        fn adopt_task(
+            &self,
+            pid: i32,
+            format: &str,
+            state: &[u8],
+            _buffers: Vec<OwnedFd>,
+        ) -> Result<Option<Checkpointed>, GpuError> {
+            if self.0 == Failure::Adopt {
+                return Err(GpuError::Task {
+                    pid,
+                    detail: "the driver refused the checkpoint".into(),
+                });
+            }
+            let device = TaskDevice {
+                ns_pid: 1,
+                host_pid: pid,
+                gpus: Vec::new(),
+                device_files: Vec::new(),
+                state_format: format.into(),
+                state: state.to_vec(),
+                buffers: Vec::new(),
+                operations: Vec::new(),
+            };
+            Ok(Some(Checkpointed {
+                device,
+                sources: Vec::new(),
+            }))
+        }
+
+        fn file_owner(&self, _fd: BorrowedFd<'_>, _: &[i32]) -> Result<Option<i32>, GpuError> {
+            Ok(None)
+        }
+
+        fn restore_spec(&self, _task: &TaskDevice) -> Result<DeviceSpec, GpuError> {
+            unreachable!("a dump restores nothing")
+        }
+
+        fn buffer_sink(
+            &self,
+            _task: &TaskDevice,
+            _index: usize,
+            _file: File,
+        ) -> Result<Box<dyn BufferSink>, GpuError> {
+            unreachable!("a dump restores nothing")
+        }
+
+        fn sysfs_root(&self) -> Option<PathBuf> {
+            None
+        }
+
+        fn state_root(&self) -> Option<PathBuf> {
+            None
+        }
+
+        fn remap_gpus(&self, _: &mut TaskDevice, _: &[(GpuRef, GpuRef)]) -> Result<(), GpuError> {
+            Ok(())
+        }
+    }
+
+    /// The state of a dump into `image` with `backend`.
+    fn dump(backend: Takeover, image: &Path) -> Shared {
+        let config = TransferConfig::default();
+        let writer = DumpWriter::start(image, config.clone(), no_events()).unwrap();
+        let mode = Mode::dump(writer, (image.to_path_buf(), config), false);
+        Shared::new(
+            Arc::new(backend),
+            mode,
+            Default::default(),
+            Duration::from_secs(10),
+        )
+    }
+
+    /// CHECKPOINT_DEVICES for `pid`, every buffer in (it has none): the task is taken
+    /// over at once.
+    fn checkpoint(shared: &Shared, pid: i32) -> Result<Reply, HelperError> {
+        let Mode::Dump { tasks, .. } = &shared.mode else {
+            unreachable!("a dump");
+        };
+        let request = CheckpointDevices {
+            pid,
+            format: "takeover/1".into(),
+            state: vec![1],
+            buffer_count: 0,
+        };
+        checkpoint_devices(shared, tasks, request, Vec::new())
+    }
+
+    /// `pid`'s stage, by name, and whether its device is recorded.
+    fn recorded(shared: &Shared, pid: i32) -> (Option<&'static str>, bool) {
+        let Mode::Dump { tasks, devices, .. } = &shared.mode else {
+            unreachable!("a dump");
+        };
+        let stage = lock(tasks).stage(pid).map(DumpStage::name);
+        (stage, lock(devices).contains_key(&pid))
+    }
+
+    #[test]
+    fn a_task_taken_over_is_recorded_with_its_device() {
+        let image = tempfile::tempdir().unwrap();
+        let shared = dump(Takeover(Failure::None), image.path());
+        checkpoint(&shared, 10).unwrap();
+        assert_eq!(recorded(&shared, 10), (Some("taken over"), true));
+    }
+
+    #[test]
+    fn a_task_whose_takeover_fails_is_recorded_failed() {
+        for (failure, why) in [
+            (Failure::Adopt, "the driver refused the checkpoint"),
+            (Failure::HeldCopy, "the driver's mapped memory is gone"),
+        ] {
+            let image = tempfile::tempdir().unwrap();
+            let shared = dump(Takeover(failure), image.path());
+            let err = checkpoint(&shared, 10).unwrap_err();
+            assert!(err.to_string().contains(why), "{failure:?}: {err}");
+            assert_eq!(
+                recorded(&shared, 10),
+                (Some("failed"), false),
+                "{failure:?}: the task is no longer being taken over"
+            );
+        }
+    }
 }

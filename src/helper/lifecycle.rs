@@ -71,6 +71,27 @@ impl DumpStage {
     }
 }
 
+/// How taking a task over ended: the stage it leaves `Adopting` for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdoptOutcome {
+    /// The gpucr half holds the task: `Adopted`.
+    Adopted,
+    /// The task holds no device of this backend: `NoDevice`.
+    NoDevice,
+    /// Taking it over failed: `Failed`.
+    Failed,
+}
+
+impl AdoptOutcome {
+    fn stage(self) -> DumpStage {
+        match self {
+            AdoptOutcome::Adopted => DumpStage::Adopted,
+            AdoptOutcome::NoDevice => DumpStage::NoDevice,
+            AdoptOutcome::Failed => DumpStage::Failed,
+        }
+    }
+}
+
 /// What taking a task over needs: the plugin half's state and every buffer fd.
 #[derive(Debug)]
 pub struct Adopt {
@@ -282,10 +303,21 @@ impl DumpTasks {
     }
 
     /// How taking `pid` over went: adopted (it holds a device), no device, or failed.
-    pub fn adopted(&mut self, pid: i32, outcome: DumpStage) {
-        if let Some(task) = self.tasks.get_mut(&pid) {
-            task.stage = outcome;
+    /// Only a task being taken over (`Adopting`) ends its takeover.
+    pub fn adopted(&mut self, pid: i32, outcome: AdoptOutcome) -> Result<(), LifecycleError> {
+        const EVENT: &str = "the end of its takeover";
+        let Some(task) = self.tasks.get_mut(&pid) else {
+            return Err(LifecycleError {
+                task: format!("pid {pid}"),
+                stage: "unknown",
+                event: EVENT,
+            });
+        };
+        if !matches!(task.stage, DumpStage::Adopting) {
+            return Err(Self::unexpected(pid, &task.stage, EVENT));
         }
+        task.stage = outcome.stage();
+        Ok(())
     }
 
     /// Every task the backend may have changed (for the step after a dump that leaves
@@ -526,18 +558,44 @@ mod tests {
         assert_eq!(tasks.stage(10).unwrap().name(), "being taken over");
         let err = tasks.checkpoint(10, "f/1".into(), vec![], 0, vec![]);
         assert!(err.is_err(), "CHECKPOINT_DEVICES twice");
-        tasks.adopted(10, DumpStage::Adopted);
+        tasks.adopted(10, AdoptOutcome::Adopted).unwrap();
         // A task without a device, never paused (its CRIU pauses nothing).
         let adopt = tasks
             .checkpoint(11, String::new(), vec![], 0, vec![])
             .unwrap()
             .unwrap();
         assert!(adopt.state.is_empty());
-        tasks.adopted(11, DumpStage::NoDevice);
+        tasks.adopted(11, AdoptOutcome::NoDevice).unwrap();
         assert!(tasks.buffers(12, 0, fds(1)).is_err(), "never announced");
         assert_eq!(tasks.pids(), [10, 11]);
         assert_eq!(tasks.release(), [10], "only the task the backend touched");
         assert!(tasks.release().is_empty(), "released once");
+    }
+
+    #[test]
+    fn only_a_task_being_taken_over_ends_its_takeover() {
+        let mut tasks = DumpTasks::default();
+        let err = tasks.adopted(10, AdoptOutcome::Adopted).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the end of its takeover for pid 10 while it is unknown"
+        );
+        tasks.paused(10, op("pause")).unwrap();
+        let err = tasks.adopted(10, AdoptOutcome::Failed).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the end of its takeover for pid 10 while it is paused"
+        );
+        assert_eq!(tasks.stage(10).unwrap().name(), "paused", "left as it was");
+        tasks
+            .checkpoint(10, "f/1".into(), vec![1], 0, vec![])
+            .unwrap()
+            .unwrap();
+        tasks.adopted(10, AdoptOutcome::Failed).unwrap();
+        assert_eq!(tasks.stage(10).unwrap().name(), "failed");
+        let err = tasks.adopted(10, AdoptOutcome::Adopted).unwrap_err();
+        assert_eq!(err.stage, "failed", "ended once");
+        assert_eq!(tasks.release(), [10], "a failed takeover is given back");
     }
 
     #[test]
