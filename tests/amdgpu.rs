@@ -1,5 +1,6 @@
 //! The amdgpu backend's whole dump and restore sequences against the fake kernel
-//! (`gpucr_amdgpu::fake`), through the code CRIU's hooks run (`gpucr_plugin::flow`) and
+//! (`gpucr_amdgpu::fake`), through the code CRIU's hooks run (`gpucr_plugin::flow`: a
+//! new plugin run for each dump and each restore, with explicit settings) and
 //! gpucr's helper (`gpucr::helper::Helper`) over the real helper protocol: PAUSE and
 //! CHECKPOINT_DEVICES (PROCESS_INFO, CHECKPOINT, dmabufs to the helper), DUMP_EXT_FILE
 //! of /dev/kfd and the render nodes, the SDMA copies into the image, `exit(DUMP)`
@@ -25,16 +26,11 @@ use gpucr::gpu::{Backend, DeviceRole, GpuRef, TaskDevice};
 use gpucr::helper::{timeline_events, Helper};
 use gpucr::transfer::{DumpWriter, Restorer, TransferConfig};
 use gpucr_abi::plugin_abi::stage;
-use gpucr_abi::ENV_HELPER_FD;
 use gpucr_amdgpu::fake::{BoSpec, FakeGpu, FakeKernel, FakeOp, FakeTask, Queues};
-use gpucr_plugin::flow::{
-    checkpoint_devices_with, dump_ext_file_with, exit_with, pause_devices_with,
-    restore_ext_file_with, resume_devices_late_with, AmdgpuHalf, PluginHalf,
-};
+use gpucr_plugin::flow::{AmdgpuHalf, PluginHalf, PluginRun, Settings};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
-/// The plugin reaches the helper through `GPUCR_HELPER_FD`, one per process: one
-/// sequence at a time.
+/// One sequence at a time (the failure tests' time limits are 300 ms).
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const MIB: u64 = 1 << 20;
@@ -141,18 +137,26 @@ fn spawn(m: &Machine, index: usize, devices: &[u32], bos: &[BoSpec]) -> Task {
     }
 }
 
-/// Connect the plugin side of this process to a new helper: (helper's end, criu's end,
-/// which `GPUCR_HELPER_FD` names).
+/// A new connector between a helper and the plugin side of this process: (helper's
+/// end, criu's end).
 fn connector() -> (OwnedFd, OwnedFd) {
-    let (helper_end, criu_end) = socketpair(
+    socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
         None,
         SockFlag::SOCK_CLOEXEC,
     )
-    .unwrap();
-    std::env::set_var(ENV_HELPER_FD, criu_end.as_raw_fd().to_string());
-    (helper_end, criu_end)
+    .unwrap()
+}
+
+/// A plugin run of `stage` with `half`, set up as gpucr sets up its CRIU: the connector
+/// `criu_end` named as `GPUCR_HELPER_FD` names it.
+fn run(stage: i32, criu_end: &OwnedFd, half: Arc<AmdgpuHalf>) -> PluginRun {
+    let settings = Settings {
+        helper_fd: Some(criu_end.as_raw_fd().to_string()),
+        ..Settings::default()
+    };
+    PluginRun::with_half(stage, settings, half)
 }
 
 fn file_id(task: usize, file: usize) -> i32 {
@@ -172,7 +176,7 @@ fn dump(
     tasks: &[&Task],
     dir: &Path,
 ) -> Result<Vec<TaskDevice>, String> {
-    let (helper_end, _criu_end) = connector();
+    let (helper_end, criu_end) = connector();
     let (events, timeline) = timeline_events(Arc::new(|_| {}));
     let writer = DumpWriter::start(dir, TransferConfig::default(), events).unwrap();
     let helper = Helper::start_dump(
@@ -185,18 +189,24 @@ fn dump(
         Duration::from_secs(20),
     )
     .unwrap();
-    let half = AmdgpuHalf::new(m.kernel.kfd(me()));
-    let steps = || -> Result<Vec<TaskDevice>, String> {
+    let mut plugin = run(
+        stage::DUMP,
+        &criu_end,
+        Arc::new(AmdgpuHalf::new(m.kernel.kfd(me()))),
+    );
+    let mut steps = || -> Result<Vec<TaskDevice>, String> {
         let fail = marked;
         for t in tasks {
-            pause_devices_with(&half, t.fake.pid).map_err(fail)?;
+            plugin.pause_devices(t.fake.pid).map_err(fail)?;
         }
         for t in tasks {
-            checkpoint_devices_with(&half, t.fake.pid).map_err(fail)?;
+            plugin.checkpoint_devices(t.fake.pid).map_err(fail)?;
         }
         for (i, t) in tasks.iter().enumerate() {
             for (f, file) in t.fake.files.iter().enumerate() {
-                let ret = dump_ext_file_with(file.as_raw_fd(), file_id(i, f)).map_err(fail)?;
+                let ret = plugin
+                    .dump_ext_file(file.as_raw_fd(), file_id(i, f))
+                    .map_err(fail)?;
                 assert_eq!(ret, 0, "file {f} of task {i} is gpucr's");
             }
         }
@@ -209,7 +219,7 @@ fn dump(
     let result = steps();
     // exit(DUMP) runs on success and failure alike; what fails there (the image already
     // complete) reaches the helper, as `gpucr dump` asks for it after CRIU.
-    exit_with(&half, stage::DUMP, if result.is_ok() { 0 } else { -1 });
+    plugin.exit(stage::DUMP, if result.is_ok() { 0 } else { -1 });
     let devices = result?;
     match helper.take_failure() {
         Some(e) => Err(format!("after the dump: {e}")),
@@ -220,7 +230,7 @@ fn dump(
 /// A restored task: its kfd fd (from RESTORE_EXT_FILE) and its plugin half.
 struct Restored {
     kfd: OwnedFd,
-    _half: AmdgpuHalf,
+    _half: Arc<AmdgpuHalf>,
 }
 
 /// Restore `tasks` (remapped with `map`) from `dir`.
@@ -236,7 +246,7 @@ fn restore(
     for t in &mut tasks {
         backend.remap_gpus(t, map).unwrap();
     }
-    let (helper_end, _criu_end) = connector();
+    let (helper_end, criu_end) = connector();
     let (events, timeline) = timeline_events(Arc::new(|_| {}));
     let restorer = Restorer::open(dir, TransferConfig::default(), parallel, events).unwrap();
     let helper = Helper::start_restore(
@@ -249,23 +259,22 @@ fn restore(
         Duration::from_secs(20),
     )
     .unwrap();
-    let criu_main = AmdgpuHalf::new(m.kernel.kfd(me()));
-    let outcome = restore_tasks(m, &helper, &criu_main, &tasks, dumped);
+    let half = Arc::new(AmdgpuHalf::new(m.kernel.kfd(me())));
+    let mut criu_main = run(stage::RESTORE, &criu_end, half);
+    let outcome = restore_tasks(m, &helper, &mut criu_main, &criu_end, &tasks, dumped);
     // CRIU's exit hook ends every restore, whatever its outcome.
-    exit_with(
-        &criu_main,
-        stage::RESTORE,
-        if outcome.is_ok() { 0 } else { -1 },
-    );
+    criu_main.exit(stage::RESTORE, if outcome.is_ok() { 0 } else { -1 });
     outcome
 }
 
 /// The hooks of a restore for each of `tasks`, then the helper's checks, as CRIU and
-/// gpucr call them.
+/// gpucr call them: `criu_main`'s in CRIU's process, and in each restored task those of
+/// its own run (the copy of CRIU's that its fork gives it).
 fn restore_tasks(
     m: &Machine,
     helper: &Helper,
-    criu_main: &AmdgpuHalf,
+    criu_main: &mut PluginRun,
+    criu_end: &OwnedFd,
     tasks: &[TaskDevice],
     dumped: &[&Task],
 ) -> Result<Vec<Restored>, String> {
@@ -273,10 +282,11 @@ fn restore_tasks(
     let mut restored = Vec::new();
     for (task, original) in tasks.iter().zip(dumped) {
         // Inside the restored task.
-        let half = AmdgpuHalf::new(m.kernel.kfd(me()));
+        let half = Arc::new(AmdgpuHalf::new(m.kernel.kfd(me())));
+        let in_task = run(stage::RESTORE, criu_end, half.clone());
         let mut kfd = None;
         for file in &task.device_files {
-            let fd = restore_ext_file_with(&half, file.id as i32).map_err(fail)?;
+            let fd = in_task.restore_ext_file(file.id as i32).map_err(fail)?;
             assert!(fd >= 0);
             // SAFETY: RESTORE_EXT_FILE returns a new descriptor CRIU would own.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -288,7 +298,7 @@ fn restore_tasks(
         let kfd = kfd.ok_or("no kfd file restored")?;
         check_vmas(m, &half, original, kfd.as_fd());
         // criu main, the task stopped: its buffers, then RESUME.
-        resume_devices_late_with(criu_main, me()).map_err(fail)?;
+        criu_main.resume_devices_late(me()).map_err(fail)?;
         restored.push(Restored { kfd, _half: half });
     }
     helper.check_resumed().map_err(|e| e.to_string())?;
@@ -625,7 +635,7 @@ fn a_helper_gone_mid_dump_leaves_the_queues_running() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (m, t) = small_machine();
     let dir = tempfile::tempdir().unwrap();
-    let (helper_end, _criu_end) = connector();
+    let (helper_end, criu_end) = connector();
     let (events, timeline) = timeline_events(Arc::new(|_| {}));
     let writer = DumpWriter::start(dir.path(), TransferConfig::default(), events).unwrap();
     let helper = Helper::start_dump(
@@ -638,12 +648,14 @@ fn a_helper_gone_mid_dump_leaves_the_queues_running() {
         Duration::from_secs(20),
     )
     .unwrap();
-    let half = AmdgpuHalf::new(m.kernel.kfd(me()));
-    pause_devices_with(&half, t.fake.pid).unwrap();
-    checkpoint_devices_with(&half, t.fake.pid).unwrap();
+    let half = Arc::new(AmdgpuHalf::new(m.kernel.kfd(me())));
+    let mut plugin = run(stage::DUMP, &criu_end, half);
+    plugin.pause_devices(t.fake.pid).unwrap();
+    plugin.checkpoint_devices(t.fake.pid).unwrap();
     assert_eq!(m.kernel.queues(t.fake.kfd.as_fd()), Some(Queues::Paused));
     drop(helper);
-    let err = dump_ext_file_with(t.fake.files[0].as_raw_fd(), file_id(0, 0))
+    let err = plugin
+        .dump_ext_file(t.fake.files[0].as_raw_fd(), file_id(0, 0))
         .map(|_| ())
         .unwrap_err();
     assert!(
@@ -657,7 +669,7 @@ fn a_helper_gone_mid_dump_leaves_the_queues_running() {
         "{}",
         err.message
     );
-    exit_with(&half, stage::DUMP, -1);
+    plugin.exit(stage::DUMP, -1);
     assert_eq!(m.kernel.queues(t.fake.kfd.as_fd()), Some(Queues::Running));
     let unpaused = m
         .kernel

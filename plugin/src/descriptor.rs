@@ -16,7 +16,7 @@
 //! that needs gpucr fails at `init`, saying why ([`abi`]).
 
 use std::cell::UnsafeCell;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::panic::catch_unwind;
 use std::ptr;
 use std::sync::OnceLock;
@@ -81,7 +81,7 @@ pub const fn descriptor_for(abi: Option<HookAbi>) -> CrPluginDesc {
     };
     CrPluginDesc {
         name: c"gpucr".as_ptr(),
-        init: Some(hooks::init),
+        init: Some(init),
         exit: Some(hooks::exit),
         version: CRIU_PLUGIN_VERSION,
         max_hooks: max_hooks as u32,
@@ -96,6 +96,11 @@ pub fn abi() -> Result<HookAbi, &'static str> {
         .as_ref()
         .copied()
         .map_err(String::as_str)
+}
+
+/// CRIU's `init` hook: the run starts with the hook ABI the descriptor was fitted to.
+unsafe extern "C" fn init(stage: c_int) -> c_int {
+    hooks::init(stage, abi())
 }
 
 /// Runs inside `dlopen` (`.init_array`), before CRIU looks the descriptor up.

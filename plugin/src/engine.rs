@@ -1,7 +1,7 @@
 //! Engine mode: the plugin inside a CRIU that a container engine started (podman,
 //! CRI-O, containerd through runc), where no gpucr process is there to serve it.
 //!
-//! * At init the plugin completes its environment from the settings file beside it
+//! * At init the plugin completes its settings from the settings file beside it
 //!   ([`SETTINGS_FILE`]: the engines pass CRIU no environment of their caller's).
 //! * At a dump's PAUSE_DEVICES it looks, cheaply, whether the tree holds a device gpucr
 //!   handles. Only then does it start gpucr's helper (`GPUCR_BIN engine-helper dump`)
@@ -14,99 +14,255 @@
 //!   CRIU restores anything, and hands the connector to CRIU as an inherit_fd, so that
 //!   restored tasks reach the helper too.
 //!
-//! From there every hook runs as under `gpucr dump`/`gpucr restore` (the helper's fd
-//! and backend are put where those commands put them), plus the engine steps that
-//! replace CRIU's notifications to gpucr ([`finish_copy`], [`finish`]).
+//! The helper gets CRIU's environment and the settings file's lines CRIU's environment
+//! lacks. From there every hook runs as under `gpucr dump`/`gpucr restore` (the run
+//! holds the connector and the backend the helper named, as it holds those gpucr hands
+//! its own CRIU), plus the engine steps that replace CRIU's notifications to gpucr
+//! ([`EngineMode::finish_copy`], [`EngineMode::finish`]).
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use gpucr_abi::engine::{
-    criu_gpu_plugins_in, Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG, SETTINGS_FILE,
-    STATUS_FD,
+    criu_gpu_plugins_in, Status, CONNECTOR_FD, ENV_BIN, ENV_ENGINE, SETTINGS_FILE, STATUS_FD,
 };
+use gpucr_abi::plugin_abi::stage;
 use gpucr_abi::procfs::tree_pids;
 use gpucr_abi::proto::engine_step::Step;
 use gpucr_abi::proto::{request, EngineStep};
-use gpucr_abi::sim::{CONTEXTS_DIR, ENV_ROOT as ENV_SIM_ROOT};
-use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD, HELPER_INHERIT_KEY};
-use gpucr_cuda_driver::ENV_LIBRARY as ENV_CUDA_LIBRARY;
+use gpucr_abi::sim::CONTEXTS_DIR;
+use gpucr_abi::HELPER_INHERIT_KEY;
 use gpucr_topology::nvidia::visible::VARIABLE as CUDA_VISIBLE_DEVICES;
 use gpucr_topology::CheckName;
 use nix::fcntl::OFlag;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
-use crate::helper;
-use crate::hooks::HookFailure;
-use crate::{criu, CR_PLUGIN_DESC};
+use crate::criu;
+use crate::helper::{Connector, HelperError};
+use crate::settings::Settings;
 
-/// The helper was started by this plugin (engine mode is on for this CRIU run).
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// The dump's first PAUSE_DEVICES looked at the tree (once per dump).
-static PROBED: AtomicBool = AtomicBool::new(false);
-/// FINISH_COPY went through.
-static COPY_FINISHED: AtomicBool = AtomicBool::new(false);
-/// CRIU's init said this run is a dump (not a pre-dump, whose images hold memory only
-/// and which never calls CHECKPOINT_DEVICES).
-static DUMPING: AtomicBool = AtomicBool::new(false);
-
-/// The init hook's stage, for [`start_dump`].
-pub fn set_stage(stage: i32) {
-    DUMPING.store(
-        stage == gpucr_abi::plugin_abi::stage::DUMP,
-        Ordering::SeqCst,
-    );
+/// Why a step of engine mode failed (each the plugin's own failure).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Traced(String),
+    #[error("the image needs gpucr's helper, and {ENV_ENGINE}=0 keeps it out")]
+    Disabled,
+    #[error(
+        "gpucr's helper is needed but no gpucr binary was found: set {ENV_BIN} in \
+         {SETTINGS_FILE} beside the plugin (gpucr install-plugin writes it)"
+    )]
+    NoBinary,
+    #[error("CRIU has no image directory")]
+    NoImageDir,
+    #[error("CRIU's image directory: {0}")]
+    ImageDir(std::io::Error),
+    #[error("cannot make the helper's connector: {0}")]
+    Connector(nix::Error),
+    #[error("cannot make the status pipe: {0}")]
+    StatusPipe(nix::Error),
+    #[error("cannot start {}: {source}", bin.display())]
+    Start {
+        bin: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("gpucr's helper: {0}")]
+    Helper(String),
+    #[error("cannot copy the connector: {0}")]
+    CopyConnector(std::io::Error),
+    #[error("this CRIU does not let plugins add an inherit_fd")]
+    NoInheritFd,
+    #[error(transparent)]
+    Step(#[from] HelperError),
 }
 
-/// Whether this CRIU run is in engine mode.
-pub fn active() -> bool {
-    ACTIVE.load(Ordering::SeqCst)
+impl EngineError {
+    /// The errno CRIU gets for this failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            EngineError::Traced(_) => libc::EPERM,
+            EngineError::Disabled | EngineError::NoImageDir | EngineError::NoInheritFd => {
+                libc::ENOTSUP
+            }
+            EngineError::NoBinary => libc::ENOENT,
+            EngineError::ImageDir(_) => libc::EBADF,
+            EngineError::Connector(e) | EngineError::StatusPipe(e) => *e as i32,
+            EngineError::Start { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            EngineError::Helper(_) => libc::EIO,
+            EngineError::CopyConnector(_) => libc::EMFILE,
+            EngineError::Step(e) => e.errno(),
+        }
+    }
 }
 
-/// Whether engine mode may start at all (`GPUCR_ENGINE=0` keeps the plugin out).
-fn enabled() -> bool {
-    std::env::var(ENV_ENGINE).map_or(true, |v| v.trim() != "0")
+/// The helper engine mode started: the connector to it and the backend it serves.
+#[derive(Debug)]
+pub struct Started {
+    pub connector: Connector,
+    pub backend: String,
 }
 
-/// Complete the environment from the settings file beside the plugin: every
-/// `NAME=VALUE` line whose name CRIU's environment does not have (the last line of a
-/// name wins). Called from init, while CRIU has one thread.
-pub fn load_settings() {
+/// Engine mode's part of one CRIU run.
+#[derive(Debug, Default)]
+pub struct EngineMode {
+    /// The helper this plugin started: engine mode is on for this CRIU run.
+    helper: Option<Connector>,
+    /// CRIU's init said this run is a dump (not a pre-dump, whose images hold memory
+    /// only and which never calls CHECKPOINT_DEVICES).
+    dumping: bool,
+    /// The dump's first PAUSE_DEVICES looked at the tree (once per dump).
+    probed: bool,
+    /// FINISH_COPY went through.
+    copy_finished: bool,
+    /// The CRIU calls DUMP_DEVICES_LATE (its hook ABI says so), where FINISH_COPY goes.
+    late_hook: bool,
+}
+
+impl EngineMode {
+    /// Engine mode for a run of `stage`, in a CRIU that calls DUMP_DEVICES_LATE or not.
+    pub fn new(stage: i32, late_hook: bool) -> EngineMode {
+        EngineMode {
+            dumping: stage == stage::DUMP,
+            late_hook,
+            ..EngineMode::default()
+        }
+    }
+
+    /// Whether this CRIU run is in engine mode.
+    pub fn active(&self) -> bool {
+        self.helper.is_some()
+    }
+
+    /// The dump's first PAUSE_DEVICES, in a CRIU gpucr did not start: when the tree
+    /// holds a device gpucr handles, start the helper. Some when the plugin now serves
+    /// the dump.
+    pub fn start_dump(
+        &mut self,
+        root: i32,
+        settings: &Settings,
+    ) -> Result<Option<Started>, EngineError> {
+        if !self.dumping || std::mem::replace(&mut self.probed, true) || settings.engine_off {
+            return Ok(None);
+        }
+        let Some(backend) = probe(root, settings) else {
+            return Ok(None);
+        };
+        // CRIU seizes the tasks after this hook: a task another process traces makes it
+        // fail with "Unseizable non-zombie", which names no tracer, once the helper has
+        // paused the tree. Refused here instead, before anything is touched, as `gpucr
+        // dump` refuses it.
+        if let Some(traced) = gpucr_abi::procfs::traced_task(root) {
+            return Err(EngineError::Traced(traced.to_string()));
+        }
+        criu::info(&format!(
+            "engine mode: pid {root}'s tree holds a {backend} device; starting gpucr's helper"
+        ));
+        self.start("dump", Some(root), settings)
+    }
+
+    /// A restore's init, for an image that needs gpucr, in a CRIU gpucr did not start.
+    pub fn start_restore(&mut self, settings: &Settings) -> Result<Option<Started>, EngineError> {
+        if settings.engine_off {
+            return Err(EngineError::Disabled);
+        }
+        criu::info("engine mode: the image holds GPU state; starting gpucr's helper");
+        self.start("restore", None, settings)
+    }
+
+    /// FINISH_COPY where a CRIU without DUMP_DEVICES_LATE last honours a failure (the
+    /// first device file, or a CUDA tree's last CHECKPOINT_DEVICES). A CRIU with that
+    /// hook gets it there instead: every task's memory is dumped by then, so the GPU
+    /// copy has run beside CRIU's and the manifest's room is taken after CRIU's pages
+    /// are written.
+    pub fn finish_copy_early(&mut self) -> Result<(), EngineError> {
+        if self.late_hook {
+            return Ok(());
+        }
+        self.finish_copy()
+    }
+
+    /// FINISH_COPY: every task's device memory in the image and the manifest's room
+    /// taken while CRIU can still fail the dump (a failure fails it; the tree runs on).
+    pub fn finish_copy(&mut self) -> Result<(), EngineError> {
+        let Some(helper) = &self.helper else {
+            return Ok(());
+        };
+        if std::mem::replace(&mut self.copy_finished, true) {
+            return Ok(());
+        }
+        step(helper, Step::FinishCopy, 0)?;
+        criu::info("engine mode: GPU memory is in the image");
+        Ok(())
+    }
+
+    /// The exit hook: write the manifest (dump) or close the image (restore). CRIU
+    /// ignores the exit hook's result: a failure is logged, and a dump's image is then
+    /// marked incomplete by the helper.
+    pub fn finish(&self, stage: i32, ret: i32) {
+        let Some(helper) = &self.helper else {
+            return;
+        };
+        let which = if stage == stage::RESTORE {
+            Step::RestoreDone
+        } else {
+            Step::DumpDone
+        };
+        match step(helper, which, ret) {
+            Ok(()) => criu::info(&format!("engine mode: {which:?} done")),
+            Err(e) => criu::error(&format!("engine mode: {which:?}: {e}")),
+        }
+    }
+
+    /// Start `gpucr engine-helper STAGE`; on `ready` the helper serves the run.
+    fn start(
+        &mut self,
+        stage: &str,
+        root: Option<i32>,
+        settings: &Settings,
+    ) -> Result<Option<Started>, EngineError> {
+        let started = start(stage, root, settings)?;
+        if let Some(started) = &started {
+            self.helper = Some(started.connector.clone());
+        }
+        Ok(started)
+    }
+}
+
+/// The run's settings in engine mode: CRIU's environment completed by the settings file
+/// beside the plugin, with a warning for each name CRIU's environment has that nothing
+/// of gpucr's reads, each line of the file left out, and each of CRIU's own GPU plugins
+/// beside this one. Called from init.
+pub fn load_settings() -> Settings {
     // CRIU's own environment first: a misspelt name there would leave its default in
     // force without a word, as a bad line of the settings file would.
     for unknown in gpucr_abi::env::unknown_in_environment() {
         criu::warn(&format!("CRIU's environment: {unknown}"));
     }
     let Some(dir) = own_directory() else {
-        return;
+        return Settings::from_environment();
     };
     warn_about_criu_gpu_plugins(&dir);
     let path = dir.join(SETTINGS_FILE);
     let Ok(text) = std::fs::read_to_string(&path) else {
-        return;
+        return Settings::from_environment();
     };
-    let (settings, left_out) = parse_settings(&text);
+    let (lines, left_out) = parse_settings(&text);
     // `gpucr install-plugin` writes only settings it checked: these come from a hand
     // edit, which would otherwise leave a default in force without a word.
     for why in left_out {
         criu::warn(&format!("{}: {why}", path.display()));
     }
-    for (name, value) in &settings {
-        if std::env::var_os(name).is_none() {
-            // Only the names `is_setting` allows (parse_settings filters), at init,
-            // before CRIU or this plugin start threads.
-            std::env::set_var(name, value);
-        }
-    }
-    if !settings.is_empty() {
+    let any = !lines.is_empty();
+    let settings = Settings::from_environment_and_file(lines);
+    if any {
         criu::info(&format!("settings from {}", path.display()));
     }
+    settings
 }
 
 /// CRIU's own GPU plugins beside this one: CRIU calls each hook on the first plugin
@@ -171,7 +327,8 @@ fn is_setting(name: &str) -> bool {
 /// The directory the plugin was loaded from.
 fn own_directory() -> Option<PathBuf> {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
-    let addr = std::ptr::addr_of!(CR_PLUGIN_DESC).cast::<libc::c_void>();
+    // Any address inside the library: this function's own.
+    let addr = own_directory as fn() -> Option<PathBuf> as *const libc::c_void;
     // SAFETY: dladdr only reads the address and fills `info`.
     let found = unsafe { libc::dladdr(addr, info.as_mut_ptr()) };
     if found == 0 {
@@ -188,104 +345,11 @@ fn own_directory() -> Option<PathBuf> {
     path.parent().map(Path::to_path_buf)
 }
 
-/// The dump's first PAUSE_DEVICES, in a CRIU gpucr did not start: when the tree holds a
-/// device gpucr handles, start the helper. True when the plugin now serves the dump.
-pub fn start_dump(root: i32) -> Result<bool, HookFailure> {
-    if !DUMPING.load(Ordering::SeqCst) || PROBED.swap(true, Ordering::SeqCst) || !enabled() {
-        return Ok(false);
-    }
-    let Some(backend) = probe(root) else {
-        return Ok(false);
-    };
-    // CRIU seizes the tasks after this hook: a task another process traces makes it
-    // fail with "Unseizable non-zombie", which names no tracer, once the helper has
-    // paused the tree. Refused here instead, before anything is touched, as `gpucr
-    // dump` refuses it.
-    if let Some(traced) = gpucr_abi::procfs::traced_task(root) {
-        return Err(failure(libc::EPERM, traced.to_string()));
-    }
-    criu::info(&format!(
-        "engine mode: pid {root}'s tree holds a {backend} device; starting gpucr's helper"
-    ));
-    start("dump", Some(root))
-}
-
-/// A restore's init, for an image that needs gpucr, in a CRIU gpucr did not start.
-pub fn start_restore() -> Result<bool, HookFailure> {
-    if !enabled() {
-        return Err(failure(
-            libc::ENOTSUP,
-            format!("the image needs gpucr's helper, and {ENV_ENGINE}=0 keeps it out"),
-        ));
-    }
-    criu::info("engine mode: the image holds GPU state; starting gpucr's helper");
-    start("restore", None)
-}
-
-/// FINISH_COPY where a CRIU without DUMP_DEVICES_LATE last honours a failure (the
-/// first device file, or a CUDA tree's last CHECKPOINT_DEVICES). A CRIU with that hook
-/// gets it there instead: every task's memory is dumped by then, so the GPU copy has
-/// run beside CRIU's and the manifest's room is taken after CRIU's pages are written.
-pub fn finish_copy_early() -> Result<(), HookFailure> {
-    if crate::descriptor::abi().is_ok_and(|abi| abi.dump_devices_late()) {
-        return Ok(());
-    }
-    finish_copy()
-}
-
-/// FINISH_COPY: every task's device memory in the image and the manifest's room taken
-/// while CRIU can still fail the dump (a failure fails it; the tree runs on).
-pub fn finish_copy() -> Result<(), HookFailure> {
-    if !active() || COPY_FINISHED.swap(true, Ordering::SeqCst) {
-        return Ok(());
-    }
-    step(Step::FinishCopy, 0)?;
-    criu::info("engine mode: GPU memory is in the image");
-    Ok(())
-}
-
-/// The exit hook: write the manifest (dump) or close the image (restore). CRIU ignores
-/// the exit hook's result: a failure is logged, and a dump's image is then marked
-/// incomplete by the helper.
-pub fn finish(stage: i32, ret: i32) {
-    if !active() {
-        return;
-    }
-    let which = if stage == gpucr_abi::plugin_abi::stage::RESTORE {
-        Step::RestoreDone
-    } else {
-        Step::DumpDone
-    };
-    match step(which, ret) {
-        Ok(()) => criu::info(&format!("engine mode: {which:?} done")),
-        Err(e) => criu::error(&format!("engine mode: {which:?}: {}", e.message)),
-    }
-}
-
-fn step(step: Step, ret: i32) -> Result<(), HookFailure> {
-    let kind = request::Kind::EngineStep(EngineStep {
-        step: step as i32,
-        ret,
-    });
-    helper::call(kind, &[])?;
-    Ok(())
-}
-
-fn failure(errno: i32, message: String) -> HookFailure {
-    HookFailure {
-        errno,
-        kind: gpucr_abi::PluginFailureKind::Plugin,
-        message,
-    }
-}
-
 /// Which backend's device the tree rooted at `root` holds, looked up cheaply (its
 /// processes' open files and mappings), without loading any driver.
-fn probe(root: i32) -> Option<&'static str> {
+fn probe(root: i32, settings: &Settings) -> Option<&'static str> {
     let tree = tree_pids(root);
-    let sim_contexts = std::env::var_os(ENV_SIM_ROOT)
-        .filter(|r| !r.is_empty())
-        .map(|r| Path::new(&r).join(CONTEXTS_DIR));
+    let sim_contexts = settings.sim_root.as_ref().map(|r| r.join(CONTEXTS_DIR));
     if let Some(contexts) = &sim_contexts {
         if tree.iter().any(|&p| maps(p, |f| f.starts_with(contexts))) {
             return Some("sim");
@@ -303,10 +367,8 @@ fn probe(root: i32) -> Option<&'static str> {
     };
     // A driver library named by GPUCR_CUDA_LIBRARY (a driver installed elsewhere, or the
     // fake of the tests, which opens no device file) is recognised by its mapping.
-    let library = std::env::var_os(ENV_CUDA_LIBRARY)
-        .filter(|l| !l.is_empty())
-        .map(PathBuf::from);
-    let maps_library = |p: i32| library.as_ref().is_some_and(|l| maps(p, |f| f == l));
+    let library = settings.cuda_library.as_ref();
+    let maps_library = |p: i32| library.is_some_and(|l| maps(p, |f| f == l));
     if tree.iter().any(|&p| holds_fd(p, nvidia) || maps_library(p)) {
         return Some("cuda");
     }
@@ -324,43 +386,37 @@ fn holds_fd(pid: i32, matches: impl Fn(&Path) -> bool) -> bool {
 }
 
 /// The gpucr binary to run as the helper: `GPUCR_BIN`, else the usual places.
-fn gpucr_bin() -> Result<PathBuf, HookFailure> {
-    if let Some(bin) = std::env::var_os(ENV_BIN).filter(|b| !b.is_empty()) {
-        return Ok(PathBuf::from(bin));
+fn gpucr_bin(settings: &Settings) -> Result<PathBuf, EngineError> {
+    if let Some(bin) = &settings.bin {
+        return Ok(bin.clone());
     }
     ["/usr/local/bin/gpucr", "/usr/bin/gpucr"]
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_file())
-        .ok_or_else(|| {
-            failure(
-                libc::ENOENT,
-                format!(
-                    "gpucr's helper is needed but no gpucr binary was found: set {ENV_BIN} in \
-                     {SETTINGS_FILE} beside the plugin (gpucr install-plugin writes it)"
-                ),
-            )
-        })
+        .ok_or(EngineError::NoBinary)
 }
 
-/// Start `gpucr engine-helper STAGE` and wait for its status line. On `ready` the
-/// plugin is configured as under gpucr (connector fd and backend in its environment,
-/// and at restore the connector in CRIU's inherit_fds); on `none` nothing changes.
-fn start(stage: &str, root: Option<i32>) -> Result<bool, HookFailure> {
-    let bin = gpucr_bin()?;
-    let image_fd = criu::image_dir_fd()
-        .ok_or_else(|| failure(libc::ENOTSUP, "CRIU has no image directory".into()))?;
-    let images_dir = std::fs::read_link(format!("/proc/self/fd/{image_fd}"))
-        .map_err(|e| failure(libc::EBADF, format!("CRIU's image directory: {e}")))?;
+/// Start `gpucr engine-helper STAGE` and wait for its status line: on `ready` the
+/// helper that serves the run, on `none` nothing.
+fn start(
+    stage: &str,
+    root: Option<i32>,
+    settings: &Settings,
+) -> Result<Option<Started>, EngineError> {
+    let bin = gpucr_bin(settings)?;
+    let image_fd = criu::image_dir_fd().ok_or(EngineError::NoImageDir)?;
+    let images_dir =
+        std::fs::read_link(format!("/proc/self/fd/{image_fd}")).map_err(EngineError::ImageDir)?;
     let (mine, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
         None,
         SockFlag::SOCK_CLOEXEC,
     )
-    .map_err(|e| failure(e as i32, format!("cannot make the helper's connector: {e}")))?;
-    let (status_read, status_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
-        .map_err(|e| failure(e as i32, format!("cannot make the status pipe: {e}")))?;
+    .map_err(EngineError::Connector)?;
+    let (status_read, status_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(EngineError::StatusPipe)?;
     let mut command = Command::new(&bin);
     command
         .arg("engine-helper")
@@ -372,7 +428,9 @@ fn start(stage: &str, root: Option<i32>) -> Result<bool, HookFailure> {
     if let Some(root) = root {
         command.arg("--pid").arg(root.to_string());
     }
-    let stderr = match std::env::var_os(ENV_ENGINE_LOG).filter(|p| !p.is_empty()) {
+    // The settings file's lines CRIU's environment lacks, for the helper.
+    command.envs(settings.from_file.iter().map(|(name, value)| (name, value)));
+    let stderr = match &settings.engine_log {
         Some(log) => std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -391,12 +449,9 @@ fn start(stage: &str, root: Option<i32>) -> Result<bool, HookFailure> {
     unsafe {
         command.pre_exec(move || place_fds(connector, status));
     }
-    let mut child = command.spawn().map_err(|e| {
-        failure(
-            e.raw_os_error().unwrap_or(libc::EIO),
-            format!("cannot start {}: {e}", bin.display()),
-        )
-    })?;
+    let mut child = command
+        .spawn()
+        .map_err(|source| EngineError::Start { bin, source })?;
     drop(theirs);
     drop(status_write);
     // The helper detaches at once: this reaps the process CRIU would otherwise see.
@@ -405,15 +460,15 @@ fn start(stage: &str, root: Option<i32>) -> Result<bool, HookFailure> {
     let _ = File::from(status_read).read_to_string(&mut said);
     match Status::parse(&said) {
         Status::Ready(backend) => {
-            configure(mine, &backend, stage == "restore")?;
+            let connector = served_connector(mine, stage == "restore")?;
             criu::info(&format!("engine mode: helper ready ({backend})"));
-            Ok(true)
+            Ok(Some(Started { connector, backend }))
         }
         Status::None => {
             criu::info("engine mode: the helper found no device of gpucr's; staying out");
-            Ok(false)
+            Ok(None)
         }
-        Status::Error(message) => Err(failure(libc::EIO, format!("gpucr's helper: {message}"))),
+        Status::Error(message) => Err(EngineError::Helper(message)),
     }
 }
 
@@ -449,25 +504,25 @@ fn place_fds(connector: i32, status: i32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Put the connector where the hooks look for it, as gpucr does for its own CRIU.
-fn configure(connector: OwnedFd, backend: &str, restore: bool) -> Result<(), HookFailure> {
+/// The connector the hooks use, as gpucr's is for its own CRIU: at restore also in
+/// CRIU's inherit_fds, where restored tasks find it.
+fn served_connector(connector: OwnedFd, restore: bool) -> Result<Connector, EngineError> {
     if restore {
-        let copy = connector
-            .try_clone()
-            .map_err(|e| failure(libc::EMFILE, format!("cannot copy the connector: {e}")))?;
+        let copy = connector.try_clone().map_err(EngineError::CopyConnector)?;
         if !criu::add_inherit_fd(copy, HELPER_INHERIT_KEY) {
-            return Err(failure(
-                libc::ENOTSUP,
-                "this CRIU does not let plugins add an inherit_fd".into(),
-            ));
+            return Err(EngineError::NoInheritFd);
         }
     }
-    // Kept open for the rest of this CRIU run (close-on-exec).
-    let fd = connector.into_raw_fd();
-    // At init or the first PAUSE_DEVICES, before CRIU or the plugin run threads.
-    std::env::set_var(ENV_HELPER_FD, fd.to_string());
-    std::env::set_var(ENV_BACKEND, backend);
-    ACTIVE.store(true, Ordering::SeqCst);
+    // Kept open for the rest of the run (close-on-exec).
+    Ok(Connector::owned(connector))
+}
+
+fn step(helper: &Connector, step: Step, ret: i32) -> Result<(), EngineError> {
+    let kind = request::Kind::EngineStep(EngineStep {
+        step: step as i32,
+        ret,
+    });
+    helper.call(kind, &[])?;
     Ok(())
 }
 
@@ -524,7 +579,7 @@ mod tests {
     fn a_tree_without_devices_is_not_probed_as_a_gpu_tree() {
         let me = std::process::id() as i32;
         assert!(tree_pids(me).contains(&me));
-        assert_eq!(probe(me), None);
+        assert_eq!(probe(me, &Settings::default()), None);
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //!
 //! The connector is found in CRIU's fdstore under [`HELPER_INHERIT_KEY`] at restore (in
 //! criu and in every restored task), else at the fd number in [`ENV_HELPER_FD`] (criu at
-//! dump). To connect, the plugin makes a socketpair, sends one end over the connector
+//! dump; the run's settings hold the value), or it is the one engine mode made
+//! ([`Connector`]). To connect, the plugin makes a socketpair, sends one end over the connector
 //! in a `Connect` request and talks over the other.
 
-use std::env;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 use gpucr_abi::proto::{request, Connect, Reply, Request};
 use gpucr_abi::wire::{self, WireError};
@@ -20,8 +21,6 @@ use crate::criu;
 /// Why a call to the helper failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HelperError {
-    #[error("{ENV_HELPER_FD} is not set: this criu was not started by gpucr")]
-    NotConfigured,
     #[error("{ENV_HELPER_FD}={value:?}: {detail}")]
     BadConnector { value: String, detail: String },
     #[error("cannot connect to the gpucr helper: {0}")]
@@ -36,7 +35,7 @@ impl HelperError {
     /// The errno CRIU gets for this failure.
     pub fn errno(&self) -> i32 {
         match self {
-            HelperError::NotConfigured | HelperError::BadConnector { .. } => libc::EBADF,
+            HelperError::BadConnector { .. } => libc::EBADF,
             HelperError::Connect(e) | HelperError::Wire(WireError::Socket(e)) => *e as i32,
             HelperError::Wire(WireError::Closed) => libc::ECONNRESET,
             HelperError::Wire(_) => libc::EPROTO,
@@ -45,28 +44,61 @@ impl HelperError {
     }
 }
 
-/// Whether this CRIU runs under gpucr at all.
-pub fn configured() -> bool {
-    env::var_os(ENV_HELPER_FD).is_some()
+/// Where the connector to gpucr's helper is, for one CRIU run.
+#[derive(Debug, Clone)]
+pub struct Connector {
+    source: Source,
 }
 
-/// Send one request (with `fds`) and return the reply; a reply with `ok == false` is an
-/// error carrying the helper's message.
-pub fn call(kind: request::Kind, fds: &[RawFd]) -> Result<Reply, HelperError> {
-    let sock = connect_helper()?;
-    wire::send(sock.as_fd(), &Request { kind: Some(kind) }, fds)?;
-    let (reply, _fds): (Reply, Vec<OwnedFd>) = wire::recv_msg(sock.as_fd())?;
-    if reply.ok {
-        Ok(reply)
-    } else {
-        Err(HelperError::Refused(reply.error))
+#[derive(Debug, Clone)]
+enum Source {
+    /// The value of `GPUCR_HELPER_FD` CRIU was started with: the fd gpucr handed it
+    /// (checked to be a SOCK_SEQPACKET socket at each call).
+    Named(String),
+    /// The connector engine mode made, owned by the run (closed when its last holder
+    /// is dropped, at the run's end).
+    Owned(Arc<OwnedFd>),
+}
+
+impl Connector {
+    /// The connector at the fd number `value` names (`GPUCR_HELPER_FD`'s value).
+    pub fn named(value: impl Into<String>) -> Connector {
+        Connector {
+            source: Source::Named(value.into()),
+        }
     }
-}
 
-/// A new private connection to the helper.
-fn connect_helper() -> Result<OwnedFd, HelperError> {
-    let connector = connector()?;
-    open_connection(connector.as_fd())
+    /// A connector this plugin made (engine mode).
+    pub fn owned(fd: OwnedFd) -> Connector {
+        Connector {
+            source: Source::Owned(Arc::new(fd)),
+        }
+    }
+
+    /// Send one request (with `fds`) and return the reply; a reply with `ok == false`
+    /// is an error carrying the helper's message.
+    pub fn call(&self, kind: request::Kind, fds: &[RawFd]) -> Result<Reply, HelperError> {
+        let sock = self.connect()?;
+        wire::send(sock.as_fd(), &Request { kind: Some(kind) }, fds)?;
+        let (reply, _fds): (Reply, Vec<OwnedFd>) = wire::recv_msg(sock.as_fd())?;
+        if reply.ok {
+            Ok(reply)
+        } else {
+            Err(HelperError::Refused(reply.error))
+        }
+    }
+
+    /// A new private connection to the helper: over CRIU's fdstore copy at restore (in
+    /// criu and in every restored task), else over this connector.
+    fn connect(&self) -> Result<OwnedFd, HelperError> {
+        if let Some(fd) = criu::inherited_fd(HELPER_INHERIT_KEY) {
+            return open_connection(fd.as_fd());
+        }
+        match &self.source {
+            Source::Named(value) => open_connection(named_fd(value)?.as_fd()),
+            Source::Owned(fd) => open_connection(fd.as_fd()),
+        }
+    }
 }
 
 /// Open a private connection over `connector`.
@@ -85,15 +117,11 @@ pub fn open_connection(connector: BorrowedFd<'_>) -> Result<OwnedFd, HelperError
     Ok(mine)
 }
 
-/// The connector: from CRIU's fdstore at restore, else the inherited fd named by
-/// `GPUCR_HELPER_FD` (checked to be a SOCK_SEQPACKET socket before it is used).
-fn connector() -> Result<OwnedFd, HelperError> {
-    if let Some(fd) = criu::inherited_fd(HELPER_INHERIT_KEY) {
-        return Ok(fd);
-    }
-    let value = env::var(ENV_HELPER_FD).map_err(|_| HelperError::NotConfigured)?;
+/// The inherited fd `value` (`GPUCR_HELPER_FD`'s value) names, checked to be a
+/// SOCK_SEQPACKET socket before it is used.
+fn named_fd(value: &str) -> Result<OwnedFd, HelperError> {
     let bad = |detail: String| HelperError::BadConnector {
-        value: value.clone(),
+        value: value.to_owned(),
         detail,
     };
     let fd: RawFd = value

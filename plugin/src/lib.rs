@@ -19,7 +19,8 @@
 //!   mode finishes the GPU copy and takes the manifest's room there.
 //!
 //! The descriptor is fitted to the hook ABI of the CRIU that loads the plugin
-//! ([`descriptor`]).
+//! ([`descriptor`]). Everything the plugin holds of one CRIU run, from `init` to `exit`,
+//! is in one [`flow::PluginRun`] (`run.rs`), with the settings read at `init`.
 //!
 //! Every hook answers `-ENOTSUP` for what it does not own (so other plugins get their
 //! turn), and every entry point catches panics at the C boundary.
@@ -34,6 +35,8 @@ mod engine;
 mod half;
 mod helper;
 mod hooks;
+mod run;
+mod settings;
 mod thread;
 mod unresumed;
 
@@ -44,14 +47,12 @@ pub use descriptor::{Descriptor, CR_PLUGIN_DESC};
 /// The errno a hook returns for files and devices that are not gpucr's.
 pub const NOT_OURS: c_int = -libc::ENOTSUP;
 
-/// The hook steps with an explicit plugin half, and the halves, for tests that drive a
-/// backend's whole sequence through the helper protocol without CRIU (with a fake
-/// kernel behind the half). CRIU's hooks run exactly these steps.
+/// One CRIU run with explicit settings and plugin half, for tests that drive a backend's
+/// whole sequence through the helper protocol without CRIU (with a fake kernel behind
+/// the half). CRIU's hooks call exactly these methods on the run its `init` starts.
 pub mod flow {
     pub use crate::half::amdgpu::AmdgpuHalf;
     pub use crate::half::{Collected, HalfError, PluginHalf, Recreated};
-    pub use crate::hooks::{
-        checkpoint_devices_with, dump_ext_file_with, exit_with, pause_devices_with,
-        restore_ext_file_with, resume_devices_late_with, HookFailure,
-    };
+    pub use crate::run::{HookFailure, PluginRun};
+    pub use crate::settings::Settings;
 }

@@ -17,62 +17,61 @@
 //! container from running on half-restored.
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::criu;
 
-/// Every task RESUME_DEVICES_LATE was called for, in order.
-static SEEN: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
-/// Whether a task's device did not come back in this restore.
-static FAILED: AtomicBool = AtomicBool::new(false);
-
-fn seen() -> std::sync::MutexGuard<'static, Vec<c_int>> {
-    SEEN.lock().unwrap_or_else(|e| e.into_inner())
+/// One restore's tasks, as RESUME_DEVICES_LATE saw them.
+#[derive(Debug, Default)]
+pub struct Unresumed {
+    /// Every task RESUME_DEVICES_LATE was called for, in order.
+    seen: Vec<c_int>,
+    /// Whether a task's device did not come back in this restore.
+    failed: bool,
 }
 
-/// RESUME_DEVICES_LATE for `pid` begins. False when an earlier task's device did not
-/// come back: `pid` is then stopped with the rest, and must not be resumed.
-pub fn begin(pid: c_int) -> bool {
-    seen().push(pid);
-    if FAILED.load(Ordering::SeqCst) {
-        stop(&[pid]);
-        return false;
+impl Unresumed {
+    /// RESUME_DEVICES_LATE for `pid` begins. False when an earlier task's device did
+    /// not come back: `pid` is then stopped with the rest, and must not be resumed.
+    pub fn begin(&mut self, pid: c_int) -> bool {
+        self.seen.push(pid);
+        if self.failed {
+            stop(&[pid]);
+            return false;
+        }
+        true
     }
-    true
-}
 
-/// `pid`'s device did not come back: stop every task seen so far (the later ones are
-/// stopped by [`begin`]), to be killed at the `exit` hook.
-pub fn failed(pid: c_int) {
-    FAILED.store(true, Ordering::SeqCst);
-    let tasks = seen().clone();
-    stop(&tasks);
-    criu::error(&format!(
-        "RESUME_DEVICES_LATE pid {pid}: its device did not come back (why follows); CRIU \
-         resumes the tree whatever this hook says, so the restored tasks are stopped and \
-         let go, and CRIU's own detach fails the restore and kills them"
-    ));
-}
+    /// `pid`'s device did not come back: stop every task seen so far (the later ones
+    /// are stopped by [`Unresumed::begin`]), to be killed at the `exit` hook.
+    pub fn failed(&mut self, pid: c_int) {
+        self.failed = true;
+        stop(&self.seen);
+        criu::error(&format!(
+            "RESUME_DEVICES_LATE pid {pid}: its device did not come back (why follows); \
+             CRIU resumes the tree whatever this hook says, so the restored tasks are \
+             stopped and let go, and CRIU's own detach fails the restore and kills them"
+        ));
+    }
 
-/// The `exit` hook of a restore: kill the tree if a task's device did not come back.
-/// What it killed, if anything. The restore is over: nothing is remembered after it.
-pub fn finish() -> Vec<c_int> {
-    let tasks = std::mem::take(&mut *seen());
-    if !FAILED.swap(false, Ordering::SeqCst) {
-        return Vec::new();
+    /// The `exit` hook of a restore: kill the tree if a task's device did not come
+    /// back. What it killed, if anything. The restore is over: nothing is kept.
+    pub fn finish(self) -> Vec<c_int> {
+        if !self.failed {
+            return Vec::new();
+        }
+        let tasks = self.seen;
+        for &pid in tasks.iter().filter(|&&pid| is_other_task(pid)) {
+            // The tasks are stopped (or gone): no longer traced, so SIGKILL ends them.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        criu::error(&format!(
+            "restore: killed the restored tasks {tasks:?}: a task's device did not come back"
+        ));
+        tasks
     }
-    for &pid in tasks.iter().filter(|&&pid| is_other_task(pid)) {
-        // The tasks are stopped (or gone): no longer traced, so SIGKILL ends them.
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-    }
-    criu::error(&format!(
-        "restore: killed the restored tasks {tasks:?}: a task's device did not come back"
-    ));
-    tasks
 }
 
 /// Whether `pid` names one process other than this one (CRIU): never 0 or a negative
@@ -124,18 +123,19 @@ mod tests {
         let (mut first, mut failing, mut later) = (spawn(), spawn(), spawn());
         let pid = |c: &Child| c.id() as c_int;
 
-        assert!(begin(pid(&first)));
-        assert!(begin(pid(&failing)));
-        failed(pid(&failing));
+        let mut restore = Unresumed::default();
+        assert!(restore.begin(pid(&first)));
+        assert!(restore.begin(pid(&failing)));
+        restore.failed(pid(&failing));
         wait_for_state(&first, 'T');
         wait_for_state(&failing, 'T');
         // A later task is stopped too and must not be resumed.
-        assert!(!begin(pid(&later)));
+        assert!(!restore.begin(pid(&later)));
         wait_for_state(&later, 'T');
         // This process is never signalled, even named.
-        assert!(!begin(std::process::id() as c_int));
+        assert!(!restore.begin(std::process::id() as c_int));
 
-        let killed = finish();
+        let killed = restore.finish();
         assert_eq!(killed.len(), 4);
         for child in [&mut first, &mut failing, &mut later] {
             let status = child.wait().unwrap();
@@ -145,10 +145,11 @@ mod tests {
             );
         }
 
-        // The next restore starts afresh, and one without a failure kills nothing.
+        // A restore without a failure kills nothing.
         let mut next = spawn();
-        assert!(begin(pid(&next)));
-        assert!(finish().is_empty());
+        let mut restore = Unresumed::default();
+        assert!(restore.begin(pid(&next)));
+        assert!(restore.finish().is_empty());
         std::thread::sleep(Duration::from_millis(50));
         assert_ne!(state(&next), Some('T'));
         next.kill().unwrap();

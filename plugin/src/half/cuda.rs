@@ -10,19 +10,23 @@ use gpucr_abi::proto::{
 };
 
 use super::{Collected, HalfError, PluginHalf};
-use crate::helper::{self, HelperError};
+use crate::helper::{Connector, HelperError};
 use crate::thread::RunGuard;
 
-#[derive(Debug, Default)]
-pub struct CudaHalf;
+#[derive(Debug)]
+pub struct CudaHalf {
+    /// The run's connector to the helper, which asks the driver.
+    pub helper: Connector,
+}
 
 fn half_error(what: &str) -> impl FnOnce(HelperError) -> HalfError + '_ {
     move |e| HalfError::new(e.errno(), format!("{what}: {e}"))
 }
 
 /// The restore thread of `pid` the driver names, if it is a CUDA process.
-fn ask_restore_thread(pid: i32) -> Result<Option<i32>, HalfError> {
-    let reply = helper::call(request::Kind::RestoreThread(RestoreThread { pid }), &[])
+fn ask_restore_thread(helper: &Connector, pid: i32) -> Result<Option<i32>, HalfError> {
+    let reply = helper
+        .call(request::Kind::RestoreThread(RestoreThread { pid }), &[])
         .map_err(half_error(&format!("pid {pid}")))?;
     Ok((reply.run_thread > 0).then_some(reply.run_thread))
 }
@@ -37,14 +41,17 @@ impl PluginHalf for CudaHalf {
     }
 
     fn checkpoint_tree(&self) -> Result<(), HalfError> {
-        let reply = helper::call(request::Kind::TreeThreads(TreeThreads {}), &[])
+        let reply = self
+            .helper
+            .call(request::Kind::TreeThreads(TreeThreads {}), &[])
             .map_err(half_error("the tree's restore threads"))?;
         if reply.run_threads.is_empty() {
             return Ok(());
         }
         // Every restore thread runs while the helper checkpoints the tasks in parallel.
         let running = RunGuard::start_all(&reply.run_threads)?;
-        helper::call(request::Kind::CheckpointTree(CheckpointTree {}), &[])
+        self.helper
+            .call(request::Kind::CheckpointTree(CheckpointTree {}), &[])
             .map_err(half_error("checkpointing the tree"))?;
         crate::criu::info(&format!(
             "CHECKPOINT_DEVICES: {} CUDA processes checkpointed at once",
@@ -55,18 +62,22 @@ impl PluginHalf for CudaHalf {
     }
 
     fn resume_tree(&self, root: i32) -> Result<Vec<i32>, HalfError> {
-        let reply = helper::call(
-            request::Kind::ResumeTreeThreads(ResumeTreeThreads { root }),
-            &[],
-        )
-        .map_err(half_error("the restored tree's restore threads"))?;
+        let reply = self
+            .helper
+            .call(
+                request::Kind::ResumeTreeThreads(ResumeTreeThreads { root }),
+                &[],
+            )
+            .map_err(half_error("the restored tree's restore threads"))?;
         if reply.pids.is_empty() {
             return Ok(Vec::new());
         }
         // Every restore thread runs while the helper brings the tasks back in parallel.
         let running = RunGuard::start_all(&reply.run_threads)?;
         let pids = reply.pids;
-        let done = helper::call(request::Kind::ResumeTree(ResumeTree { pids }), &[])
+        let done = self
+            .helper
+            .call(request::Kind::ResumeTree(ResumeTree { pids }), &[])
             .map_err(half_error("bringing the restored tree back"))?;
         crate::criu::info(&format!(
             "RESUME_DEVICES_LATE: {} CUDA processes brought back at once",
@@ -77,7 +88,7 @@ impl PluginHalf for CudaHalf {
     }
 
     fn checkpoint(&self, pid: i32) -> Result<Option<Collected>, HalfError> {
-        let Some(tid) = ask_restore_thread(pid)? else {
+        let Some(tid) = ask_restore_thread(&self.helper, pid)? else {
             return Ok(None);
         };
         let state = CudaCollected { restore_tid: tid };
@@ -90,7 +101,7 @@ impl PluginHalf for CudaHalf {
     }
 
     fn restore_thread(&self, pid: i32) -> Option<i32> {
-        match ask_restore_thread(pid) {
+        match ask_restore_thread(&self.helper, pid) {
             Ok(tid) => tid,
             Err(e) => {
                 crate::criu::error(&format!("cannot find the restore thread: {}", e.message));

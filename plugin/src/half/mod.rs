@@ -3,7 +3,7 @@
 //! gpucr half's, in the helper; the two halves exchange the backend's opaque,
 //! versioned state bytes and fds over the helper protocol.
 //!
-//! gpucr names the backend in `GPUCR_BACKEND` on the `criu swrk` child; [`for_env`]
+//! gpucr names the backend in `GPUCR_BACKEND` on the `criu swrk` child; [`for_backend`]
 //! picks its half. Every method has the meaning of the CRIU hook it serves; a backend
 //! implements those it needs, and the defaults answer "not mine" or do nothing.
 
@@ -12,14 +12,16 @@ mod cuda;
 pub mod error;
 mod sim;
 
-use std::ffi::CStr;
+use std::ffi::{CStr, OsStr};
 use std::fs::File;
 use std::os::fd::{OwnedFd, RawFd};
+use std::path::Path;
 
 use gpucr_abi::proto::DeviceSpec;
 use gpucr_abi::ENV_BACKEND;
 
 use crate::device;
+use crate::helper::Connector;
 
 pub use error::HalfError;
 
@@ -125,14 +127,21 @@ pub trait PluginHalf: Send + Sync {
     }
 }
 
-/// The plugin half gpucr named in `GPUCR_BACKEND`, if any.
-pub fn for_env() -> Result<Option<Box<dyn PluginHalf>>, HalfError> {
-    let Some(name) = std::env::var_os(ENV_BACKEND) else {
+/// The plugin half of the backend gpucr named in `GPUCR_BACKEND` (`backend`), if any;
+/// the simulator's beneath `sim_root`, CUDA's asking the driver through `helper`.
+pub fn for_backend(
+    backend: Option<&OsStr>,
+    sim_root: Option<&Path>,
+    helper: &Connector,
+) -> Result<Option<Box<dyn PluginHalf>>, HalfError> {
+    let Some(name) = backend else {
         return Ok(None);
     };
     match name.to_str() {
-        Some("sim") => Ok(Some(Box::new(sim::SimHalf::from_env()?))),
-        Some("cuda") => Ok(Some(Box::new(cuda::CudaHalf))),
+        Some("sim") => Ok(Some(Box::new(sim::SimHalf::at(sim_root)?))),
+        Some("cuda") => Ok(Some(Box::new(cuda::CudaHalf {
+            helper: helper.clone(),
+        }))),
         Some("amdgpu") => Ok(Some(Box::new(amdgpu::AmdgpuHalf::new(
             std::sync::Arc::new(gpucr_amdgpu::real::RealKfd),
         )))),

@@ -23,11 +23,11 @@ pub struct SimHalf {
 }
 
 impl SimHalf {
-    pub fn from_env() -> Result<SimHalf, HalfError> {
-        let root = std::env::var_os(ENV_ROOT)
-            .filter(|r| !r.is_empty())
-            .ok_or_else(|| HalfError::new(libc::EINVAL, format!("{ENV_ROOT} is not set")))?;
-        Ok(SimHalf::new(Path::new(&root)))
+    /// The half beneath the simulator's root (`GPUCR_SIM_ROOT`), which must be set.
+    pub fn at(root: Option<&Path>) -> Result<SimHalf, HalfError> {
+        let root =
+            root.ok_or_else(|| HalfError::new(libc::EINVAL, format!("{ENV_ROOT} is not set")))?;
+        Ok(SimHalf::new(root))
     }
 
     pub fn new(root: &Path) -> SimHalf {
