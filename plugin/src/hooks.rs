@@ -169,11 +169,19 @@ pub unsafe extern "C" fn resume_devices_late(pid: c_int) -> c_int {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+
     use gpucr_abi::plugin_abi::stage;
+    use gpucr_abi::proto::{request, Reply, Request};
+    use gpucr_abi::wire;
     use gpucr_abi::PluginFailureKind;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
     use super::*;
-    use crate::half::HalfError;
+    use crate::half::{Collected, HalfError, PluginHalf};
     use crate::helper::HelperError;
 
     /// The tests that start runs (the one global) take turns.
@@ -249,5 +257,143 @@ mod tests {
         );
         assert_eq!(guard("t", || panic!("boom")), -libc::EIO);
         assert_eq!(guard("t", || Ok(5)), 5);
+    }
+
+    /// A plugin half that counts its tree steps, and whose device does not come back
+    /// while `fail_resume` is set.
+    #[derive(Default)]
+    struct TestHalf {
+        tree_checkpoints: AtomicUsize,
+        tree_resumes: AtomicUsize,
+        fail_resume: AtomicBool,
+    }
+
+    impl PluginHalf for TestHalf {
+        fn name(&self) -> &'static str {
+            "test"
+        }
+
+        fn checkpoint_tree(&self) -> Result<(), HalfError> {
+            self.tree_checkpoints.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+
+        fn checkpoint(&self, _pid: i32) -> Result<Option<Collected>, HalfError> {
+            Ok(None)
+        }
+
+        fn resume_tree(&self, _root: i32) -> Result<Vec<i32>, HalfError> {
+            self.tree_resumes.fetch_add(1, Ordering::SeqCst);
+            Ok(Vec::new())
+        }
+
+        fn resume(&self, pid: i32) -> Result<(), HalfError> {
+            if self.fail_resume.load(Ordering::SeqCst) {
+                return Err(HalfError::device(
+                    libc::EIO,
+                    format!("pid {pid}: no device"),
+                ));
+            }
+            Ok(())
+        }
+    }
+
+    /// A helper that answers every request with "ok": the connector's plugin end (which
+    /// `GPUCR_HELPER_FD` would name), and the requests it answered, once that end is
+    /// closed.
+    fn fake_helper() -> (OwnedFd, JoinHandle<Vec<Request>>) {
+        let (helper_end, plugin_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let serve = std::thread::spawn(move || {
+            let mut answered = Vec::new();
+            while let Ok((_connect, fds)) = wire::recv_msg::<Request>(helper_end.as_fd()) {
+                let connection = fds.into_iter().next().expect("a connection");
+                let (request, _fds): (Request, Vec<OwnedFd>) =
+                    wire::recv_msg(connection.as_fd()).unwrap();
+                let reply = Reply {
+                    ok: true,
+                    ..Reply::default()
+                };
+                wire::send(connection.as_fd(), &reply, &[]).unwrap();
+                answered.push(request);
+            }
+            answered
+        });
+        (plugin_end, serve)
+    }
+
+    fn asked(requests: &[Request], which: fn(&request::Kind) -> bool) -> usize {
+        requests
+            .iter()
+            .filter(|r| r.kind.as_ref().is_some_and(which))
+            .count()
+    }
+
+    /// Each run starts from nothing: the tree's steps run and the inventory is named
+    /// once per run, not once per process, and a task whose device did not come back in
+    /// one restore stops no task of the next.
+    #[test]
+    fn a_run_starts_from_nothing_and_leaves_nothing_behind() {
+        let _serial = serial();
+        let (plugin_end, helper) = fake_helper();
+        let settings = Settings {
+            helper_fd: Some(plugin_end.as_raw_fd().to_string()),
+            ..Settings::default()
+        };
+        let half = Arc::new(TestHalf::default());
+        let start_run = |stage| {
+            let (settings, half) = (settings.clone(), half.clone());
+            assert_eq!(start(|| PluginRun::with_half(stage, settings, half)), 0);
+        };
+        let registered = || current().as_ref().unwrap().registered_in_inventory();
+        // This process is never stopped or killed, even named.
+        let me = std::process::id() as c_int;
+
+        for dump in 1..=2 {
+            start_run(stage::DUMP);
+            assert!(!registered(), "dump {dump}");
+            // SAFETY: plain integers.
+            unsafe {
+                assert_eq!(checkpoint_devices(me), 0);
+                assert_eq!(checkpoint_devices(me), 0);
+            }
+            assert!(registered());
+            assert_eq!(half.tree_checkpoints.load(Ordering::SeqCst), dump);
+            // SAFETY: plain integers.
+            unsafe { exit(stage::DUMP, 0) };
+        }
+
+        start_run(stage::RESTORE);
+        half.fail_resume.store(true, Ordering::SeqCst);
+        // SAFETY: plain integers.
+        unsafe {
+            assert_eq!(resume_devices_late(me), -libc::EIO);
+            // The rest of this restore's tree is not resumed.
+            assert_eq!(resume_devices_late(me), -libc::ECANCELED);
+            exit(stage::RESTORE, -1);
+        }
+        half.fail_resume.store(false, Ordering::SeqCst);
+        start_run(stage::RESTORE);
+        // SAFETY: plain integers.
+        unsafe {
+            assert_eq!(resume_devices_late(me), 0);
+            exit(stage::RESTORE, 0);
+        }
+        assert_eq!(half.tree_resumes.load(Ordering::SeqCst), 2);
+        // SAFETY: plain integers.
+        let after_exit = unsafe { checkpoint_devices(me) };
+        assert_eq!(after_exit, NOT_OURS, "no run after exit");
+
+        drop(plugin_end);
+        let requests = helper.join().unwrap();
+        let finished = |k: &request::Kind| matches!(k, request::Kind::DumpFinished(_));
+        assert_eq!(asked(&requests, finished), 2, "one DumpFinished per dump");
+        let failed = |k: &request::Kind| matches!(k, request::Kind::ResumeFailed(_));
+        assert_eq!(asked(&requests, failed), 1);
     }
 }
