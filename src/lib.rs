@@ -7,6 +7,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod archive;
+pub mod cancel;
 pub mod cli;
 pub mod cmd;
 pub mod criu;

@@ -12,6 +12,13 @@
 //! as the operation's copies move bytes ([`Handler::progress`]). The last two are reported
 //! to the handler ([`Handler::abandoned`]), which fails the operation; the plugin gets
 //! a refusal, or nothing when it is gone.
+//!
+//! Each request has a cancellation token ([`Cancel`]), handed to the handler with it.
+//! A request given up (or still running when the helper stops) has its token
+//! cancelled before anything else happens, and the handler changes the operation's
+//! state only through the token ([`Cancel::live`]): the work left running on its
+//! blocking thread changes nothing afterwards, and its waits end
+//! ([`Cancel::on_cancel`]).
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
@@ -19,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use gpucr_abi::proto::{request, Reply, Request};
 use gpucr_abi::wire::{self, WireError};
+
+use crate::cancel::Cancel;
 use nix::sys::socket::{getsockopt, sockopt};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -29,8 +38,9 @@ use super::reply::refuse;
 /// What answers the plugins' requests: the helper.
 pub trait Handler: Send + Sync + 'static {
     /// Answer `req` (with the fds it carried) from the plugin in host pid `peer`. Runs
-    /// on a blocking thread.
-    fn answer(&self, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Reply;
+    /// on a blocking thread; `cancel` is cancelled when the request is given up, after
+    /// which the answer must change nothing.
+    fn answer(&self, req: Request, fds: Vec<OwnedFd>, peer: i32, cancel: &Cancel) -> Reply;
 
     /// How long answering `req` may take without progress; None when only the
     /// operation's end bounds it (a wait for the copy engines, which fail on their own).
@@ -44,8 +54,10 @@ pub trait Handler: Send + Sync + 'static {
         0
     }
 
-    /// The request `what` from `peer` was given up before it was answered.
-    fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned);
+    /// The request `what` from `peer` was given up before it was answered: record it,
+    /// then cancel its token `cancel` (the control plane cancels it afterwards if the
+    /// handler did not).
+    fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned, cancel: &Cancel);
 }
 
 /// Why a request was given up.
@@ -103,33 +115,51 @@ pub struct ControlPlane {
     in_flight: Arc<InFlight>,
 }
 
-/// How many requests are being answered (received, their reply not yet sent).
+/// The requests being answered (received, their reply not yet sent), with their
+/// tokens.
 #[derive(Debug, Default)]
 struct InFlight {
-    count: Mutex<usize>,
+    requests: Mutex<Requests>,
     idle: Condvar,
 }
 
+#[derive(Debug, Default)]
+struct Requests {
+    next: u64,
+    tokens: std::collections::BTreeMap<u64, Cancel>,
+}
+
 impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
-        self.count.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Requests> {
+        self.requests.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Count one request until the returned guard is dropped.
-    fn enter(self: &Arc<Self>) -> InFlightGuard {
-        *self.lock() += 1;
-        InFlightGuard(self.clone())
+    /// Count one request, with its token, until the returned guard is dropped.
+    fn enter(self: &Arc<Self>, cancel: &Cancel) -> InFlightGuard {
+        let mut requests = self.lock();
+        let id = requests.next;
+        requests.next += 1;
+        requests.tokens.insert(id, cancel.clone());
+        InFlightGuard(self.clone(), id)
+    }
+
+    /// Cancel every request being answered.
+    fn cancel_all(&self, reason: &str) {
+        let tokens: Vec<Cancel> = self.lock().tokens.values().cloned().collect();
+        for token in tokens {
+            token.cancel(reason);
+        }
     }
 }
 
 /// One request being answered (see [`InFlight`]).
-struct InFlightGuard(Arc<InFlight>);
+struct InFlightGuard(Arc<InFlight>, u64);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        let mut count = self.0.lock();
-        *count = count.saturating_sub(1);
-        if *count == 0 {
+        let mut requests = self.0.lock();
+        requests.tokens.remove(&self.1);
+        if requests.tokens.is_empty() {
             self.0.idle.notify_all();
         }
     }
@@ -176,7 +206,7 @@ impl ControlPlane {
     pub fn drain(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let mut count = self.in_flight.lock();
-        while *count > 0 {
+        while !count.tokens.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -195,9 +225,11 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        // Work still running on a blocking thread changes nothing from here on, and
+        // its waits end.
+        self.in_flight.cancel_all("the helper stopped");
         if let Some(runtime) = self.runtime.take() {
-            // Blocking work still running (a wait the operation no longer needs) is not
-            // waited for: the transfer it waits on is being torn down too.
+            // Blocking work still running is not waited for: it was cancelled above.
             runtime.shutdown_background();
         }
     }
@@ -305,11 +337,13 @@ async fn serve(
         };
         drop(ready);
         // Counted until its reply is sent, or the request given up.
-        let _answering = in_flight.enter();
+        let cancel = Cancel::new();
+        let _answering = in_flight.enter(&cancel);
         let what = request_name(&req);
         let limit = handler.time_limit(&req);
         let work = handler.clone();
-        let answer = tokio::task::spawn_blocking(move || work.answer(req, fds, peer));
+        let token = cancel.clone();
+        let answer = tokio::task::spawn_blocking(move || work.answer(req, fds, peer, &token));
         let watched = handler.clone();
         let deadline = async move {
             let Some(limit) = limit else {
@@ -326,14 +360,19 @@ async fn serve(
             }
         };
         let reply = tokio::select! {
-            _ = stopped.changed() => return,
+            _ = stopped.changed() => {
+                cancel.cancel("the helper stopped");
+                return;
+            }
             () = peer_closed(&conn) => {
-                handler.abandoned(peer, what, Abandoned::PeerGone);
+                handler.abandoned(peer, what, Abandoned::PeerGone, &cancel);
+                cancel.cancel(Abandoned::PeerGone.to_string());
                 return;
             }
             () = deadline => {
                 let why = Abandoned::TimedOut(limit.unwrap_or_default());
-                handler.abandoned(peer, what, why);
+                handler.abandoned(peer, what, why, &cancel);
+                cancel.cancel(why.to_string());
                 refuse(&format!("{what}: {why}"))
             }
             reply = answer => match reply {
@@ -413,18 +452,37 @@ mod tests {
     /// Echoes log lines; "stuck" never finishes; "slow" has a 200 ms limit; "late" is
     /// answered after 150 ms; "copying" has a 400 ms limit and takes 1 s, making
     /// progress every 20 ms.
+    ///
+    /// "stuck" and "slow" wait until their token is cancelled and then count it in
+    /// `ended`; "late-change" has a 100 ms limit, takes 400 ms and then tries to change
+    /// `changes` through its token.
     #[derive(Default)]
     struct Echo {
         abandoned: std::sync::Mutex<Vec<(&'static str, Abandoned)>>,
         copied: std::sync::atomic::AtomicU64,
+        ended: std::sync::atomic::AtomicU64,
+        changes: std::sync::Mutex<Vec<&'static str>>,
     }
 
     impl Handler for Echo {
-        fn answer(&self, req: Request, _fds: Vec<OwnedFd>, _peer: i32) -> Reply {
+        fn answer(&self, req: Request, _fds: Vec<OwnedFd>, _peer: i32, cancel: &Cancel) -> Reply {
             match req.kind {
                 Some(request::Kind::Log(l)) if l.text == "stuck" || l.text == "slow" => {
-                    std::thread::sleep(Duration::from_secs(3600));
+                    if cancel.sleep(Duration::from_secs(3600)).is_err() {
+                        self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
                     Reply::default()
+                }
+                Some(request::Kind::Log(l)) if l.text == "late-change" => {
+                    std::thread::sleep(Duration::from_millis(400));
+                    let changed = cancel.live(|| self.changes.lock().unwrap().push("late"));
+                    if changed.is_err() {
+                        self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Reply {
+                        ok: true,
+                        ..Default::default()
+                    }
                 }
                 Some(request::Kind::Log(l)) if l.text == "copying" => {
                     for _ in 0..50 {
@@ -458,6 +516,9 @@ mod tests {
         fn time_limit(&self, req: &Request) -> Option<Duration> {
             match &req.kind {
                 Some(request::Kind::Log(l)) if l.text == "slow" => Some(Duration::from_millis(200)),
+                Some(request::Kind::Log(l)) if l.text == "late-change" => {
+                    Some(Duration::from_millis(100))
+                }
                 Some(request::Kind::Log(l)) if l.text == "copying" => {
                     Some(Duration::from_millis(400))
                 }
@@ -469,7 +530,7 @@ mod tests {
             self.copied.load(std::sync::atomic::Ordering::SeqCst)
         }
 
-        fn abandoned(&self, _peer: i32, what: &'static str, why: Abandoned) {
+        fn abandoned(&self, _peer: i32, what: &'static str, why: Abandoned, _cancel: &Cancel) {
             self.abandoned.lock().unwrap().push((what, why));
         }
     }
@@ -518,6 +579,36 @@ mod tests {
         );
     }
 
+    /// A request past its time limit is refused; the work left running on its blocking
+    /// thread, when it completes late, changes nothing (its token was cancelled), and
+    /// a wait of it ends at the cancellation instead of running on.
+    #[test]
+    fn a_request_that_times_out_changes_nothing_when_it_completes_late() {
+        let (helper_end, plugin_end) = pair();
+        let echo = Arc::new(Echo::default());
+        let _plane = ControlPlane::start(helper_end, echo.clone()).unwrap();
+        let conn = connect(&plugin_end);
+        wire::send(conn.as_fd(), &log("late-change"), &[]).unwrap();
+        let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(conn.as_fd()).unwrap();
+        assert!(!reply.ok);
+        assert!(
+            reply.error.contains("not done within 0.1 s"),
+            "{}",
+            reply.error
+        );
+        wait_until("the late completion", || {
+            echo.ended.load(std::sync::atomic::Ordering::SeqCst) == 1
+        });
+        assert!(echo.changes.lock().unwrap().is_empty(), "a late change ran");
+        // A timed-out wait ends at once.
+        wire::send(conn.as_fd(), &log("slow"), &[]).unwrap();
+        let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(conn.as_fd()).unwrap();
+        assert!(!reply.ok);
+        wait_until("the slow request's wait to end", || {
+            echo.ended.load(std::sync::atomic::Ordering::SeqCst) == 2
+        });
+    }
+
     #[test]
     fn a_request_that_keeps_copying_outlives_its_time_limit() {
         let (helper_end, plugin_end) = pair();
@@ -545,6 +636,9 @@ mod tests {
         });
         let abandoned = echo.abandoned.lock().unwrap().clone();
         assert_eq!(abandoned, [("a log line", Abandoned::PeerGone)]);
+        wait_until("the stuck work to be cancelled", || {
+            echo.ended.load(std::sync::atomic::Ordering::SeqCst) == 1
+        });
         // Other connections are still served.
         let conn = connect(&plugin_end);
         wire::send(conn.as_fd(), &log("echo"), &[]).unwrap();
@@ -555,7 +649,8 @@ mod tests {
     #[test]
     fn connections_are_served_and_a_stop_ends_a_stuck_request() {
         let (helper_end, plugin_end) = pair();
-        let plane = ControlPlane::start(helper_end, Arc::new(Echo::default())).unwrap();
+        let echo = Arc::new(Echo::default());
+        let plane = ControlPlane::start(helper_end, echo.clone()).unwrap();
         // A connection sent over the connector is served.
         let mine = connect(&plugin_end);
         wire::send(mine.as_fd(), &log("echo"), &[]).unwrap();
@@ -571,6 +666,10 @@ mod tests {
         let err = wire::recv_msg::<Reply>(mine.as_fd()).unwrap_err();
         assert!(matches!(err, WireError::Closed), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
+        // The work itself was cancelled, not left running.
+        wait_until("the stuck work to be cancelled", || {
+            echo.ended.load(std::sync::atomic::Ordering::SeqCst) == 1
+        });
     }
 
     #[test]
@@ -579,7 +678,9 @@ mod tests {
         let plane = ControlPlane::start(helper_end, Arc::new(Echo::default())).unwrap();
         let conn = connect(&plugin_end);
         wire::send(conn.as_fd(), &log("late"), &[]).unwrap();
-        wait_until("the request to be taken", || *plane.in_flight.lock() == 1);
+        wait_until("the request to be taken", || {
+            plane.in_flight.lock().tokens.len() == 1
+        });
         assert!(plane.drain(Duration::from_secs(5)));
         drop(plane);
         let (reply, _): (Reply, Vec<OwnedFd>) = wire::recv_msg(conn.as_fd()).unwrap();
@@ -594,7 +695,9 @@ mod tests {
         assert!(plane.drain(Duration::from_millis(10)), "nothing in flight");
         let conn = connect(&plugin_end);
         wire::send(conn.as_fd(), &log("stuck"), &[]).unwrap();
-        wait_until("the request to be taken", || *plane.in_flight.lock() == 1);
+        wait_until("the request to be taken", || {
+            plane.in_flight.lock().tokens.len() == 1
+        });
         let started = std::time::Instant::now();
         assert!(!plane.drain(Duration::from_millis(200)));
         assert!(started.elapsed() >= Duration::from_millis(200));

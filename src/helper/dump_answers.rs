@@ -14,7 +14,7 @@ use super::fault::{self, FaultStep};
 use super::lifecycle::{Adopt, AdoptOutcome, DumpTasks};
 use super::parallel::in_parallel;
 use super::reply::{not_owned, ok, refuse};
-use super::shared::{lock, running, timed, Mode, Shared};
+use super::shared::{lock, running, timed, Answering, Mode};
 use super::HelperError;
 use crate::gpu::{DeviceFile, TaskDevice};
 use crate::transfer::{BufferKey, DumpWriter, TransferConfig};
@@ -22,25 +22,27 @@ use crate::transfer::{BufferKey, DumpWriter, TransferConfig};
 /// PAUSE_DEVICES for `pid`: the step before the freeze (the whole tree's, at the
 /// first one).
 pub(super) fn pause_devices(
-    shared: &Shared,
+    shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
     tree_paused: &AtomicBool,
     pid: i32,
 ) -> Result<Reply, HelperError> {
-    if !tree_paused.swap(true, Ordering::SeqCst) {
+    if !shared.live(|| tree_paused.swap(true, Ordering::SeqCst))? {
         // CRIU pauses the root first, with the tree still running: every task's
         // step before the freeze is taken now. Under `--freeze-cgroup` (runc's
         // CRIU) the other tasks are already frozen by their own PAUSE_DEVICES,
         // and a step that needs the task to run (a driver lock) would time out.
         pause_tree(shared, tasks, pid)?;
     }
-    if lock(tasks).confirm_ahead(pid) {
+    if shared.live(|| lock(tasks).confirm_ahead(pid))? {
         fault::check(FaultStep::Pause)?;
         return Ok(ok());
     }
     let paused = timed(shared, "pause", || shared.backend.pre_freeze(pid));
-    let ((), pause) = paused.inspect_err(|_| lock(tasks).pause_failed(pid))?;
-    lock(tasks).paused(pid, pause)?;
+    let ((), pause) = paused.inspect_err(|_| {
+        let _ = shared.live(|| lock(tasks).pause_failed(pid));
+    })?;
+    shared.live(|| lock(tasks).paused(pid, pause))??;
     fault::check(FaultStep::Pause)?;
     Ok(ok())
 }
@@ -48,12 +50,13 @@ pub(super) fn pause_devices(
 /// The threads CRIU must let run for the whole tree's checkpoint (the backend's
 /// restore threads of the tasks paused ahead).
 pub(super) fn tree_threads(
-    shared: &Shared,
+    shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
 ) -> Result<Reply, HelperError> {
     let mut run_threads = Vec::new();
     if shared.backend.whole_tree() {
         for pid in lock(tasks).to_checkpoint_ahead() {
+            shared.check()?;
             run_threads.extend(shared.backend.restore_thread(pid)?);
         }
     }
@@ -67,7 +70,7 @@ pub(super) fn tree_threads(
 /// The first CHECKPOINT_DEVICES of a dump, the tree frozen: the backend's checkpoint of
 /// every paused task at once.
 pub(super) fn checkpoint_tree(
-    shared: &Shared,
+    shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
 ) -> Result<Reply, HelperError> {
     dump_tree::checkpoint_tree(shared, tasks)?;
@@ -76,13 +79,13 @@ pub(super) fn checkpoint_tree(
 
 /// CHECKPOINT_DEVICES: a task's state and its first buffer fds.
 pub(super) fn checkpoint_devices(
-    shared: &Shared,
+    shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
     r: CheckpointDevices,
     fds: Vec<OwnedFd>,
 ) -> Result<Reply, HelperError> {
     let count = r.buffer_count as usize;
-    let ready = lock(tasks).checkpoint(r.pid, r.format, r.state, count, fds)?;
+    let ready = shared.live(|| lock(tasks).checkpoint(r.pid, r.format, r.state, count, fds))??;
     if let Some(task) = ready {
         adopt(shared, r.pid, task)?;
     }
@@ -91,12 +94,12 @@ pub(super) fn checkpoint_devices(
 
 /// More buffer fds of a task than one message carries.
 pub(super) fn dump_buffers(
-    shared: &Shared,
+    shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
     r: DumpBuffers,
     fds: Vec<OwnedFd>,
 ) -> Result<Reply, HelperError> {
-    let ready = lock(tasks).buffers(r.pid, r.first_index as usize, fds)?;
+    let ready = shared.live(|| lock(tasks).buffers(r.pid, r.first_index as usize, fds))??;
     if let Some(task) = ready {
         adopt(shared, r.pid, task)?;
     }
@@ -106,7 +109,7 @@ pub(super) fn dump_buffers(
 /// DUMP_EXT_FILE: a device file of a task, recorded with its role if the backend
 /// owns it.
 pub(super) fn dump_file(
-    shared: &Shared,
+    shared: &Answering<'_>,
     devices: &Mutex<BTreeMap<i32, TaskDevice>>,
     tasks: &Mutex<DumpTasks>,
     r: DumpFile,
@@ -116,6 +119,7 @@ pub(super) fn dump_file(
         return Ok(refuse("DumpFile without its fd"));
     };
     let candidates = lock(tasks).pids();
+    shared.check()?;
     let Some(owner) = shared.backend.file_owner(fd.as_fd(), &candidates)? else {
         return Ok(not_owned());
     };
@@ -129,11 +133,13 @@ pub(super) fn dump_file(
             .map(|p| p.display().to_string())
             .unwrap_or_default()
     });
-    task.device_files.push(DeviceFile {
-        id: r.id,
-        role,
-        path,
-    });
+    shared.live(|| {
+        task.device_files.push(DeviceFile {
+            id: r.id,
+            role,
+            path,
+        })
+    })?;
     fault::check(FaultStep::DumpFile)?;
     Ok(Reply {
         ok: true,
@@ -145,7 +151,7 @@ pub(super) fn dump_file(
 /// CRIU's `exit(DUMP)`: memory the driver still holds let go, and a tree that lives
 /// on given its devices (and memory) back.
 pub(super) fn dump_finished(
-    shared: &Shared,
+    shared: &Answering<'_>,
     writer: &RwLock<Option<DumpWriter>>,
     tasks: &Mutex<DumpTasks>,
     leave_running: bool,
@@ -156,6 +162,7 @@ pub(super) fn dump_finished(
     // The image is complete and CRIU kills the tree (CRIU's result does not say
     // whether post-dump went through: `kept` does).
     let lives_on = leave_running || r.ret != 0 || !kept.load(Ordering::SeqCst);
+    shared.check()?;
     let dumped = lock(tasks).pids();
     // Memory the driver still holds mapped (a copy that failed before the
     // operation was completed) is let go once copied, else given back.
@@ -174,11 +181,11 @@ pub(super) fn dump_finished(
         }
     }
     // Tasks paused ahead that CRIU never reached are not part of the dump.
-    let mut pids = lock(tasks).release_unconfirmed();
+    let mut pids = shared.live(|| lock(tasks).release_unconfirmed())?;
     if lives_on {
         // The tree lives on: every task the backend touched gets its device
         // back, even if one fails.
-        pids.extend(lock(tasks).release());
+        pids.extend(shared.live(|| lock(tasks).release())?);
     }
     let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid));
     failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
@@ -196,7 +203,7 @@ pub(super) fn dump_finished(
     match failures.into_iter().next() {
         Some(e) => {
             if lives_on {
-                *lock(&shared.give_back_failure) = Some(e.to_string());
+                let _ = shared.live(|| *lock(&shared.give_back_failure) = Some(e.to_string()));
             }
             Err(e)
         }
@@ -206,7 +213,7 @@ pub(super) fn dump_finished(
 
 /// Every fd of `pid`'s buffers is in: the gpucr half takes the task over and its
 /// buffers start moving into the image.
-fn adopt(shared: &Shared, pid: i32, task: Adopt) -> Result<(), HelperError> {
+fn adopt(shared: &Answering<'_>, pid: i32, task: Adopt) -> Result<(), HelperError> {
     let Mode::Dump {
         writer,
         devices,
@@ -234,18 +241,18 @@ fn adopt(shared: &Shared, pid: i32, task: Adopt) -> Result<(), HelperError> {
         Ok(None) => AdoptOutcome::NoDevice,
         Err(_) => AdoptOutcome::Failed,
     };
-    let recorded = lock(tasks).adopted(pid, outcome);
+    let recorded = shared.live(|| lock(tasks).adopted(pid, outcome));
     let device = adopted?;
-    recorded?;
+    recorded??;
     if let Some(device) = device {
-        lock(devices).insert(pid, device);
+        shared.live(|| lock(devices).insert(pid, device))?;
     }
     fault::check(FaultStep::Checkpoint)
 }
 
 /// The backend's part of [`adopt`]: the task's device, its buffers handed to `writer`.
 fn adopt_device(
-    shared: &Shared,
+    shared: &Answering<'_>,
     writer: &RwLock<Option<DumpWriter>>,
     pid: i32,
     task: Adopt,
@@ -267,18 +274,24 @@ fn adopt_device(
     // Buffers copied with the whole tree already have no source here, and a task whose
     // device memory its driver staged in its own memory has none at all: nothing moves,
     // so nothing is timed (and no "copy" is logged for it).
-    if !found.sources.is_empty() {
-        let bytes = found.sources.iter().map(|s| s.len()).sum();
-        lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
-    }
     let guard = writer.read().unwrap_or_else(|e| e.into_inner());
     let writer = running(&guard, "dump")?;
-    for (i, source) in found.sources.into_iter().enumerate() {
-        writer.add(
-            BufferKey::new(device.ns_pid, i as u32),
-            fault::source(source),
-        )?;
-    }
+    shared.live(|| {
+        if !found.sources.is_empty() {
+            let bytes = found.sources.iter().map(|s| s.len()).sum();
+            lock(&shared.timeline).begin(device.ns_pid, found.sources.len(), bytes);
+        }
+        found
+            .sources
+            .into_iter()
+            .enumerate()
+            .try_for_each(|(i, source)| {
+                writer.add(
+                    BufferKey::new(device.ns_pid, i as u32),
+                    fault::source(source),
+                )
+            })
+    })??;
     Ok(Some(device))
 }
 
@@ -293,8 +306,10 @@ mod tests {
     use gpucr_abi::proto::DeviceSpec;
 
     use super::*;
+    use crate::cancel::Cancel;
     use crate::gpu::{Backend, Checkpointed, GpuError, GpuRef};
     use crate::helper::lifecycle::DumpStage;
+    use crate::helper::shared::Shared;
     use crate::transfer::{no_events, BufferSink, BufferSource};
 
     /// Where taking a task over fails.
@@ -308,8 +323,9 @@ mod tests {
         None,
     }
 
-    /// A backend whose takeover of a task fails where it is told to.
-    struct Takeover(Failure);
+    /// A backend whose takeover of a task fails where it is told to; with a gate, the
+    /// takeover waits until the gate is opened (a message, or its sender dropped).
+    struct Takeover(Failure, Option<Mutex<std::sync::mpsc::Receiver<()>>>);
 
     impl Backend for Takeover {
         fn name(&self) -> &'static str {
@@ -337,6 +353,9 @@ mod tests {
             state: &[u8],
             _buffers: Vec<OwnedFd>,
         ) -> Result<Option<Checkpointed>, GpuError> {
+            if let Some(gate) = &self.1 {
+                let _ = gate.lock().unwrap().recv();
+            }
             if self.0 == Failure::Adopt {
                 return Err(GpuError::Task {
                     pid,
@@ -414,7 +433,12 @@ mod tests {
             state: vec![1],
             buffer_count: 0,
         };
-        checkpoint_devices(shared, tasks, request, Vec::new())
+        let cancel = Cancel::new();
+        let answering = Answering {
+            shared,
+            cancel: &cancel,
+        };
+        checkpoint_devices(&answering, tasks, request, Vec::new())
     }
 
     /// `pid`'s stage, by name, and whether its device is recorded.
@@ -429,7 +453,7 @@ mod tests {
     #[test]
     fn a_task_taken_over_is_recorded_with_its_device() {
         let image = tempfile::tempdir().unwrap();
-        let shared = dump(Takeover(Failure::None), image.path());
+        let shared = dump(Takeover(Failure::None, None), image.path());
         checkpoint(&shared, 10).unwrap();
         assert_eq!(recorded(&shared, 10), (Some("taken over"), true));
     }
@@ -441,7 +465,7 @@ mod tests {
             (Failure::HeldCopy, "the driver's mapped memory is gone"),
         ] {
             let image = tempfile::tempdir().unwrap();
-            let shared = dump(Takeover(failure), image.path());
+            let shared = dump(Takeover(failure, None), image.path());
             let err = checkpoint(&shared, 10).unwrap_err();
             assert!(err.to_string().contains(why), "{failure:?}: {err}");
             assert_eq!(
@@ -450,5 +474,58 @@ mod tests {
                 "{failure:?}: the task is no longer being taken over"
             );
         }
+    }
+
+    /// A request given up while the backend takes the task over (its time limit
+    /// passed): when the takeover completes late, the answer records nothing (the task
+    /// is still being taken over, no device is kept, no buffer goes to the writer) and
+    /// the operation's failure is the abandonment, not the late answer's.
+    #[test]
+    fn a_takeover_completing_after_its_request_was_given_up_changes_nothing() {
+        use crate::helper::control::{Abandoned, Handler};
+        let image = tempfile::tempdir().unwrap();
+        let (open, gate) = std::sync::mpsc::channel();
+        let shared = Arc::new(dump(
+            Takeover(Failure::None, Some(Mutex::new(gate))),
+            image.path(),
+        ));
+        let cancel = Cancel::new();
+        let late = {
+            let (shared, cancel) = (shared.clone(), cancel.clone());
+            std::thread::spawn(move || {
+                let Mode::Dump { tasks, .. } = &shared.mode else {
+                    unreachable!("a dump");
+                };
+                let request = CheckpointDevices {
+                    pid: 10,
+                    format: "takeover/1".into(),
+                    state: vec![1],
+                    buffer_count: 0,
+                };
+                let answering = Answering {
+                    shared: &shared,
+                    cancel: &cancel,
+                };
+                checkpoint_devices(&answering, tasks, request, Vec::new())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(recorded(&shared, 10), (Some("being taken over"), false));
+        let why = Abandoned::TimedOut(Duration::from_millis(50));
+        shared.abandoned(4242, "CHECKPOINT_DEVICES", why, &cancel);
+        open.send(()).unwrap();
+        let answer = late.join().unwrap();
+        let err = answer.unwrap_err();
+        assert!(err.to_string().starts_with("given up"), "{err}");
+        assert_eq!(
+            recorded(&shared, 10),
+            (Some("being taken over"), false),
+            "the late takeover changed the task's state"
+        );
+        let failure = lock(&shared.failure).take().unwrap().to_string();
+        assert!(
+            failure.contains("CHECKPOINT_DEVICES (plugin in pid 4242)"),
+            "{failure}"
+        );
     }
 }

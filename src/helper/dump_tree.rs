@@ -8,7 +8,7 @@ use std::sync::{Mutex, RwLock};
 use super::fault;
 use super::lifecycle::DumpTasks;
 use super::parallel::in_parallel;
-use super::shared::{lock, timed, Mode, Shared};
+use super::shared::{lock, timed, Answering, Mode};
 use super::timeline::counting;
 use super::HelperError;
 use crate::gpu::Operation;
@@ -21,7 +21,7 @@ use crate::transfer::{no_events, BufferKey, DumpWriter, Restorer};
 /// dump like the others; the first failure fails this PAUSE_DEVICES, so CRIU gives up
 /// at once. A task that exited meanwhile is no failure: CRIU will not dump it.
 pub(super) fn pause_tree(
-    shared: &Shared,
+    shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
     root: i32,
 ) -> Result<(), HelperError> {
@@ -29,29 +29,31 @@ pub(super) fn pause_tree(
     let outcomes = in_parallel(&pids, |pid| {
         timed(shared, "pause", || shared.backend.pre_freeze(pid))
     });
-    let mut first_error = None;
-    let mut tasks = lock(tasks);
-    for (pid, outcome) in pids.into_iter().zip(outcomes) {
-        match outcome {
-            Ok(((), pause)) => tasks.paused_ahead(pid, pause)?,
-            Err(_) if !crate::target::is_running(pid) => {}
-            Err(e) => {
-                tasks.pause_failed(pid);
-                first_error.get_or_insert(e);
+    shared.live(|| {
+        let mut first_error = None;
+        let mut tasks = lock(tasks);
+        for (pid, outcome) in pids.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(((), pause)) => tasks.paused_ahead(pid, pause)?,
+                Err(_) if !crate::target::is_running(pid) => {}
+                Err(e) => {
+                    tasks.pause_failed(pid);
+                    first_error.get_or_insert(e);
+                }
             }
         }
-    }
-    match first_error {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    })?
 }
 
 /// The tree is frozen (the first CHECKPOINT_DEVICES, the threads the backend needs let
 /// run by the plugin): the backend's checkpoint of every paused task at once. The first
 /// failure fails the request, so CRIU gives up; every task is given back after the dump.
 pub(super) fn checkpoint_tree(
-    shared: &Shared,
+    shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
 ) -> Result<(), HelperError> {
     let pids = lock(tasks).to_checkpoint_ahead();
@@ -62,7 +64,7 @@ pub(super) fn checkpoint_tree(
     });
     let mut first_error: Option<HelperError> = None;
     let mut checkpointed = Vec::new();
-    {
+    shared.live(|| {
         let mut tasks = lock(tasks);
         for (pid, outcome) in pids.into_iter().zip(outcomes) {
             match outcome {
@@ -72,22 +74,22 @@ pub(super) fn checkpoint_tree(
                 }
                 Err(e) => {
                     tasks.checkpointed_ahead(pid, Err(()));
-                    first_error.get_or_insert(e.into());
+                    first_error.get_or_insert(e);
                 }
             }
         }
-    }
+    })?;
     // With the restore threads still running: memory the driver mapped here (custom
     // storage) is copied into the image and let go, before CRIU dumps the tasks.
     match copy_held(shared, &checkpointed) {
-        Ok(logged) => {
+        Ok(logged) => shared.live(|| {
             let mut tasks = lock(tasks);
             for (pid, operations) in logged {
                 for operation in operations {
                     tasks.log(pid, operation);
                 }
             }
-        }
+        })?,
         Err(e) => {
             first_error.get_or_insert(e);
         }
@@ -103,7 +105,7 @@ pub(super) fn checkpoint_tree(
 /// such task's "copy" and "complete" operations are returned), or, when the copy
 /// failed, give it back to the tasks and fail.
 pub(super) fn copy_held(
-    shared: &Shared,
+    shared: &Answering<'_>,
     pids: &[i32],
 ) -> Result<Vec<(i32, Vec<Operation>)>, HelperError> {
     let Mode::Dump { writer, .. } = &shared.mode else {
@@ -117,17 +119,20 @@ pub(super) fn copy_held(
             .as_ref()
             .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
         for &pid in pids {
+            shared.check()?;
             let sources = shared.backend.held_sources(pid)?;
             if sources.is_empty() {
                 continue;
             }
             held.push(pid);
             let ns_pid = crate::gpu::ns_pid(pid)?;
-            let bytes = sources.iter().map(|s| s.len()).sum();
-            lock(&shared.timeline).begin(ns_pid, sources.len(), bytes);
-            for (i, source) in sources.into_iter().enumerate() {
-                writer.add(BufferKey::new(ns_pid, i as u32), fault::source(source))?;
-            }
+            shared.live(|| {
+                let bytes = sources.iter().map(|s| s.len()).sum();
+                lock(&shared.timeline).begin(ns_pid, sources.len(), bytes);
+                sources.into_iter().enumerate().try_for_each(|(i, source)| {
+                    writer.add(BufferKey::new(ns_pid, i as u32), fault::source(source))
+                })
+            })??;
         }
         if !held.is_empty() {
             writer.wait_idle()?;
@@ -152,7 +157,7 @@ pub(super) fn copy_held(
         match outcome {
             Ok((_, operation)) => logged.push((pid, vec![copy.clone(), operation])),
             Err(e) => {
-                first_error.get_or_insert(e.into());
+                first_error.get_or_insert(e);
             }
         }
     }
@@ -167,13 +172,14 @@ pub(super) fn copy_held(
 /// first if it is not yet (an index written, though the image stays incomplete) and
 /// `gpu/` read back with a restorer.
 pub(super) fn refill_from_image(
-    shared: &Shared,
+    shared: &Answering<'_>,
     writer: &RwLock<Option<DumpWriter>>,
     image: &(std::path::PathBuf, crate::transfer::TransferConfig),
     pids: &[i32],
 ) -> Result<(), HelperError> {
     let mut refills = Vec::new();
     for &pid in pids {
+        shared.check()?;
         let sinks = shared.backend.refill_sinks(pid)?;
         if !sinks.is_empty() {
             refills.push((pid, sinks));
@@ -199,7 +205,7 @@ pub(super) fn refill_from_image(
             keys.push(key);
         }
     }
-    restorer.wait(&keys)?;
+    restorer.wait_or_cancel(&keys, shared.cancel)?;
     restorer.finish_attached()?;
     Ok(())
 }

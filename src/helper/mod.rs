@@ -65,6 +65,9 @@ pub enum HelperError {
     Device(String),
     #[error(transparent)]
     Lifecycle(#[from] lifecycle::LifecycleError),
+    /// The request was given up (timed out, its plugin gone, the helper stopped).
+    #[error("given up: {0}")]
+    Abandoned(#[from] crate::cancel::Cancelled),
 }
 
 impl crate::exit_code::ExitCode for HelperError {
@@ -80,7 +83,8 @@ impl crate::exit_code::ExitCode for HelperError {
             | HelperError::Io { .. }
             | HelperError::Socket { .. }
             | HelperError::Failed(_)
-            | HelperError::Lifecycle(_) => crate::exit_code::FAILURE,
+            | HelperError::Lifecycle(_)
+            | HelperError::Abandoned(_) => crate::exit_code::FAILURE,
         }
     }
 }

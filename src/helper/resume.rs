@@ -8,7 +8,7 @@ use std::sync::{Mutex, RwLock};
 use super::fault::{self, FaultStep};
 use super::lifecycle::RestoreTasks;
 use super::parallel::in_parallel;
-use super::shared::{lock, running, Shared};
+use super::shared::{lock, running, Answering};
 use super::HelperError;
 use crate::gpu::TaskDevice;
 use crate::transfer::{BufferKey, Restorer};
@@ -16,12 +16,13 @@ use crate::transfer::{BufferKey, Restorer};
 /// Bring restored task `task` (host pid `pid`) back on its device once its buffers
 /// are written.
 pub(super) fn resume(
-    shared: &Shared,
+    shared: &Answering<'_>,
     restorer: &RwLock<Option<Restorer>>,
     pid: i32,
     task: &TaskDevice,
 ) -> Result<(), HelperError> {
     let keys: Vec<BufferKey> = task_keys(task).collect();
+    shared.check()?;
     let sinks = shared.backend.resume_sinks(pid, task)?;
     {
         let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
@@ -37,15 +38,18 @@ pub(super) fn resume(
                 keys.len()
             )));
         }
-        if !sinks.is_empty() {
-            let bytes = sinks.iter().map(|s| s.len()).sum();
-            lock(&shared.timeline).begin(task.ns_pid, sinks.len(), bytes);
-        }
-        for (key, sink) in keys.iter().zip(sinks) {
-            restorer.attach(*key, fault::sink(sink))?;
-        }
-        restorer.wait(&keys)?;
+        shared.live(|| {
+            if !sinks.is_empty() {
+                let bytes = sinks.iter().map(|s| s.len()).sum();
+                lock(&shared.timeline).begin(task.ns_pid, sinks.len(), bytes);
+            }
+            keys.iter()
+                .zip(sinks)
+                .try_for_each(|(key, sink)| restorer.attach(*key, fault::sink(sink)))
+        })??;
+        restorer.wait_or_cancel(&keys, shared.cancel)?;
     }
+    shared.check()?;
     shared.backend.resume_task(pid, task)?;
     fault::check(FaultStep::Resume)
 }
@@ -59,7 +63,11 @@ pub(super) fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + 
 /// every task restored and stopped: the tasks of the tree rooted at `root` (host pids)
 /// that the helper brings back at once, ahead of their own hooks (those without device
 /// files, still waiting). None for other backends.
-pub(super) fn resume_ahead(shared: &Shared, tasks: &Mutex<RestoreTasks>, root: i32) -> Vec<i32> {
+pub(super) fn resume_ahead(
+    shared: &Answering<'_>,
+    tasks: &Mutex<RestoreTasks>,
+    root: i32,
+) -> Vec<i32> {
     if !shared.backend.whole_tree() {
         return Vec::new();
     }
@@ -77,7 +85,7 @@ pub(super) fn resume_ahead(shared: &Shared, tasks: &Mutex<RestoreTasks>, root: i
 /// done. A task that fails is marked so (the restore then fails before any task runs);
 /// the first failure is returned.
 pub(super) fn resume_tree(
-    shared: &Shared,
+    shared: &Answering<'_>,
     restorer: &RwLock<Option<Restorer>>,
     devices: &[TaskDevice],
     tasks: &Mutex<RestoreTasks>,
@@ -86,7 +94,7 @@ pub(super) fn resume_tree(
     let mut taken = BTreeMap::new();
     for &pid in pids {
         let ns_pid = crate::gpu::ns_pid(pid).ok();
-        if let Some(index) = lock(tasks).resuming(pid, ns_pid)? {
+        if let Some(index) = shared.live(|| lock(tasks).resuming(pid, ns_pid))?? {
             taken.insert(pid, index);
         }
     }
@@ -96,7 +104,7 @@ pub(super) fn resume_tree(
     in_parallel(&pids, |pid| {
         let index = taken[&pid];
         let resumed = resume(shared, restorer, pid, &devices[index]);
-        lock(tasks).resumed(index, resumed.is_ok());
+        let _ = shared.live(|| lock(tasks).resumed(index, resumed.is_ok()));
         if let Err(e) = resumed {
             lock(&first_failure).get_or_insert(e);
         }

@@ -14,9 +14,10 @@ use super::control::{Abandoned, ControlPlane, Handler};
 use super::lifecycle::DumpStage;
 use super::reply::{ok, refuse};
 use super::resume::task_keys;
-use super::shared::{lock, running, EngineCall, Mode, Shared};
+use super::shared::{lock, running, Answering, EngineCall, Mode, Shared};
 use super::timeline::Timeline;
 use super::{dump_answers, restore_answers, HelperError};
+use crate::cancel::Cancel;
 use crate::gpu::{Backend, DeviceFile, Operation, TaskDevice, TaskTiming};
 use crate::transfer::{BufferKey, DumpWriter, GpuStats, Restorer};
 
@@ -28,8 +29,12 @@ pub struct DumpOutcome {
 }
 
 impl Handler for Shared {
-    fn answer(&self, req: Request, fds: Vec<OwnedFd>, peer: i32) -> Reply {
-        match handle(self, req, fds, peer) {
+    fn answer(&self, req: Request, fds: Vec<OwnedFd>, peer: i32, cancel: &Cancel) -> Reply {
+        let answering = Answering {
+            shared: self,
+            cancel,
+        };
+        match handle(&answering, req, fds, peer) {
             Ok(reply) => reply,
             Err(e) => {
                 let text = e.to_string();
@@ -62,10 +67,13 @@ impl Handler for Shared {
         }
     }
 
-    fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned) {
+    fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned, cancel: &Cancel) {
+        // Recorded first: the answer left running fails with "given up" once the token
+        // is cancelled, and only the first failure is kept.
         self.fail(HelperError::Failed(format!(
             "{what} (plugin in pid {peer}): {why}"
         )));
+        cancel.cancel(why.to_string());
     }
 }
 
@@ -319,7 +327,11 @@ impl Helper {
 }
 
 /// Hand an engine step to the engine helper's main thread and wait for its answer.
-fn engine_step(shared: &Shared, step: gpucr_abi::proto::EngineStep) -> Result<Reply, HelperError> {
+fn engine_step(
+    shared: &Answering<'_>,
+    step: gpucr_abi::proto::EngineStep,
+) -> Result<Reply, HelperError> {
+    shared.check()?;
     let Some(engine) = lock(&shared.engine).clone() else {
         return Ok(refuse("engine step outside engine mode"));
     };
@@ -342,7 +354,7 @@ fn engine_step(shared: &Shared, step: gpucr_abi::proto::EngineStep) -> Result<Re
 }
 
 fn handle(
-    shared: &Shared,
+    shared: &Answering<'_>,
     req: Request,
     fds: Vec<OwnedFd>,
     peer: i32,
@@ -418,7 +430,7 @@ fn handle(
             request::Kind::ResumeTree(r),
         ) => restore_answers::resume_whole_tree(shared, restorer, devices, tasks, r),
         (Mode::Restore { tasks, .. }, request::Kind::ResumeFailed(r)) => {
-            restore_answers::resume_failed(tasks, r)
+            restore_answers::resume_failed(shared, tasks, r)
         }
         (
             Mode::Dump {
@@ -432,6 +444,7 @@ fn handle(
             request::Kind::DumpFinished(r),
         ) => dump_answers::dump_finished(shared, writer, tasks, *leave_running, kept, image, r),
         (_, request::Kind::RestoreThread(r)) => {
+            shared.check()?;
             let tid = shared.backend.restore_thread(r.pid)?;
             Ok(Reply {
                 ok: true,

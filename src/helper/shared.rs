@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::lifecycle::{DumpTasks, RestoreTasks};
 use super::timeline::Timeline;
 use super::HelperError;
+use crate::cancel::Cancel;
 use crate::gpu::{Backend, Operation, TaskDevice};
 use crate::transfer::{DumpWriter, Restorer};
 
@@ -96,6 +97,36 @@ pub struct EngineCall {
     pub reply: std::sync::mpsc::Sender<Result<(), String>>,
 }
 
+/// One request of the plugin being answered: the operation's state ([`Shared`], which
+/// it derefs to) and the request's cancellation token. Every change an answer makes to
+/// the operation's state goes through [`Answering::live`], and every backend call
+/// starts with [`Answering::check`]: once the request is given up, its answer changes
+/// nothing and calls nothing more.
+pub(super) struct Answering<'a> {
+    pub(super) shared: &'a Shared,
+    pub(super) cancel: &'a Cancel,
+}
+
+impl std::ops::Deref for Answering<'_> {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        self.shared
+    }
+}
+
+impl Answering<'_> {
+    /// Run `change` of the operation's state unless the request was given up.
+    pub(super) fn live<T>(&self, change: impl FnOnce() -> T) -> Result<T, HelperError> {
+        Ok(self.cancel.live(change)?)
+    }
+
+    /// Ok unless the request was given up.
+    pub(super) fn check(&self) -> Result<(), HelperError> {
+        Ok(self.cancel.check()?)
+    }
+}
+
 pub(super) struct Shared {
     /// Engine mode: where engine steps go (see [`super::Helper::engine_steps`]).
     pub(super) engine: Mutex<Option<std::sync::mpsc::Sender<EngineCall>>>,
@@ -149,10 +180,11 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Run one backend operation, timed on the helper's clock; its log entry when it
 /// succeeded (a failed one fails the dump, which keeps no log).
 pub(super) fn timed<T>(
-    shared: &Shared,
+    shared: &Answering<'_>,
     name: &str,
     operation: impl FnOnce() -> Result<T, crate::gpu::GpuError>,
-) -> Result<(T, Operation), crate::gpu::GpuError> {
+) -> Result<(T, Operation), HelperError> {
+    shared.check()?;
     let start_ms = lock(&shared.timeline).ms();
     let started = Instant::now();
     let value = operation()?;

@@ -646,6 +646,52 @@ impl Restorer {
         }
     }
 
+    /// [`Restorer::wait`], given up when `cancel` is: the wait ends at once then (the
+    /// cancellation notifies the restore's condition variable) with
+    /// [`TransferError::Cancelled`]; the restore itself goes on.
+    pub fn wait_or_cancel(
+        &self,
+        keys: &[BufferKey],
+        cancel: &crate::cancel::Cancel,
+    ) -> Result<(), TransferError> {
+        let given_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        {
+            let (given_up, shared) = (given_up.clone(), self.shared.clone());
+            cancel.on_cancel(move || {
+                given_up.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _state = shared.lock();
+                shared.done.notify_all();
+            });
+        }
+        let shared = &self.shared;
+        let ids = keys
+            .iter()
+            .map(|&key| {
+                shared
+                    .by_key
+                    .get(&key)
+                    .copied()
+                    .ok_or(TransferError::UnknownBuffer { key })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut state = shared.lock();
+        loop {
+            if let Some(e) = &state.error {
+                return Err(e.clone());
+            }
+            if ids.iter().all(|&b| state.buffers[b].complete) {
+                return Ok(());
+            }
+            if given_up.load(std::sync::atomic::Ordering::SeqCst) {
+                // The reason is read without the restore's lock held.
+                drop(state);
+                let reason = cancel.check().err().map_or_else(String::new, |c| c.0);
+                return Err(TransferError::Cancelled { reason });
+            }
+            state = shared.done.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
     /// A handle that cancels this restore from another thread.
     pub fn canceller(&self) -> super::Canceller {
         let shared = self.shared.clone();

@@ -1,0 +1,201 @@
+//! A cancellation token for one piece of work (a request of the plugin the helper
+//! answers): cancelled once, for good, with a reason; cheap to clone and to check.
+//!
+//! Three things make it reach the work, not only the future that waited for it:
+//! * [`Cancel::live`] runs a change of shared state only while the token is not
+//!   cancelled, and [`Cancel::cancel`] waits for a change in progress: once `cancel`
+//!   has returned, no change of the cancelled work runs.
+//! * [`Cancel::on_cancel`] registers a wake-up (a condition variable to notify), so a
+//!   blocked wait ends at once instead of polling.
+//! * [`Cancel::sleep`] is a sleep that a cancellation ends.
+//!
+//! This module is a leaf: it imports nothing of gpucr.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Why a piece of work was given up (the reason its token was cancelled with).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Cancelled(pub String);
+
+/// A cancellation token (see the module's documentation).
+#[derive(Clone, Default)]
+pub struct Cancel(Arc<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    reason: Option<String>,
+    wakers: Vec<Box<dyn Fn() + Send>>,
+}
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Cancel").field(&self.lock().reason).finish()
+    }
+}
+
+impl Cancel {
+    /// A token not cancelled yet.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cancel with `reason` (the first reason is kept): waits for a [`Cancel::live`]
+    /// change in progress, then wakes every registered waiter and sleeper.
+    pub fn cancel(&self, reason: impl Into<String>) {
+        let wakers = {
+            let mut state = self.lock();
+            if state.reason.is_some() {
+                return;
+            }
+            state.reason = Some(reason.into());
+            std::mem::take(&mut state.wakers)
+        };
+        self.0.changed.notify_all();
+        for wake in wakers {
+            wake();
+        }
+    }
+
+    /// Whether it was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.lock().reason.is_some()
+    }
+
+    /// Ok while not cancelled, else why it was.
+    pub fn check(&self) -> Result<(), Cancelled> {
+        match &self.lock().reason {
+            Some(reason) => Err(Cancelled(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Run `change` unless cancelled. A cancellation waits for a change in progress, so
+    /// a change either runs entirely before the cancellation or not at all. `change`
+    /// must be short and must not cancel this token.
+    pub fn live<T>(&self, change: impl FnOnce() -> T) -> Result<T, Cancelled> {
+        let state = self.lock();
+        if let Some(reason) = &state.reason {
+            return Err(Cancelled(reason.clone()));
+        }
+        let value = change();
+        drop(state);
+        Ok(value)
+    }
+
+    /// Call `wake` once when the token is cancelled (at once if it is already). A wait
+    /// on a condition variable registers its notification here, so that it ends
+    /// without polling.
+    pub fn on_cancel(&self, wake: impl Fn() + Send + 'static) {
+        let mut state = self.lock();
+        if state.reason.is_some() {
+            drop(state);
+            wake();
+            return;
+        }
+        state.wakers.push(Box::new(wake));
+    }
+
+    /// Sleep for `duration`, or less if the token is cancelled meanwhile: Err then.
+    pub fn sleep(&self, duration: Duration) -> Result<(), Cancelled> {
+        let deadline = Instant::now() + duration;
+        let mut state = self.lock();
+        loop {
+            if let Some(reason) = &state.reason {
+                return Err(Cancelled(reason.clone()));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            state = self
+                .0
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn the_first_reason_is_kept_and_changes_stop() {
+        let c = Cancel::new();
+        assert_eq!(c.live(|| 1), Ok(1));
+        c.cancel("timed out");
+        c.cancel("the helper stopped");
+        assert_eq!(c.check(), Err(Cancelled("timed out".into())));
+        let ran = AtomicUsize::new(0);
+        assert!(c.live(|| ran.fetch_add(1, Ordering::SeqCst)).is_err());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_cancellation_waits_for_a_change_in_progress() {
+        let c = Cancel::new();
+        let done = Arc::new(AtomicUsize::new(0));
+        let (c2, done2) = (c.clone(), done.clone());
+        let (started, wait_started) = std::sync::mpsc::channel();
+        let change = std::thread::spawn(move || {
+            c2.live(|| {
+                started.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                done2.store(1, Ordering::SeqCst);
+            })
+        });
+        wait_started.recv().unwrap();
+        c.cancel("given up");
+        // The change that was running finished before `cancel` returned.
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+        assert!(change.join().unwrap().is_ok());
+    }
+
+    #[test]
+    fn a_sleep_and_a_registered_wait_end_at_the_cancellation() {
+        let c = Cancel::new();
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = woken.clone();
+        c.on_cancel(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        });
+        let c2 = c.clone();
+        let started = Instant::now();
+        let sleeper = std::thread::spawn(move || c2.sleep(Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(50));
+        c.cancel("stop");
+        assert_eq!(
+            sleeper.join().unwrap(),
+            Err(Cancelled("stop".into())),
+            "the sleep ended early"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        // Registered after the cancellation: called at once.
+        let w = woken.clone();
+        c.on_cancel(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(woken.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            c.sleep(Duration::from_secs(60)),
+            Err(Cancelled("stop".into()))
+        );
+    }
+}
