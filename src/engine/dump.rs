@@ -19,14 +19,11 @@
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::mpsc::RecvTimeoutError;
-use std::time::Duration;
 
 use gpucr_abi::proto::engine_step::Step;
 
-use super::{
-    criu_alive, criu_version, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT,
-};
+use super::events::{events, Event};
+use super::{criu_version, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
 use crate::dump::{is_pages_file, write_manifest, DumpDevices, ImageFacts, PostDump};
 use crate::gpu;
 use crate::helper::{EngineCall, GpuDump, Session};
@@ -64,7 +61,7 @@ pub fn serve(
         true,
         settings.device_timeout,
     )?;
-    let steps = gpu.engine_steps();
+    let steps = events(gpu.engine_steps(), args.criu_pid);
     let mut follower =
         (!settings.no_page_checksums).then(|| Follower::start(dir.to_path_buf(), is_pages_file));
     let criu_version = criu_version(args.criu_pid);
@@ -72,10 +69,9 @@ pub fn serve(
 
     let mut post = PostDump::new(dir, Some(&gpu as &dyn DumpDevices));
     loop {
-        let call = match steps.recv_timeout(Duration::from_millis(500)) {
-            Ok(call) => call,
-            Err(RecvTimeoutError::Timeout) if criu_alive(args.criu_pid) => continue,
-            Err(_) => {
+        let call = match steps.recv() {
+            Ok(Event::Step(call)) => call,
+            Ok(Event::CriuGone) | Err(_) => {
                 // CRIU went away without the plugin's last step.
                 let _ = dir::mark_incomplete(dir, "CRIU stopped before the dump finished");
                 return Ok(());

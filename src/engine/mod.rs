@@ -15,6 +15,7 @@
 //! docs/containers.md).
 
 mod dump;
+mod events;
 mod restore;
 mod settings;
 mod status;
@@ -146,11 +147,6 @@ fn log_step(
         started.elapsed().as_secs_f64() * 1e3,
         answer.as_ref().map_or_else(|e| e.as_str(), |()| "ok")
     );
-}
-
-/// Whether the CRIU that started the helper still runs.
-fn criu_alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
 }
 
 /// CRIU's version, from its binary (`/proc/PID/exe --version`).

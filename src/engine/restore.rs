@@ -9,12 +9,11 @@
 //! * RESTORE_DONE, from the plugin's exit hook: the image is closed and the helper ends.
 
 use std::os::fd::OwnedFd;
-use std::sync::mpsc::RecvTimeoutError;
-use std::time::Duration;
 
 use gpucr_abi::proto::engine_step::Step;
 
-use super::{criu_alive, log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
+use super::events::{events, Event};
+use super::{log_step, EngineError, EngineSettings, StatusPipe, LAST_REPLY_LIMIT};
 use crate::helper::{EngineCall, GpuRestore, RestoreSettings, Session};
 use crate::progress::Progress;
 use crate::restore::{load_verified, prepare_gpu, Loaded, RestoreOptions};
@@ -54,13 +53,12 @@ pub fn serve(
         },
         progress.gpu_events(),
     )?;
-    let steps = restore.engine_steps();
+    let steps = events(restore.engine_steps(), args.criu_pid);
     status.ready(name);
     loop {
-        let call = match steps.recv_timeout(Duration::from_millis(500)) {
-            Ok(call) => call,
-            Err(RecvTimeoutError::Timeout) if criu_alive(args.criu_pid) => continue,
-            Err(_) => return Ok(()),
+        let call = match steps.recv() {
+            Ok(Event::Step(call)) => call,
+            Ok(Event::CriuGone) | Err(_) => return Ok(()),
         };
         let EngineCall { step, ret, reply } = call;
         let started = std::time::Instant::now();
