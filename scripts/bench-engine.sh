@@ -103,6 +103,10 @@ cp "$target/examples/sim_workload" "$root/bin/sim_workload"
 tar -C "$root" -cf "$work/rootfs.tar" .
 podman import -q "$work/rootfs.tar" "$image" >/dev/null
 
+ulimits=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+# The simulator's roots first: install-plugin checks that GPUCR_SIM_ROOT is a directory.
+mkdir -p "$sim_ctr" "$sim_host" "$sim_ctr0" "$sim_host0" "$work/state-ctr" "$work/state-host" \
+    "$work/state-ctr0" "$work/state-host0" "$work/state-plain"
 log "installing the plugin for engine mode into $work/criu-libs"
 "$gpucr" install-plugin --criu-libdir "$work/criu-libs" --setting "GPUCR_SIM_ROOT=$sim_ctr" >/dev/null
 printf 'libdir %s\n' "$work/criu-libs" >"$work/criu.conf"
@@ -111,9 +115,6 @@ printf 'libdir %s\n' "$work/criu-libs" >"$work/criu.conf"
 "$gpucr" install-plugin --criu-libdir "$work/criu-libs0" --setting "GPUCR_SIM_ROOT=$sim_ctr0" >/dev/null
 printf 'libdir %s\n' "$work/criu-libs0" >"$work/criu0.conf"
 
-ulimits=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
-mkdir -p "$sim_ctr" "$sim_host" "$sim_ctr0" "$sim_host0" "$work/state-ctr" "$work/state-host" \
-    "$work/state-ctr0" "$work/state-host0" "$work/state-plain"
 log "starting the container with $mib MiB of GPU memory"
 podman run -d --name "$ctr" --annotation "org.criu.config=$work/criu.conf" "${ulimits[@]}" \
     --device /dev/fuse -v "$work/state-ctr:/state" -v "$sim_ctr:$sim_ctr" -e "GPUCR_SIM_ROOT=$sim_ctr" \

@@ -120,9 +120,10 @@ fn install_plugin_refuses_a_file_as_libdir_and_bad_settings() {
 }
 
 /// `install-plugin` checks the backends' variables with the parsers the backends read
-/// them with at the dump or restore, and refuses a `GPUCR_*` name engine mode does not
-/// read (a misspelt one), naming the ones it reads: exit 2, the setting named, nothing
-/// written. Good values are written to the settings file.
+/// them with at the dump or restore, and the paths engine mode opens for what they must
+/// name, and refuses a `GPUCR_*` name engine mode does not read (a misspelt one),
+/// naming the ones it reads: exit 2, the setting named, nothing written. Good values
+/// are written to the settings file.
 #[test]
 fn install_plugin_refuses_bad_backend_settings_and_unknown_names() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,6 +153,15 @@ fn install_plugin_refuses_bad_backend_settings_and_unknown_names() {
             "GPUCR_SIM_DRIVER_TIMEOUT=\"0\": not a positive number of seconds",
         ),
         (
+            "GPUCR_ENGINE_LOG=/nonexistent/gpucr/engine.log",
+            "GPUCR_ENGINE_LOG=\"/nonexistent/gpucr/engine.log\": /nonexistent/gpucr does not \
+             exist",
+        ),
+        (
+            "GPUCR_BIN=gpucr",
+            "GPUCR_BIN=\"gpucr\": not an absolute path",
+        ),
+        (
             "GPUCR_COMPRES=zstd",
             "GPUCR_COMPRES: not a setting engine mode reads (did you mean \
              GPUCR_COMPRESS?); the GPUCR_* settings are GPUCR_COMPRESS, GPUCR_JOBS, \
@@ -163,11 +173,16 @@ fn install_plugin_refuses_bad_backend_settings_and_unknown_names() {
         assert!(!libdir.exists(), "{setting}: nothing is written");
     }
 
+    let log = format!(
+        "GPUCR_ENGINE_LOG={}",
+        dir.path().join("engine.log").display()
+    );
     let out = install(&[
         "GPUCR_AMDGPU_RINGS=0,1",
         "GPUCR_AMDGPU_FENCE_TIMEOUT=45s",
         "GPUCR_SIM_COPY_BW=20MiB",
         "GPUCR_SIM_DRIVER_TIMEOUT=2.5",
+        &log,
     ]);
     assert_success(&out);
     let written = fs::read_to_string(libdir.join("gpucr_plugin.conf")).unwrap();
@@ -176,6 +191,7 @@ fn install_plugin_refuses_bad_backend_settings_and_unknown_names() {
         "GPUCR_AMDGPU_FENCE_TIMEOUT=45s\n",
         "GPUCR_SIM_COPY_BW=20MiB\n",
         "GPUCR_SIM_DRIVER_TIMEOUT=2.5\n",
+        &format!("{log}\n"),
     ] {
         assert!(written.contains(line), "{line:?} in {written}");
     }

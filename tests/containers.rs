@@ -241,6 +241,8 @@ impl PluginDir {
     fn install(tag: &str, settings: &[&str]) -> PluginDir {
         let dir = setup().dir.join(format!("plugin-{tag}"));
         let _ = fs::remove_dir_all(&dir);
+        // The engine log's directory must be there: install-plugin checks it.
+        fs::create_dir_all(&dir).unwrap();
         let libs = dir.join("criu-libs");
         let engine_log = dir.join("engine.log");
         let log_setting = format!("GPUCR_ENGINE_LOG={}", engine_log.display());

@@ -83,7 +83,7 @@ mod tests {
             ("GPUCR_JOBS".into(), "4".into())
         );
         assert!(parse_setting("GPUCR_COMPRESS=zstd:19").is_ok());
-        assert!(parse_setting("GPUCR_SIM_ROOT=/x").is_ok());
+        assert!(parse_setting("GPUCR_SIM_ROOT=/").is_ok());
         for (text, named) in [
             ("GPUCR_JOBS=abc", "GPUCR_JOBS=\"abc\""),
             ("GPUCR_COMPRESS=zstd:99", "GPUCR_COMPRESS=\"zstd:99\""),
@@ -91,6 +91,10 @@ mod tests {
             ("KFD_NUMA_CHECK=perhaps", "KFD_NUMA_CHECK=\"perhaps\""),
             ("GPUCR_AMDGPU_RINGS=x", "GPUCR_AMDGPU_RINGS=\"x\""),
             ("GPUCR_SIM_COPY_BW=fast", "GPUCR_SIM_COPY_BW=\"fast\""),
+            (
+                "GPUCR_SIM_ROOT=sim",
+                "GPUCR_SIM_ROOT=\"sim\": not an absolute path",
+            ),
             ("GPUCR_COMPRES=zstd", "GPUCR_COMPRES: not a setting"),
         ] {
             let err = parse_setting(text).unwrap_err();

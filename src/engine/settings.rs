@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use gpucr_abi::engine::{ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG};
 use gpucr_abi::env::{engine_reads, engine_settings_text};
+use gpucr_abi::fault::{FaultStep, ENV_FAULT};
 use gpucr_topology::{CheckName, Checks};
 
 use crate::gpu::{amdgpu, sim};
@@ -97,12 +99,18 @@ impl EngineSettings {
 
 /// Check the setting `name` as engine mode will read it (`gpucr install-plugin
 /// --setting`): the knobs of `gpucr dump` and `gpucr restore` with the rules of their
-/// flags, the backends' variables with the backends' own parsers, and CRIU's
-/// `KFD_*_CHECK` switches. A `GPUCR_*` name engine mode does not read is refused; the
-/// values of the other known names (paths, `GPUCR_ENGINE`, `CUDA_VISIBLE_DEVICES`) pass
-/// unchecked.
+/// flags, the backends' variables with the backends' own parsers, the paths the plugin,
+/// the helper and the backends open ([`check_path`]), `GPUCR_ENGINE` and `GPUCR_FAULT`
+/// by the values their readers know, and CRIU's `KFD_*_CHECK` switches. A `GPUCR_*`
+/// name engine mode does not read is refused; the values of `CUDA_VISIBLE_DEVICES` and
+/// of the fake CUDA driver's `GPUCR_FAKE_CUDA_*` (tests) pass unchecked.
 pub fn check_setting(name: &str, value: &str) -> Result<(), SettingsError> {
+    if let Some(path) = path_kind(name) {
+        return check_path(value, path);
+    }
     match name {
+        ENV_ENGINE => check_engine_switch(value),
+        ENV_FAULT => check_fault_step(value),
         ENV_COMPRESS => parse_compress(value).map(drop),
         ENV_JOBS => parse_jobs(value).map(drop),
         ENV_DEVICE_TIMEOUT => parse_device_timeout(value).map(drop),
@@ -130,6 +138,125 @@ pub fn check_setting(name: &str, value: &str) -> Result<(), SettingsError> {
         }
         _ => check_topology_switch(name, value),
     }
+}
+
+/// What a path setting must name when engine mode reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PathKind {
+    /// A program the plugin runs (`GPUCR_BIN`).
+    Program,
+    /// A shared library the helper loads, which the plugin also looks for among a
+    /// process's mappings (`GPUCR_CUDA_LIBRARY`).
+    Library,
+    /// A file the plugin creates or appends to, in a directory that must be there
+    /// (`GPUCR_ENGINE_LOG`).
+    LogFile,
+    /// A directory (`GPUCR_SIM_ROOT`).
+    Directory,
+    /// A character device (`GPUCR_SIM_DEVICE`).
+    CharDevice,
+}
+
+/// The path settings, with what each must name.
+fn path_kind(name: &str) -> Option<(&'static str, PathKind)> {
+    [
+        (ENV_BIN, PathKind::Program),
+        (gpucr_cuda_driver::ENV_LIBRARY, PathKind::Library),
+        (ENV_ENGINE_LOG, PathKind::LogFile),
+        (sim::ENV_ROOT, PathKind::Directory),
+        (sim::ENV_DEVICE, PathKind::CharDevice),
+    ]
+    .into_iter()
+    .find(|(variable, _)| *variable == name)
+}
+
+/// A path setting (`kind` of `variable`): an absolute path, since CRIU runs in a
+/// directory of the container engine's choosing (and the plugin finds the CUDA library
+/// among a process's mappings by its path), naming what the reader opens: a program
+/// that may be run, a regular file to load, a file whose directory exists, a
+/// directory, a character device. The plugin trims a value as it reads it; so does
+/// this check.
+fn check_path(
+    value: &str,
+    (variable, kind): (&'static str, PathKind),
+) -> Result<(), SettingsError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let path = std::path::Path::new(value.trim());
+    if !path.is_absolute() {
+        let why = match kind {
+            PathKind::Library => {
+                "not an absolute path (the plugin recognises a CUDA process by this \
+                 path among its mappings)"
+            }
+            _ => "not an absolute path (CRIU runs in a directory of the container engine's)",
+        };
+        return Err(bad(variable, value, why.into()));
+    }
+    let looked_at = |path: &std::path::Path| {
+        std::fs::metadata(path).map_err(|e| {
+            let detail = match e.kind() {
+                std::io::ErrorKind::NotFound => format!("{} does not exist", path.display()),
+                _ => format!("cannot look at {}: {e}", path.display()),
+            };
+            bad(variable, value, detail)
+        })
+    };
+    if kind == PathKind::LogFile {
+        let dir = path.parent().unwrap_or(path);
+        if !looked_at(dir)?.is_dir() {
+            return Err(bad(
+                variable,
+                value,
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
+        return match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => {
+                Err(bad(variable, value, "a directory, not a file".into()))
+            }
+            _ => Ok(()),
+        };
+    }
+    let meta = looked_at(path)?;
+    let file_type = meta.file_type();
+    let detail = match kind {
+        PathKind::Program | PathKind::Library if !file_type.is_file() => "not a regular file",
+        PathKind::Program if meta.permissions().mode() & 0o111 == 0 => "not executable",
+        PathKind::Directory if !file_type.is_dir() => "not a directory",
+        PathKind::CharDevice if !file_type.is_char_device() => "not a character device",
+        _ => return Ok(()),
+    };
+    Err(bad(variable, value, detail.into()))
+}
+
+/// `GPUCR_ENGINE`: the plugin stays out of a CRIU gpucr did not start for `0` and
+/// takes part for anything else, so a word meant as "off" (`no`, `off`) would leave it
+/// in: only `0` and `1` are taken.
+fn check_engine_switch(value: &str) -> Result<(), SettingsError> {
+    match value.trim() {
+        "0" | "1" => Ok(()),
+        _ => Err(bad(
+            ENV_ENGINE,
+            value,
+            "not 0 (the plugin stays out of a CRIU gpucr did not start) or 1 (it takes \
+             part, the default); engine mode reads any value but 0 as 1"
+                .into(),
+        )),
+    }
+}
+
+/// `GPUCR_FAULT`: the name of a step where a fault can be injected.
+fn check_fault_step(value: &str) -> Result<(), SettingsError> {
+    let wanted = value.trim();
+    if FaultStep::ALL.iter().any(|step| step.name() == wanted) {
+        return Ok(());
+    }
+    let names: Vec<&str> = FaultStep::ALL.iter().map(|step| step.name()).collect();
+    Err(bad(
+        ENV_FAULT,
+        value,
+        format!("not a step of a dump or a restore ({})", names.join(", ")),
+    ))
 }
 
 /// `value` read by `parse`, the parser the variable's reader uses at run time.
@@ -324,7 +451,7 @@ mod tests {
             (ENV_DEVICE_TIMEOUT, "600"),
             ("KFD_NUMA_CHECK", "no"),
             (ENV_CUDA_VISIBLE_DEVICES, "GPU-x,1"),
-            ("GPUCR_SIM_ROOT", "/anything"),
+            ("GPUCR_SIM_ROOT", "/"),
         ] {
             check_setting(name, value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
         }
@@ -414,19 +541,20 @@ mod tests {
     /// every name it does read, and the fake CUDA driver's, pass.
     #[test]
     fn install_refuses_a_gpucr_name_engine_mode_does_not_read() {
-        for name in [
-            ENV_COMPRESS,
-            "GPUCR_BIN",
-            "GPUCR_ENGINE",
-            "GPUCR_ENGINE_LOG",
-            "GPUCR_CUDA_LIBRARY",
-            "GPUCR_SIM_ROOT",
-            "GPUCR_SIM_DEVICE",
-            "GPUCR_FAULT",
-            "GPUCR_FAKE_CUDA_DIR",
-            "GPUCR_FAKE_CUDA_STEP_MS",
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        for (name, value) in [
+            (ENV_COMPRESS, "zstd"),
+            ("GPUCR_BIN", exe),
+            ("GPUCR_ENGINE", "0"),
+            ("GPUCR_ENGINE_LOG", "/tmp/engine.log"),
+            ("GPUCR_CUDA_LIBRARY", exe),
+            ("GPUCR_SIM_ROOT", "/tmp"),
+            ("GPUCR_SIM_DEVICE", "/dev/null"),
+            ("GPUCR_FAULT", "copy"),
+            ("GPUCR_FAKE_CUDA_DIR", "/x"),
+            ("GPUCR_FAKE_CUDA_STEP_MS", "/x"),
         ] {
-            let value = if name == ENV_COMPRESS { "zstd" } else { "/x" };
             check_setting(name, value).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         for name in [
@@ -466,6 +594,138 @@ mod tests {
                 ),
                 None => assert!(!text.contains("did you mean"), "{text}"),
             }
+        }
+    }
+
+    /// The paths engine mode reads are checked for what their readers open: absolute
+    /// (CRIU's working directory is the engine's), and naming a program that can run,
+    /// a library file, a log file whose directory exists, a directory or a character
+    /// device; a refusal names the variable, the value and what is wrong. The plugin's
+    /// trimming of a value is this check's too.
+    #[test]
+    fn install_checks_paths_for_what_their_readers_open() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap().to_owned();
+        let program = tmp.path().join("gpucr");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let program = program.to_str().unwrap().to_owned();
+        let data = tmp.path().join("data");
+        std::fs::write(&data, "").unwrap();
+        let data = data.to_str().unwrap().to_owned();
+        let missing = format!("{dir}/missing");
+        let log = format!("{dir}/engine.log");
+        let padded = format!(" {program} ");
+        for (name, value) in [
+            (ENV_BIN, program.as_str()),
+            (ENV_BIN, padded.as_str()),
+            (gpucr_cuda_driver::ENV_LIBRARY, data.as_str()),
+            (ENV_ENGINE_LOG, log.as_str()),
+            (ENV_ENGINE_LOG, data.as_str()),
+            (sim::ENV_ROOT, dir.as_str()),
+            (sim::ENV_DEVICE, "/dev/null"),
+        ] {
+            check_setting(name, value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+        }
+        let missing_dir_log = format!("{missing}/engine.log");
+        let below_a_file = format!("{data}/engine.log");
+        for (name, value, detail) in [
+            (
+                ENV_BIN,
+                "gpucr",
+                "not an absolute path (CRIU runs in a directory of the container engine's)"
+                    .to_owned(),
+            ),
+            (
+                ENV_BIN,
+                missing.as_str(),
+                format!("{missing} does not exist"),
+            ),
+            (ENV_BIN, dir.as_str(), "not a regular file".to_owned()),
+            (ENV_BIN, data.as_str(), "not executable".to_owned()),
+            (
+                gpucr_cuda_driver::ENV_LIBRARY,
+                "libcuda.so.1",
+                "not an absolute path (the plugin recognises a CUDA process by this path \
+                 among its mappings)"
+                    .to_owned(),
+            ),
+            (
+                gpucr_cuda_driver::ENV_LIBRARY,
+                missing.as_str(),
+                format!("{missing} does not exist"),
+            ),
+            (
+                gpucr_cuda_driver::ENV_LIBRARY,
+                "/dev/null",
+                "not a regular file".to_owned(),
+            ),
+            (
+                ENV_ENGINE_LOG,
+                "engine.log",
+                "not an absolute path (CRIU runs in a directory of the container engine's)"
+                    .to_owned(),
+            ),
+            (
+                ENV_ENGINE_LOG,
+                missing_dir_log.as_str(),
+                format!("{missing} does not exist"),
+            ),
+            (
+                ENV_ENGINE_LOG,
+                below_a_file.as_str(),
+                format!("{data} is not a directory"),
+            ),
+            (
+                ENV_ENGINE_LOG,
+                dir.as_str(),
+                "a directory, not a file".to_owned(),
+            ),
+            (
+                sim::ENV_ROOT,
+                missing.as_str(),
+                format!("{missing} does not exist"),
+            ),
+            (sim::ENV_ROOT, data.as_str(), "not a directory".to_owned()),
+            (
+                sim::ENV_DEVICE,
+                data.as_str(),
+                "not a character device".to_owned(),
+            ),
+        ] {
+            let e = check_setting(name, value).unwrap_err();
+            assert_eq!(variable_of(&e), name);
+            assert_eq!(e.to_string(), format!("{name}={value:?}: {detail}"));
+        }
+    }
+
+    /// `GPUCR_ENGINE` is 0 or 1 (engine mode reads any other value as 1, so `no` would
+    /// leave the plugin in), and `GPUCR_FAULT` one of the steps fault injection knows.
+    #[test]
+    fn install_checks_the_engine_switch_and_the_fault_step() {
+        for (name, value) in [
+            (ENV_ENGINE, "0"),
+            (ENV_ENGINE, " 1"),
+            (ENV_FAULT, "pause"),
+            (ENV_FAULT, "plugin-resume"),
+        ] {
+            check_setting(name, value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+        }
+        for (name, value, detail) in [
+            (ENV_ENGINE, "no", "engine mode reads any value but 0 as 1"),
+            (ENV_ENGINE, "off", "engine mode reads any value but 0 as 1"),
+            (
+                ENV_FAULT,
+                "dump",
+                "not a step of a dump or a restore (plugin-pause, pause,",
+            ),
+        ] {
+            let e = check_setting(name, value).unwrap_err();
+            assert_eq!(variable_of(&e), name);
+            let text = e.to_string();
+            assert!(text.starts_with(&format!("{name}={value:?}: ")), "{text}");
+            assert!(text.contains(detail), "{text}");
         }
     }
 
