@@ -260,6 +260,13 @@ pub const VARIABLES: &[Variable] = &[
          the tests that need them are listed as not run instead of failing",
     ),
     variable(
+        "GPUCR_TEST_LOCK_TIMEOUT",
+        false,
+        Testing,
+        "seconds a test that runs CRIU waits for the tests' machine-wide lock before it \
+         fails naming the holder (default 1800)",
+    ),
+    variable(
         "GPUCR_BENCH_SESSION",
         false,
         Testing,

@@ -7,13 +7,16 @@
 
 #![allow(dead_code)]
 
+mod lock;
+
+pub use lock::criu_lock;
+
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -117,19 +120,6 @@ pub fn assert_success(out: &Output) {
         stdout(out),
         stderr(out)
     );
-}
-
-/// Hold this while checkpointing: one CRIU run at a time on the machine.
-pub fn criu_lock() -> Flock<File> {
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/tmp/gpucr-tests.lock")
-        .expect("open lock file");
-    Flock::lock(file, FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .expect("lock")
 }
 
 /// Start `bin --state STATE EXTRA...` as the init of a new PID namespace

@@ -5,6 +5,9 @@
 
 pub mod crit;
 
+/// The lock of every test that runs CRIU (the other end-to-end tests' own).
+pub use crate::common::criu_lock;
+
 use std::fs::{self, File};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -12,7 +15,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -78,20 +80,6 @@ pub fn workload_bin() -> &'static Path {
         );
         bin
     })
-}
-
-/// Hold while running CRIU: one checkpoint at a time on the machine (the same lock
-/// file as the other end-to-end tests).
-pub fn criu_lock() -> Flock<File> {
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open("/tmp/gpucr-tests.lock")
-        .expect("open lock file");
-    Flock::lock(file, FlockArg::LockExclusive)
-        .map_err(|(_, e)| e)
-        .expect("lock")
 }
 
 /// A dump of the workload tree, made once and shared (read-only) by the tests.
