@@ -1,31 +1,19 @@
-//! gpucr: checkpoint and restore GPU process trees through CRIU.
+//! gpucr: checkpoint and restore GPU process trees through CRIU — the command line.
 //!
-//! The binary (`src/main.rs`) only parses the command line and maps errors to exit
-//! codes; everything else lives in this library so that tests can drive it.
+//! This crate holds the clap definitions ([`cli`]), the glue from flags to the
+//! library's options and the output ([`cmd`]), the man pages and completions generated
+//! from the clap definitions ([`docs`]) and the binary (`src/main.rs`). Everything else
+//! is the `gpucr-core` library, whose modules are re-exported here under their own
+//! names.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod archive;
-pub mod cancel;
 pub mod cli;
 pub mod cmd;
-pub mod criu;
 pub mod docs;
-pub mod dump;
-pub mod engine;
-pub mod exit_code;
-pub mod gpu;
-pub mod guard;
-pub mod helper;
-pub mod image;
-pub mod inspect;
-pub mod interrupt;
-pub mod niceness;
-pub mod progress;
-pub mod restore;
-pub mod restore_guard;
-pub mod stderr;
-pub mod target;
-pub mod transfer;
-pub mod units;
+
+pub use gpucr_core::{
+    archive, cancel, criu, dump, engine, errln, exit_code, gpu, guard, helper, image, inspect,
+    interrupt, niceness, progress, restore, restore_guard, stderr, target, transfer, units,
+};

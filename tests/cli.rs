@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 use common::*;
 
-/// Exit codes, as documented (src/exit_code.rs).
+/// Exit codes, as documented (core/src/exit_code.rs).
 const USAGE: i32 = 2;
 const TARGET: i32 = 3;
 const CRIU_UNAVAILABLE: i32 = 4;
@@ -1355,6 +1355,7 @@ fn every_gpucr_variable_in_the_sources_is_listed() {
     let mut files = vec![root.join("README.md"), root.join(".ci/run")];
     let mut dirs: Vec<PathBuf> = [
         "src",
+        "core",
         "abi",
         "plugin",
         "amdgpu",

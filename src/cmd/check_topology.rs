@@ -271,9 +271,9 @@ mod tests {
         );
     }
 
-    /// A valid manifest (`image::manifest::tests::sample`) with `changes` applied.
+    /// A valid manifest (`gpucr_core::testing::sample_manifest`) with `changes` applied.
     fn manifest_with(changes: serde_json::Value) -> Vec<u8> {
-        let mut value = serde_json::to_value(crate::image::manifest::tests::sample()).unwrap();
+        let mut value = serde_json::to_value(gpucr_core::testing::sample_manifest()).unwrap();
         for (key, field) in changes.as_object().unwrap() {
             value[key] = field.clone();
         }
@@ -378,8 +378,8 @@ mod tests {
     /// An archive inspect calls no checkpoint archive, or incomplete, is one here too.
     #[test]
     fn archives_inspect_refuses_are_refused() {
-        use crate::archive::tests::raw_tar;
         use crate::exit_code::ExitCode;
+        use gpucr_core::testing::raw_tar;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.tar");
         raw_tar(&path, &[("checkpoint/../../y", b"x")]);

@@ -346,45 +346,9 @@ impl Manifest {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// A manifest of one file, `core-1.img` (3 bytes), for tests.
-    pub(crate) fn sample() -> Manifest {
-        Manifest {
-            format: FORMAT_NAME.into(),
-            format_version: FORMAT_VERSION,
-            gpucr_version: "0.1.0".into(),
-            criu_version: "4.2.1".into(),
-            created: "2026-11-22T12:00:00Z".into(),
-            host: Host {
-                hostname: "h".into(),
-                page_size: 4096,
-                kernel: "6.18.0".into(),
-                arch: "x86_64".into(),
-            },
-            backend: "none".into(),
-            target: Target {
-                pid: 42,
-                comm: "w".into(),
-                cmdline: vec!["w".into()],
-            },
-            options: DumpOptions {
-                network_lock: "nftables".into(),
-                ..Default::default()
-            },
-            checksum_algorithm: crate::image::checksum::ALGORITHM.into(),
-            files: vec![FileRecord {
-                path: "core-1.img".into(),
-                size: 3,
-                checksum: "00".into(),
-                blocks: vec![],
-            }],
-            timings: Timings::default(),
-            gpu: None,
-            topology: None,
-        }
-    }
+    use crate::testing::sample_manifest as sample;
 
     #[test]
     fn round_trips_through_a_directory() {

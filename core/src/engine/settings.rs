@@ -325,23 +325,27 @@ fn parse_device_timeout(text: &str) -> Result<Duration, SettingsError> {
     }
 }
 
-/// A yes/no setting, read by the parser `gpucr dump` reads the switch's flag with from
-/// the environment (clap's `BoolishValueParser`).
+/// A yes/no setting, read with the words `gpucr dump` reads the switch's flag with from
+/// the environment (clap's `BoolishValueParser`, which a test checks these against).
 fn parse_switch(variable: &'static str, text: &str) -> Result<bool, SettingsError> {
-    use clap::builder::{BoolishValueParser, TypedValueParser};
-    BoolishValueParser::new()
-        .parse_ref(
-            &clap::Command::new(variable),
-            None,
-            std::ffi::OsStr::new(text.trim()),
+    const YES: [&str; 6] = ["y", "yes", "t", "true", "on", "1"];
+    const NO: [&str; 6] = ["n", "no", "f", "false", "off", "0"];
+    let word = text.trim();
+    let is = |words: &[&str]| words.iter().any(|w| w.eq_ignore_ascii_case(word));
+    (if is(&YES) {
+        Ok(true)
+    } else if is(&NO) {
+        Ok(false)
+    } else {
+        Err(())
+    })
+    .map_err(|_| {
+        bad(
+            variable,
+            text,
+            "not yes or no (y, yes, t, true, on, 1 / n, no, f, false, off, 0)".into(),
         )
-        .map_err(|_| {
-            bad(
-                variable,
-                text,
-                "not yes or no (y, yes, t, true, on, 1 / n, no, f, false, off, 0)".into(),
-            )
-        })
+    })
 }
 
 #[cfg(test)]

@@ -211,26 +211,9 @@ pub fn read_checkpoint_file(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use std::path::Path;
-
+mod tests {
     use super::*;
-
-    /// A plain tar at `path` of `(name, content)` files, the names written as given
-    /// (`..` included, which tar's own path setters refuse).
-    pub(crate) fn raw_tar(path: &Path, members: &[(&str, &[u8])]) {
-        let mut tar = tar::Builder::new(std::fs::File::create(path).unwrap());
-        for (name, content) in members {
-            let mut h = tar::Header::new_old();
-            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
-            h.set_size(content.len() as u64);
-            h.set_mode(0o600);
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_cksum();
-            tar.append(&h, *content).unwrap();
-        }
-        tar.into_inner().unwrap();
-    }
+    use crate::testing::raw_tar;
 
     /// Every message of `e`'s chain, as the top level prints them.
     fn chain(e: &dyn std::error::Error) -> String {

@@ -455,7 +455,7 @@ mod tests {
     fn an_image_the_manifest_does_not_list_is_damage() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("core-1.img"), b"abc").unwrap();
-        let mut manifest = crate::image::manifest::tests::sample();
+        let mut manifest = crate::testing::sample_manifest();
         let core = checksum::digest_file(&dir.path().join("core-1.img")).unwrap();
         manifest.files[0].checksum = core.checksum();
         assert_eq!(verify_files(dir.path(), &manifest, 1).unwrap(), vec![]);
@@ -515,7 +515,7 @@ mod tests {
             digest_by(Algorithm::CURRENT),
         );
         assert_ne!(earlier.checksum(), current.checksum());
-        let mut manifest = crate::image::manifest::tests::sample();
+        let mut manifest = crate::testing::sample_manifest();
         manifest.checksum_algorithm = Algorithm::Blocks4m.name().into();
         manifest.files[0].size = bytes.len() as u64;
         manifest.files[0].checksum = earlier.checksum();
@@ -550,7 +550,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("core-1.img"), b"abc").unwrap();
         std::fs::write(dir.path().join("pages-1.img"), b"0123456789").unwrap();
-        let mut manifest = crate::image::manifest::tests::sample();
+        let mut manifest = crate::testing::sample_manifest();
         manifest.files[0].checksum = checksum::digest_file(&dir.path().join("core-1.img"))
             .unwrap()
             .checksum();
@@ -610,7 +610,7 @@ mod tests {
     fn a_file_listed_twice_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("core-1.img"), b"abc").unwrap();
-        let mut manifest = crate::image::manifest::tests::sample();
+        let mut manifest = crate::testing::sample_manifest();
         let record = manifest.files[0].clone();
         manifest.files.push(record);
         let err = verify_files(dir.path(), &manifest, 1).unwrap_err();
