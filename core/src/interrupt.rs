@@ -24,13 +24,13 @@ use signal_hook::iterator::Signals;
 
 /// The signal that asked gpucr to stop (0: none yet).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
-/// Every signal that arrived so far, for forwarding.
+/// Every signal that arrived so far (a second one ends the action scripts CRIU waits
+/// for).
 static COUNT: AtomicU64 = AtomicU64::new(0);
-/// The signal that arrived last (0: none yet), for forwarding.
-static LAST: AtomicI32 = AtomicI32::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-type Hook = Box<dyn Fn() + Send + Sync>;
+/// A hook, called with the signal that arrived.
+type Hook = Box<dyn Fn(i32) + Send + Sync>;
 static HOOKS: Mutex<Vec<(u64, Hook)>> = Mutex::new(Vec::new());
 
 /// Handle SIGINT, SIGTERM and (unless it is ignored) SIGHUP from now on (idempotent): a
@@ -72,10 +72,9 @@ fn is_ignored(signal: i32) -> io::Result<bool> {
 /// Record `signal` and run every hook (what the signal thread does; public for tests).
 pub fn deliver(signal: i32) {
     let _ = SIGNAL.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
-    LAST.store(signal, Ordering::SeqCst);
     COUNT.fetch_add(1, Ordering::SeqCst);
     for (_, hook) in HOOKS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-        hook();
+        hook(signal);
     }
 }
 
@@ -87,15 +86,7 @@ pub fn requested() -> Option<i32> {
     }
 }
 
-/// The signal that arrived last, if any did (what a waiting restore passes on).
-pub fn last() -> Option<i32> {
-    match LAST.load(Ordering::SeqCst) {
-        0 => None,
-        signal => Some(signal),
-    }
-}
-
-/// How many signals arrived so far (each one is forwarded once).
+/// How many signals arrived so far.
 pub fn count() -> u64 {
     COUNT.load(Ordering::SeqCst)
 }
@@ -114,14 +105,26 @@ pub fn name(signal: i32) -> &'static str {
 /// registration is dropped.
 #[must_use = "the hook is removed when the registration is dropped"]
 pub fn on_interrupt(hook: impl Fn() + Send + Sync + 'static) -> Registration {
-    let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
     if requested().is_some() {
         hook();
     }
+    register(Box::new(move |_| hook()))
+}
+
+/// Run `hook` with each signal that arrives from now on (not one that came before),
+/// on the signal thread, until the returned registration is dropped: what a waiting
+/// restore forwards to the tree with, instead of looking for new signals in a loop.
+#[must_use = "the hook is removed when the registration is dropped"]
+pub fn on_each_signal(hook: impl Fn(i32) + Send + Sync + 'static) -> Registration {
+    register(Box::new(hook))
+}
+
+fn register(hook: Hook) -> Registration {
+    let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
     HOOKS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((id, Box::new(hook)));
+        .push((id, hook));
     Registration(id)
 }
 
@@ -173,7 +176,13 @@ mod tests {
         assert!(calls.load(Ordering::SeqCst) >= 1);
         drop(registration);
         let after = calls.load(Ordering::SeqCst);
+        // A per-signal hook gets the signals that come after it, not the one before.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let each = on_each_signal(move |signal| s.lock().unwrap().push(signal));
         deliver(SIGTERM);
+        drop(each);
+        assert_eq!(*seen.lock().unwrap(), [SIGTERM]);
         assert_eq!(
             calls.load(Ordering::SeqCst),
             after,

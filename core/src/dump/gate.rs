@@ -29,6 +29,8 @@ pub(super) enum Refusal {
 /// What a dump answers CRIU's notifications with, and what it gathers at post-dump.
 pub(super) struct Gate<'a> {
     post: PostDump<'a>,
+    /// The signal that asked gpucr to stop, if one did (`interrupt::requested`).
+    interrupted: fn() -> Option<i32>,
     dir: &'a Path,
     /// The pages' digests, taken from the tree while CRIU writes them; laid out at
     /// post-dump.
@@ -53,6 +55,7 @@ impl<'a> Gate<'a> {
     ) -> Gate<'a> {
         Gate {
             post: PostDump::new(dir, devices),
+            interrupted: interrupt::requested,
             dir,
             tree_pages,
             page_digests: TreePagesOutcome::default(),
@@ -67,7 +70,7 @@ impl<'a> Gate<'a> {
         progress: &mut Progress,
     ) -> Result<(), Refusal> {
         progress.event(n.name(), &n.describe());
-        if let Some(signal) = interrupt::requested() {
+        if let Some(signal) = (self.interrupted)() {
             return Err(Refusal::Interrupted(interrupt::name(signal)));
         }
         if *n != Notification::PostDump {
@@ -98,6 +101,14 @@ impl<'a> Gate<'a> {
         self.post
             .take_room(|gpu_bytes| room::needed(dir, gpu_bytes))?;
         Ok(())
+    }
+
+    /// The gate, with `interrupted` asked whether a signal came (tests: none, whatever
+    /// the test process's own signals).
+    #[cfg(test)]
+    fn with_interrupts(mut self, interrupted: fn() -> Option<i32>) -> Gate<'a> {
+        self.interrupted = interrupted;
+        self
     }
 
     /// What post-dump gathered.
@@ -251,7 +262,7 @@ mod tests {
     /// CRIU's notifications of one dump, answered by a gate over `devices` in
     /// `dir`, as CRIU would send them; the first refusal, as `Swrk` keeps it.
     fn session(dir: &Path, devices: &dyn DumpDevices) -> (Option<Refusal>, Gathered) {
-        let mut gate = Gate::new(dir, Some(devices), None);
+        let mut gate = Gate::new(dir, Some(devices), None).with_interrupts(|| None);
         let mut progress = Progress::silent();
         let mut refused = None;
         for n in ["pre-dump", "network-lock", "query-ext-files", "post-dump"] {
@@ -395,7 +406,7 @@ mod tests {
     #[test]
     fn a_cpu_dump_has_no_gpu_part_and_criu_s_failure_is_its_own() {
         let dir = tempfile::tempdir().unwrap();
-        let mut gate = Gate::new(dir.path(), None, None);
+        let mut gate = Gate::new(dir.path(), None, None).with_interrupts(|| None);
         let mut progress = Progress::silent();
         gate.notify(&Notification::PostDump, &mut progress).unwrap();
         let gathered = gate.gathered();

@@ -364,26 +364,23 @@ fn restore_in(
 /// shell would show for it: its status, or 128 + the signal that killed it.
 pub fn wait_for_tree(pid: i32) -> std::io::Result<u8> {
     let tree = Pid::from_raw(pid);
-    let mut forwarded = interrupt::count();
-    loop {
-        // SIGINT/SIGTERM that reach gpucr while it waits are the tree's: pass them on.
-        // SIGHUP is not: a lost terminal must not end a job restored in the foreground
-        // (its own session does not get the terminal's SIGHUP either).
-        if interrupt::count() > forwarded {
-            forwarded = interrupt::count();
-            if let Some(signal) = interrupt::last()
-                .filter(|&s| s != libc::SIGHUP)
-                .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
-            {
-                let _ = nix::sys::signal::kill(tree, signal);
-            }
+    // SIGINT/SIGTERM that reach gpucr while it waits are the tree's: passed on as they
+    // come, from the signal thread, while this one blocks in waitpid. SIGHUP is not: a
+    // lost terminal must not end a job restored in the foreground (its own session does
+    // not get the terminal's SIGHUP either).
+    let _forward = interrupt::on_each_signal(move |signal| {
+        if signal == libc::SIGHUP {
+            return;
         }
-        match waitpid(tree, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+        if let Ok(signal) = nix::sys::signal::Signal::try_from(signal) {
+            let _ = nix::sys::signal::kill(tree, signal);
+        }
+    });
+    loop {
+        match waitpid(tree, None) {
             Ok(WaitStatus::Exited(_, code)) => return Ok(code as u8),
             Ok(WaitStatus::Signaled(_, signal, _)) => return Ok(128u8.wrapping_add(signal as u8)),
-            Ok(WaitStatus::StillAlive) => std::thread::sleep(std::time::Duration::from_millis(20)),
-            Ok(_) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }
     }
