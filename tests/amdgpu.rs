@@ -1,13 +1,13 @@
 //! The amdgpu backend's whole dump and restore sequences against the fake kernel
 //! (`gpucr_amdgpu::fake`), through the code CRIU's hooks run (`gpucr_plugin::flow`: a
 //! new plugin run for each dump and each restore, with explicit settings) and
-//! gpucr's helper (`gpucr::helper::Helper`) over the real helper protocol: PAUSE and
-//! CHECKPOINT_DEVICES (PROCESS_INFO, CHECKPOINT, dmabufs to the helper), DUMP_EXT_FILE
-//! of /dev/kfd and the render nodes, the SDMA copies into the image, `exit(DUMP)`
-//! (UNPAUSE); then RESTORE_EXT_FILE (KFD RESTORE on the mapped GPUs, the new dmabufs to
-//! the helper), UPDATE_VMA_MAP, RESUME_DEVICES_LATE (the task's buffers, then RESUME),
-//! and a dispatch on the restored queues. Every buffer byte is checked after the
-//! restore.
+//! gpucr's helpers (`gpucr::helper::DumpHelper`, `RestoreHelper`) over the real helper
+//! protocol: PAUSE and CHECKPOINT_DEVICES (PROCESS_INFO, CHECKPOINT, dmabufs to the
+//! helper), DUMP_EXT_FILE of /dev/kfd and the render nodes, the SDMA copies into the
+//! image, `exit(DUMP)` (UNPAUSE); then RESTORE_EXT_FILE (KFD RESTORE on the mapped
+//! GPUs, the new dmabufs to the helper), UPDATE_VMA_MAP, RESUME_DEVICES_LATE (the
+//! task's buffers, then RESUME), and a dispatch on the restored queues. Every buffer
+//! byte is checked after the restore.
 //!
 //! The dumped processes are real child processes holding the fake's kfd and render
 //! files, so the helper finds them through /proc and kcmp as it would on a machine with
@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use gpucr::gpu::amdgpu::AmdgpuBackend;
 use gpucr::gpu::{Backend, DeviceRole, GpuRef, TaskDevice};
-use gpucr::helper::{timeline_events, Helper};
+use gpucr::helper::{timeline_events, DumpHelper, RestoreHelper};
 use gpucr::transfer::{DumpWriter, Restorer, TransferConfig};
 use gpucr_abi::plugin_abi::stage;
 use gpucr_amdgpu::fake::{BoSpec, FakeGpu, FakeKernel, FakeOp, FakeTask, Queues};
@@ -179,7 +179,7 @@ fn dump(
     let (helper_end, criu_end) = connector();
     let (events, timeline) = timeline_events(Arc::new(|_| {}));
     let writer = DumpWriter::start(dir, TransferConfig::default(), events).unwrap();
-    let helper = Helper::start_dump(
+    let helper = DumpHelper::start_dump(
         helper_end,
         backend,
         writer,
@@ -249,7 +249,7 @@ fn restore(
     let (helper_end, criu_end) = connector();
     let (events, timeline) = timeline_events(Arc::new(|_| {}));
     let restorer = Restorer::open(dir, TransferConfig::default(), parallel, events).unwrap();
-    let helper = Helper::start_restore(
+    let helper = RestoreHelper::start_restore(
         helper_end,
         backend,
         restorer,
@@ -272,7 +272,7 @@ fn restore(
 /// its own run (the copy of CRIU's that its fork gives it).
 fn restore_tasks(
     m: &Machine,
-    helper: &Helper,
+    helper: &RestoreHelper,
     criu_main: &mut PluginRun,
     criu_end: &OwnedFd,
     tasks: &[TaskDevice],
@@ -638,7 +638,7 @@ fn a_helper_gone_mid_dump_leaves_the_queues_running() {
     let (helper_end, criu_end) = connector();
     let (events, timeline) = timeline_events(Arc::new(|_| {}));
     let writer = DumpWriter::start(dir.path(), TransferConfig::default(), events).unwrap();
-    let helper = Helper::start_dump(
+    let helper = DumpHelper::start_dump(
         helper_end,
         m.backend(SHORT),
         writer,

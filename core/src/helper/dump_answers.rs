@@ -1,33 +1,50 @@
-//! The helper's answers to the plugin's requests during a dump: each moves a task
-//! through its lifecycle (`lifecycle`), calls the backend and hands buffers to the
-//! transfer engine's writer.
+//! The helper's answers to the plugin's requests during a dump ([`answer`] dispatches
+//! them; a restore's request is refused): each moves a task through its lifecycle
+//! (`lifecycle`), calls the backend and hands buffers to the transfer engine's writer.
 
-use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, RwLock};
 
-use gpucr_abi::proto::{CheckpointDevices, DumpBuffers, DumpFile, DumpFinished, Reply};
+use gpucr_abi::proto::{request, CheckpointDevices, DumpBuffers, DumpFile, DumpFinished, Reply};
 
 use super::dump_tree::{self, copy_held, pause_tree, refill_from_image};
 use super::fault::{self, FaultStep};
-use super::lifecycle::{Adopt, AdoptOutcome, DumpTasks};
+use super::lifecycle::{Adopt, AdoptOutcome};
 use super::parallel::in_parallel;
-use super::reply::{not_owned, ok, refuse};
-use super::shared::{lock, running, timed, Answering, Mode};
+use super::reply::{not_owned, ok, refuse, unexpected};
+use super::shared::{lock, running, timed, Answering, DumpSide};
 use super::HelperError;
 use crate::gpu::{DeviceFile, TaskDevice};
-use crate::transfer::{BufferKey, DumpWriter, TransferConfig};
+use crate::transfer::BufferKey;
+
+/// A dump's request of the plugin, answered with `dump`'s state; any other (a
+/// restore's) is refused.
+pub(super) fn answer(
+    shared: &Answering<'_>,
+    dump: &DumpSide,
+    kind: request::Kind,
+    fds: Vec<OwnedFd>,
+) -> Result<Reply, HelperError> {
+    match kind {
+        request::Kind::PauseDevices(r) => pause_devices(shared, dump, r.pid),
+        request::Kind::TreeThreads(_) => tree_threads(shared, dump),
+        request::Kind::CheckpointTree(_) => checkpoint_tree(shared, dump),
+        request::Kind::CheckpointDevices(r) => checkpoint_devices(shared, dump, r, fds),
+        request::Kind::DumpBuffers(r) => dump_buffers(shared, dump, r, fds),
+        request::Kind::DumpFile(r) => dump_file(shared, dump, r, fds),
+        request::Kind::DumpFinished(r) => dump_finished(shared, dump, r),
+        other => Ok(unexpected(&other)),
+    }
+}
 
 /// PAUSE_DEVICES for `pid`: the step before the freeze (the whole tree's, at the
 /// first one).
 pub(super) fn pause_devices(
     shared: &Answering<'_>,
-    tasks: &Mutex<DumpTasks>,
-    tree_paused: &AtomicBool,
+    dump: &DumpSide,
     pid: i32,
 ) -> Result<Reply, HelperError> {
-    if !shared.live(|| tree_paused.swap(true, Ordering::SeqCst))? {
+    let tasks = &dump.tasks;
+    if shared.live(|| lock(tasks).pause_tree())? {
         // CRIU pauses the root first, with the tree still running: every task's
         // step before the freeze is taken now. Under `--freeze-cgroup` (runc's
         // CRIU) the other tasks are already frozen by their own PAUSE_DEVICES,
@@ -49,13 +66,10 @@ pub(super) fn pause_devices(
 
 /// The threads CRIU must let run for the whole tree's checkpoint (the backend's
 /// restore threads of the tasks paused ahead).
-pub(super) fn tree_threads(
-    shared: &Answering<'_>,
-    tasks: &Mutex<DumpTasks>,
-) -> Result<Reply, HelperError> {
+pub(super) fn tree_threads(shared: &Answering<'_>, dump: &DumpSide) -> Result<Reply, HelperError> {
     let mut run_threads = Vec::new();
     if shared.backend.whole_tree() {
-        for pid in lock(tasks).to_checkpoint_ahead() {
+        for pid in lock(&dump.tasks).to_checkpoint_ahead() {
             shared.check()?;
             run_threads.extend(shared.backend.restore_thread(pid)?);
         }
@@ -71,23 +85,24 @@ pub(super) fn tree_threads(
 /// every paused task at once.
 pub(super) fn checkpoint_tree(
     shared: &Answering<'_>,
-    tasks: &Mutex<DumpTasks>,
+    dump: &DumpSide,
 ) -> Result<Reply, HelperError> {
-    dump_tree::checkpoint_tree(shared, tasks)?;
+    dump_tree::checkpoint_tree(shared, dump)?;
     Ok(ok())
 }
 
 /// CHECKPOINT_DEVICES: a task's state and its first buffer fds.
 pub(super) fn checkpoint_devices(
     shared: &Answering<'_>,
-    tasks: &Mutex<DumpTasks>,
+    dump: &DumpSide,
     r: CheckpointDevices,
     fds: Vec<OwnedFd>,
 ) -> Result<Reply, HelperError> {
     let count = r.buffer_count as usize;
-    let ready = shared.live(|| lock(tasks).checkpoint(r.pid, r.format, r.state, count, fds))??;
+    let ready =
+        shared.live(|| lock(&dump.tasks).checkpoint(r.pid, r.format, r.state, count, fds))??;
     if let Some(task) = ready {
-        adopt(shared, r.pid, task)?;
+        adopt(shared, dump, r.pid, task)?;
     }
     Ok(ok())
 }
@@ -95,13 +110,13 @@ pub(super) fn checkpoint_devices(
 /// More buffer fds of a task than one message carries.
 pub(super) fn dump_buffers(
     shared: &Answering<'_>,
-    tasks: &Mutex<DumpTasks>,
+    dump: &DumpSide,
     r: DumpBuffers,
     fds: Vec<OwnedFd>,
 ) -> Result<Reply, HelperError> {
-    let ready = shared.live(|| lock(tasks).buffers(r.pid, r.first_index as usize, fds))??;
+    let ready = shared.live(|| lock(&dump.tasks).buffers(r.pid, r.first_index as usize, fds))??;
     if let Some(task) = ready {
-        adopt(shared, r.pid, task)?;
+        adopt(shared, dump, r.pid, task)?;
     }
     Ok(ok())
 }
@@ -110,20 +125,19 @@ pub(super) fn dump_buffers(
 /// owns it.
 pub(super) fn dump_file(
     shared: &Answering<'_>,
-    devices: &Mutex<BTreeMap<i32, TaskDevice>>,
-    tasks: &Mutex<DumpTasks>,
+    dump: &DumpSide,
     r: DumpFile,
     fds: Vec<OwnedFd>,
 ) -> Result<Reply, HelperError> {
     let Some(fd) = fds.first() else {
         return Ok(refuse("DumpFile without its fd"));
     };
-    let candidates = lock(tasks).pids();
+    let candidates = lock(&dump.tasks).pids();
     shared.check()?;
     let Some(owner) = shared.backend.file_owner(fd.as_fd(), &candidates)? else {
         return Ok(not_owned());
     };
-    let mut devices = lock(devices);
+    let mut devices = lock(&dump.devices);
     let Some(task) = devices.get_mut(&owner) else {
         return Ok(not_owned());
     };
@@ -152,16 +166,13 @@ pub(super) fn dump_file(
 /// on given its devices (and memory) back.
 pub(super) fn dump_finished(
     shared: &Answering<'_>,
-    writer: &RwLock<Option<DumpWriter>>,
-    tasks: &Mutex<DumpTasks>,
-    leave_running: bool,
-    kept: &AtomicBool,
-    image: &(std::path::PathBuf, TransferConfig),
+    dump: &DumpSide,
     r: DumpFinished,
 ) -> Result<Reply, HelperError> {
+    let tasks = &dump.tasks;
     // The image is complete and CRIU kills the tree (CRIU's result does not say
     // whether post-dump went through: `kept` does).
-    let lives_on = leave_running || r.ret != 0 || !kept.load(Ordering::SeqCst);
+    let lives_on = dump.leave_running || r.ret != 0 || !lock(tasks).kept();
     shared.check()?;
     let dumped = lock(tasks).pids();
     // Memory the driver still holds mapped (a copy that failed before the
@@ -176,7 +187,7 @@ pub(super) fn dump_finished(
         .collect();
     if lives_on {
         // Memory that already left the GPUs comes back from the image.
-        if let Err(e) = refill_from_image(shared, writer, image, &dumped) {
+        if let Err(e) = refill_from_image(shared, dump, &dumped) {
             failures.push(e);
         }
     }
@@ -203,7 +214,7 @@ pub(super) fn dump_finished(
     match failures.into_iter().next() {
         Some(e) => {
             if lives_on {
-                let _ = shared.live(|| *lock(&shared.give_back_failure) = Some(e.to_string()));
+                let _ = shared.live(|| lock(tasks).give_back_failed(e.to_string()));
             }
             Err(e)
         }
@@ -213,23 +224,19 @@ pub(super) fn dump_finished(
 
 /// Every fd of `pid`'s buffers is in: the gpucr half takes the task over and its
 /// buffers start moving into the image.
-fn adopt(shared: &Answering<'_>, pid: i32, task: Adopt) -> Result<(), HelperError> {
-    let Mode::Dump {
-        writer,
-        devices,
-        tasks,
-        ..
-    } = &shared.mode
-    else {
-        return Err(HelperError::Failed("adopt on a restore helper".into()));
-    };
-    let adopted = adopt_device(shared, writer, pid, task).and_then(|device| {
+fn adopt(
+    shared: &Answering<'_>,
+    dump: &DumpSide,
+    pid: i32,
+    task: Adopt,
+) -> Result<(), HelperError> {
+    let adopted = adopt_device(shared, dump, pid, task).and_then(|device| {
         let Some(mut device) = device else {
             return Ok(None);
         };
         // A task the whole tree's checkpoint did not reach: memory the driver mapped
         // here is copied now, with the task's restore thread let run.
-        for (_, operations) in copy_held(shared, &[pid])? {
+        for (_, operations) in copy_held(shared, dump, &[pid])? {
             device.operations.extend(operations);
         }
         Ok(Some(device))
@@ -241,11 +248,11 @@ fn adopt(shared: &Answering<'_>, pid: i32, task: Adopt) -> Result<(), HelperErro
         Ok(None) => AdoptOutcome::NoDevice,
         Err(_) => AdoptOutcome::Failed,
     };
-    let recorded = shared.live(|| lock(tasks).adopted(pid, outcome));
+    let recorded = shared.live(|| lock(&dump.tasks).adopted(pid, outcome));
     let device = adopted?;
     recorded??;
     if let Some(device) = device {
-        shared.live(|| lock(devices).insert(pid, device))?;
+        shared.live(|| lock(&dump.devices).insert(pid, device))?;
     }
     fault::check(FaultStep::Checkpoint)
 }
@@ -253,7 +260,7 @@ fn adopt(shared: &Answering<'_>, pid: i32, task: Adopt) -> Result<(), HelperErro
 /// The backend's part of [`adopt`]: the task's device, its buffers handed to `writer`.
 fn adopt_device(
     shared: &Answering<'_>,
-    writer: &RwLock<Option<DumpWriter>>,
+    dump: &DumpSide,
     pid: i32,
     task: Adopt,
 ) -> Result<Option<TaskDevice>, HelperError> {
@@ -274,7 +281,7 @@ fn adopt_device(
     // Buffers copied with the whole tree already have no source here, and a task whose
     // device memory its driver staged in its own memory has none at all: nothing moves,
     // so nothing is timed (and no "copy" is logged for it).
-    let guard = writer.read().unwrap_or_else(|e| e.into_inner());
+    let guard = dump.writer.read().unwrap_or_else(|e| e.into_inner());
     let writer = running(&guard, "dump")?;
     shared.live(|| {
         if !found.sources.is_empty() {
@@ -300,7 +307,7 @@ mod tests {
     use std::fs::File;
     use std::os::fd::BorrowedFd;
     use std::path::{Path, PathBuf};
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     use gpucr_abi::proto::DeviceSpec;
@@ -309,8 +316,8 @@ mod tests {
     use crate::cancel::Cancel;
     use crate::gpu::{Backend, Checkpointed, GpuError, GpuRef};
     use crate::helper::lifecycle::DumpStage;
-    use crate::helper::shared::Shared;
-    use crate::transfer::{no_events, BufferSink, BufferSource};
+    use crate::helper::shared::{Served, Shared};
+    use crate::transfer::{no_events, BufferSink, BufferSource, DumpWriter, TransferConfig};
 
     /// Where taking a task over fails.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -409,24 +416,21 @@ mod tests {
     }
 
     /// The state of a dump into `image` with `backend`.
-    fn dump(backend: Takeover, image: &Path) -> Shared {
+    fn dump(backend: Takeover, image: &Path) -> Served<DumpSide> {
         let config = TransferConfig::default();
         let writer = DumpWriter::start(image, config.clone(), no_events()).unwrap();
-        let mode = Mode::dump(writer, (image.to_path_buf(), config), false);
-        Shared::new(
+        let side = DumpSide::new(writer, (image.to_path_buf(), config), false);
+        let shared = Shared::new(
             Arc::new(backend),
-            mode,
             Default::default(),
             Duration::from_secs(10),
-        )
+        );
+        Served { shared, side }
     }
 
     /// CHECKPOINT_DEVICES for `pid`, every buffer in (it has none): the task is taken
     /// over at once.
-    fn checkpoint(shared: &Shared, pid: i32) -> Result<Reply, HelperError> {
-        let Mode::Dump { tasks, .. } = &shared.mode else {
-            unreachable!("a dump");
-        };
+    fn checkpoint(served: &Served<DumpSide>, pid: i32) -> Result<Reply, HelperError> {
         let request = CheckpointDevices {
             pid,
             format: "takeover/1".into(),
@@ -435,19 +439,41 @@ mod tests {
         };
         let cancel = Cancel::new();
         let answering = Answering {
-            shared,
+            shared: &served.shared,
             cancel: &cancel,
         };
-        checkpoint_devices(&answering, tasks, request, Vec::new())
+        checkpoint_devices(&answering, &served.side, request, Vec::new())
     }
 
     /// `pid`'s stage, by name, and whether its device is recorded.
-    fn recorded(shared: &Shared, pid: i32) -> (Option<&'static str>, bool) {
-        let Mode::Dump { tasks, devices, .. } = &shared.mode else {
-            unreachable!("a dump");
+    fn recorded(served: &Served<DumpSide>, pid: i32) -> (Option<&'static str>, bool) {
+        let stage = lock(&served.side.tasks).stage(pid).map(DumpStage::name);
+        (stage, lock(&served.side.devices).contains_key(&pid))
+    }
+
+    /// A dump's helper has no answer for a restore's request: it is refused, naming it,
+    /// and nothing is recorded.
+    #[test]
+    fn a_restore_request_to_a_dump_helper_is_refused() {
+        let image = tempfile::tempdir().unwrap();
+        let served = dump(Takeover(Failure::None, None), image.path());
+        let cancel = Cancel::new();
+        let answering = Answering {
+            shared: &served.shared,
+            cancel: &cancel,
         };
-        let stage = lock(tasks).stage(pid).map(DumpStage::name);
-        (stage, lock(devices).contains_key(&pid))
+        let kind = request::Kind::ResumeFailed(gpucr_abi::proto::ResumeFailed {
+            pid: 10,
+            error: String::new(),
+        });
+        let reply = answer(&answering, &served.side, kind, Vec::new()).unwrap();
+        assert!(!reply.ok);
+        assert!(
+            reply.error.starts_with("unexpected request ResumeFailed("),
+            "{}",
+            reply.error
+        );
+        assert_eq!(recorded(&served, 10), (None, false));
     }
 
     #[test]
@@ -493,9 +519,6 @@ mod tests {
         let late = {
             let (shared, cancel) = (shared.clone(), cancel.clone());
             std::thread::spawn(move || {
-                let Mode::Dump { tasks, .. } = &shared.mode else {
-                    unreachable!("a dump");
-                };
                 let request = CheckpointDevices {
                     pid: 10,
                     format: "takeover/1".into(),
@@ -503,10 +526,10 @@ mod tests {
                     buffer_count: 0,
                 };
                 let answering = Answering {
-                    shared: &shared,
+                    shared: &shared.shared,
                     cancel: &cancel,
                 };
-                checkpoint_devices(&answering, tasks, request, Vec::new())
+                checkpoint_devices(&answering, &shared.side, request, Vec::new())
             })
         };
         std::thread::sleep(Duration::from_millis(100));
@@ -522,7 +545,7 @@ mod tests {
             (Some("being taken over"), false),
             "the late takeover changed the task's state"
         );
-        let failure = lock(&shared.failure).take().unwrap().to_string();
+        let failure = lock(&shared.shared.failure).take().unwrap().to_string();
         assert!(
             failure.contains("CHECKPOINT_DEVICES (plugin in pid 4242)"),
             "{failure}"

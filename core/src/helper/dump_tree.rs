@@ -3,23 +3,24 @@
 //! (backends that handle the whole tree, as CUDA's), the copy of memory the driver holds
 //! mapped, and the refill of a tree that lives on.
 
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
 
 use super::fault;
 use super::lifecycle::DumpTasks;
 use super::parallel::in_parallel;
-use super::shared::{lock, timed, Answering, Mode};
+use super::shared::{lock, timed, Answering, DumpSide};
 use super::timeline::counting;
 use super::HelperError;
 use crate::gpu::Operation;
-use crate::transfer::{no_events, BufferKey, DumpWriter, Restorer};
+use crate::transfer::{no_events, BufferKey, Restorer};
 
 /// The first PAUSE_DEVICES of a dump, with the tree still running: the backend's step
 /// before the freeze for every task of the tree rooted at `root`, in parallel (CRIU
 /// then freezes the tasks one by one, or has frozen them all with their cgroup, and
 /// each one's PAUSE_DEVICES finds it done). A task that fails is given back after the
 /// dump like the others; the first failure fails this PAUSE_DEVICES, so CRIU gives up
-/// at once. A task that exited meanwhile is no failure: CRIU will not dump it.
+/// at once. A task that exited meanwhile is no failure: CRIU will not dump it. Every
+/// task is recorded, whatever failed before it.
 pub(super) fn pause_tree(
     shared: &Answering<'_>,
     tasks: &Mutex<DumpTasks>,
@@ -30,11 +31,15 @@ pub(super) fn pause_tree(
         timed(shared, "pause", || shared.backend.pre_freeze(pid))
     });
     shared.live(|| {
-        let mut first_error = None;
+        let mut first_error: Option<HelperError> = None;
         let mut tasks = lock(tasks);
         for (pid, outcome) in pids.into_iter().zip(outcomes) {
             match outcome {
-                Ok(((), pause)) => tasks.paused_ahead(pid, pause)?,
+                Ok(((), pause)) => {
+                    if let Err(e) = tasks.paused_ahead(pid, pause) {
+                        first_error.get_or_insert(e.into());
+                    }
+                }
                 Err(_) if !crate::target::is_running(pid) => {}
                 Err(e) => {
                     tasks.pause_failed(pid);
@@ -52,10 +57,8 @@ pub(super) fn pause_tree(
 /// The tree is frozen (the first CHECKPOINT_DEVICES, the threads the backend needs let
 /// run by the plugin): the backend's checkpoint of every paused task at once. The first
 /// failure fails the request, so CRIU gives up; every task is given back after the dump.
-pub(super) fn checkpoint_tree(
-    shared: &Answering<'_>,
-    tasks: &Mutex<DumpTasks>,
-) -> Result<(), HelperError> {
+pub(super) fn checkpoint_tree(shared: &Answering<'_>, dump: &DumpSide) -> Result<(), HelperError> {
+    let tasks = &dump.tasks;
     let pids = lock(tasks).to_checkpoint_ahead();
     let outcomes = in_parallel(&pids, |pid| {
         timed(shared, "checkpoint", || {
@@ -81,7 +84,7 @@ pub(super) fn checkpoint_tree(
     })?;
     // With the restore threads still running: memory the driver mapped here (custom
     // storage) is copied into the image and let go, before CRIU dumps the tasks.
-    match copy_held(shared, &checkpointed) {
+    match copy_held(shared, dump, &checkpointed) {
         Ok(logged) => shared.live(|| {
             let mut tasks = lock(tasks);
             for (pid, operations) in logged {
@@ -106,15 +109,13 @@ pub(super) fn checkpoint_tree(
 /// failed, give it back to the tasks and fail.
 pub(super) fn copy_held(
     shared: &Answering<'_>,
+    dump: &DumpSide,
     pids: &[i32],
 ) -> Result<Vec<(i32, Vec<Operation>)>, HelperError> {
-    let Mode::Dump { writer, .. } = &shared.mode else {
-        return Err(HelperError::Failed("copy_held on a restore helper".into()));
-    };
     let mut held = Vec::new();
     let started = lock(&shared.timeline).ms();
     let copied = (|| {
-        let guard = writer.read().unwrap_or_else(|e| e.into_inner());
+        let guard = dump.writer.read().unwrap_or_else(|e| e.into_inner());
         let writer = guard
             .as_ref()
             .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
@@ -173,8 +174,7 @@ pub(super) fn copy_held(
 /// `gpu/` read back with a restorer.
 pub(super) fn refill_from_image(
     shared: &Answering<'_>,
-    writer: &RwLock<Option<DumpWriter>>,
-    image: &(std::path::PathBuf, crate::transfer::TransferConfig),
+    dump: &DumpSide,
     pids: &[i32],
 ) -> Result<(), HelperError> {
     let mut refills = Vec::new();
@@ -188,10 +188,15 @@ pub(super) fn refill_from_image(
     if refills.is_empty() {
         return Ok(());
     }
-    if let Some(writer) = writer.write().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(writer) = dump
+        .writer
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
         writer.finish()?;
     }
-    let (dir, config) = image;
+    let (dir, config) = &dump.image;
     let moved = lock(&shared.timeline).moved.clone();
     // Only the tasks whose memory left their GPUs are written back (another task's
     // failed copy gave it back its own): the chunks are read as their buffers attach.

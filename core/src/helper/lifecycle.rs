@@ -30,14 +30,20 @@ pub struct LifecycleError {
 /// Where one task of a dump is.
 #[derive(Debug)]
 pub enum DumpStage {
-    /// PAUSE_DEVICES went through: the backend's step before the freeze is done.
-    Paused,
+    /// Paused with the whole tree at the first PAUSE_DEVICES; CRIU's PAUSE_DEVICES for
+    /// it has not come yet.
+    PausedAhead,
+    /// PAUSE_DEVICES went through: the backend's step before the freeze is done (the
+    /// task is frozen). `checkpointed_ahead`: the backend already checkpointed it with
+    /// the whole tree, before its CHECKPOINT_DEVICES.
+    Paused { checkpointed_ahead: bool },
     /// CHECKPOINT_DEVICES sent the task's state; buffer fds are still arriving.
     Collecting {
         format: String,
         state: Vec<u8>,
         count: usize,
         fds: Vec<OwnedFd>,
+        checkpointed_ahead: bool,
     },
     /// Everything is in; the gpucr half is taking the task over.
     Adopting,
@@ -54,7 +60,7 @@ pub enum DumpStage {
 impl DumpStage {
     pub fn name(&self) -> &'static str {
         match self {
-            DumpStage::Paused => "paused",
+            DumpStage::PausedAhead | DumpStage::Paused { .. } => "paused",
             DumpStage::Collecting { .. } => "collecting its buffers",
             DumpStage::Adopting => "being taken over",
             DumpStage::Adopted => "taken over",
@@ -108,27 +114,28 @@ pub struct Adopt {
 struct DumpTask {
     stage: DumpStage,
     operations: Vec<Operation>,
-    /// Paused with the whole tree; CRIU's PAUSE_DEVICES for it has not come yet.
-    paused_ahead: bool,
-    /// Checkpointed with the whole tree, before its CHECKPOINT_DEVICES.
-    checkpointed_ahead: bool,
 }
 
 impl DumpTask {
     fn new(stage: DumpStage, operations: Vec<Operation>) -> DumpTask {
-        DumpTask {
-            stage,
-            operations,
-            paused_ahead: false,
-            checkpointed_ahead: false,
-        }
+        DumpTask { stage, operations }
     }
 }
 
-/// The tasks of one dump, by host pid, in the order CRIU announced them.
+/// The tasks of one dump, by host pid, in the order CRIU announced them, and where the
+/// tree is as a whole.
 #[derive(Debug, Default)]
 pub struct DumpTasks {
     tasks: BTreeMap<i32, DumpTask>,
+    /// The whole tree was paused at the first PAUSE_DEVICES.
+    tree_paused: bool,
+    /// The image is complete (post-dump went through): CRIU kills the tree unless it
+    /// is left running. CRIU's DumpFinished comes after post-dump, and its result does
+    /// not tell a post-dump that failed.
+    kept: bool,
+    /// Why a tree that lives on may not have all its devices back (the first failure
+    /// of the end of the dump).
+    give_back_failure: Option<String>,
 }
 
 impl DumpTasks {
@@ -140,32 +147,74 @@ impl DumpTasks {
         }
     }
 
+    /// The first PAUSE_DEVICES of the dump: true the first time (the whole tree is to
+    /// be paused now), false after.
+    pub fn pause_tree(&mut self) -> bool {
+        !std::mem::replace(&mut self.tree_paused, true)
+    }
+
+    /// The image is complete (post-dump went through).
+    pub fn keep(&mut self) {
+        self.kept = true;
+    }
+
+    /// Whether the image is complete ([`DumpTasks::keep`]).
+    pub fn kept(&self) -> bool {
+        self.kept
+    }
+
+    /// The end of the dump failed for a tree that lives on: `why` it may not have all
+    /// its devices back (the first such failure is kept).
+    pub fn give_back_failed(&mut self, why: String) {
+        self.give_back_failure.get_or_insert(why);
+    }
+
+    /// Why the tree, which lives on, may not have all its devices back, if the end of
+    /// the dump failed.
+    pub fn give_back_failure(&self) -> Option<&str> {
+        self.give_back_failure.as_deref()
+    }
+
     /// PAUSE_DEVICES done for `pid`, with the operation it took.
     pub fn paused(&mut self, pid: i32, pause: Operation) -> Result<(), LifecycleError> {
-        if let Some(task) = self.tasks.get(&pid) {
-            return Err(Self::unexpected(pid, &task.stage, "PAUSE_DEVICES"));
-        }
-        self.tasks
-            .insert(pid, DumpTask::new(DumpStage::Paused, vec![pause]));
-        Ok(())
+        self.enter(
+            pid,
+            DumpStage::Paused {
+                checkpointed_ahead: false,
+            },
+            pause,
+        )
     }
 
     /// `pid` paused with the whole tree at the first PAUSE_DEVICES, before CRIU asked
     /// for it.
     pub fn paused_ahead(&mut self, pid: i32, pause: Operation) -> Result<(), LifecycleError> {
-        self.paused(pid, pause)?;
-        if let Some(task) = self.tasks.get_mut(&pid) {
-            task.paused_ahead = true;
+        self.enter(pid, DumpStage::PausedAhead, pause)
+    }
+
+    /// A task not seen before, at `stage` after `pause`.
+    fn enter(
+        &mut self,
+        pid: i32,
+        stage: DumpStage,
+        pause: Operation,
+    ) -> Result<(), LifecycleError> {
+        if let Some(task) = self.tasks.get(&pid) {
+            return Err(Self::unexpected(pid, &task.stage, "PAUSE_DEVICES"));
         }
+        self.tasks.insert(pid, DumpTask::new(stage, vec![pause]));
         Ok(())
     }
 
     /// CRIU's PAUSE_DEVICES for `pid`: true when the task was paused ahead with the
-    /// whole tree (nothing more to do for it), false when it was not.
+    /// whole tree (nothing more to do for it; it is now `Paused`), false when it was
+    /// not.
     pub fn confirm_ahead(&mut self, pid: i32) -> bool {
         match self.tasks.get_mut(&pid) {
-            Some(task) if task.paused_ahead && matches!(task.stage, DumpStage::Paused) => {
-                task.paused_ahead = false;
+            Some(task) if matches!(task.stage, DumpStage::PausedAhead) => {
+                task.stage = DumpStage::Paused {
+                    checkpointed_ahead: false,
+                };
                 true
             }
             _ => false,
@@ -178,7 +227,12 @@ impl DumpTasks {
         self.tasks
             .iter()
             .filter(|(_, t)| {
-                matches!(t.stage, DumpStage::Paused) && !t.paused_ahead && !t.checkpointed_ahead
+                matches!(
+                    t.stage,
+                    DumpStage::Paused {
+                        checkpointed_ahead: false
+                    }
+                )
             })
             .map(|(pid, _)| *pid)
             .collect()
@@ -190,7 +244,9 @@ impl DumpTasks {
         if let Some(task) = self.tasks.get_mut(&pid) {
             match outcome {
                 Ok(operation) => {
-                    task.checkpointed_ahead = true;
+                    if let DumpStage::Paused { checkpointed_ahead } = &mut task.stage {
+                        *checkpointed_ahead = true;
+                    }
                     task.operations.extend(operation);
                 }
                 Err(()) => task.stage = DumpStage::Failed,
@@ -211,7 +267,7 @@ impl DumpTasks {
     pub fn release_unconfirmed(&mut self) -> Vec<i32> {
         self.tasks
             .iter_mut()
-            .filter(|(_, task)| task.paused_ahead && task.stage.touched())
+            .filter(|(_, task)| matches!(task.stage, DumpStage::PausedAhead))
             .map(|(pid, task)| {
                 task.stage = DumpStage::Released;
                 *pid
@@ -238,18 +294,23 @@ impl DumpTasks {
         count: usize,
         fds: Vec<OwnedFd>,
     ) -> Result<Option<Adopt>, LifecycleError> {
-        let task = self
-            .tasks
-            .entry(pid)
-            .or_insert_with(|| DumpTask::new(DumpStage::Paused, Vec::new()));
-        if !matches!(task.stage, DumpStage::Paused) {
-            return Err(Self::unexpected(pid, &task.stage, "CHECKPOINT_DEVICES"));
-        }
+        let task = self.tasks.entry(pid).or_insert_with(|| {
+            let stage = DumpStage::Paused {
+                checkpointed_ahead: false,
+            };
+            DumpTask::new(stage, Vec::new())
+        });
+        let checkpointed_ahead = match task.stage {
+            DumpStage::PausedAhead => false,
+            DumpStage::Paused { checkpointed_ahead } => checkpointed_ahead,
+            _ => return Err(Self::unexpected(pid, &task.stage, "CHECKPOINT_DEVICES")),
+        };
         task.stage = DumpStage::Collecting {
             format,
             state,
             count,
             fds,
+            checkpointed_ahead,
         };
         Ok(self.take_if_complete(pid))
     }
@@ -288,7 +349,11 @@ impl DumpTasks {
             return None;
         }
         let DumpStage::Collecting {
-            format, state, fds, ..
+            format,
+            state,
+            fds,
+            checkpointed_ahead,
+            ..
         } = std::mem::replace(&mut task.stage, DumpStage::Adopting)
         else {
             unreachable!("checked above");
@@ -298,7 +363,7 @@ impl DumpTasks {
             state,
             fds,
             operations: std::mem::take(&mut task.operations),
-            checkpointed_ahead: task.checkpointed_ahead,
+            checkpointed_ahead,
         })
     }
 
@@ -373,15 +438,24 @@ impl RestoreStage {
     }
 }
 
+/// One task of a restore.
+#[derive(Debug)]
+struct RestoreTask {
+    /// Its pid in the image.
+    ns_pid: u32,
+    /// How many buffers it has.
+    buffers: usize,
+    /// It has no device files (its driver keeps the device state, as CUDA's): no
+    /// RESTORE_EXT_FILE comes for it, RESUME_DEVICES_LATE finds it by its pid in the
+    /// image, and it starts `Recreating`.
+    fileless: bool,
+    stage: RestoreStage,
+}
+
 /// The tasks of one restore, by their index in the manifest.
 #[derive(Debug)]
 pub struct RestoreTasks {
-    /// Each task's pid in the image, buffer count and stage.
-    tasks: Vec<(u32, usize, RestoreStage)>,
-    /// The tasks without device files (whose driver keeps the device state, as CUDA's):
-    /// no RESTORE_EXT_FILE comes for them, RESUME_DEVICES_LATE finds them by their pid
-    /// in the image.
-    fileless: Vec<bool>,
+    tasks: Vec<RestoreTask>,
     /// The host pid each restored task asked from (SO_PEERCRED), to its index.
     peers: HashMap<i32, usize>,
 }
@@ -390,38 +464,39 @@ impl RestoreTasks {
     /// `tasks`: each task's pid in the image, its number of buffers, and whether it
     /// has no device files.
     pub fn new(tasks: impl IntoIterator<Item = (u32, usize, bool)>) -> RestoreTasks {
-        let (tasks, fileless) = tasks
+        let tasks = tasks
             .into_iter()
-            .map(|(ns_pid, buffers, fileless)| {
-                let stage = if fileless {
+            .map(|(ns_pid, buffers, fileless)| RestoreTask {
+                ns_pid,
+                buffers,
+                fileless,
+                stage: if fileless {
                     RestoreStage::Recreating { attached: 0 }
                 } else {
                     RestoreStage::Waiting
-                };
-                ((ns_pid, buffers, stage), fileless)
+                },
             })
-            .unzip();
+            .collect();
         RestoreTasks {
             tasks,
-            fileless,
             peers: HashMap::new(),
         }
     }
 
     fn unexpected(&self, index: usize, event: &'static str) -> LifecycleError {
         LifecycleError {
-            task: format!("task {}", self.tasks[index].0),
-            stage: self.tasks[index].2.name(),
+            task: format!("task {}", self.tasks[index].ns_pid),
+            stage: self.tasks[index].stage.name(),
             event,
         }
     }
 
     /// RESTORE_EXT_FILE for task `index`, asked by host pid `peer`.
     pub fn recreating(&mut self, index: usize, peer: i32) -> Result<(), LifecycleError> {
-        if self.tasks[index].2 != RestoreStage::Waiting {
+        if self.tasks[index].stage != RestoreStage::Waiting {
             return Err(self.unexpected(index, "RESTORE_EXT_FILE"));
         }
-        self.tasks[index].2 = RestoreStage::Recreating { attached: 0 };
+        self.tasks[index].stage = RestoreStage::Recreating { attached: 0 };
         self.peers.insert(peer, index);
         Ok(())
     }
@@ -433,16 +508,22 @@ impl RestoreTasks {
         first: usize,
         count: usize,
     ) -> Result<(), LifecycleError> {
-        let buffers = self.tasks[index].1;
-        match &mut self.tasks[index].2 {
+        let task = &mut self.tasks[index];
+        match &mut task.stage {
             RestoreStage::Recreating { attached }
-                if *attached == first && first + count <= buffers =>
+                if *attached == first && first + count <= task.buffers =>
             {
                 *attached += count;
                 Ok(())
             }
             _ => Err(self.unexpected(index, "BuffersReady")),
         }
+    }
+
+    /// Recreating task `index`'s device (its RESTORE_EXT_FILE, or a hand-over of its
+    /// buffers) failed: it must not run.
+    pub fn recreate_failed(&mut self, index: usize) {
+        self.tasks[index].stage = RestoreStage::Failed;
     }
 
     /// RESUME_DEVICES_LATE from host pid `pid` (`ns_pid` in its own PID namespace):
@@ -455,17 +536,18 @@ impl RestoreTasks {
     ) -> Result<Option<usize>, LifecycleError> {
         let fileless = || {
             let ns_pid = ns_pid?;
-            let index = self.tasks.iter().position(|t| t.0 == ns_pid)?;
-            self.fileless[index].then_some(index)
+            self.tasks
+                .iter()
+                .position(|t| t.ns_pid == ns_pid && t.fileless)
         };
         let Some(index) = self.peers.get(&pid).copied().or_else(fileless) else {
             return Ok(None);
         };
         self.peers.insert(pid, index);
-        let buffers = self.tasks[index].1;
-        match self.tasks[index].2 {
-            RestoreStage::Recreating { attached } if attached == buffers => {
-                self.tasks[index].2 = RestoreStage::Resuming;
+        let task = &mut self.tasks[index];
+        match task.stage {
+            RestoreStage::Recreating { attached } if attached == task.buffers => {
+                task.stage = RestoreStage::Resuming;
                 Ok(Some(index))
             }
             _ => Err(self.unexpected(index, "RESUME_DEVICES_LATE")),
@@ -479,32 +561,35 @@ impl RestoreTasks {
         if self.peers.contains_key(&pid) {
             return false;
         }
-        self.tasks
-            .iter()
-            .position(|t| t.0 == ns_pid)
-            .is_some_and(|i| {
-                self.fileless[i]
-                    && self.tasks[i].2
-                        == RestoreStage::Recreating {
-                            attached: self.tasks[i].1,
-                        }
-            })
+        self.tasks.iter().any(|t| {
+            t.ns_pid == ns_pid
+                && t.fileless
+                && t.stage
+                    == RestoreStage::Recreating {
+                        attached: t.buffers,
+                    }
+        })
     }
 
-    /// How bringing task `index` back went.
-    pub fn resumed(&mut self, index: usize, ok: bool) {
-        self.tasks[index].2 = if ok {
+    /// How bringing task `index` back went. Only a task being resumed (`Resuming`)
+    /// ends its resume.
+    pub fn resumed(&mut self, index: usize, ok: bool) -> Result<(), LifecycleError> {
+        if self.tasks[index].stage != RestoreStage::Resuming {
+            return Err(self.unexpected(index, "the end of its resume"));
+        }
+        self.tasks[index].stage = if ok {
             RestoreStage::Resumed
         } else {
             RestoreStage::Failed
         };
+        Ok(())
     }
 
     /// RESUME_DEVICES_LATE failed in the plugin half for host pid `pid` after the
     /// helper's part: the task must not run.
     pub fn resume_failed(&mut self, pid: i32) {
         if let Some(&index) = self.peers.get(&pid) {
-            self.tasks[index].2 = RestoreStage::Failed;
+            self.tasks[index].stage = RestoreStage::Failed;
         }
     }
 
@@ -512,8 +597,8 @@ impl RestoreTasks {
     pub fn first_not_resumed(&self) -> Option<(u32, RestoreStage)> {
         self.tasks
             .iter()
-            .find(|(_, _, stage)| *stage != RestoreStage::Resumed)
-            .map(|(ns_pid, _, stage)| (*ns_pid, *stage))
+            .find(|t| t.stage != RestoreStage::Resumed)
+            .map(|t| (t.ns_pid, t.stage))
     }
 }
 
@@ -634,6 +719,20 @@ mod tests {
     }
 
     #[test]
+    fn the_tree_is_paused_once_and_its_end_recorded() {
+        let mut tasks = DumpTasks::default();
+        assert!(tasks.pause_tree(), "the first PAUSE_DEVICES");
+        assert!(!tasks.pause_tree(), "once");
+        assert!(!tasks.kept());
+        tasks.keep();
+        assert!(tasks.kept());
+        assert_eq!(tasks.give_back_failure(), None);
+        tasks.give_back_failed("first".into());
+        tasks.give_back_failed("second".into());
+        assert_eq!(tasks.give_back_failure(), Some("first"));
+    }
+
+    #[test]
     fn too_many_fds_are_refused() {
         let mut tasks = DumpTasks::default();
         tasks
@@ -664,7 +763,7 @@ mod tests {
         assert_eq!(tasks.resuming(900, Some(1)).unwrap(), Some(0));
         assert!(!tasks.awaits_resume_without_files(900, 1), "asked already");
         assert!(tasks.resuming(900, Some(1)).is_err(), "twice");
-        tasks.resumed(0, true);
+        tasks.resumed(0, true).unwrap();
         assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
     }
 
@@ -682,16 +781,47 @@ mod tests {
         tasks.attach(0, 1, 1).unwrap();
         assert!(tasks.attach(0, 2, 1).is_err(), "more than it has");
         assert_eq!(tasks.resuming(500, None).unwrap(), Some(0));
-        tasks.resumed(0, true);
+        tasks.resumed(0, true).unwrap();
         assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
         // The plugin half failed after the helper's part: the task must not run.
         tasks.resume_failed(500);
         assert_eq!(tasks.first_not_resumed(), Some((1, RestoreStage::Failed)));
-        tasks.resumed(0, true);
-        assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Waiting)));
+        // A resume ending again does not bring a failed task back.
+        let err = tasks.resumed(0, true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the end of its resume for task 1 while it is failed"
+        );
+        assert_eq!(tasks.first_not_resumed(), Some((1, RestoreStage::Failed)));
         tasks.recreating(1, 501).unwrap();
         assert_eq!(tasks.resuming(501, None).unwrap(), Some(1));
-        tasks.resumed(1, false);
-        assert_eq!(tasks.first_not_resumed(), Some((2, RestoreStage::Failed)));
+        tasks.resumed(1, false).unwrap();
+        assert_eq!(tasks.first_not_resumed(), Some((1, RestoreStage::Failed)));
+        assert_eq!(tasks.tasks[1].stage, RestoreStage::Failed);
+    }
+
+    #[test]
+    fn only_a_task_being_resumed_ends_its_resume() {
+        let mut tasks = RestoreTasks::new([(1, 0, false), (2, 0, true)]);
+        let err = tasks.resumed(0, true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the end of its resume for task 1 while it is waiting for its device file"
+        );
+        assert_eq!(tasks.first_not_resumed(), Some((1, RestoreStage::Waiting)));
+        let err = tasks.resumed(1, false).unwrap_err();
+        assert_eq!(err.stage, "recreating its device", "left as it was");
+        tasks.recreating(0, 500).unwrap();
+        assert_eq!(tasks.resuming(500, None).unwrap(), Some(0));
+        tasks.resumed(0, false).unwrap();
+        assert!(
+            tasks.resumed(0, true).is_err(),
+            "ended once: failed stays failed"
+        );
+        assert_eq!(tasks.first_not_resumed(), Some((1, RestoreStage::Failed)));
+        // A task whose device could not be recreated is failed too.
+        tasks.recreate_failed(1);
+        assert_eq!(tasks.tasks[1].stage, RestoreStage::Failed);
+        assert!(tasks.resuming(900, Some(2)).is_err(), "failed: not resumed");
     }
 }

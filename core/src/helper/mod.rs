@@ -2,7 +2,9 @@
 //! connection) that receives device files and buffers from the plugin, feeds them to the
 //! transfer engine, and answers the plugin's "is this task's memory done" questions.
 //!
-//! One [`Helper`] serves one dump or one restore; [`Session`] is its private directory;
+//! A [`DumpHelper`] serves one dump, a [`RestoreHelper`] one restore (a [`Helper`] of
+//! one side, [`DumpSide`] or [`RestoreSide`]: each answers only its side's requests
+//! and has only its side's methods); [`Session`] is its private directory;
 //! [`GpuDump`] and [`GpuRestore`] bundle both with the transfer engine for `dump/` and
 //! `restore/`.
 //!
@@ -29,9 +31,10 @@ use std::io;
 use std::path::PathBuf;
 
 pub use operation::{GpuDump, GpuRestore, RestoreSettings};
-pub use server::{DumpOutcome, Helper};
+pub use server::{DumpHelper, DumpOutcome, Helper, RestoreHelper};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
 pub use shared::EngineCall;
+pub use shared::{DumpSide, RestoreSide};
 pub use timeline::{timeline_events, Timeline};
 
 use crate::gpu::GpuError;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{timeline_events, Helper, HelperError, Session};
+use super::{timeline_events, DumpHelper, HelperError, RestoreHelper, Session};
 use crate::gpu::{Backend, GpuManifest, TaskDevice, TaskTiming};
 use crate::transfer::{
     BufferKey, Canceller, DumpWriter, EventSink, GpuStats, Restorer, TransferConfig,
@@ -16,7 +16,7 @@ use crate::transfer::{
 /// The GPU side of a dump.
 #[derive(Debug)]
 pub struct GpuDump {
-    helper: Helper,
+    helper: DumpHelper,
     _session: Session,
     backend: &'static str,
     canceller: Canceller,
@@ -38,7 +38,7 @@ impl GpuDump {
         let writer = DumpWriter::start(dir, config.clone(), events)?;
         let canceller = writer.canceller();
         let name = backend.name();
-        let helper = Helper::start_dump(
+        let helper = DumpHelper::start_dump(
             session.take_helper_end()?,
             backend,
             writer,
@@ -67,7 +67,7 @@ impl GpuDump {
     }
 
     /// Why the tree, which lives on, may not have all its devices back (see
-    /// [`super::Helper::give_back_failure`]).
+    /// [`DumpHelper::give_back_failure`]).
     pub fn give_back_failure(&self) -> Option<String> {
         self.helper.give_back_failure()
     }
@@ -96,7 +96,7 @@ impl GpuDump {
     }
 
     /// The image is complete: the tree may lose its device memory (see
-    /// [`Helper::keep_dump`]).
+    /// [`DumpHelper::keep_dump`]).
     pub fn keep(&self) {
         self.helper.keep_dump();
     }
@@ -117,7 +117,7 @@ impl GpuDump {
 /// The GPU side of a restore.
 #[derive(Debug)]
 pub struct GpuRestore {
-    helper: Helper,
+    helper: RestoreHelper,
     _session: Session,
     canceller: Canceller,
 }
@@ -155,7 +155,7 @@ impl GpuRestore {
         let restorer = Restorer::open(dir, config, parallel, events)?;
         check_buffers_match(&restorer, &manifest.tasks)?;
         let canceller = restorer.canceller();
-        let helper = Helper::start_restore(
+        let helper = RestoreHelper::start_restore(
             session.take_helper_end()?,
             backend,
             restorer,

@@ -28,3 +28,8 @@ pub(super) fn not_owned() -> Reply {
         ..Default::default()
     }
 }
+
+/// A request this helper does not answer (another side's, or out of place), named.
+pub(super) fn unexpected(kind: &gpucr_abi::proto::request::Kind) -> Reply {
+    refuse(&format!("unexpected request {kind:?} in this phase"))
+}

@@ -3,21 +3,20 @@
 //! a thread of its own, for backends that handle the whole tree ([`resume_tree`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::Mutex;
 
 use super::fault::{self, FaultStep};
-use super::lifecycle::RestoreTasks;
 use super::parallel::in_parallel;
-use super::shared::{lock, running, Answering};
+use super::shared::{lock, running, Answering, RestoreSide};
 use super::HelperError;
 use crate::gpu::TaskDevice;
-use crate::transfer::{BufferKey, Restorer};
+use crate::transfer::BufferKey;
 
 /// Bring restored task `task` (host pid `pid`) back on its device once its buffers
 /// are written.
 pub(super) fn resume(
     shared: &Answering<'_>,
-    restorer: &RwLock<Option<Restorer>>,
+    restore: &RestoreSide,
     pid: i32,
     task: &TaskDevice,
 ) -> Result<(), HelperError> {
@@ -25,7 +24,7 @@ pub(super) fn resume(
     shared.check()?;
     let sinks = shared.backend.resume_sinks(pid, task)?;
     {
-        let guard = restorer.read().unwrap_or_else(|e| e.into_inner());
+        let guard = restore.restorer.read().unwrap_or_else(|e| e.into_inner());
         let restorer = running(&guard, "restore")?;
         if !task.device_files.is_empty() && !sinks.is_empty()
             || task.device_files.is_empty() && sinks.len() != keys.len()
@@ -63,15 +62,11 @@ pub(super) fn task_keys(task: &TaskDevice) -> impl Iterator<Item = BufferKey> + 
 /// every task restored and stopped: the tasks of the tree rooted at `root` (host pids)
 /// that the helper brings back at once, ahead of their own hooks (those without device
 /// files, still waiting). None for other backends.
-pub(super) fn resume_ahead(
-    shared: &Answering<'_>,
-    tasks: &Mutex<RestoreTasks>,
-    root: i32,
-) -> Vec<i32> {
+pub(super) fn resume_ahead(shared: &Answering<'_>, restore: &RestoreSide, root: i32) -> Vec<i32> {
     if !shared.backend.whole_tree() {
         return Vec::new();
     }
-    let tasks = lock(tasks);
+    let tasks = lock(&restore.tasks);
     crate::gpu::tree_pids(root)
         .into_iter()
         .filter(|&pid| {
@@ -83,19 +78,31 @@ pub(super) fn resume_ahead(
 /// [`resume_ahead`]'s tasks, as the plugin names them back, brought back on their
 /// devices in parallel (the plugin lets their restore threads run meanwhile); the pids
 /// done. A task that fails is marked so (the restore then fails before any task runs);
-/// the first failure is returned.
+/// the first failure is returned. A task refused for its stage fails the request, and
+/// the tasks taken before it are marked failed, none brought back.
 pub(super) fn resume_tree(
     shared: &Answering<'_>,
-    restorer: &RwLock<Option<Restorer>>,
-    devices: &[TaskDevice],
-    tasks: &Mutex<RestoreTasks>,
+    restore: &RestoreSide,
     pids: &[i32],
 ) -> Result<Vec<i32>, HelperError> {
+    let tasks = &restore.tasks;
     let mut taken = BTreeMap::new();
     for &pid in pids {
         let ns_pid = crate::gpu::ns_pid(pid).ok();
-        if let Some(index) = shared.live(|| lock(tasks).resuming(pid, ns_pid))?? {
-            taken.insert(pid, index);
+        match shared.live(|| lock(tasks).resuming(pid, ns_pid))? {
+            Ok(Some(index)) => {
+                taken.insert(pid, index);
+            }
+            Ok(None) => {}
+            Err(refused) => {
+                shared.live(|| {
+                    let mut tasks = lock(tasks);
+                    taken
+                        .values()
+                        .try_for_each(|&index| tasks.resumed(index, false))
+                })??;
+                return Err(refused.into());
+            }
         }
     }
     let pids: Vec<i32> = taken.keys().copied().collect();
@@ -103,9 +110,14 @@ pub(super) fn resume_tree(
     let first_failure = Mutex::new(None);
     in_parallel(&pids, |pid| {
         let index = taken[&pid];
-        let resumed = resume(shared, restorer, pid, &devices[index]);
-        let _ = shared.live(|| lock(tasks).resumed(index, resumed.is_ok()));
-        if let Err(e) = resumed {
+        let resumed = resume(shared, restore, pid, &restore.devices[index]);
+        let recorded = shared.live(|| lock(tasks).resumed(index, resumed.is_ok()));
+        let failed = match (resumed, recorded) {
+            (Err(e), _) => Some(e),
+            (Ok(()), Ok(Err(refused))) => Some(refused.into()),
+            (Ok(()), _) => None,
+        };
+        if let Some(e) = failed {
             lock(&first_failure).get_or_insert(e);
         }
     });

@@ -1,9 +1,9 @@
-//! The state of one dump or restore that every answer to the plugin shares ([`Shared`],
-//! [`Mode`]), and the small steps they all take with it: a lock, the writer or restorer
-//! still running, a backend call timed on the helper's clock.
+//! The state of one dump or restore that every answer to the plugin shares ([`Shared`]),
+//! each side's own ([`DumpSide`], [`RestoreSide`]), and the small steps they all take
+//! with it: a lock, the writer or restorer still running, a backend call timed on the
+//! helper's clock.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -14,62 +14,64 @@ use crate::cancel::Cancel;
 use crate::gpu::{Backend, Operation, TaskDevice};
 use crate::transfer::{DumpWriter, Restorer};
 
-pub(super) enum Mode {
-    Dump {
-        writer: RwLock<Option<DumpWriter>>,
-        /// The devices of the tasks the gpucr half took over, by host pid.
-        devices: Mutex<BTreeMap<i32, TaskDevice>>,
-        /// Every task of the tree and where it is.
-        tasks: Mutex<DumpTasks>,
-        /// Whether the tree lives on after a successful dump.
-        leave_running: bool,
-        /// Whether the whole tree was paused at the first PAUSE_DEVICES.
-        tree_paused: AtomicBool,
-        /// The image is complete (post-dump went through): CRIU kills the tree unless
-        /// it is left running. CRIU's DumpFinished comes after post-dump, and its
-        /// result does not tell a post-dump that failed.
-        kept: AtomicBool,
-        /// Where the writer writes and how: a tree that lives on after its device
-        /// memory left the GPUs gets it back from there.
-        image: (std::path::PathBuf, crate::transfer::TransferConfig),
-    },
-    Restore {
-        restorer: RwLock<Option<Restorer>>,
-        devices: Vec<TaskDevice>,
-        /// Where each task is.
-        tasks: Mutex<RestoreTasks>,
-        parallel: bool,
-        /// Engine mode: a task's buffers are filled before its RESTORE_EXT_FILE returns
-        /// (the last hook whose failure CRIU honours), though streamed from the start.
-        fill_at_hand_over: bool,
-    },
+/// One operation's state as the control plane serves it: what both sides share and the
+/// state of its own side ([`DumpSide`] or [`RestoreSide`]).
+pub(super) struct Served<S> {
+    pub(super) shared: Shared,
+    pub(super) side: S,
 }
 
-impl Mode {
+/// The state of a dump's helper.
+pub struct DumpSide {
+    pub(super) writer: RwLock<Option<DumpWriter>>,
+    /// The devices of the tasks the gpucr half took over, by host pid.
+    pub(super) devices: Mutex<BTreeMap<i32, TaskDevice>>,
+    /// Every task of the tree and where it is, and where the tree is as a whole.
+    pub(super) tasks: Mutex<DumpTasks>,
+    /// Whether the tree lives on after a successful dump.
+    pub(super) leave_running: bool,
+    /// Where the writer writes and how: a tree that lives on after its device memory
+    /// left the GPUs gets it back from there.
+    pub(super) image: (std::path::PathBuf, crate::transfer::TransferConfig),
+}
+
+impl DumpSide {
     /// A dump through `writer` into `image`; with `leave_running` the tree lives on.
-    pub(super) fn dump(
+    pub(super) fn new(
         writer: DumpWriter,
         image: (std::path::PathBuf, crate::transfer::TransferConfig),
         leave_running: bool,
-    ) -> Mode {
-        Mode::Dump {
+    ) -> DumpSide {
+        DumpSide {
             writer: RwLock::new(Some(writer)),
             devices: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(DumpTasks::default()),
             leave_running,
-            tree_paused: AtomicBool::new(false),
-            kept: AtomicBool::new(false),
             image,
         }
     }
+}
 
+/// The state of a restore's helper.
+pub struct RestoreSide {
+    pub(super) restorer: RwLock<Option<Restorer>>,
+    pub(super) devices: Vec<TaskDevice>,
+    /// Where each task is.
+    pub(super) tasks: Mutex<RestoreTasks>,
+    pub(super) parallel: bool,
+    /// Engine mode: a task's buffers are filled before its RESTORE_EXT_FILE returns
+    /// (the last hook whose failure CRIU honours), though streamed from the start.
+    pub(super) fill_at_hand_over: bool,
+}
+
+impl RestoreSide {
     /// A restore of `devices` from `restorer`.
-    pub(super) fn restore(
+    pub(super) fn new(
         restorer: Restorer,
         devices: Vec<TaskDevice>,
         parallel: bool,
         fill_at_hand_over: bool,
-    ) -> Mode {
+    ) -> RestoreSide {
         // A task without device files gets its buffers at RESUME_DEVICES_LATE
         // ([`Backend::resume_sinks`]), none through BuffersReady.
         let tasks = RestoreTasks::new(devices.iter().map(|t| {
@@ -77,13 +79,19 @@ impl Mode {
             let attached_early = if fileless { 0 } else { t.buffers.len() };
             (t.ns_pid, attached_early, fileless)
         }));
-        Mode::Restore {
+        RestoreSide {
             restorer: RwLock::new(Some(restorer)),
             devices,
             tasks: Mutex::new(tasks),
             parallel,
             fill_at_hand_over,
         }
+    }
+
+    /// A task's buffers are filled before its BuffersReady is answered (no parallel
+    /// restore, or engine mode).
+    pub(super) fn fill_before_answer(&self) -> bool {
+        !self.parallel || self.fill_at_hand_over
     }
 }
 
@@ -131,32 +139,25 @@ pub(super) struct Shared {
     /// Engine mode: where engine steps go (see [`super::Helper::engine_steps`]).
     pub(super) engine: Mutex<Option<std::sync::mpsc::Sender<EngineCall>>>,
     pub(super) backend: Arc<dyn Backend>,
-    pub(super) mode: Mode,
     pub(super) timeline: Arc<Mutex<Timeline>>,
     /// How long one device step (a driver call, a task taken over) may take.
     pub(super) device_timeout: Duration,
     /// The first failure, reported again when the command asks for the outcome.
     pub(super) failure: Mutex<Option<HelperError>>,
-    /// Dump: why a tree that lives on may not have all its devices back (the first
-    /// failure of the end of the dump), whatever failed before it.
-    pub(super) give_back_failure: Mutex<Option<String>>,
 }
 
 impl Shared {
     pub(super) fn new(
         backend: Arc<dyn Backend>,
-        mode: Mode,
         timeline: Arc<Mutex<Timeline>>,
         device_timeout: Duration,
     ) -> Shared {
         Shared {
             engine: Mutex::new(None),
             backend,
-            mode,
             timeline,
             device_timeout,
             failure: Mutex::new(None),
-            give_back_failure: Mutex::new(None),
         }
     }
 
