@@ -31,10 +31,15 @@ pub struct Lines {
     pub verbose: bool,
 }
 
+/// The line a verbose reporter shows for a step `at_ms` into the command.
+pub fn step_line(at_ms: f64, message: &str) -> String {
+    format!("[{at_ms:>9.1} ms] {message}")
+}
+
 impl Reporter for Lines {
     fn step(&mut self, at_ms: f64, message: &str) {
         if self.verbose {
-            self.line(&format!("[{at_ms:>9.1} ms] {message}"));
+            self.line(&step_line(at_ms, message));
         }
     }
     fn line(&self, text: &str) {

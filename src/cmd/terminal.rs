@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use crate::progress::{Lines, Progress, Reporter};
+use crate::progress::{step_line, Lines, Progress, Reporter};
 use crate::transfer::{no_events, Event, EventSink};
 
 /// Progress for a command: drawn on a terminal where a person is watching, plain lines
@@ -45,7 +45,7 @@ impl Reporter for Terminal {
     fn step(&mut self, at_ms: f64, message: &str) {
         self.spinner.set_message(message.to_owned());
         if self.verbose {
-            self.line(&format!("[{at_ms:>9.1} ms] {message}"));
+            self.line(&step_line(at_ms, message));
         }
     }
 

@@ -112,9 +112,9 @@ impl<'a> Gate<'a> {
     }
 
     /// What post-dump gathered.
-    pub(super) fn gathered(self) -> Gathered {
+    pub(super) fn gathered(mut self) -> Gathered {
         let copy_finished = self.post.copy_finished();
-        let (gpu, room) = self.post.into_parts();
+        let (gpu, room) = self.post.take_parts();
         Gathered {
             gpu,
             room,

@@ -110,13 +110,8 @@ impl<'a> PostDump<'a> {
         Ok(())
     }
 
-    /// What the steps produced: the GPU manifest and the manifest's room.
-    pub fn into_parts(self) -> (Option<GpuManifest>, Option<ManifestRoom>) {
-        (self.manifest, self.room)
-    }
-
-    /// Take what the steps produced, leaving nothing (engine mode keeps its `PostDump`
-    /// in a loop).
+    /// Take what the steps produced: the GPU manifest and the manifest's room (engine
+    /// mode keeps its `PostDump` in a loop, so it is taken, not consumed).
     pub fn take_parts(&mut self) -> (Option<GpuManifest>, Option<ManifestRoom>) {
         (self.manifest.take(), self.room.take())
     }

@@ -76,8 +76,8 @@ impl Handler for Served<RestoreSide> {
     }
 }
 
-/// Answer `req`: the requests every helper answers here, the others by `side` (the answers of the helper's side). A failure is kept and refuses
-/// the request.
+/// Answer `req`: the requests every helper answers here, the others by `side` (the
+/// answers of the helper's side). A failure is kept and refuses the request.
 fn answer(
     shared: &Shared,
     cancel: &Cancel,

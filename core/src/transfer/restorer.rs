@@ -30,7 +30,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
@@ -623,27 +623,7 @@ impl Restorer {
     /// (then the error names the damaged chunk or the failed write). Waiting for a
     /// buffer that is not handed over yet waits for that too.
     pub fn wait(&self, keys: &[BufferKey]) -> Result<(), TransferError> {
-        let shared = &self.shared;
-        let ids = keys
-            .iter()
-            .map(|&key| {
-                shared
-                    .by_key
-                    .get(&key)
-                    .copied()
-                    .ok_or(TransferError::UnknownBuffer { key })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut state = shared.lock();
-        loop {
-            if let Some(e) = &state.error {
-                return Err(e.clone());
-            }
-            if ids.iter().all(|&b| state.buffers[b].complete) {
-                return Ok(());
-            }
-            state = shared.done.wait(state).unwrap_or_else(|e| e.into_inner());
-        }
+        self.wait_unless(keys, &AtomicBool::new(false)).map(drop)
     }
 
     /// [`Restorer::wait`], given up when `cancel` is: the wait ends at once then (the
@@ -654,15 +634,30 @@ impl Restorer {
         keys: &[BufferKey],
         cancel: &crate::cancel::Cancel,
     ) -> Result<(), TransferError> {
-        let given_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let given_up = Arc::new(AtomicBool::new(false));
         {
             let (given_up, shared) = (given_up.clone(), self.shared.clone());
             cancel.on_cancel(move || {
-                given_up.store(true, std::sync::atomic::Ordering::SeqCst);
+                given_up.store(true, Ordering::SeqCst);
                 let _state = shared.lock();
                 shared.done.notify_all();
             });
         }
+        if self.wait_unless(keys, &given_up)? {
+            return Ok(());
+        }
+        // The reason is read without the restore's lock held.
+        let reason = cancel.check().err().map_or_else(String::new, |c| c.0);
+        Err(TransferError::Cancelled { reason })
+    }
+
+    /// The wait of [`Restorer::wait`], ended early (Ok(false)) once `given_up` is set
+    /// and the condition variable notified; Ok(true) when every buffer is written.
+    fn wait_unless(
+        &self,
+        keys: &[BufferKey],
+        given_up: &AtomicBool,
+    ) -> Result<bool, TransferError> {
         let shared = &self.shared;
         let ids = keys
             .iter()
@@ -680,13 +675,10 @@ impl Restorer {
                 return Err(e.clone());
             }
             if ids.iter().all(|&b| state.buffers[b].complete) {
-                return Ok(());
+                return Ok(true);
             }
-            if given_up.load(std::sync::atomic::Ordering::SeqCst) {
-                // The reason is read without the restore's lock held.
-                drop(state);
-                let reason = cancel.check().err().map_or_else(String::new, |c| c.0);
-                return Err(TransferError::Cancelled { reason });
+            if given_up.load(Ordering::SeqCst) {
+                return Ok(false);
             }
             state = shared.done.wait(state).unwrap_or_else(|e| e.into_inner());
         }
