@@ -8,6 +8,12 @@
 //! * [`Cancel::on_cancel`] registers a wake-up (a condition variable to notify), so a
 //!   blocked wait ends at once instead of polling.
 //! * [`Cancel::sleep`] is a sleep that a cancellation ends.
+//! * [`Cancel::wake_fd`] is a file descriptor that turns readable at the cancellation,
+//!   for a wait in `poll(2)` beside the fd it waits on.
+//!
+//! Tokens form a tree: [`Cancel::child`] is cancelled with its parent (and may be
+//! cancelled alone), so the command's token, cancelled at Ctrl-C, reaches every
+//! request, transfer and driver wait made under it.
 //!
 //! This module is a leaf: it imports nothing of gpucr.
 
@@ -66,6 +72,36 @@ impl Cancel {
         for wake in wakers {
             wake();
         }
+    }
+
+    /// A token cancelled when this one is (with its reason), and which may also be
+    /// cancelled alone without touching this one.
+    pub fn child(&self) -> Cancel {
+        let child = Cancel::new();
+        // Weak both ways: a parent never cancelled does not keep its children (or, through
+        // its own waker, itself) alive.
+        let child_weak = Arc::downgrade(&child.0);
+        let parent_weak = Arc::downgrade(&self.0);
+        self.on_cancel(move || {
+            if let (Some(child), Some(parent)) = (child_weak.upgrade(), parent_weak.upgrade()) {
+                let reason = Cancel(parent).check().err().map(|c| c.0).unwrap_or_default();
+                Cancel(child).cancel(reason);
+            }
+        });
+        child
+    }
+
+    /// An eventfd that turns readable when the token is cancelled (at once if it is
+    /// already): what a `poll(2)` wait adds to its fds so that the cancellation ends it.
+    pub fn wake_fd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        use std::os::fd::AsFd;
+        let event = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
+        let ours = event.as_fd().try_clone_to_owned()?;
+        self.on_cancel(move || {
+            let _ = event.write(1);
+        });
+        Ok(ours)
     }
 
     /// Whether it was cancelled.
@@ -134,6 +170,38 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+
+    #[test]
+    fn a_child_is_cancelled_with_its_parent_and_alone_without_it() {
+        let parent = Cancel::new();
+        let alone = parent.child();
+        alone.cancel("timed out");
+        assert!(!parent.is_cancelled(), "a child's cancellation stays below");
+        let child = parent.child();
+        let grandchild = child.child();
+        parent.cancel("SIGINT");
+        assert_eq!(child.check(), Err(Cancelled("SIGINT".into())));
+        assert_eq!(grandchild.check(), Err(Cancelled("SIGINT".into())));
+        assert_eq!(alone.check(), Err(Cancelled("timed out".into())));
+        // Made after the parent's cancellation: born cancelled.
+        assert!(parent.child().is_cancelled());
+    }
+
+    #[test]
+    fn the_wake_fd_turns_readable_at_the_cancellation() {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let c = Cancel::new();
+        let fd = c.wake_fd().unwrap();
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        assert_eq!(poll(&mut fds, PollTimeout::ZERO).unwrap(), 0);
+        c.cancel("stop");
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        assert_eq!(poll(&mut fds, PollTimeout::from(5000u16)).unwrap(), 1);
+        let late = c.wake_fd().unwrap();
+        let mut fds = [PollFd::new(late.as_fd(), PollFlags::POLLIN)];
+        assert_eq!(poll(&mut fds, PollTimeout::ZERO).unwrap(), 1);
+    }
 
     #[test]
     fn the_first_reason_is_kept_and_changes_stop() {
