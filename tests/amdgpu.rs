@@ -186,7 +186,10 @@ fn dump(
         (dir.to_path_buf(), TransferConfig::default()),
         timeline,
         false,
-        Duration::from_secs(20),
+        gpucr::helper::StepControl {
+            device_timeout: Duration::from_secs(20),
+            operation: gpucr::cancel::Cancel::new(),
+        },
     )
     .unwrap();
     let mut plugin = run(
@@ -256,7 +259,10 @@ fn restore(
         tasks.clone(),
         (parallel, false),
         timeline,
-        Duration::from_secs(20),
+        gpucr::helper::StepControl {
+            device_timeout: Duration::from_secs(20),
+            operation: gpucr::cancel::Cancel::new(),
+        },
     )
     .unwrap();
     let half = Arc::new(AmdgpuHalf::new(m.kernel.kfd(me())));
@@ -645,7 +651,10 @@ fn a_helper_gone_mid_dump_leaves_the_queues_running() {
         (dir.path().to_path_buf(), TransferConfig::default()),
         timeline,
         false,
-        Duration::from_secs(20),
+        gpucr::helper::StepControl {
+            device_timeout: Duration::from_secs(20),
+            operation: gpucr::cancel::Cancel::new(),
+        },
     )
     .unwrap();
     let half = Arc::new(AmdgpuHalf::new(m.kernel.kfd(me())));

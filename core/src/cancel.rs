@@ -35,10 +35,15 @@ struct Inner {
     changed: Condvar,
 }
 
+/// What runs at the cancellation, with its reason.
+type Waker = Box<dyn FnOnce(&Cancelled) + Send>;
+
 #[derive(Default)]
 struct State {
     reason: Option<String>,
-    wakers: Vec<Box<dyn Fn() + Send>>,
+    /// Set by [`Cancel::detach`]: the parent's cancellation no longer reaches it.
+    detached: bool,
+    wakers: Vec<Waker>,
 }
 
 impl std::fmt::Debug for Cancel {
@@ -60,17 +65,19 @@ impl Cancel {
     /// Cancel with `reason` (the first reason is kept): waits for a [`Cancel::live`]
     /// change in progress, then wakes every registered waiter and sleeper.
     pub fn cancel(&self, reason: impl Into<String>) {
+        let reason = reason.into();
         let wakers = {
             let mut state = self.lock();
             if state.reason.is_some() {
                 return;
             }
-            state.reason = Some(reason.into());
+            state.reason = Some(reason.clone());
             std::mem::take(&mut state.wakers)
         };
         self.0.changed.notify_all();
+        let cancelled = Cancelled(reason);
         for wake in wakers {
-            wake();
+            wake(&cancelled);
         }
     }
 
@@ -78,17 +85,24 @@ impl Cancel {
     /// cancelled alone without touching this one.
     pub fn child(&self) -> Cancel {
         let child = Cancel::new();
-        // Weak both ways: a parent never cancelled does not keep its children (or, through
-        // its own waker, itself) alive.
-        let child_weak = Arc::downgrade(&child.0);
-        let parent_weak = Arc::downgrade(&self.0);
-        self.on_cancel(move || {
-            if let (Some(child), Some(parent)) = (child_weak.upgrade(), parent_weak.upgrade()) {
-                let reason = Cancel(parent).check().err().map(|c| c.0).unwrap_or_default();
-                Cancel(child).cancel(reason);
+        // Held weakly: a parent never cancelled does not keep its children alive.
+        let weak = Arc::downgrade(&child.0);
+        self.when_cancelled(move |why| {
+            if let Some(child) = weak.upgrade() {
+                let child = Cancel(child);
+                if !child.lock().detached {
+                    child.cancel(why.0.clone());
+                }
             }
         });
         child
+    }
+
+    /// From now on, the parent's cancellation no longer reaches this token (made by
+    /// [`Cancel::child`]); it can still be cancelled itself. What work does once it is
+    /// past the point where its parent may stop it (a restore whose tree is whole).
+    pub fn detach(&self) {
+        self.lock().detached = true;
     }
 
     /// An eventfd that turns readable when the token is cancelled (at once if it is
@@ -134,13 +148,21 @@ impl Cancel {
     /// on a condition variable registers its notification here, so that it ends
     /// without polling.
     pub fn on_cancel(&self, wake: impl Fn() + Send + 'static) {
+        self.when_cancelled(move |_| wake());
+    }
+
+    /// Call `then` once with the reason when the token is cancelled (at once if it is
+    /// already): what passes a cancellation on to work with a cancel of its own (a
+    /// transfer's canceller).
+    pub fn when_cancelled(&self, then: impl FnOnce(&Cancelled) + Send + 'static) {
         let mut state = self.lock();
-        if state.reason.is_some() {
+        if let Some(reason) = &state.reason {
+            let cancelled = Cancelled(reason.clone());
             drop(state);
-            wake();
+            then(&cancelled);
             return;
         }
-        state.wakers.push(Box::new(wake));
+        state.wakers.push(Box::new(then));
     }
 
     /// Sleep for `duration`, or less if the token is cancelled meanwhile: Err then.
@@ -185,6 +207,11 @@ mod tests {
         assert_eq!(alone.check(), Err(Cancelled("timed out".into())));
         // Made after the parent's cancellation: born cancelled.
         assert!(parent.child().is_cancelled());
+        let other = Cancel::new();
+        let detached = other.child();
+        detached.detach();
+        other.cancel("too late");
+        assert!(!detached.is_cancelled(), "a detached child stays");
     }
 
     #[test]

@@ -111,6 +111,19 @@ pub fn on_interrupt(hook: impl Fn() + Send + Sync + 'static) -> Registration {
     register(Box::new(move |_| hook()))
 }
 
+/// Cancel `token` when a signal arrives (at once if one already did), with "gpucr was
+/// interrupted by SIGINT" (or the signal's name), until the returned registration is
+/// dropped: how a command's token learns of Ctrl-C.
+#[must_use = "the link is removed when the registration is dropped"]
+pub fn cancels(token: crate::cancel::Cancel) -> Registration {
+    let cancel =
+        move |signal: i32| token.cancel(format!("gpucr was interrupted by {}", name(signal)));
+    if let Some(signal) = requested() {
+        cancel(signal);
+    }
+    register(Box::new(cancel))
+}
+
 /// Run `hook` with each signal that arrives from now on (not one that came before),
 /// on the signal thread, until the returned registration is dropped: what a waiting
 /// restore forwards to the tree with, instead of looking for new signals in a loop.

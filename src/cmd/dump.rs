@@ -12,6 +12,10 @@ use crate::transfer::TransferConfig;
 
 pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
     crate::interrupt::install()?;
+    // The command's token: Ctrl-C (or SIGTERM, SIGHUP) cancels it, and it reaches the
+    // verification, the helper's requests, the GPU transfer and the backends' waits.
+    let cancel = crate::cancel::Cancel::new();
+    let _interrupts = crate::interrupt::cancels(cancel.clone());
     let opts = DumpOptions {
         pid: args.pid,
         dir: args.dir.clone(),
@@ -39,6 +43,7 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
         cuda_staging: args.cuda_staging.map(CudaStagingArg::staging),
         criu_config: args.criu.criu_config.clone(),
         no_page_checksums: args.no_page_checksums,
+        cancel,
     };
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);

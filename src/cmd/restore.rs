@@ -15,6 +15,10 @@ use crate::transfer::{GpuStats, TransferConfig};
 
 pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
     crate::interrupt::install()?;
+    // The command's token: Ctrl-C (or SIGTERM, SIGHUP) cancels it, and it reaches the
+    // verification, the helper's requests, the GPU transfer and the backends' waits.
+    let cancel = crate::cancel::Cancel::new();
+    let _interrupts = crate::interrupt::cancels(cancel.clone());
     let opts = RestoreOptions {
         dir: args.dir.clone(),
         flags: crate::criu::CriuFlags {
@@ -40,6 +44,7 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
         criu_config: args.criu.criu_config.clone(),
         skip_checks: args.topology.skip_check.clone(),
         device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
+        cancel,
     };
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = restore(&opts, &mut progress);

@@ -61,6 +61,10 @@ pub struct DumpOptions {
     /// Record the memory pages files by size only (`--no-page-checksums`): nothing
     /// reads the pages a second time while the tree is frozen.
     pub no_page_checksums: bool,
+    /// The command's token, cancelled at Ctrl-C (`interrupt::cancels`): it stops the
+    /// GPU copy and the helper's steps that carry the dump forward at once (the next
+    /// CRIU notification is then refused, and CRIU lets the tree go).
+    pub cancel: crate::cancel::Cancel,
 }
 
 /// A finished dump.
@@ -142,14 +146,10 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let tree_pages =
         (!opts.no_page_checksums).then(|| TreePages::start(opts.pid, opts.dir.clone()));
     let mut gate = Gate::new(&opts.dir, devices, tree_pages);
-    // A signal cancels the GPU copy at once; the next notification fails the dump.
-    let cancel_on_interrupt = gpu.as_ref().map(|g| {
-        let canceller = g.canceller();
-        interrupt::on_interrupt(move || canceller.cancel("gpucr was interrupted"))
-    });
+    // A signal cancels the command's token, which stops the GPU copy at once; the next
+    // notification fails the dump.
     let answered = swrk.dump(&request, &log, &mut |n| gate.notify(n, progress));
     let gathered = gate.gathered();
-    drop(cancel_on_interrupt);
     // CRIU lets a dump succeed whose action script failed at network-unlock (scripts
     // come only from --criu-config): the user must hear of it.
     let lenient_script = match (&answered.criu, &opts.criu_config) {
@@ -244,7 +244,10 @@ fn start_gpu(
         opts.transfer.clone(),
         progress.gpu_events(),
         opts.leave_running,
-        opts.device_timeout,
+        crate::helper::StepControl {
+            device_timeout: opts.device_timeout,
+            operation: opts.cancel.clone(),
+        },
     )
     .map(Some)
     .map_err(|e| DumpError::HelperSetup(Box::new(e)))

@@ -59,7 +59,12 @@ pub fn serve(
         settings.transfer.clone(),
         progress.gpu_events(),
         true,
-        settings.device_timeout,
+        crate::helper::StepControl {
+            device_timeout: settings.device_timeout,
+            // Nothing cancels an engine run from outside: CRIU's end stops the helper,
+            // and with it every request (the control plane cancels them).
+            operation: crate::cancel::Cancel::new(),
+        },
     )?;
     let steps = events(gpu.engine_steps(), args.criu_pid);
     let mut follower =

@@ -52,6 +52,7 @@ pub fn serve(
             fill_at_hand_over: true,
         },
         progress.gpu_events(),
+        &opts.cancel,
     )?;
     let steps = events(restore.engine_steps(), args.criu_pid);
     status.ready(name);

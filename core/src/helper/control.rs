@@ -58,6 +58,14 @@ pub trait Handler: Send + Sync + 'static {
     /// then cancel its token `cancel` (the control plane cancels it afterwards if the
     /// handler did not).
     fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned, cancel: &Cancel);
+
+    /// The token `req` is answered under: by default one of its own, which only the
+    /// control plane cancels (time-out, vanished plugin, the helper stopping). A handler
+    /// makes the requests that carry the operation forward children of the operation's
+    /// token, so that the command's cancellation (Ctrl-C) reaches them too.
+    fn token_for(&self, _req: &Request) -> Cancel {
+        Cancel::new()
+    }
 }
 
 /// Why a request was given up.
@@ -337,7 +345,7 @@ async fn serve(
         };
         drop(ready);
         // Counted until its reply is sent, or the request given up.
-        let cancel = Cancel::new();
+        let cancel = handler.token_for(&req);
         let _answering = in_flight.enter(&cancel);
         let what = request_name(&req);
         let limit = handler.time_limit(&req);

@@ -417,6 +417,12 @@ mod tests {
 
     /// The state of a dump into `image` with `backend`.
     fn dump(backend: Takeover, image: &Path) -> Served<DumpSide> {
+        dump_under(backend, image, Cancel::new())
+    }
+
+    /// The state of a dump into `image` with `backend`, under the command's token
+    /// `operation`.
+    fn dump_under(backend: Takeover, image: &Path, operation: Cancel) -> Served<DumpSide> {
         let config = TransferConfig::default();
         let writer = DumpWriter::start(image, config.clone(), no_events()).unwrap();
         let side = DumpSide::new(writer, (image.to_path_buf(), config), false);
@@ -424,6 +430,7 @@ mod tests {
             Arc::new(backend),
             Default::default(),
             Duration::from_secs(10),
+            operation,
         );
         Served { shared, side }
     }
@@ -549,6 +556,58 @@ mod tests {
         assert!(
             failure.contains("CHECKPOINT_DEVICES (plugin in pid 4242)"),
             "{failure}"
+        );
+    }
+
+    /// The command's token (Ctrl-C) reaches a takeover in progress through its
+    /// request's token: the late takeover records nothing. The end of the dump, which
+    /// gives the tree its devices back, is not stopped by it.
+    #[test]
+    fn the_command_s_cancellation_reaches_the_steps_that_carry_the_dump_forward() {
+        use gpucr_abi::proto::{DumpFinished, Request};
+        let image = tempfile::tempdir().unwrap();
+        let (open, gate) = std::sync::mpsc::channel();
+        let command = Cancel::new();
+        let shared = Arc::new(dump_under(
+            Takeover(Failure::None, Some(Mutex::new(gate))),
+            image.path(),
+            command.clone(),
+        ));
+        let request = CheckpointDevices {
+            pid: 10,
+            format: "takeover/1".into(),
+            state: vec![1],
+            buffer_count: 0,
+        };
+        let forward = shared.shared.token_for(&Request {
+            kind: Some(request::Kind::CheckpointDevices(request.clone())),
+        });
+        let finish = shared.shared.token_for(&Request {
+            kind: Some(request::Kind::DumpFinished(DumpFinished::default())),
+        });
+        let late = {
+            let (shared, cancel) = (shared.clone(), forward.clone());
+            std::thread::spawn(move || {
+                let answering = Answering {
+                    shared: &shared.shared,
+                    cancel: &cancel,
+                };
+                checkpoint_devices(&answering, &shared.side, request, Vec::new())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        command.cancel("gpucr was interrupted by SIGINT");
+        open.send(()).unwrap();
+        let err = late.join().unwrap().unwrap_err();
+        assert!(err.to_string().contains("SIGINT"), "{err}");
+        assert_eq!(
+            recorded(&shared, 10),
+            (Some("being taken over"), false),
+            "the late takeover changed the task's state"
+        );
+        assert!(
+            !finish.is_cancelled(),
+            "the end of the dump was stopped too"
         );
     }
 }

@@ -31,7 +31,7 @@ use std::io;
 use std::path::PathBuf;
 
 pub use operation::{GpuDump, GpuRestore, RestoreSettings};
-pub use server::{DumpHelper, DumpOutcome, Helper, RestoreHelper};
+pub use server::{DumpHelper, DumpOutcome, Helper, RestoreHelper, StepControl};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
 pub use shared::EngineCall;
 pub use shared::{DumpSide, RestoreSide};

@@ -7,11 +7,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{timeline_events, DumpHelper, HelperError, RestoreHelper, Session};
+use super::{timeline_events, DumpHelper, HelperError, RestoreHelper, Session, StepControl};
+use crate::cancel::Cancel;
 use crate::gpu::{Backend, GpuManifest, TaskDevice, TaskTiming};
 use crate::transfer::{
     BufferKey, Canceller, DumpWriter, EventSink, GpuStats, Restorer, TransferConfig,
 };
+
+/// Cancel the transfer behind `canceller` when `operation` is cancelled, with its
+/// reason.
+fn cancels(operation: &Cancel, canceller: Canceller) {
+    operation.when_cancelled(move |why| canceller.cancel(&why.0));
+}
 
 /// The GPU side of a dump.
 #[derive(Debug)]
@@ -19,12 +26,12 @@ pub struct GpuDump {
     helper: DumpHelper,
     _session: Session,
     backend: &'static str,
-    canceller: Canceller,
 }
 
 impl GpuDump {
     /// Start the helper of `session` for a dump into `dir` (its `gpu/` part); with
-    /// `leave_running` the tree lives on after the dump.
+    /// `leave_running` the tree lives on after the dump. `operation`, the command's
+    /// token, cancels the copy and the helper's steps that carry the dump forward.
     pub fn start(
         mut session: Session,
         dir: &Path,
@@ -32,11 +39,12 @@ impl GpuDump {
         config: TransferConfig,
         progress: EventSink,
         leave_running: bool,
-        device_timeout: Duration,
+        steps: StepControl,
     ) -> Result<GpuDump, HelperError> {
+        let operation = &steps.operation;
         let (events, timeline) = timeline_events(progress);
         let writer = DumpWriter::start(dir, config.clone(), events)?;
-        let canceller = writer.canceller();
+        cancels(operation, writer.canceller());
         let name = backend.name();
         let helper = DumpHelper::start_dump(
             session.take_helper_end()?,
@@ -45,19 +53,13 @@ impl GpuDump {
             (dir.to_path_buf(), config),
             timeline,
             leave_running,
-            device_timeout,
+            steps.clone(),
         )?;
         Ok(GpuDump {
             _session: session,
             helper,
             backend: name,
-            canceller,
         })
-    }
-
-    /// A handle that cancels the copy from another thread (gpucr was interrupted).
-    pub fn canceller(&self) -> Canceller {
-        self.canceller.clone()
     }
 
     /// What went wrong in the helper, if anything did (e.g. the disk filled up while it
@@ -119,7 +121,7 @@ impl GpuDump {
 pub struct GpuRestore {
     helper: RestoreHelper,
     _session: Session,
-    canceller: Canceller,
+    operation: Cancel,
 }
 
 /// How the GPU side of a restore runs.
@@ -136,7 +138,9 @@ pub struct RestoreSettings {
 }
 
 impl GpuRestore {
-    /// Open the image's GPU part and start the helper.
+    /// Open the image's GPU part and start the helper. `operation`, the command's token
+    /// (or a child of it the restore detaches once the tree is whole), cancels the
+    /// copies and the helper's steps that carry the restore forward.
     pub fn start(
         mut session: Session,
         dir: &Path,
@@ -144,6 +148,7 @@ impl GpuRestore {
         backend: Arc<dyn Backend>,
         settings: RestoreSettings,
         progress: EventSink,
+        operation: &Cancel,
     ) -> Result<GpuRestore, HelperError> {
         let RestoreSettings {
             transfer: config,
@@ -154,7 +159,7 @@ impl GpuRestore {
         let (events, timeline) = timeline_events(progress);
         let restorer = Restorer::open(dir, config, parallel, events)?;
         check_buffers_match(&restorer, &manifest.tasks)?;
-        let canceller = restorer.canceller();
+        cancels(operation, restorer.canceller());
         let helper = RestoreHelper::start_restore(
             session.take_helper_end()?,
             backend,
@@ -162,18 +167,24 @@ impl GpuRestore {
             manifest.tasks.clone(),
             (parallel, fill_at_hand_over),
             timeline,
-            device_timeout,
+            StepControl {
+                device_timeout,
+                operation: operation.clone(),
+            },
         )?;
         Ok(GpuRestore {
             _session: session,
             helper,
-            canceller,
+            operation: operation.clone(),
         })
     }
 
-    /// A handle that cancels the restore's copies from another thread.
-    pub fn canceller(&self) -> Canceller {
-        self.canceller.clone()
+    /// The restored tree is whole and verified (post-restore was answered): from now
+    /// on a cancellation of the command (a signal, which is now for the restored tree)
+    /// no longer reaches the restore's copies, when `operation` was a child of the
+    /// command's token.
+    pub fn tree_whole(&self) {
+        self.operation.detach();
     }
 
     /// What went wrong in the helper, if anything did (a damaged chunk found while a task

@@ -48,6 +48,10 @@ impl Handler for Served<DumpSide> {
     fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned, cancel: &Cancel) {
         abandoned(&self.shared, peer, what, why, cancel);
     }
+
+    fn token_for(&self, req: &Request) -> Cancel {
+        self.shared.token_for(req)
+    }
 }
 
 impl Handler for Served<RestoreSide> {
@@ -73,6 +77,10 @@ impl Handler for Served<RestoreSide> {
 
     fn abandoned(&self, peer: i32, what: &'static str, why: Abandoned, cancel: &Cancel) {
         abandoned(&self.shared, peer, what, why, cancel);
+    }
+
+    fn token_for(&self, req: &Request) -> Cancel {
+        self.shared.token_for(req)
     }
 }
 
@@ -127,6 +135,15 @@ fn abandoned(shared: &Shared, peer: i32, what: &'static str, why: Abandoned, can
     cancel.cancel(why.to_string());
 }
 
+/// How a helper's steps are bounded: how long one device step may take, and the
+/// operation's token (the command's, or a child of it), under which the requests that
+/// carry the operation forward are answered.
+#[derive(Debug, Clone)]
+pub struct StepControl {
+    pub device_timeout: Duration,
+    pub operation: Cancel,
+}
+
 /// A running helper of one side ([`DumpSide`] or [`RestoreSide`]): it answers only
 /// that side's requests, and has only that side's methods.
 pub struct Helper<S> {
@@ -171,10 +188,10 @@ impl Helper<DumpSide> {
         image: (std::path::PathBuf, crate::transfer::TransferConfig),
         timeline: Arc<Mutex<Timeline>>,
         leave_running: bool,
-        device_timeout: Duration,
+        steps: StepControl,
     ) -> Result<DumpHelper, HelperError> {
         let served = Served {
-            shared: Shared::new(backend, timeline, device_timeout),
+            shared: Shared::new(backend, timeline, steps.device_timeout, steps.operation),
             side: DumpSide::new(writer, image, leave_running),
         };
         start(connector, served)
@@ -288,10 +305,10 @@ impl Helper<RestoreSide> {
         devices: Vec<TaskDevice>,
         (parallel, fill_at_hand_over): (bool, bool),
         timeline: Arc<Mutex<Timeline>>,
-        device_timeout: Duration,
+        steps: StepControl,
     ) -> Result<RestoreHelper, HelperError> {
         let served = Served {
-            shared: Shared::new(backend, timeline, device_timeout),
+            shared: Shared::new(backend, timeline, steps.device_timeout, steps.operation),
             side: RestoreSide::new(restorer, devices, parallel, fill_at_hand_over),
         };
         start(connector, served)

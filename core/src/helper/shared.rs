@@ -144,6 +144,9 @@ pub(super) struct Shared {
     pub(super) device_timeout: Duration,
     /// The first failure, reported again when the command asks for the outcome.
     pub(super) failure: Mutex<Option<HelperError>>,
+    /// The operation's token, from the command: the requests that carry the operation
+    /// forward are answered under children of it ([`Shared::token_for`]).
+    pub(super) operation: Cancel,
 }
 
 impl Shared {
@@ -151,6 +154,7 @@ impl Shared {
         backend: Arc<dyn Backend>,
         timeline: Arc<Mutex<Timeline>>,
         device_timeout: Duration,
+        operation: Cancel,
     ) -> Shared {
         Shared {
             engine: Mutex::new(None),
@@ -158,6 +162,42 @@ impl Shared {
             timeline,
             device_timeout,
             failure: Mutex::new(None),
+            operation,
+        }
+    }
+
+    /// The token `req` is answered under. The steps that carry the operation forward
+    /// (pausing, checkpointing and taking over tasks, their files and buffers; a
+    /// restore's files and buffers) end when the operation is cancelled. The steps that
+    /// give a task its device back, or come once the restored tree is whole
+    /// (RESUME_DEVICES_LATE comes after post-restore, when a signal is for the restored
+    /// tree), the end of a dump, engine steps and logs, are cancelled only by the
+    /// control plane: a Ctrl-C must not leave a job without its GPU.
+    pub(super) fn token_for(&self, req: &gpucr_abi::proto::Request) -> Cancel {
+        use gpucr_abi::proto::request::Kind;
+        match &req.kind {
+            Some(
+                Kind::PauseDevices(_)
+                | Kind::CheckpointDevices(_)
+                | Kind::DumpBuffers(_)
+                | Kind::DumpFile(_)
+                | Kind::TreeThreads(_)
+                | Kind::CheckpointTree(_)
+                | Kind::RestoreFile(_)
+                | Kind::BuffersReady(_),
+            ) => self.operation.child(),
+            Some(
+                Kind::DumpFinished(_)
+                | Kind::ResumeDevices(_)
+                | Kind::ResumeFailed(_)
+                | Kind::RestoreThread(_)
+                | Kind::ResumeTreeThreads(_)
+                | Kind::ResumeTree(_)
+                | Kind::EngineStep(_)
+                | Kind::Log(_)
+                | Kind::Connect(_),
+            )
+            | None => Cancel::new(),
         }
     }
 

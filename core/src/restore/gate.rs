@@ -142,6 +142,11 @@ impl<'a> Gate<'a> {
             }
             progress.event("gpu-done", "GPU memory restored");
         }
+        // Detached first, checked after: a signal either comes in time to fail the
+        // restore here, or finds the restore's steps out of its reach.
+        if let Some(gpu) = self.gpu {
+            gpu.tree_whole();
+        }
         match interrupt::requested() {
             Some(signal) => Err(Refusal::Interrupted(interrupt::name(signal))),
             None => {

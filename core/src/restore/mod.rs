@@ -66,6 +66,10 @@ pub struct RestoreOptions {
     pub cuda_visible_devices: Option<String>,
     /// A file of further CRIU options (`--criu-config`), checked before anything else.
     pub criu_config: Option<PathBuf>,
+    /// The command's token, cancelled at Ctrl-C (`interrupt::cancels`): until the tree
+    /// is whole it stops the image's verification, the GPU copies and the helper's
+    /// steps that carry the restore forward.
+    pub cancel: crate::cancel::Cancel,
 }
 
 /// A restored tree.
@@ -135,13 +139,14 @@ fn restore_in(
         .as_deref()
         .map(CriuConfig::read)
         .transpose()?;
-    // Hashing a large image takes a while: a signal stops it at once, not at CRIU's
-    // first notification.
+    // Hashing a large image takes a while: the command's cancellation (a signal) stops
+    // it at once, not at CRIU's first notification.
     let stop_verifying = Arc::new(AtomicBool::new(false));
-    let _stop_on_interrupt = {
+    {
         let stop = stop_verifying.clone();
-        interrupt::on_interrupt(move || stop.store(true, Ordering::SeqCst))
-    };
+        opts.cancel
+            .on_cancel(move || stop.store(true, Ordering::SeqCst));
+    }
     let scope = if opts.verify_first {
         Scope::All
     } else {
@@ -257,6 +262,7 @@ fn restore_in(
                     fill_at_hand_over: false,
                 },
                 progress.gpu_events(),
+                &opts.cancel.child(),
             );
             progress.event("helper-started", "GPU helper started");
             Some(started.map_err(|e| RestoreError::Helper(Box::new(e)))?)
@@ -279,13 +285,10 @@ fn restore_in(
         config_origin: opts.criu_config.as_deref(),
     };
     let log = work.path.join(RESTORE_LOG);
-    // A signal cancels the GPU copies at once; until post-restore has been answered, the
-    // next notification fails the restore and CRIU kills what it had begun. Past it the
-    // tree is whole and verified: a later signal is for the restored tree.
-    let cancel_on_interrupt = gpu.as_ref().map(|g| {
-        let canceller = g.canceller();
-        interrupt::on_interrupt(move || canceller.cancel("gpucr was interrupted"))
-    });
+    // A signal cancels the command's token, and with it the GPU copies at once; until
+    // post-restore has been answered, the next notification fails the restore and CRIU
+    // kills what it had begun. Past it the tree is whole and verified: the gate detaches
+    // the GPU side from the token, and a later signal is for the restored tree.
     // From post-restore until the devices are back, CRIU would resume a half-restored
     // tree should gpucr die: the guard kills it then (`restore_guard`). Dropped at
     // the end of this function, whatever the outcome, it ends without a word.
@@ -301,7 +304,6 @@ fn restore_in(
     let result = swrk
         .restore(&request, &log, &mut |n| gate.notify(n, progress))
         .criu;
-    drop(cancel_on_interrupt);
     if let (Some(_), true) = (interrupt::requested(), result.is_err()) {
         drop(swrk);
         return Err(interrupted());

@@ -160,9 +160,10 @@ mod tests {
         // Nobody answers the next one.
         let err = call(tmp.path(), 1, DriverOp::Unlock, Duration::from_millis(50)).unwrap_err();
         assert!(err.to_string().contains("did not answer unlock"), "{err}");
-        // A wrong state is an error naming it.
-        let t = answer_once(tmp.path().to_path_buf(), "error: no");
+        // A wrong state is an error naming it. (The unanswered request goes first: the
+        // stand-in would otherwise answer it, not the next one.)
         fs::remove_file(tmp.path().join(DRIVER_REQUEST_FILE)).unwrap();
+        let t = answer_once(tmp.path().to_path_buf(), "error: no");
         let err = call(tmp.path(), 1, DriverOp::Checkpoint, Duration::from_secs(5)).unwrap_err();
         t.join().unwrap();
         assert!(err.to_string().contains("\"error: no\""), "{err}");
