@@ -34,3 +34,4 @@ pub mod target;
 pub mod testing;
 pub mod transfer;
 pub mod units;
+pub mod wait;
