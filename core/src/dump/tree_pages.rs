@@ -37,6 +37,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::IoSliceMut;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 use gpucr_abi::procfs;
 use gpucr_criu_image::pagemap::Pagemap;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
@@ -53,10 +55,14 @@ use crate::image::checksum::{
     is_pages_file, piece_digest, BlockHasher, BLOCK_SIZE, PAGE_PIECE, READ_PIECE,
 };
 use crate::image::follow::Prefixes;
+use crate::wait::dir::DirWatch;
 
-/// How often the thread looks whether CRIU has started on the memory, and whether a
-/// task it has not read yet carries CRIU's parasite.
+/// How often the thread looks whether a task it has not read yet carries CRIU's
+/// parasite (nothing reports the mapping: `/proc/PID/maps` is read again).
 const POLL: Duration = Duration::from_millis(1);
+/// How long the wait for CRIU's first pages file, which inotify reports, sleeps at most
+/// before it lists the directory anyway.
+const CREATE_FALLBACK: Duration = Duration::from_millis(10);
 /// The name of the file behind CRIU's parasite mapping (compel's `MEMFD_FNAME`).
 const PARASITE_MAPPING: &str = "/memfd:CRIUMFD";
 /// Pagemap entries read from `/proc/PID/pagemap` at a time.
@@ -100,6 +106,8 @@ pub struct TreePages {
     /// Set at post-dump: CRIU is done with every task, so those not read yet can be
     /// read at once, parasite or not.
     criu_done: Arc<AtomicBool>,
+    /// Written when `stop` or `criu_done` is set: it ends the thread's waits at once.
+    wake: Option<Arc<EventFd>>,
     handle: Option<JoinHandle<HashMap<u32, TaskDigests>>>,
 }
 
@@ -121,16 +129,31 @@ impl TreePages {
         let stop = Arc::new(AtomicBool::new(false));
         let criu_done = Arc::new(AtomicBool::new(false));
         let (flag, done) = (stop.clone(), criu_done.clone());
-        let handle = std::thread::Builder::new()
-            .name("gpucr-tree-pages".into())
-            // Not in the background, unlike the follower: reading the tree does not slow
-            // CRIU, and what is left at post-dump is read while CRIU waits.
-            .spawn(move || read_tree(root, &dir, &flag, &done))
-            .ok();
+        let wake = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .ok()
+            .map(Arc::new);
+        let woken = wake.clone();
+        // Without an eventfd no thread: every piece is read from the files at post-dump.
+        let handle = woken.and_then(|woken| {
+            std::thread::Builder::new()
+                .name("gpucr-tree-pages".into())
+                // Not in the background, unlike the follower: reading the tree does not
+                // slow CRIU, and what is left at post-dump is read while CRIU waits.
+                .spawn(move || read_tree(root, &dir, &flag, &done, &woken))
+                .ok()
+        });
         TreePages {
             stop,
             criu_done,
+            wake,
             handle,
+        }
+    }
+
+    /// Wake the thread from its wait (`stop` or `criu_done` was set).
+    fn wake(&self) {
+        if let Some(wake) = &self.wake {
+            let _ = wake.write(1);
         }
     }
 
@@ -139,6 +162,7 @@ impl TreePages {
     /// file's order.
     pub fn finish(mut self, dir: &Path) -> TreePagesOutcome {
         self.criu_done.store(true, Ordering::SeqCst);
+        self.wake();
         let digests = self
             .handle
             .take()
@@ -151,6 +175,7 @@ impl TreePages {
 impl Drop for TreePages {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.wake();
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
@@ -165,14 +190,23 @@ fn read_tree(
     dir: &Path,
     stop: &AtomicBool,
     criu_done: &AtomicBool,
+    wake: &EventFd,
 ) -> HashMap<u32, TaskDigests> {
     let mut read = HashMap::new();
+    // CRIU creates each pages file (O_CREAT), which inotify reports: sleep until then.
+    // The watch is made before the directory is first listed, so that no file goes
+    // unreported; without one, the wait is a sleep of CREATE_FALLBACK.
+    let watch = DirWatch::new(dir, is_pages_file).ok();
     while !has_pages_file(dir) && !criu_done.load(Ordering::SeqCst) {
         if stop.load(Ordering::SeqCst) {
             return read;
         }
-        std::thread::sleep(POLL);
+        let _ = match &watch {
+            Some(watch) => watch.wait(CREATE_FALLBACK, Some(wake.as_fd())).map(drop),
+            None => crate::wait::readable([wake.as_fd()], Some(CREATE_FALLBACK)).map(drop),
+        };
     }
+    drop(watch);
     let page_size = crate::units::host_page_size();
     let mut buf = vec![0u8; READ_PIECE];
     let mut left: Vec<(i32, u32)> = procfs::tree_pids(root)
@@ -196,8 +230,10 @@ fn read_tree(
             false
         });
         if left.len() == before && !criu_done.load(Ordering::SeqCst) {
-            // A large tree's maps take a while to read: look at most half the time.
-            std::thread::sleep(POLL.max(pass.elapsed()));
+            // Polled: no fd reports a parasite being mapped into a task. Every POLL, or
+            // at most half the time as a large tree's maps take a while to read; post-dump
+            // and stop end the wait at once.
+            let _ = crate::wait::readable([wake.as_fd()], Some(POLL.max(pass.elapsed())));
         }
     }
     read

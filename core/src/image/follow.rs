@@ -4,10 +4,13 @@
 //!
 //! CRIU writes `pages-N.img` sequentially, from start to end. A [`Follower`] thread
 //! watches the image directory and hashes whatever CRIU has appended since it last
-//! looked, so when CRIU finishes only each file's tail is left to hash. While a file
-//! grows the follower looks again every 100 µs, and being told to stop wakes it at
-//! once: against looking every 10 ms and sleeping out the last wait, that took 10-40 ms
-//! off a 1 GiB dump on 2 cores (docs/benchmarks.md).
+//! looked, so when CRIU finishes only each file's tail is left to hash. It sleeps in an
+//! inotify wait ([`DirWatch`]) that each of CRIU's writes into a followed file ends, as
+//! does a new file or being told to stop. A kernel that does not report what
+//! `splice(2)` writes (CRIU's pages) gives no event for the growth: seen to grow
+//! unannounced, the follower looks again every 100 µs while the files grow, as it did
+//! before it waited on inotify (against looking every 10 ms and sleeping out the last
+//! wait, that took 10-40 ms off a 1 GiB dump on 2 cores: docs/benchmarks.md).
 //!
 //! The follower reads the bytes a fraction of a millisecond after CRIU wrote them
 //! (typically 0.5 MiB behind it), while they are still in the CPU's cache, instead of
@@ -24,23 +27,27 @@
 
 use std::collections::HashMap;
 use std::fs::{self, File};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::checksum::{BlockHasher, BLOCK_SIZE, READ_PIECE};
 use memmap2::{Mmap, MmapOptions};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use super::checksum::{BlockHasher, BLOCK_SIZE, READ_PIECE};
+use crate::wait::dir::{DirWatch, Woken};
 
 /// How long the follower sleeps when nothing new has landed while CRIU is writing
-/// memory pages: CRIU appends about 0.3 MiB in that time, which the follower then
-/// reads from the cache rather than from memory.
+/// memory pages and its writes raise no inotify event: CRIU appends about 0.3 MiB in
+/// that time, which the follower then reads from the cache rather than from memory.
 const POLL_WRITING: Duration = Duration::from_micros(100);
-/// How long the follower sleeps once no file has grown for [`WRITING_PAUSE`] (CRIU is
-/// freezing the tree, or dumping something other than memory).
+/// How long the follower sleeps at most otherwise (a change inotify reports ends the
+/// sleep at once): the time limit of its waits, after which it looks for what no event
+/// reported, and how often it lists the directory without inotify.
 const POLL_IDLE: Duration = Duration::from_millis(10);
 /// How long no file may grow before the follower takes CRIU to have stopped writing
 /// pages: CRIU writes a task's memory in bursts, a batch of its mappings at a time.
@@ -57,8 +64,8 @@ pub type Prefixes = HashMap<String, Vec<u64>>;
 #[derive(Debug)]
 pub struct Follower {
     stop: Arc<AtomicBool>,
-    /// Dropped to wake the thread from its sleep at once when it is told to stop.
-    wake: Option<Sender<()>>,
+    /// Written to wake the thread from its sleep at once when it is told to stop.
+    wake: Option<Arc<EventFd>>,
     hashed: Arc<AtomicUsize>,
     handle: Option<JoinHandle<Prefixes>>,
 }
@@ -154,7 +161,17 @@ impl Follower {
         let stop = Arc::new(AtomicBool::new(false));
         let hashed = Arc::new(AtomicUsize::new(0));
         let (flag, count) = (stop.clone(), hashed.clone());
-        let (wake, woken) = mpsc::channel();
+        let Ok(wake) = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK) else {
+            // No thread then: the final pass hashes the files whole.
+            return Follower {
+                stop,
+                wake: None,
+                hashed,
+                handle: None,
+            };
+        };
+        let wake = Arc::new(wake);
+        let woken = wake.clone();
         let handle = std::thread::Builder::new()
             .name("gpucr-follow".into())
             .spawn(move || {
@@ -172,6 +189,14 @@ impl Follower {
         }
     }
 
+    /// Tell the thread to stop, waking it.
+    fn tell_stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(wake) = self.wake.take() {
+            let _ = wake.write(1);
+        }
+    }
+
     /// How many blocks have been hashed so far, over all files.
     pub fn hashed_blocks(&self) -> usize {
         self.hashed.load(Ordering::SeqCst)
@@ -180,8 +205,7 @@ impl Follower {
     /// Stop following; returns the complete leading blocks hashed so far per file name
     /// (empty if the thread could not be started).
     pub fn finish(mut self) -> Prefixes {
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake.take();
+        self.tell_stop();
         self.handle
             .take()
             .and_then(|h| h.join().ok())
@@ -191,8 +215,7 @@ impl Follower {
 
 impl Drop for Follower {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake.take();
+        self.tell_stop();
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
@@ -204,18 +227,33 @@ fn follow(
     select: fn(&str) -> bool,
     stop: &AtomicBool,
     hashed: &AtomicUsize,
-    woken: &Receiver<()>,
+    wake: &EventFd,
 ) -> Prefixes {
+    // Made before the first listing, so that no file created after it goes unreported.
+    // Without it (no inotify instance left), the follower looks as it did before.
+    let watch = DirWatch::new(dir, select).ok();
     let mut files: HashMap<String, Followed> = HashMap::new();
     let mut buf = vec![0u8; READ_PIECE];
     let mut last_growth: Option<Instant> = None;
     let mut last_scan: Option<Instant> = None;
+    // Whether CRIU's writes into the followed files raise inotify events (a kernel that
+    // does not report splice(2) leaves only creation and closing): until an event says
+    // so, and again once a file is seen to have grown while no event came, the follower
+    // looks every POLL_WRITING while they grow.
+    let mut writes_reported = false;
+    // How the last wait ended, if the last round ended in one.
+    let mut woken: Option<Woken> = None;
     while !stop.load(Ordering::SeqCst) {
         let mut progressed = false;
         let mut grew = false;
-        // The directory is listed at most every POLL_IDLE: a new file only appears when
-        // CRIU moves on to the next task, and its first bytes wait in the page cache.
-        let scan_due = last_scan.is_none_or(|at| at.elapsed() >= POLL_IDLE);
+        // The directory is listed when a selected file was created (or events were
+        // lost), and otherwise at most every POLL_IDLE when no event came: a new file
+        // only appears when CRIU moves on to the next task, and its first bytes wait in
+        // the page cache.
+        let scan_due = match woken {
+            Some(Woken::Changed(c)) => c.created || c.lost,
+            _ => last_scan.is_none_or(|at| at.elapsed() >= POLL_IDLE),
+        };
         if scan_due {
             last_scan = Some(Instant::now());
         }
@@ -257,10 +295,30 @@ fn follow(
         if grew || progressed {
             last_growth = Some(Instant::now());
         }
+        if grew && woken == Some(Woken::TimedOut) {
+            // A file grew during a wait that no event ended.
+            writes_reported = false;
+        }
+        woken = None;
         if !progressed {
             let writing = last_growth.is_some_and(|at| at.elapsed() < WRITING_PAUSE);
-            // Returns at once when the follower is told to stop (its sender dropped).
-            let _ = woken.recv_timeout(if writing { POLL_WRITING } else { POLL_IDLE });
+            let limit = if writing && !writes_reported {
+                POLL_WRITING
+            } else {
+                POLL_IDLE
+            };
+            // Either wait returns at once when the follower is told to stop.
+            woken = match &watch {
+                Some(watch) => watch.wait(limit, Some(wake.as_fd())).ok(),
+                None => {
+                    // Without inotify nothing tells of a change: sleep out the limit.
+                    let _ = crate::wait::readable([wake.as_fd()], Some(limit));
+                    None
+                }
+            };
+            if let Some(Woken::Changed(c)) = woken {
+                writes_reported |= c.written;
+            }
         }
     }
     files
