@@ -116,6 +116,8 @@ pub fn until_untraced(wait: Duration, poll: Duration, mut round: impl FnMut() ->
         .any(|pid| crate::target::tracer(pid).is_some())
         && Instant::now() < deadline
     {
+        // Polled every `poll`: a ptrace detach raises no event, and CRIU may let the
+        // tree go long before it exits, so its pidfd would not tell either.
         std::thread::sleep(poll);
     }
 }

@@ -154,14 +154,11 @@ mod tests {
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(9)
         );
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !procfs::has_exited(sleeper) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the script's child lives on"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        let exited = crate::wait::pidfd::exited_within(sleeper, std::time::Duration::from_secs(10));
+        assert!(
+            exited.unwrap() && procfs::has_exited(sleeper),
+            "the script's child lives on"
+        );
         other.kill().unwrap();
         other.wait().unwrap();
     }

@@ -5,7 +5,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
@@ -30,6 +30,9 @@ const MAX_RESPONSE: usize = 1 << 20;
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the wait for CRIU's first answer looks for an interrupt.
 const START_POLL: Duration = Duration::from_millis(50);
+/// How long a failure waits for CRIU's stderr pipe to be drained once CRIU has exited:
+/// a restored task could still hold the pipe open.
+const STDERR_WAIT: Duration = Duration::from_millis(500);
 /// How long after a signal CRIU may go without a word before gpucr says what it waits
 /// for (a hung action script, a slow freeze).
 const INTERRUPTED_NOTICE: Duration = Duration::from_secs(3);
@@ -82,7 +85,8 @@ pub struct Swrk {
     child: Option<Child>,
     sock: OwnedFd,
     path: PathBuf,
-    stderr: Option<JoinHandle<Vec<u8>>>,
+    /// What CRIU writes to stderr, sent once its pipe is drained (a thread reads it).
+    stderr: Option<Receiver<Vec<u8>>>,
     /// The notifications CRIU sent during the last request, each with the length of
     /// the request's log when it came (to tell which stage a line of it belongs to).
     stages: Vec<(u64, String)>,
@@ -144,11 +148,13 @@ impl Swrk {
             source,
         })?;
         let stderr = child.stderr.take().map(|mut pipe| {
+            let (sent, received) = mpsc::sync_channel(1);
             std::thread::spawn(move || {
                 let mut out = Vec::new();
                 let _ = pipe.read_to_end(&mut out);
-                out
-            })
+                let _ = sent.send(out);
+            });
+            received
         });
         Ok(Swrk {
             child: Some(child),
@@ -228,6 +234,8 @@ impl Swrk {
                     seconds: timeout.as_secs_f64(),
                 });
             }
+            // Polled in START_POLL slices: the interrupt is a flag read through
+            // `interrupted`, with no fd to wait on beside the socket.
             let slice = u16::try_from(left.min(START_POLL).as_millis()).unwrap_or(u16::MAX);
             let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, PollTimeout::from(slice.max(1))) {
@@ -436,6 +444,7 @@ impl Swrk {
         let mut signals_seen = 0;
         let mut said = false;
         loop {
+            // Every 200 ms the interrupt flags (`interrupted`, `signals`: no fd) are read.
             let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, PollTimeout::from(200u16)) {
                 Ok(0) | Err(nix::errno::Errno::EINTR) => {}
@@ -565,21 +574,16 @@ impl Swrk {
     /// What CRIU wrote to stderr, once it has exited and its pipe drained (waits at most
     /// half a second: a restored task could still hold the pipe open).
     fn stderr_text(&mut self) -> String {
-        for _ in 0..50 {
-            if self.stderr.as_ref().is_none_or(|h| h.is_finished()) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        match self.stderr.take() {
-            Some(handle) if handle.is_finished() => {
-                let bytes = handle.join().unwrap_or_default();
-                String::from_utf8_lossy(&bytes).trim().to_string()
-            }
-            other => {
-                self.stderr = other;
+        let Some(received) = self.stderr.take() else {
+            return String::new();
+        };
+        match received.recv_timeout(STDERR_WAIT) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+            Err(RecvTimeoutError::Timeout) => {
+                self.stderr = Some(received);
                 String::new()
             }
+            Err(RecvTimeoutError::Disconnected) => String::new(),
         }
     }
 }
@@ -669,11 +673,8 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.exit_code(), exit_code::CRIU_UNAVAILABLE);
-        for _ in 0..200 {
-            if pids.iter().all(|&p| gone(p)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        for &pid in &pids {
+            let _ = crate::wait::pidfd::exited_within(pid, Duration::from_secs(2));
         }
         assert!(pids.iter().all(|&p| gone(p)), "{pids:?} still run");
     }
@@ -703,7 +704,9 @@ mod tests {
             )
         );
         assert_eq!(e.exit_code(), exit_code::INTERRUPTED);
-        std::thread::sleep(Duration::from_millis(100));
+        for &pid in &pids {
+            let _ = crate::wait::pidfd::exited_within(pid, Duration::from_secs(2));
+        }
         assert!(pids.iter().all(|&p| gone(p)), "{pids:?} still run");
     }
 

@@ -2,10 +2,11 @@
 //! and the end of the CRIU that started the helper (its pidfd turning readable). The
 //! loop blocks on the channel; nothing is polled.
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::mpsc::{channel, Receiver, Sender};
 
 use crate::helper::EngineCall;
+use crate::wait::pidfd::PidFd;
 
 /// One thing for the main loop.
 pub(super) enum Event {
@@ -43,9 +44,9 @@ pub(super) fn events(steps: Receiver<EngineCall>, criu_pid: i32) -> Receiver<Eve
 /// on its pidfd; at once when it is gone already or cannot be watched (a kernel
 /// without pidfds falls back to the steps channel closing).
 fn watch_exit(tx: Sender<Event>, pid: i32) {
-    let pidfd = match pidfd_open(pid) {
+    let pidfd = match PidFd::open(pid) {
         Ok(fd) => fd,
-        Err(nix::errno::Errno::ESRCH) => {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
             let _ = tx.send(Event::CriuGone);
             return;
         }
@@ -54,28 +55,10 @@ fn watch_exit(tx: Sender<Event>, pid: i32) {
     let _ = std::thread::Builder::new()
         .name("gpucr-engine-criu".into())
         .spawn(move || {
-            let mut fds = [nix::poll::PollFd::new(
-                pidfd.as_fd(),
-                nix::poll::PollFlags::POLLIN,
-            )];
             // Readable once the process has exited; a signal only restarts the wait.
-            while let Err(nix::errno::Errno::EINTR) =
-                nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE)
-            {}
+            let _ = crate::wait::readable([pidfd.as_fd()], None);
             let _ = tx.send(Event::CriuGone);
         });
-}
-
-/// `pidfd_open(2)` of `pid`.
-fn pidfd_open(pid: i32) -> Result<OwnedFd, nix::errno::Errno> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; no
-    // memory is passed.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(nix::errno::Errno::last());
-    }
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]

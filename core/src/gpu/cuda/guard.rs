@@ -167,6 +167,8 @@ pub fn give_back_settled(
                     ),
                 })
             }
+            // Tried again every 100 ms: the CUDA driver reports a process's state only
+            // when asked (cuCheckpointProcessGetState), with no fd or callback.
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     }

@@ -122,6 +122,8 @@ fn resume_settled(
         match nv_driver::call(&task.context, task.pid, DriverOp::Resume, timeout) {
             Ok(()) => return Ok(vec![DriverOp::Resume.name()]),
             Err(e) if Instant::now() >= deadline || !target::is_running(task.pid) => return Err(e),
+            // Asked again every 100 ms: nothing tells when the task's restore thread
+            // can answer (a container's cgroup being thawed, out of gpucr's sight).
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }

@@ -12,11 +12,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use gpucr_abi::sim::{DRIVER_REQUEST_FILE, DRIVER_REQUEST_SIZE, DRIVER_STATE_FILE, RESTORE_THREAD};
 
 use crate::gpu::GpuError;
+use crate::wait::dir::DirWatch;
 
 /// How long a driver request may take: `GPUCR_SIM_DRIVER_TIMEOUT` (seconds, fractions
 /// allowed), default 10.
 pub const ENV_DRIVER_TIMEOUT: &str = "GPUCR_SIM_DRIVER_TIMEOUT";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the wait for an answer, which inotify reports, sleeps at most before it
+/// reads the state file anyway.
+const ANSWER_FALLBACK: Duration = Duration::from_millis(10);
 
 /// A driver operation and the state it leaves the process in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +87,11 @@ pub fn call(dir: &Path, pid: i32, op: DriverOp, timeout: Duration) -> Result<(),
     let seq = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
+    // The answer is renamed into place (`DRIVER_STATE_FILE`), which inotify reports:
+    // the wait sleeps until then. Watched before the request is made, so that no answer
+    // goes unreported; without a watch (no inotify instance left) it looks every
+    // millisecond.
+    let watch = DirWatch::new(dir, |name| name == DRIVER_STATE_FILE).ok();
     let request = dir.join(DRIVER_REQUEST_FILE);
     let tmp = dir.join(format!("{DRIVER_REQUEST_FILE}.tmp"));
     let line = format!("{seq} {}", op.name());
@@ -118,7 +127,14 @@ pub fn call(dir: &Path, pid: i32, op: DriverOp, timeout: Duration) -> Result<(),
                 ),
             });
         }
-        std::thread::sleep(Duration::from_millis(1));
+        let left = timeout.saturating_sub(started.elapsed());
+        match &watch {
+            // At most ANSWER_FALLBACK, should an answer go unreported.
+            Some(watch) => {
+                let _ = watch.wait(left.min(ANSWER_FALLBACK), None);
+            }
+            None => std::thread::sleep(Duration::from_millis(1)),
+        }
     }
 }
 
