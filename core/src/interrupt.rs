@@ -124,6 +124,42 @@ pub fn cancels(token: crate::cancel::Cancel) -> Registration {
     register(Box::new(cancel))
 }
 
+/// A file descriptor that turns readable at each signal from now on (an eventfd the
+/// signal thread writes to), for a wait in `poll(2)` beside the fd it waits on; the
+/// link lasts as long as the value.
+#[derive(Debug)]
+pub struct WakeFd {
+    fd: std::os::fd::OwnedFd,
+    _link: Registration,
+}
+
+impl WakeFd {
+    /// Make one.
+    pub fn new() -> io::Result<WakeFd> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        use std::os::fd::AsFd;
+        let event = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
+        let fd = event.as_fd().try_clone_to_owned()?;
+        let link = register(Box::new(move |_| {
+            let _ = event.write(1);
+        }));
+        Ok(WakeFd { fd, _link: link })
+    }
+
+    /// The fd to poll for readability.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    /// Take the signals it reported so far, so that it turns readable again only at
+    /// the next one.
+    pub fn clear(&self) {
+        let mut count = [0u8; 8];
+        let _ = nix::unistd::read(&self.fd, &mut count);
+    }
+}
+
 /// Run `hook` with each signal that arrives from now on (not one that came before),
 /// on the signal thread, until the returned registration is dropped: what a waiting
 /// restore forwards to the tree with, instead of looking for new signals in a loop.
@@ -214,5 +250,24 @@ mod tests {
         });
         assert_eq!(late.load(Ordering::SeqCst), 1);
         assert_eq!(name(SIGTERM), "SIGTERM");
+        // A wake fd turns readable at the next signal, and clears; a token linked with
+        // `cancels` after the first signal is cancelled at once.
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let wake = WakeFd::new().unwrap();
+        let readable = |wake: &WakeFd| {
+            let mut fds = [PollFd::new(wake.fd(), PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::ZERO).unwrap() == 1
+        };
+        assert!(!readable(&wake));
+        deliver(SIGHUP);
+        assert!(readable(&wake));
+        wake.clear();
+        assert!(!readable(&wake));
+        let token = crate::cancel::Cancel::new();
+        let _link = cancels(token.clone());
+        assert_eq!(
+            token.check().unwrap_err().0,
+            "gpucr was interrupted by SIGINT"
+        );
     }
 }

@@ -35,6 +35,14 @@ pub fn start_criu(
         }
     }
     let mut swrk = Swrk::spawn(&path, env, &fds)?;
+    // Made before the first wait, so that no signal falls between the flags' reading
+    // and the poll: each one wakes the waits for CRIU at once.
+    match crate::interrupt::WakeFd::new() {
+        Ok(wake) => swrk.wake_on(wake),
+        Err(e) => progress.warn(&format!(
+            "cannot make an eventfd for signals ({e}): gpucr looks for them every 50-200 ms"
+        )),
+    }
     // A hung binary must not hang gpucr, nor make it deaf to Ctrl-C: the first answer
     // is awaited for START_TIMEOUT at most, and a signal ends the wait at once.
     let version = swrk.version_within(START_TIMEOUT, &crate::interrupt::requested)?;

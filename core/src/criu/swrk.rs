@@ -95,6 +95,9 @@ pub struct Swrk {
     /// How many signals have arrived so far: one after the first ends the action
     /// scripts CRIU waits for.
     signals: fn() -> u64,
+    /// Readable at each signal: the waits for CRIU poll it beside the socket, so that
+    /// a signal ends them at once (none: only CRIU's socket ends them).
+    wake: Option<crate::interrupt::WakeFd>,
 }
 
 impl Swrk {
@@ -164,6 +167,7 @@ impl Swrk {
             stages: Vec::new(),
             interrupted: || None,
             signals: || 0,
+            wake: None,
         })
     }
 
@@ -175,6 +179,46 @@ impl Swrk {
     pub fn watch_interrupts(&mut self, interrupted: fn() -> Option<i32>, signals: fn() -> u64) {
         self.interrupted = interrupted;
         self.signals = signals;
+    }
+
+    /// Poll `wake` beside CRIU's socket in every wait for CRIU: a signal (which makes it
+    /// readable) ends the wait at once, to read the flags of [`Swrk::watch_interrupts`]
+    /// or [`Swrk::version_within`].
+    pub fn wake_on(&mut self, wake: crate::interrupt::WakeFd) {
+        self.wake = Some(wake);
+    }
+
+    /// Poll CRIU's socket and the wake fd for at most `limit` (None: no limit): whether
+    /// the socket is readable. A wake-up from the wake fd clears it and answers false.
+    fn poll_socket(&self, limit: Option<Duration>) -> Result<bool, CriuError> {
+        let timeout = match limit {
+            None => PollTimeout::NONE,
+            // Rounded up, so that a wait never ends before its time is out.
+            Some(limit) => {
+                PollTimeout::try_from(limit.as_micros().div_ceil(1000)).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = vec![PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+        if let Some(wake) = &self.wake {
+            fds.push(PollFd::new(wake.fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, timeout) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => Ok(false),
+            Ok(_) => {
+                let socket = fds[0].revents().is_some_and(|r| !r.is_empty());
+                if fds
+                    .get(1)
+                    .and_then(PollFd::revents)
+                    .is_some_and(|r| !r.is_empty())
+                {
+                    if let Some(wake) = &self.wake {
+                        wake.clear();
+                    }
+                }
+                Ok(socket)
+            }
+            Err(e) => Err(CriuError::Socket(e.into())),
+        }
     }
 
     /// The binary this client runs.
@@ -234,14 +278,15 @@ impl Swrk {
                     seconds: timeout.as_secs_f64(),
                 });
             }
-            // Polled in START_POLL slices: the interrupt is a flag read through
-            // `interrupted`, with no fd to wait on beside the socket.
-            let slice = u16::try_from(left.min(START_POLL).as_millis()).unwrap_or(u16::MAX);
-            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::from(slice.max(1))) {
-                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-                Ok(_) => return Ok(()),
-                Err(e) => return Err(CriuError::Socket(e.into())),
+            // With a wake fd ([`Swrk::wake_on`]) a signal ends the wait at once;
+            // without one `interrupted` is read every START_POLL.
+            let slice = if self.wake.is_some() {
+                left
+            } else {
+                left.min(START_POLL)
+            };
+            if self.poll_socket(Some(slice))? {
+                return Ok(());
             }
         }
     }
@@ -444,12 +489,21 @@ impl Swrk {
         let mut signals_seen = 0;
         let mut said = false;
         loop {
-            // Every 200 ms the interrupt flags (`interrupted`, `signals`: no fd) are read.
-            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::from(200u16)) {
-                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
-                Ok(_) => return Ok(()),
-                Err(e) => return Err(CriuError::Socket(e.into())),
+            // The interrupt flags (`interrupted`, `signals`) are read at each signal
+            // (the wake fd) or, without one, every 200 ms; once interrupted, the wait
+            // also ends when the notice is due.
+            let limit = match (&self.wake, interrupted_at) {
+                (None, _) => Some(Duration::from_millis(200)),
+                (Some(_), None) => None,
+                (Some(_), Some(_)) if said => None,
+                (Some(_), Some((_, at))) => Some(
+                    INTERRUPTED_NOTICE
+                        .saturating_sub(at.elapsed())
+                        .max(Duration::from_millis(1)),
+                ),
+            };
+            if self.poll_socket(limit)? {
+                return Ok(());
             }
             if interrupted_at.is_none() {
                 interrupted_at = (self.interrupted)().map(|signal| (signal, Instant::now()));
