@@ -401,6 +401,117 @@ fn cuda_lock_that_times_out_is_named() {
     assert!(tree.steps() > steps_before, "the kernels go on");
 }
 
+/// Where `cancelled_cuda_steps_in_this_process` finds its target's pid.
+const CANCELLED_STEPS_TARGET: &str = "GPUCR_TEST_CUDA_TARGET";
+
+/// The cuda backend's steps whose token is cancelled, on a running process of the fake
+/// driver whose every driver step takes 1 s in the target, made in a process of their
+/// own (`cancelled_cuda_steps_in_this_process`: the driver reads its environment once
+/// per process): a step cancelled before it calls nothing; a lock, and a checkpoint,
+/// cancelled while the driver makes them complete and are undone at once (an unlock, a
+/// restore). The job runs on, unlocked, with every byte.
+#[test]
+fn cuda_steps_given_up_leave_the_process_as_it_was() {
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_with(
+        &fake,
+        &tmp.path().join("state"),
+        1,
+        &[("GPUCR_FAKE_CUDA_STEP_MS", "1000")],
+    );
+    let steps_before = tree.steps();
+    let log = tmp.path().join("calls.log");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cancelled_cuda_steps_in_this_process",
+            "--ignored",
+            "--nocapture",
+        ])
+        .envs(fake.env())
+        .env("GPUCR_FAKE_CUDA_LOG", &log)
+        .env(CANCELLED_STEPS_TARGET, tree.pid.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && stdout(&out).contains("1 passed"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let calls = read_calls(&log);
+    let steps: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.target == Some(tree.pid) && c.result == "CUDA_SUCCESS")
+        .map(|c| c.function.trim_start_matches("cuCheckpointProcess"))
+        .filter(|f| ["Lock", "Checkpoint", "Restore", "Unlock"].contains(f))
+        .collect();
+    assert_eq!(
+        steps,
+        ["Lock", "Unlock", "Lock", "Checkpoint", "Restore", "Unlock"],
+        "{calls:#?}"
+    );
+    assert_runs_on_unlocked(&tree, steps_before);
+}
+
+/// The steps of `cuda_steps_given_up_leave_the_process_as_it_was`, run by it.
+#[test]
+#[ignore = "run by cuda_steps_given_up_leave_the_process_as_it_was, in a process of its own"]
+fn cancelled_cuda_steps_in_this_process() {
+    use gpucr::cancel::Cancel;
+    use gpucr::gpu::{cuda::CudaBackend, Backend, GpuError};
+    use gpucr_cuda_driver::ProcessState;
+    use std::time::{Duration, Instant};
+
+    let pid: i32 = std::env::var(CANCELLED_STEPS_TARGET)
+        .expect("run by cuda_steps_given_up_leave_the_process_as_it_was")
+        .parse()
+        .unwrap();
+    let backend = CudaBackend::load().unwrap();
+    let driver = gpucr_cuda_driver::Driver::load().unwrap();
+    let state = || driver.process_state(pid).unwrap();
+    let cancelled_soon = || {
+        let cancel = Cancel::new();
+        let c = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            c.cancel("the request timed out");
+        });
+        cancel
+    };
+    let is_cancelled = |r: Result<(), GpuError>| matches!(r, Err(GpuError::Cancelled(_)));
+
+    let cancelled = Cancel::new();
+    cancelled.cancel("the plugin went away");
+    assert!(is_cancelled(backend.pre_freeze(pid, &cancelled)));
+    assert!(is_cancelled(
+        backend.checkpoint_ahead(pid, &cancelled).map(drop)
+    ));
+    assert_eq!(state(), ProcessState::Running, "a cancelled step locked");
+
+    let started = Instant::now();
+    let lock = backend.pre_freeze(pid, &cancelled_soon());
+    assert!(is_cancelled(lock), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the lock was made"
+    );
+    assert_eq!(state(), ProcessState::Running, "the late lock is undone");
+
+    backend.pre_freeze(pid, &Cancel::new()).unwrap();
+    assert_eq!(state(), ProcessState::Locked);
+    let checkpoint = backend.checkpoint_ahead(pid, &cancelled_soon()).map(drop);
+    assert!(is_cancelled(checkpoint));
+    assert_eq!(
+        state(),
+        ProcessState::Locked,
+        "the late checkpoint is undone"
+    );
+    backend.after_dump(pid, &Cancel::new()).unwrap();
+    assert_eq!(state(), ProcessState::Running);
+}
+
 /// --leave-running: after the dump the driver restores and unlocks each process, so
 /// the job runs on with every byte.
 #[test]

@@ -25,6 +25,17 @@ use std::time::{Duration, Instant};
 #[error("{0}")]
 pub struct Cancelled(pub String);
 
+impl From<Cancelled> for std::io::Error {
+    /// An I/O wait (a copy source's read, a sink's write) that ended at the
+    /// cancellation: [`std::io::ErrorKind::Interrupted`], with the reason.
+    fn from(c: Cancelled) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            format!("cancelled: {}", c.0),
+        )
+    }
+}
+
 /// A cancellation token (see the module's documentation).
 #[derive(Clone, Default)]
 pub struct Cancel(Arc<Inner>);

@@ -31,6 +31,7 @@ use gpucr_abi::proto::{BufferSpec, DeviceSpec};
 pub use local_topology::LocalTopology;
 pub use manifest::{GpuManifest, TaskTiming};
 
+use crate::cancel::Cancel;
 use crate::transfer::{BufferSink, BufferSource};
 
 /// Errors of the GPU backends.
@@ -63,6 +64,11 @@ pub enum GpuError {
         value: String,
         detail: String,
     },
+    /// The step's token was cancelled (its request given up, the helper stopped): the
+    /// backend made no further driver call, and undid what a call that completed late
+    /// had changed.
+    #[error("cancelled: {0}")]
+    Cancelled(#[from] crate::cancel::Cancelled),
 }
 
 impl crate::exit_code::ExitCode for GpuError {
@@ -74,9 +80,10 @@ impl crate::exit_code::ExitCode for GpuError {
         match self {
             GpuError::Stopped { .. } => crate::exit_code::TARGET,
             GpuError::Task { .. } | GpuError::Driver { .. } => crate::exit_code::DEVICE_FAILED,
-            GpuError::Io { .. } | GpuError::Malformed { .. } | GpuError::Config { .. } => {
-                crate::exit_code::FAILURE
-            }
+            GpuError::Io { .. }
+            | GpuError::Malformed { .. }
+            | GpuError::Config { .. }
+            | GpuError::Cancelled(_) => crate::exit_code::FAILURE,
         }
     }
 }
@@ -349,6 +356,17 @@ pub struct Checkpointed {
 }
 
 /// One GPU device family.
+///
+/// Every method that may call the driver or wait for a device takes the cancellation
+/// token of the work it is part of (the plugin request the helper answers): the
+/// backend checks it before each driver call or step and returns
+/// [`GpuError::Cancelled`] once it is cancelled, a wait it makes (for a simulated
+/// driver, a copy engine's fence) ends soon after the cancellation, and a driver call
+/// that cannot be interrupted but completed after the cancellation is undone where it
+/// changed the process (a lock, a checkpoint), so that a request given up leaves
+/// nothing changed. A give-back ([`Backend::after_dump`], [`Backend::release_held`]
+/// without `copied`) is not begun once cancelled, but once begun runs whole: stopped
+/// half-way it would leave the job locked with nothing left to unlock it.
 pub trait Backend: Send + Sync {
     /// "sim", "amdgpu", "cuda".
     fn name(&self) -> &'static str;
@@ -360,7 +378,7 @@ pub trait Backend: Send + Sync {
     /// moving memory out of the device, ...), taken for every task of the tree at the
     /// root's PAUSE_DEVICES, while they all still run; a task that CRIU meets later
     /// (forked meanwhile) gets it at its own PAUSE_DEVICES.
-    fn pre_freeze(&self, _pid: i32) -> Result<(), GpuError> {
+    fn pre_freeze(&self, _pid: i32, _cancel: &Cancel) -> Result<(), GpuError> {
         Ok(())
     }
 
@@ -378,20 +396,20 @@ pub trait Backend: Send + Sync {
     /// [`Backend::adopt_task`], with the task's restore thread let run. Whether it did
     /// anything (a task holding no device of the backend, or one already checkpointed,
     /// is left alone). Default: nothing.
-    fn checkpoint_ahead(&self, _pid: i32) -> Result<bool, GpuError> {
+    fn checkpoint_ahead(&self, _pid: i32, _cancel: &Cancel) -> Result<bool, GpuError> {
         Ok(false)
     }
 
     /// The thread of `pid` the plugin must let run while a driver call is made on the
     /// frozen task (a CUDA process's restore thread); None when the backend needs none.
-    fn restore_thread(&self, _pid: i32) -> Result<Option<i32>, GpuError> {
+    fn restore_thread(&self, _pid: i32, _cancel: &Cancel) -> Result<Option<i32>, GpuError> {
         Ok(None)
     }
 
     /// After the dump, when the tree lives on (`--leave-running`, or the dump failed):
     /// undo what [`Backend::pre_freeze`] and [`Backend::adopt_task`] did to `pid`, so the
     /// job runs on (a driver restore and unlock). Default: nothing.
-    fn after_dump(&self, _pid: i32) -> Result<(), GpuError> {
+    fn after_dump(&self, _pid: i32, _cancel: &Cancel) -> Result<(), GpuError> {
         Ok(())
     }
 
@@ -401,7 +419,11 @@ pub trait Backend: Send + Sync {
     /// at once, then calls [`Backend::release_held`], all before CRIU dumps the task
     /// (whose state must be the completed checkpoint's). [`Backend::adopt_task`] then
     /// describes these buffers without sources. Default: none.
-    fn held_sources(&self, _pid: i32) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
+    fn held_sources(
+        &self,
+        _pid: i32,
+        _cancel: &Cancel,
+    ) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
         Ok(Vec::new())
     }
 
@@ -410,7 +432,7 @@ pub trait Backend: Send + Sync {
     /// driver may drop the memory; otherwise (the copy failed, the tree lives on) the
     /// memory goes back to the task. Whether it held anything of `pid`. Default:
     /// nothing.
-    fn release_held(&self, _pid: i32, _copied: bool) -> Result<bool, GpuError> {
+    fn release_held(&self, _pid: i32, _copied: bool, _cancel: &Cancel) -> Result<bool, GpuError> {
         Ok(false)
     }
 
@@ -419,7 +441,11 @@ pub trait Backend: Send + Sync {
     /// with `copied`), sinks in buffer order to write it back from there; the helper
     /// fills them, then [`Backend::after_dump`] finishes giving the task its device
     /// back. Default: none.
-    fn refill_sinks(&self, _pid: i32) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+    fn refill_sinks(
+        &self,
+        _pid: i32,
+        _cancel: &Cancel,
+    ) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
         Ok(Vec::new())
     }
 
@@ -432,6 +458,7 @@ pub trait Backend: Send + Sync {
         &self,
         _pid: i32,
         _task: &TaskDevice,
+        _cancel: &Cancel,
     ) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
         Ok(Vec::new())
     }
@@ -440,7 +467,7 @@ pub trait Backend: Send + Sync {
     /// device before it runs, after its buffers are filled (a driver restore and
     /// unlock); the plugin half lets the task's restore thread run meanwhile when the
     /// backend has one. Default: nothing.
-    fn resume_task(&self, _pid: i32, _task: &TaskDevice) -> Result<(), GpuError> {
+    fn resume_task(&self, _pid: i32, _task: &TaskDevice, _cancel: &Cancel) -> Result<(), GpuError> {
         Ok(())
     }
 
@@ -454,6 +481,7 @@ pub trait Backend: Send + Sync {
         format: &str,
         state: &[u8],
         buffers: Vec<std::os::fd::OwnedFd>,
+        cancel: &Cancel,
     ) -> Result<Option<Checkpointed>, GpuError>;
 
     /// DUMP_EXT_FILE: if `fd` is a device of this backend, which of `tasks` has it open.

@@ -55,7 +55,9 @@ pub(super) fn pause_devices(
         fault::check(FaultStep::Pause)?;
         return Ok(ok());
     }
-    let paused = timed(shared, "pause", || shared.backend.pre_freeze(pid));
+    let paused = timed(shared, "pause", || {
+        shared.backend.pre_freeze(pid, shared.cancel)
+    });
     let ((), pause) = paused.inspect_err(|_| {
         let _ = shared.live(|| lock(tasks).pause_failed(pid));
     })?;
@@ -71,7 +73,7 @@ pub(super) fn tree_threads(shared: &Answering<'_>, dump: &DumpSide) -> Result<Re
     if shared.backend.whole_tree() {
         for pid in lock(&dump.tasks).to_checkpoint_ahead() {
             shared.check()?;
-            run_threads.extend(shared.backend.restore_thread(pid)?);
+            run_threads.extend(shared.backend.restore_thread(pid, shared.cancel)?);
         }
     }
     Ok(Reply {
@@ -178,7 +180,10 @@ pub(super) fn dump_finished(
     // Memory the driver still holds mapped (a copy that failed before the
     // operation was completed) is let go once copied, else given back.
     let held = in_parallel(&dumped, |pid| {
-        shared.backend.release_held(pid, !lives_on).map(|_| ())
+        shared
+            .backend
+            .release_held(pid, !lives_on, shared.cancel)
+            .map(|_| ())
     });
     let mut failures: Vec<HelperError> = held
         .into_iter()
@@ -198,7 +203,7 @@ pub(super) fn dump_finished(
         // back, even if one fails.
         pids.extend(shared.live(|| lock(tasks).release())?);
     }
-    let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid));
+    let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid, shared.cancel));
     failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
     if lives_on && !pids.is_empty() {
         if let Err(e) = fault::check(FaultStep::GiveBack) {
@@ -267,7 +272,7 @@ fn adopt_device(
     let (found, checkpoint) = timed(shared, "checkpoint", || {
         shared
             .backend
-            .adopt_task(pid, &task.format, &task.state, task.fds)
+            .adopt_task(pid, &task.format, &task.state, task.fds, shared.cancel)
     })?;
     let Some(found) = found else {
         return Ok(None);
@@ -343,7 +348,11 @@ mod tests {
             true
         }
 
-        fn held_sources(&self, pid: i32) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
+        fn held_sources(
+            &self,
+            pid: i32,
+            _cancel: &Cancel,
+        ) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
             match self.0 {
                 Failure::HeldCopy => Err(GpuError::Task {
                     pid,
@@ -359,6 +368,8 @@ mod tests {
             format: &str,
             state: &[u8],
             _buffers: Vec<OwnedFd>,
+            // Not looked at: the test of a late completion needs one.
+            _cancel: &Cancel,
         ) -> Result<Option<Checkpointed>, GpuError> {
             if let Some(gate) = &self.1 {
                 let _ = gate.lock().unwrap().recv();

@@ -28,7 +28,9 @@ pub(super) fn pause_tree(
 ) -> Result<(), HelperError> {
     let pids = crate::gpu::tree_pids(root);
     let outcomes = in_parallel(&pids, |pid| {
-        timed(shared, "pause", || shared.backend.pre_freeze(pid))
+        timed(shared, "pause", || {
+            shared.backend.pre_freeze(pid, shared.cancel)
+        })
     });
     shared.live(|| {
         let mut first_error: Option<HelperError> = None;
@@ -62,7 +64,7 @@ pub(super) fn checkpoint_tree(shared: &Answering<'_>, dump: &DumpSide) -> Result
     let pids = lock(tasks).to_checkpoint_ahead();
     let outcomes = in_parallel(&pids, |pid| {
         timed(shared, "checkpoint", || {
-            shared.backend.checkpoint_ahead(pid)
+            shared.backend.checkpoint_ahead(pid, shared.cancel)
         })
     });
     let mut first_error: Option<HelperError> = None;
@@ -121,7 +123,7 @@ pub(super) fn copy_held(
             .ok_or_else(|| HelperError::Failed("dump already finished".into()))?;
         for &pid in pids {
             shared.check()?;
-            let sources = shared.backend.held_sources(pid)?;
+            let sources = shared.backend.held_sources(pid, shared.cancel)?;
             if sources.is_empty() {
                 continue;
             }
@@ -149,7 +151,7 @@ pub(super) fn copy_held(
     let keep = copied.is_ok();
     let released = in_parallel(&held, |pid| {
         timed(shared, if keep { "complete" } else { "give back" }, || {
-            shared.backend.release_held(pid, keep)
+            shared.backend.release_held(pid, keep, shared.cancel)
         })
     });
     let mut first_error = copied.err();
@@ -180,7 +182,7 @@ pub(super) fn refill_from_image(
     let mut refills = Vec::new();
     for &pid in pids {
         shared.check()?;
-        let sinks = shared.backend.refill_sinks(pid)?;
+        let sinks = shared.backend.refill_sinks(pid, shared.cancel)?;
         if !sinks.is_empty() {
             refills.push((pid, sinks));
         }

@@ -7,6 +7,7 @@ use std::io;
 pub use gpucr_abi::fault::FaultStep;
 
 use super::HelperError;
+use crate::cancel::Cancel;
 use crate::transfer::{BufferSink, BufferSource};
 
 /// Fail when `GPUCR_FAULT` names `step`.
@@ -46,7 +47,7 @@ impl BufferSource for Failing<dyn BufferSource> {
         self.0.len()
     }
 
-    fn read_at(&self, _offset: u64, _buf: &mut [u8]) -> io::Result<()> {
+    fn read_at(&self, _offset: u64, _buf: &mut [u8], _cancel: &Cancel) -> io::Result<()> {
         Err(injected(FaultStep::Copy))
     }
 }
@@ -56,7 +57,7 @@ impl BufferSink for Failing<dyn BufferSink> {
         self.0.len()
     }
 
-    fn write_at(&self, _offset: u64, _data: &[u8]) -> io::Result<()> {
+    fn write_at(&self, _offset: u64, _data: &[u8], _cancel: &Cancel) -> io::Result<()> {
         Err(injected(FaultStep::Fill))
     }
 

@@ -58,7 +58,7 @@ pub enum HelperError {
     #[error("helper socket {path}: {source}")]
     Socket { path: PathBuf, source: nix::Error },
     #[error(transparent)]
-    Gpu(#[from] GpuError),
+    Gpu(GpuError),
     #[error(transparent)]
     Transfer(#[from] TransferError),
     #[error("device state: {0}")]
@@ -71,6 +71,17 @@ pub enum HelperError {
     /// The request was given up (timed out, its plugin gone, the helper stopped).
     #[error("given up: {0}")]
     Abandoned(#[from] crate::cancel::Cancelled),
+}
+
+impl From<GpuError> for HelperError {
+    /// A backend step that ended at its request's cancellation is the request given
+    /// up, like the helper's own checks of the token.
+    fn from(e: GpuError) -> HelperError {
+        match e {
+            GpuError::Cancelled(c) => HelperError::Abandoned(c),
+            e => HelperError::Gpu(e),
+        }
+    }
 }
 
 impl crate::exit_code::ExitCode for HelperError {

@@ -187,7 +187,7 @@ pub(super) fn resume_tree_threads(
     let mut run_threads = Vec::new();
     for &pid in &pids {
         shared.check()?;
-        run_threads.extend(shared.backend.restore_thread(pid)?);
+        run_threads.extend(shared.backend.restore_thread(pid, shared.cancel)?);
     }
     Ok(Reply {
         ok: true,

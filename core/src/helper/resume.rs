@@ -22,7 +22,7 @@ pub(super) fn resume(
 ) -> Result<(), HelperError> {
     let keys: Vec<BufferKey> = task_keys(task).collect();
     shared.check()?;
-    let sinks = shared.backend.resume_sinks(pid, task)?;
+    let sinks = shared.backend.resume_sinks(pid, task, shared.cancel)?;
     {
         let guard = restore.restorer.read().unwrap_or_else(|e| e.into_inner());
         let restorer = running(&guard, "restore")?;
@@ -49,7 +49,7 @@ pub(super) fn resume(
         restorer.wait_or_cancel(&keys, shared.cancel)?;
     }
     shared.check()?;
-    shared.backend.resume_task(pid, task)?;
+    shared.backend.resume_task(pid, task, shared.cancel)?;
     fault::check(FaultStep::Resume)
 }
 

@@ -399,7 +399,7 @@ impl<S> Helper<S> {
 /// RESTORE_THREAD: the backend's restore thread of `pid`, which CRIU must let run.
 fn restore_thread(shared: &Answering<'_>, pid: i32) -> Result<Reply, HelperError> {
     shared.check()?;
-    let tid = shared.backend.restore_thread(pid)?;
+    let tid = shared.backend.restore_thread(pid, shared.cancel)?;
     Ok(Reply {
         ok: true,
         run_thread: tid.unwrap_or(0),

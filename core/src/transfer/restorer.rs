@@ -44,6 +44,7 @@ use super::source::{BufferKey, BufferSink};
 use super::staging::Staging;
 use super::stats::GpuStats;
 use super::{Event, EventSink};
+use crate::cancel::Cancel;
 
 /// Chunks read for handed-over buffers (not from staging) that may wait for one queue.
 pub const QUEUE_DEPTH: usize = 4;
@@ -78,6 +79,10 @@ struct Shared {
     /// The writer threads, one per queue, started as queues appear.
     writers: Mutex<Vec<JoinHandle<()>>>,
     on_event: EventSink,
+    /// Handed to every write of a sink, cancelled by the first failure (a
+    /// [`super::Canceller`]'s too) and when the restore is dropped unfinished: a write
+    /// waiting for its device ends then.
+    cancel: Cancel,
 }
 
 struct State {
@@ -159,10 +164,13 @@ impl Shared {
         if state.error.is_none() {
             state.error = Some(error);
         }
+        let reason = state.error.as_ref().map(ToString::to_string);
         drop(state);
         self.work.notify_all();
         self.queued.notify_all();
         self.done.notify_all();
+        // Without the state's lock: a waker the token runs may take it.
+        self.cancel.cancel(reason.unwrap_or_default());
     }
 
     /// The next chunk to read, waiting for one; `None` when the restore is over or failed.
@@ -315,13 +323,14 @@ impl Shared {
     /// Write a checked chunk to its device buffer.
     fn write_chunk(&self, sink: &dyn BufferSink, p: &Pending) -> Result<(), TransferError> {
         let entry = &self.index.chunks[p.chunk];
+        let cancel = &self.cancel;
         let result = match &p.data {
             ChunkData::Zero if sink.starts_zeroed() => Ok(()),
             ChunkData::Zero => {
                 let zeros = self
                     .zeros
                     .get_or_init(|| vec![0; self.index.chunk_size as usize]);
-                sink.write_at(entry.offset, &zeros[..entry.raw_len as usize])
+                sink.write_at(entry.offset, &zeros[..entry.raw_len as usize], cancel)
             }
             ChunkData::Mapped => {
                 let stored = self
@@ -329,14 +338,18 @@ impl Shared {
                     .stored(entry)
                     .and_then(|stored| check_raw(stored, entry).map(|()| stored))
                     .map_err(|kind| self.damaged(p.chunk, kind))?;
-                sink.write_at(entry.offset, stored)
+                sink.write_at(entry.offset, stored, cancel)
             }
-            ChunkData::Owned(bytes) => sink.write_at(entry.offset, bytes),
+            ChunkData::Owned(bytes) => sink.write_at(entry.offset, bytes, cancel),
         };
-        result.map_err(|e| TransferError::Sink {
-            key: self.index.buffers[self.owner[p.chunk]].key,
-            offset: entry.offset,
-            source: Arc::new(e),
+        result.map_err(|e| match cancel.check() {
+            // The write ended at the cancellation: the restore's failure says why.
+            Err(c) => TransferError::Cancelled { reason: c.0 },
+            Ok(()) => TransferError::Sink {
+                key: self.index.buffers[self.owner[p.chunk]].key,
+                offset: entry.offset,
+                source: Arc::new(e),
+            },
         })
     }
 
@@ -502,6 +515,8 @@ impl Restorer {
             done: Condvar::new(),
             writers: Mutex::new(Vec::new()),
             on_event,
+            // Its own token: the restore's failures and its Canceller cancel it.
+            cancel: Cancel::new(),
         });
         let mut restorer = Restorer {
             shared: Arc::clone(&shared),
@@ -775,7 +790,10 @@ impl Restorer {
 }
 
 impl Drop for Restorer {
+    /// A restore dropped unfinished stops its threads; a write still waiting for its
+    /// device ends at once (after [`Restorer::finish`] every thread is joined already).
     fn drop(&mut self) {
+        self.shared.cancel.cancel("the restore was abandoned");
         self.stop();
     }
 }

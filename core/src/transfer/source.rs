@@ -8,6 +8,8 @@ use std::os::unix::fs::FileExt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cancel::Cancel;
+
 /// Identifies a buffer in the image: which process (its pid in the checkpointed tree's
 /// own PID namespace, stable across restore) and which buffer of that process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -34,6 +36,11 @@ impl fmt::Display for BufferKey {
 /// `read_at` is called from several threads at once, for different ranges; it may be
 /// slow (a throttled copy engine), which the engine hides by reading other chunks and
 /// compressing in the meantime.
+///
+/// Every read gets the transfer's cancellation token, cancelled when the transfer
+/// fails or is cancelled ([`super::Canceller`]): a read that waits for a device (a
+/// fence, a modelled engine, a driver call) ends soon after it, with an error of kind
+/// [`io::ErrorKind::Interrupted`] (`io::Error::from(Cancelled)`).
 pub trait BufferSource: Send + Sync {
     /// Bytes in the buffer.
     fn len(&self) -> u64;
@@ -41,14 +48,17 @@ pub trait BufferSource: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Fill `buf` with the bytes at `offset..offset + buf.len()`.
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Fill `buf` with the bytes at `offset..offset + buf.len()`; a wait for the device
+    /// ends at `cancel`.
+    fn read_at(&self, offset: u64, buf: &mut [u8], cancel: &Cancel) -> io::Result<()>;
 }
 
 /// Device memory being restored, written through the device's copy engine.
 ///
 /// Writes to buffers of one copy queue ([`BufferSink::queue`]) are issued one at a time,
-/// in order, by the queue's own thread; writes to different queues run in parallel.
+/// in order, by the queue's own thread; writes to different queues run in parallel. As
+/// with [`BufferSource::read_at`], a write's wait for the device ends at the transfer's
+/// cancellation.
 pub trait BufferSink: Send + Sync {
     /// Bytes in the buffer.
     fn len(&self) -> u64;
@@ -56,8 +66,9 @@ pub trait BufferSink: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Write `data` at `offset..offset + data.len()`.
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Write `data` at `offset..offset + data.len()`; a wait for the device ends at
+    /// `cancel`.
+    fn write_at(&self, offset: u64, data: &[u8], cancel: &Cancel) -> io::Result<()>;
     /// True when the buffer is known to read as zeros before anything is written (a
     /// freshly created file, memory the driver clears on allocation): the engine then
     /// skips the image's all-zero chunks instead of writing zeros.
@@ -142,7 +153,8 @@ impl BufferSource for FileRange {
         FileRange::len(self)
     }
 
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    /// A file read: nothing to wait for but the page cache, so `cancel` is not looked at.
+    fn read_at(&self, offset: u64, buf: &mut [u8], _cancel: &Cancel) -> io::Result<()> {
         let at = self.check(offset, buf.len())?;
         self.file.read_exact_at(buf, at)
     }
@@ -153,7 +165,8 @@ impl BufferSink for FileRange {
         FileRange::len(self)
     }
 
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+    /// A file write: nothing to wait for but the page cache, so `cancel` is not looked at.
+    fn write_at(&self, offset: u64, data: &[u8], _cancel: &Cancel) -> io::Result<()> {
         let at = self.check(offset, data.len())?;
         self.file.write_all_at(data, at)
     }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::cancel::Cancel;
 use crate::exit_code::ExitCode;
 
 const CS: usize = 64 << 10;
@@ -26,7 +27,7 @@ impl BufferSource for MemSource {
     fn len(&self) -> u64 {
         self.0.len() as u64
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8], _: &Cancel) -> io::Result<()> {
         let start = offset as usize;
         buf.copy_from_slice(&self.0[start..start + buf.len()]);
         Ok(())
@@ -43,7 +44,7 @@ impl BufferSource for FailingSource {
     fn len(&self) -> u64 {
         self.len
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8], _: &Cancel) -> io::Result<()> {
         if offset == self.fail_at {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
@@ -88,7 +89,7 @@ impl BufferSink for MemSink {
     fn len(&self) -> u64 {
         self.data.lock().unwrap().len() as u64
     }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+    fn write_at(&self, offset: u64, data: &[u8], _: &Cancel) -> io::Result<()> {
         if self.fail {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
@@ -456,7 +457,7 @@ fn file_ranges_as_sources_and_sinks() {
 
     let short = FileRange::new(fs::File::open(&input).unwrap(), 0, 10);
     let mut buf = [0u8; 11];
-    assert!(BufferSource::read_at(&short, 0, &mut buf).is_err());
+    assert!(BufferSource::read_at(&short, 0, &mut buf, &Cancel::new()).is_err());
 }
 
 // ---- restore scheduling ----
@@ -640,7 +641,7 @@ impl BufferSink for QueueSink {
     fn len(&self) -> u64 {
         self.inner.len()
     }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+    fn write_at(&self, offset: u64, data: &[u8], _: &Cancel) -> io::Result<()> {
         let (lock, open) = &*self.gate;
         drop(open.wait_while(lock.lock().unwrap(), |o| !*o).unwrap());
         self.nice
@@ -654,7 +655,7 @@ impl BufferSink for QueueSink {
             *most = (*most).max(*now);
         }
         thread::sleep(Duration::from_micros(200));
-        let result = self.inner.write_at(offset, data);
+        let result = self.inner.write_at(offset, data, &Cancel::new());
         self.busy.lock().unwrap().get_mut(&self.queue).unwrap().0 -= 1;
         result
     }
@@ -855,6 +856,89 @@ fn a_failing_device_write_fails_the_restore() {
     );
     assert!(e.to_string().contains("No space left on device"), "{e}");
     assert!(matches!(restorer.finish(), Err(TransferError::Sink { .. })));
+}
+
+/// A device whose every copy waits a minute unless the transfer's token ends it.
+struct HungDevice(u64);
+
+impl BufferSource for HungDevice {
+    fn len(&self) -> u64 {
+        self.0
+    }
+    fn read_at(&self, _: u64, _: &mut [u8], cancel: &Cancel) -> io::Result<()> {
+        cancel.sleep(Duration::from_secs(60))?;
+        Ok(())
+    }
+}
+
+impl BufferSink for HungDevice {
+    fn len(&self) -> u64 {
+        self.0
+    }
+    fn write_at(&self, _: u64, _: &[u8], cancel: &Cancel) -> io::Result<()> {
+        cancel.sleep(Duration::from_secs(60))?;
+        Ok(())
+    }
+}
+
+/// A read waiting for its device ends at the dump's first failure (another buffer's
+/// failed read) and at its Canceller: the transfer's token reaches the sources.
+#[test]
+fn a_failure_or_a_cancellation_ends_the_reads_waiting_for_their_devices() {
+    for cancelled in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = DumpWriter::start(dir.path(), cfg(Compression::None), no_events()).unwrap();
+        writer
+            .add(BufferKey::new(1, 0), Box::new(HungDevice(CS as u64)))
+            .unwrap();
+        thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        if cancelled {
+            writer.canceller().cancel("SIGINT");
+        } else {
+            let failing = FailingSource {
+                len: CS as u64,
+                fail_at: 0,
+            };
+            writer.add(BufferKey::new(1, 1), Box::new(failing)).unwrap();
+        }
+        let e = writer.finish().unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{cancelled}: the hung read held the dump for {:?}",
+            started.elapsed()
+        );
+        match (cancelled, &e) {
+            (true, TransferError::Cancelled { reason }) => assert_eq!(reason, "SIGINT"),
+            (false, TransferError::Source { key, .. }) => assert_eq!(*key, BufferKey::new(1, 1)),
+            _ => panic!("{cancelled}: unexpected {e}"),
+        }
+    }
+}
+
+/// A write waiting for its device ends at the restore's Canceller.
+#[test]
+fn a_cancellation_ends_the_writes_waiting_for_their_devices() {
+    let buffers = random_buffers(1, 1, CS);
+    let dir = tempfile::tempdir().unwrap();
+    dump(dir.path(), cfg(Compression::None), &buffers);
+    let restorer = Restorer::open(dir.path(), cfg(Compression::None), false, no_events()).unwrap();
+    restorer
+        .attach(buffers[0].0, Box::new(HungDevice(CS as u64)))
+        .unwrap();
+    thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    restorer.canceller().cancel("SIGTERM");
+    let e = restorer.finish().unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the hung write held the restore for {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(&e, TransferError::Cancelled { reason } if reason == "SIGTERM"),
+        "{e}"
+    );
 }
 
 /// Dump `buffers`, then flip one byte in the middle of the stored bytes of chunk `c`.

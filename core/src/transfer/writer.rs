@@ -36,6 +36,7 @@ use super::queue::Queue;
 use super::source::{BufferKey, BufferSource};
 use super::stats::GpuStats;
 use super::{Event, EventSink, GPU_DIR};
+use crate::cancel::Cancel;
 
 /// Chunk buffers in flight per copy thread: one being filled, one being packed.
 const BUFFERS_PER_JOB: usize = 2;
@@ -61,6 +62,9 @@ struct Shared {
     free: Queue<Vec<u8>>,
     filled: Queue<Filled>,
     on_event: EventSink,
+    /// Handed to every read of a source, cancelled by the first failure (a
+    /// [`super::Canceller`]'s too): a read waiting for its device ends then.
+    cancel: Cancel,
 }
 
 #[derive(Default)]
@@ -116,16 +120,20 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Record the first error; stop handing out work; wake everyone.
+    /// Record the first error; stop handing out work; wake everyone, and end the
+    /// reads waiting for their devices.
     fn fail(&self, error: TransferError) {
         let mut state = self.lock();
         if state.error.is_none() {
             state.error = Some(error);
         }
         state.queue.clear();
+        let reason = state.error.as_ref().map(ToString::to_string);
         drop(state);
         self.work.notify_all();
         self.idle.notify_all();
+        // Without the state's lock: a waker the token runs may take it.
+        self.cancel.cancel(reason.unwrap_or_default());
     }
 
     fn failed(&self) -> bool {
@@ -222,6 +230,8 @@ impl DumpWriter {
             free: Queue::new(pool),
             filled: Queue::new(pool),
             on_event,
+            // Its own token: the dump's failures and its Canceller cancel it.
+            cancel: Cancel::new(),
         });
         for _ in 0..pool {
             // Allocated by the copy threads on first use, so small dumps stay small.
@@ -539,13 +549,20 @@ fn copy_thread(shared: &Shared) {
             return;
         };
         data.resize(claim.len, 0);
-        if let Err(e) = claim.source.read_at(claim.offset, &mut data) {
-            let key = shared.lock().buffers[claim.buffer].key;
-            shared.fail(TransferError::Source {
-                key,
-                offset: claim.offset,
-                source: Arc::new(e),
-            });
+        if let Err(e) = claim
+            .source
+            .read_at(claim.offset, &mut data, &shared.cancel)
+        {
+            let error = match shared.cancel.check() {
+                // The read ended at the cancellation: the transfer's failure says why.
+                Err(c) => TransferError::Cancelled { reason: c.0 },
+                Ok(()) => TransferError::Source {
+                    key: shared.lock().buffers[claim.buffer].key,
+                    offset: claim.offset,
+                    source: Arc::new(e),
+                },
+            };
+            shared.fail(error);
             return;
         }
         let filled = Filled {

@@ -10,16 +10,25 @@
 //! their callers being many threads; a restore writer thread leaves its write running
 //! while it fills the next slot ([`DeviceBo::write_behind`]), and waits for all of them
 //! at the end of each buffer.
+//!
+//! Every copy takes the transfer's cancellation token: nothing is submitted once it is
+//! cancelled, and a fence wait is made of slices of the kernel's own wait
+//! ([`FENCE_SLICE`]), the token looked at between them, so it ends soon after the
+//! cancellation, within the same time limit. A copy whose fence was not seen (given up
+//! or timed out) may still run on the engine: its slot is waited for before its staging
+//! memory is used again.
 
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpucr_abi::amdgpu_drm::sdma::{self, CountEncoding};
 use gpucr_amdgpu::{KernelError, RenderNode};
 use nix::sys::mman::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+
+use crate::cancel::{Cancel, Cancelled};
 
 /// Bytes per staging chunk: four full 2 MiB packets.
 pub const CHUNK_BYTES: usize = 8 << 20;
@@ -27,6 +36,9 @@ pub const CHUNK_BYTES: usize = 8 << 20;
 const SLOTS_PER_RING: usize = 2;
 /// GPU VA alignment of gpucr's mappings.
 const VA_ALIGN: u64 = 1 << 21;
+/// The longest single kernel fence wait (and wait for a free slot): how late a copy
+/// notices its cancellation at most.
+pub const FENCE_SLICE: Duration = Duration::from_millis(50);
 
 /// Why a copy failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,12 +61,16 @@ pub enum CopyError {
     },
     #[error("GPU {gpu:#x}: {detail}")]
     Other { gpu: u32, detail: String },
+    /// The copy's token was cancelled (the transfer failed or was cancelled).
+    #[error("GPU {gpu:#x}: copy cancelled: {reason}")]
+    Cancelled { gpu: u32, reason: String },
 }
 
 impl From<CopyError> for std::io::Error {
     fn from(e: CopyError) -> Self {
         let kind = match &e {
             CopyError::FenceTimeout { .. } => std::io::ErrorKind::TimedOut,
+            CopyError::Cancelled { .. } => std::io::ErrorKind::Interrupted,
             _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, e)
@@ -120,6 +136,17 @@ struct Slot {
     staging_bo: Mapped,
     ib: memmap2::MmapMut,
     ib_bo: Mapped,
+    /// The submission of the slot's last copy when its fence was not seen (the wait
+    /// was given up or timed out): the engine may still be copying from or into the
+    /// staging chunk, so the slot is waited for before it is used again.
+    unsignalled: Option<u64>,
+}
+
+/// How a fence wait ended.
+enum Fence {
+    Signalled,
+    TimedOut,
+    Cancelled(Cancelled),
 }
 
 /// The copy engine of one GPU.
@@ -169,13 +196,15 @@ impl DeviceBo {
         self.mapped.size == 0
     }
 
-    /// Copy `out.len()` bytes at `offset` of the buffer into `out`.
-    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), CopyError> {
+    /// Copy `out.len()` bytes at `offset` of the buffer into `out`; given up at
+    /// `cancel` ([`CopyError::Cancelled`]).
+    pub fn read(&self, offset: u64, out: &mut [u8], cancel: &Cancel) -> Result<(), CopyError> {
         self.check(offset, out.len())?;
         for (i, piece) in out.chunks_mut(CHUNK_BYTES).enumerate() {
             let at = self.mapped.va + offset + (i * CHUNK_BYTES) as u64;
-            self.engine.with_slot(|engine, slot| {
-                engine.copy(slot, self.mapped, at, slot.staging_bo.va, piece.len())?;
+            self.engine.with_slot(cancel, |engine, slot| {
+                let staging = slot.staging_bo.va;
+                engine.copy(slot, self.mapped, at, staging, piece.len(), cancel)?;
                 piece.copy_from_slice(slot.staging.bytes(piece.len()));
                 Ok(())
             })?;
@@ -331,6 +360,7 @@ impl GpuEngine {
             staging_bo,
             ib,
             ib_bo,
+            unsignalled: None,
         })
     }
 
@@ -354,14 +384,48 @@ impl GpuEngine {
         Self::pick(&mut free, &self.next)
     }
 
-    /// Take a free slot, waiting for one.
-    fn take(&self) -> (usize, Slot) {
+    /// Take a free slot, waiting for one (the wait ends at `cancel`, looked at every
+    /// [`FENCE_SLICE`]: the slots' holders end their own waits at their tokens).
+    fn take(&self, cancel: &Cancel) -> Result<(usize, Slot), CopyError> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(taken) = Self::pick(&mut free, &self.next) {
-                return taken;
+                return Ok(taken);
             }
-            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+            cancel.check().map_err(|c| self.cancelled(c))?;
+            free = self
+                .freed
+                .wait_timeout(free, FENCE_SLICE)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn cancelled(&self, c: Cancelled) -> CopyError {
+        CopyError::Cancelled {
+            gpu: self.gpu,
+            reason: c.0,
+        }
+    }
+
+    /// Make a slot just taken ready for a copy: a copy of it whose fence was not seen
+    /// is waited for first (with the time limit, given up at `cancel`).
+    fn ready(&self, slot: &mut Slot, cancel: &Cancel) -> Result<(), CopyError> {
+        let Some(seq) = slot.unsignalled else {
+            return Ok(());
+        };
+        match self.wait_fence(slot, seq, cancel)? {
+            Fence::Signalled => {
+                slot.unsignalled = None;
+                Ok(())
+            }
+            Fence::TimedOut => Err(CopyError::FenceTimeout {
+                gpu: self.gpu,
+                ring: slot.ring,
+                seq,
+                timeout: self.timeout,
+            }),
+            Fence::Cancelled(c) => Err(self.cancelled(c)),
         }
     }
 
@@ -382,16 +446,20 @@ impl GpuEngine {
     /// Run `f` with a free slot, taken round-robin across the rings.
     fn with_slot<R>(
         &self,
+        cancel: &Cancel,
         f: impl FnOnce(&Self, &mut Slot) -> Result<R, CopyError>,
     ) -> Result<R, CopyError> {
-        let (index, mut slot) = self.take();
-        let result = f(self, &mut slot);
+        let (index, mut slot) = self.take(cancel)?;
+        let result = self
+            .ready(&mut slot, cancel)
+            .and_then(|()| f(self, &mut slot));
         self.put_back(index, slot);
         result
     }
 
     /// Copy `len` bytes from GPU VA `src` to `dst` (one of them the slot's staging
-    /// chunk, the other in `bo`) on the slot's ring, and wait for the fence.
+    /// chunk, the other in `bo`) on the slot's ring, and wait for the fence; nothing is
+    /// submitted once `cancel` is cancelled, and the wait ends at it.
     fn copy(
         &self,
         slot: &mut Slot,
@@ -399,9 +467,11 @@ impl GpuEngine {
         src: u64,
         dst: u64,
         len: usize,
+        cancel: &Cancel,
     ) -> Result<(), CopyError> {
+        cancel.check().map_err(|c| self.cancelled(c))?;
         let submitted = self.submit(slot, bo, src, dst, len)?;
-        self.finish(slot, submitted)
+        self.finish(slot, submitted, cancel)
     }
 
     /// Write the copy's packets into the slot's IB and submit it on the slot's ring.
@@ -438,23 +508,58 @@ impl GpuEngine {
         }
     }
 
-    /// Wait for a submitted copy's fence (with the time limit) and release its BO list.
-    fn finish(&self, slot: &Slot, submitted: Submitted) -> Result<(), CopyError> {
-        let waited = self
-            .node
-            .wait(slot.ctx, slot.ring, submitted.seq, self.timeout)
-            .map_err(self.kernel());
+    /// Wait for submission `seq` on the slot's ring: slices of the kernel's own fence
+    /// wait ([`FENCE_SLICE`]), `cancel` looked at between them, within the engine's time
+    /// limit.
+    fn wait_fence(&self, slot: &Slot, seq: u64, cancel: &Cancel) -> Result<Fence, CopyError> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let slice = left.min(FENCE_SLICE);
+            let signalled = self
+                .node
+                .wait(slot.ctx, slot.ring, seq, slice)
+                .map_err(self.kernel())?;
+            if signalled {
+                return Ok(Fence::Signalled);
+            }
+            if left <= slice {
+                return Ok(Fence::TimedOut);
+            }
+            if let Err(c) = cancel.check() {
+                return Ok(Fence::Cancelled(c));
+            }
+        }
+    }
+
+    /// Wait for a submitted copy's fence (with the time limit, given up at `cancel`)
+    /// and release its BO list.
+    fn finish(
+        &self,
+        slot: &mut Slot,
+        submitted: Submitted,
+        cancel: &Cancel,
+    ) -> Result<(), CopyError> {
+        let waited = self.wait_fence(slot, submitted.seq, cancel);
+        if !matches!(waited, Ok(Fence::Signalled)) {
+            // The copy may still run: the slot is not used again before it ended.
+            slot.unsignalled = Some(submitted.seq);
+        }
         let destroyed = self
             .node
             .bo_list_destroy(submitted.list)
             .map_err(self.kernel());
-        if !waited? {
-            return Err(CopyError::FenceTimeout {
-                gpu: self.gpu,
-                ring: slot.ring,
-                seq: submitted.seq,
-                timeout: self.timeout,
-            });
+        match waited? {
+            Fence::Signalled => {}
+            Fence::TimedOut => {
+                return Err(CopyError::FenceTimeout {
+                    gpu: self.gpu,
+                    ring: slot.ring,
+                    seq: submitted.seq,
+                    timeout: self.timeout,
+                })
+            }
+            Fence::Cancelled(c) => return Err(self.cancelled(c)),
         }
         destroyed?;
         if let Some(i) = self.rings.iter().position(|&r| r == slot.ring) {
@@ -479,13 +584,15 @@ struct InFlight {
     index: usize,
     slot: Option<Slot>,
     submitted: Submitted,
+    /// The token of the write that submitted it, for a wait at the thread's end.
+    cancel: Cancel,
 }
 
 impl InFlight {
-    /// Wait for the write and give the slot back.
-    fn complete(mut self) -> Result<(), CopyError> {
-        let slot = self.slot.take().expect("a slot until completed");
-        let result = self.engine.finish(&slot, self.submitted);
+    /// Wait for the write (given up at `cancel`) and give the slot back.
+    fn complete(mut self, cancel: &Cancel) -> Result<(), CopyError> {
+        let mut slot = self.slot.take().expect("a slot until completed");
+        let result = self.engine.finish(&mut slot, self.submitted, cancel);
         self.engine.put_back(self.index, slot);
         result
     }
@@ -494,9 +601,10 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         // A thread that ends with a write in flight (after a failure elsewhere) still
-        // waits for it before its staging memory can be reused.
-        if let Some(slot) = self.slot.take() {
-            let _ = self.engine.finish(&slot, self.submitted);
+        // waits for it, unless its write was cancelled; a slot whose fence was not seen
+        // is waited for before its staging memory is reused.
+        if let Some(mut slot) = self.slot.take() {
+            let _ = self.engine.finish(&mut slot, self.submitted, &self.cancel);
             self.engine.put_back(self.index, slot);
         }
     }
@@ -508,10 +616,10 @@ thread_local! {
     static IN_FLIGHT: std::cell::RefCell<Option<InFlight>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Wait for this thread's write in flight, if any.
-fn drain_thread() -> Result<(), CopyError> {
+/// Wait for this thread's write in flight, if any (given up at `cancel`).
+fn drain_thread(cancel: &Cancel) -> Result<(), CopyError> {
     match IN_FLIGHT.with(|f| f.borrow_mut().take()) {
-        Some(prev) => prev.complete(),
+        Some(prev) => prev.complete(cancel),
         None => Ok(()),
     }
 }
@@ -521,18 +629,30 @@ impl DeviceBo {
     /// left running while the caller prepares its next write, whose slot (of the other
     /// ring, or the ring's other slot) is filled meanwhile; the write before is waited
     /// for then. With `last`, every write of this thread is waited for before returning
-    /// (the buffer is complete when the call returns).
-    pub fn write_behind(&self, offset: u64, data: &[u8], last: bool) -> Result<(), CopyError> {
+    /// (the buffer is complete when the call returns). Given up at `cancel`: nothing
+    /// more is submitted, and the waits end at it.
+    pub fn write_behind(
+        &self,
+        offset: u64,
+        data: &[u8],
+        last: bool,
+        cancel: &Cancel,
+    ) -> Result<(), CopyError> {
         self.check(offset, data.len())?;
         for (i, piece) in data.chunks(CHUNK_BYTES).enumerate() {
             let at = self.mapped.va + offset + (i * CHUNK_BYTES) as u64;
+            cancel.check().map_err(|c| self.engine.cancelled(c))?;
             let (index, mut slot) = match self.engine.try_take() {
                 Some(taken) => taken,
                 None => {
-                    drain_thread()?;
-                    self.engine.take()
+                    drain_thread(cancel)?;
+                    self.engine.take(cancel)?
                 }
             };
+            if let Err(e) = self.engine.ready(&mut slot, cancel) {
+                self.engine.put_back(index, slot);
+                return Err(e);
+            }
             slot.staging.bytes(piece.len()).copy_from_slice(piece);
             let va = slot.staging_bo.va;
             let submitted = match self
@@ -550,13 +670,14 @@ impl DeviceBo {
                 index,
                 slot: Some(slot),
                 submitted,
+                cancel: cancel.clone(),
             };
             if let Some(prev) = IN_FLIGHT.with(|f| f.borrow_mut().replace(now)) {
-                prev.complete()?;
+                prev.complete(cancel)?;
             }
         }
         if last {
-            drain_thread()?;
+            drain_thread(cancel)?;
         }
         Ok(())
     }
@@ -566,11 +687,105 @@ impl Drop for GpuEngine {
     fn drop(&mut self) {
         let slots = std::mem::take(self.free.get_mut().unwrap_or_else(|e| e.into_inner()));
         for slot in slots.into_iter().flatten() {
+            if let Some(seq) = slot.unsignalled {
+                // A copy given up may still use the staging chunk: waited for (once,
+                // with the time limit) before its memory goes.
+                let _ = self.node.wait(slot.ctx, slot.ring, seq, self.timeout);
+            }
             let _ = self.node.ctx_free(slot.ctx);
             let _ = self.unmap(slot.ib_bo);
             let _ = self.unmap(slot.staging_bo);
             // The chunk is unmapped after its userptr handle is closed.
             drop(slot.staging);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use gpucr_amdgpu::fake::{BoSpec, FakeGpu, FakeKernel, FakeTask};
+
+    use super::*;
+
+    const GPU: u32 = 0x1000;
+    const SIZE: u64 = 1 << 20;
+
+    /// A fake GPU's engine (fence waits limited to 30 s), a process holding one VRAM
+    /// buffer of `SIZE` bytes, and that buffer imported for the engine.
+    fn engine_and_buffer() -> (Arc<FakeKernel>, FakeTask, DeviceBo) {
+        let kernel = FakeKernel::new(vec![FakeGpu::new(GPU, 128)]);
+        let task = kernel.spawn_process(&[GPU], &[BoSpec::vram(GPU, SIZE)], 0);
+        let kfd = kernel.kfd(std::process::id() as i32);
+        let info = kfd.process_info(task.kfd.as_fd()).unwrap();
+        let checkpoint = kfd.checkpoint(task.kfd.as_fd(), &info).unwrap();
+        let dmabuf = checkpoint.dmabufs[0].as_ref().unwrap();
+        let node = kernel.drm().open(128).unwrap();
+        let engine = GpuEngine::new(GPU, node, Duration::from_secs(30), None).unwrap();
+        let bo = engine.import(dmabuf.as_fd(), SIZE).unwrap();
+        (kernel, task, bo)
+    }
+
+    /// `cancel` cancelled 100 ms from now, on a thread of its own.
+    fn cancel_soon(cancel: &Cancel) -> std::thread::JoinHandle<()> {
+        let cancel = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            cancel.cancel("the transfer failed");
+        })
+    }
+
+    fn assert_cancelled(result: Result<(), CopyError>, started: Instant) {
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "the copy ended {took:?} after it began, not at its cancellation"
+        );
+        match result {
+            Err(e @ CopyError::Cancelled { .. }) => {
+                assert_eq!(
+                    std::io::Error::from(e).kind(),
+                    std::io::ErrorKind::Interrupted
+                );
+            }
+            other => panic!("not a cancelled copy: {other:?}"),
+        }
+    }
+
+    /// A hung copy engine (fences that never signal): a read and a write whose token is
+    /// cancelled end within a second with a cancelled error, not after the 30 s fence
+    /// timeout; once the engine is back, the slots left with those copies are usable.
+    #[test]
+    fn a_cancelled_copy_ends_at_once_on_a_hung_engine() {
+        let (kernel, _task, bo) = engine_and_buffer();
+        kernel.stall_fences(true);
+
+        let cancel = Cancel::new();
+        let canceller = cancel_soon(&cancel);
+        let mut out = vec![0u8; 4096];
+        let started = Instant::now();
+        assert_cancelled(bo.read(0, &mut out, &cancel), started);
+        canceller.join().unwrap();
+
+        let cancel = Cancel::new();
+        let canceller = cancel_soon(&cancel);
+        let started = Instant::now();
+        assert_cancelled(bo.write_behind(0, &[7u8; 4096], true, &cancel), started);
+        canceller.join().unwrap();
+
+        // Cancelled before: nothing is submitted.
+        let submits = |k: &FakeKernel| k.log().iter().filter(|l| l.contains("CS ring")).count();
+        let before = submits(&kernel);
+        let started = Instant::now();
+        assert_cancelled(bo.read(0, &mut out, &cancel), started);
+        assert_cancelled(bo.write_behind(0, &[7u8; 4096], true, &cancel), started);
+        assert_eq!(submits(&kernel), before, "a cancelled copy was submitted");
+
+        kernel.stall_fences(false);
+        let fresh = Cancel::new();
+        bo.write_behind(0, &[9u8; 4096], true, &fresh).unwrap();
+        bo.read(0, &mut out, &fresh).unwrap();
+        assert!(out.iter().all(|&b| b == 9));
     }
 }

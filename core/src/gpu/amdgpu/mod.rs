@@ -27,6 +27,7 @@ use self::engine::{DeviceBo, GpuEngine};
 use super::{
     ns_pid, Backend, BufferInfo, Checkpointed, DeviceFile, DeviceRole, GpuError, GpuRef, TaskDevice,
 };
+use crate::cancel::Cancel;
 use crate::transfer::{BufferSink, BufferSource};
 
 /// The backend's name (manifest, `GPUCR_BACKEND`).
@@ -287,8 +288,8 @@ impl BufferSource for Source {
         self.0.len()
     }
 
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        Ok(self.0.read(offset, buf)?)
+    fn read_at(&self, offset: u64, buf: &mut [u8], cancel: &Cancel) -> std::io::Result<()> {
+        Ok(self.0.read(offset, buf, cancel)?)
     }
 }
 
@@ -307,13 +308,13 @@ impl BufferSink for Sink {
         self.bo.len()
     }
 
-    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    fn write_at(&self, offset: u64, data: &[u8], cancel: &Cancel) -> std::io::Result<()> {
         let n = data.len() as u64;
         let before = self
             .written
             .fetch_add(n, std::sync::atomic::Ordering::AcqRel);
         let last = before + n >= self.bo.len();
-        Ok(self.bo.write_behind(offset, data, last)?)
+        Ok(self.bo.write_behind(offset, data, last, cancel)?)
     }
 
     fn queue(&self) -> u32 {
@@ -338,7 +339,11 @@ impl Backend for AmdgpuBackend {
         format: &str,
         state: &[u8],
         buffers: Vec<OwnedFd>,
+        cancel: &Cancel,
     ) -> Result<Option<Checkpointed>, GpuError> {
+        // The buffers are imported here (quick ioctls); the copies, which wait for the
+        // engines, take the transfer's token.
+        cancel.check()?;
         if state.is_empty() {
             return Ok(None);
         }

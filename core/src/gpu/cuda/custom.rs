@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use gpucr_cuda_driver::{Context, DeviceRegion, Driver};
 
+use crate::cancel::Cancel;
 use crate::transfer::{BufferSink, BufferSource};
 
 /// Which way a dump moves a CUDA process's device memory.
@@ -101,7 +102,9 @@ impl BufferSource for RegionSource {
         self.region.size as u64
     }
 
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    /// A driver copy cannot be interrupted: the token is looked at before it.
+    fn read_at(&self, offset: u64, buf: &mut [u8], cancel: &Cancel) -> io::Result<()> {
+        cancel.check()?;
         self.copier.read(&self.region, offset, buf)
     }
 }
@@ -121,7 +124,9 @@ impl BufferSink for RegionSink {
         self.region.size as u64
     }
 
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+    /// A driver copy cannot be interrupted: the token is looked at before it.
+    fn write_at(&self, offset: u64, data: &[u8], cancel: &Cancel) -> io::Result<()> {
+        cancel.check()?;
         self.copier.write(&self.region, offset, data)
     }
 

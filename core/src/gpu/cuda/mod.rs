@@ -25,6 +25,13 @@
 //! checkpointed; after a dump the tree lives on from (`--leave-running`, a failure) it
 //! is restored and unlocked back to what it was; on restore it is restored onto the
 //! mapped GPUs and unlocked. Every driver call is timed in the task's operation log.
+//!
+//! Cancellation: a driver call in progress cannot be interrupted, so the step's token is
+//! looked at before each call, and after a call that changed the process (the lock, the
+//! checkpoint): if the token was cancelled meanwhile, the request that asked for it was
+//! given up and records nothing of it, so the change is undone at once, the way the
+//! give-back after a failed dump undoes one (the lock given back, the checkpoint
+//! restored to the lock), and a late completion leaves the process as it was.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -38,6 +45,7 @@ use gpucr_cuda_driver::{Context, CustomStorage, Driver, ProcessState, Uuid};
 use serde::{Deserialize, Serialize};
 
 use super::{ns_pid, Backend, BufferInfo, Checkpointed, GpuError, GpuRef, TaskDevice};
+use crate::cancel::{Cancel, Cancelled};
 use crate::transfer::{BufferSink, BufferSource};
 
 mod custom;
@@ -409,23 +417,85 @@ impl CudaBackend {
     }
 
     /// Checkpoint `pid` unless it already is, marked first: a checkpoint that fails
-    /// halfway is restored after the dump. Whether a driver call was made.
-    fn checkpoint_once(&self, pid: i32) -> Result<bool, GpuError> {
+    /// halfway is restored after the dump. Whether a driver call was made. Not begun
+    /// once `cancel` is cancelled; one that completes after it is undone
+    /// ([`CudaBackend::undo_checkpoint`]).
+    fn checkpoint_once(&self, pid: i32, cancel: &Cancel) -> Result<bool, GpuError> {
+        cancel.check()?;
         match self.touched().get_mut(&pid) {
             Some(touched) if !touched.checkpointed => touched.checkpointed = true,
             _ => return Ok(false),
         }
         match self.staging {
-            Staging::Host => self.driver.checkpoint(pid).map_err(driver_error(pid))?,
+            Staging::Host => {
+                self.driver.checkpoint(pid).map_err(driver_error(pid))?;
+                if let Err(c) = cancel.check() {
+                    return Err(self.undo_checkpoint(pid, None, c));
+                }
+            }
             Staging::Custom => {
                 let storage = self
                     .driver
                     .checkpoint_custom(pid)
                     .map_err(driver_error(pid))?;
+                if let Err(c) = cancel.check() {
+                    return Err(self.undo_checkpoint(pid, Some(storage), c));
+                }
                 self.held().insert(pid, storage);
             }
         }
         Ok(true)
+    }
+
+    /// A lock of `pid` (in `initial` before) that completed, or failed half-way, after
+    /// its request was given up (`why`): given back at once, as the give-back after a
+    /// dump gives back a lock that failed half-way, since the helper records nothing of
+    /// it. The cancellation, or why the give-back failed.
+    fn undo_lock(&self, pid: i32, initial: ProcessState, why: Cancelled) -> GpuError {
+        match guard::give_back(&self.driver, pid, initial) {
+            Ok(_) => {
+                self.touched().remove(&pid);
+                GpuError::Cancelled(why)
+            }
+            Err(e) => GpuError::Task {
+                pid,
+                detail: format!(
+                    "its lock completed after the request was given up ({}), and giving                      it back failed: {e}",
+                    why.0
+                ),
+            },
+        }
+    }
+
+    /// A checkpoint of `pid` that completed after its request was given up (`why`):
+    /// brought back to the lock [`Backend::pre_freeze`] left (a driver restore; with
+    /// custom storage its memory, still mapped here, goes back through the helper as
+    /// after a failed copy). The cancellation, or why undoing it failed.
+    fn undo_checkpoint(
+        &self,
+        pid: i32,
+        storage: Option<CustomStorage>,
+        why: Cancelled,
+    ) -> GpuError {
+        let undone = match storage {
+            Some(storage) => self.give_back_held(pid, storage),
+            None => guard::give_back(&self.driver, pid, ProcessState::Locked).map(drop),
+        };
+        match undone {
+            Ok(()) => {
+                if let Some(touched) = self.touched().get_mut(&pid) {
+                    touched.checkpointed = false;
+                }
+                GpuError::Cancelled(why)
+            }
+            Err(e) => GpuError::Task {
+                pid,
+                detail: format!(
+                    "its checkpoint completed after the request was given up ({}), and                      undoing it failed: {e}",
+                    why.0
+                ),
+            },
+        }
     }
 
     fn touched(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Touched>> {
@@ -446,21 +516,24 @@ impl Backend for CudaBackend {
         true
     }
 
-    fn checkpoint_ahead(&self, pid: i32) -> Result<bool, GpuError> {
-        self.checkpoint_once(pid)
+    fn checkpoint_ahead(&self, pid: i32, cancel: &Cancel) -> Result<bool, GpuError> {
+        self.checkpoint_once(pid, cancel)
     }
 
-    fn restore_thread(&self, pid: i32) -> Result<Option<i32>, GpuError> {
+    fn restore_thread(&self, pid: i32, cancel: &Cancel) -> Result<Option<i32>, GpuError> {
+        cancel.check()?;
         self.driver
             .restore_thread_id(pid)
             .map_err(driver_error(pid))
     }
 
-    fn pre_freeze(&self, pid: i32) -> Result<(), GpuError> {
-        if self.restore_thread(pid)?.is_none() {
+    fn pre_freeze(&self, pid: i32, cancel: &Cancel) -> Result<(), GpuError> {
+        if self.restore_thread(pid, cancel)?.is_none() {
             return Ok(());
         }
+        cancel.check()?;
         let initial = self.driver.process_state(pid).map_err(driver_error(pid))?;
+        cancel.check()?;
         match initial {
             ProcessState::Running => {
                 // The driver's lock waits for the process's restore thread, which a
@@ -468,9 +541,14 @@ impl Backend for CudaBackend {
                 GpuError::refuse_stopped(pid)?;
                 // Remembered first: a lock that fails halfway is undone after the dump.
                 self.touch(pid, initial);
-                self.driver
+                let locked = self
+                    .driver
                     .lock(pid, Some(self.lock_timeout))
-                    .map_err(driver_error(pid))
+                    .map_err(driver_error(pid));
+                if let Err(why) = cancel.check() {
+                    return Err(self.undo_lock(pid, initial, why));
+                }
+                locked
             }
             ProcessState::Locked | ProcessState::Checkpointed => {
                 self.touch(pid, initial);
@@ -492,7 +570,9 @@ impl Backend for CudaBackend {
         format: &str,
         state: &[u8],
         buffers: Vec<OwnedFd>,
+        cancel: &Cancel,
     ) -> Result<Option<Checkpointed>, GpuError> {
+        cancel.check()?;
         if state.is_empty() {
             return Ok(None);
         }
@@ -513,7 +593,8 @@ impl Backend for CudaBackend {
             });
         };
         // Already done when the helper checkpointed the whole tree at once.
-        self.checkpoint_once(pid)?;
+        self.checkpoint_once(pid, cancel)?;
+        cancel.check()?;
         let gpus = self.gpu_uuids(pid)?;
         // The regions of a custom-storage checkpoint gpucr made (none for a process
         // already checkpointed before the dump, whose memory the driver keeps).
@@ -561,7 +642,12 @@ impl Backend for CudaBackend {
         }))
     }
 
-    fn held_sources(&self, pid: i32) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
+    fn held_sources(
+        &self,
+        pid: i32,
+        cancel: &Cancel,
+    ) -> Result<Vec<Box<dyn BufferSource>>, GpuError> {
+        cancel.check()?;
         let regions = match self.held().get(&pid) {
             Some(storage) => storage.devices.clone(),
             None => return Ok(Vec::new()),
@@ -578,7 +664,12 @@ impl Backend for CudaBackend {
             .collect())
     }
 
-    fn release_held(&self, pid: i32, copied: bool) -> Result<bool, GpuError> {
+    fn release_held(&self, pid: i32, copied: bool, cancel: &Cancel) -> Result<bool, GpuError> {
+        // Not begun once cancelled: the memory stays held, for the give-back at the end
+        // of the dump. Once begun it runs whole (a completion that lands after the
+        // cancellation is recorded, so that a tree living on gets the memory back from
+        // the image; a give-back stopped half-way would lose the memory).
+        cancel.check()?;
         let Some(storage) = self.held().remove(&pid) else {
             return Ok(false);
         };
@@ -603,14 +694,22 @@ impl Backend for CudaBackend {
         Ok(true)
     }
 
-    fn refill_sinks(&self, pid: i32) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+    fn refill_sinks(
+        &self,
+        pid: i32,
+        cancel: &Cancel,
+    ) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
+        cancel.check()?;
         let Some(sizes) = self.copied().remove(&pid) else {
             return Ok(Vec::new());
         };
         self.begin_restore(pid, &[], &sizes)
     }
 
-    fn after_dump(&self, pid: i32) -> Result<(), GpuError> {
+    fn after_dump(&self, pid: i32, cancel: &Cancel) -> Result<(), GpuError> {
+        // Not begun once cancelled; once begun it runs whole: a restore without its
+        // unlock would leave the job locked, with nothing left to unlock it.
+        cancel.check()?;
         // Memory written back from the image (refill_sinks) completes first.
         self.complete_restore(pid)?;
         let Some(touched) = self.touched().remove(&pid) else {
@@ -623,27 +722,33 @@ impl Backend for CudaBackend {
         &self,
         pid: i32,
         task: &TaskDevice,
+        cancel: &Cancel,
     ) -> Result<Vec<Box<dyn BufferSink>>, GpuError> {
         let state = CudaState::decode(task)?;
         if state.initial == "checkpointed" || state.staging()? != Staging::Custom {
             return Ok(Vec::new());
         }
+        cancel.check()?;
         let sizes: Vec<u64> = task.buffers.iter().map(|b| b.size).collect();
         self.begin_restore(pid, &state.pairs()?, &sizes)
     }
 
-    fn resume_task(&self, pid: i32, task: &TaskDevice) -> Result<(), GpuError> {
+    fn resume_task(&self, pid: i32, task: &TaskDevice, cancel: &Cancel) -> Result<(), GpuError> {
         let state = CudaState::decode(task)?;
         if state.initial == "checkpointed" {
             return Ok(());
         }
+        // A restore given up fails, and CRIU kills the restored tree: nothing to undo.
+        cancel.check()?;
         // Custom storage: the regions are filled; else the driver restores.
         if !self.complete_restore(pid)? {
+            cancel.check()?;
             self.driver
                 .restore(pid, &state.pairs()?)
                 .map_err(driver_error(pid))?;
         }
         if state.initial == "running" {
+            cancel.check()?;
             self.driver.unlock(pid).map_err(driver_error(pid))?;
         }
         Ok(())

@@ -6,6 +6,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cancel::{Cancel, Cancelled};
 use crate::transfer::{BufferSink, BufferSource, FileRange};
 
 /// How far a transfer may start before the engine's clock: the time a sleeping thread
@@ -33,18 +34,28 @@ impl CopyEngine {
     }
 
     /// Move `bytes` with `copy`: wait for the engine, run `copy`, and hold the engine
-    /// until the modelled transfer time has passed.
-    pub fn transfer<T>(&self, bytes: usize, copy: impl FnOnce() -> T) -> T {
+    /// until the modelled transfer time has passed. Given up at `cancel`: nothing is
+    /// copied once it is cancelled (also while the engine was busy with another
+    /// transfer), and the modelled time ends at the cancellation (Err then, though the
+    /// bytes moved: the engine stays busy for their time).
+    pub fn transfer<T>(
+        &self,
+        bytes: usize,
+        cancel: &Cancel,
+        copy: impl FnOnce() -> T,
+    ) -> Result<T, Cancelled> {
+        cancel.check()?;
         let mut last_end = self.last_end.lock().unwrap_or_else(|e| e.into_inner());
+        cancel.check()?;
         let duration = Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec);
         let end = transfer_end(*last_end, Instant::now(), duration);
         let result = copy();
         let copied = Instant::now();
-        if end > copied {
-            std::thread::sleep(end - copied);
-        }
         *last_end = end.max(copied);
-        result
+        if end > copied {
+            cancel.sleep(end - copied)?;
+        }
+        Ok(result)
     }
 }
 
@@ -68,9 +79,14 @@ impl EngineBuffer {
         EngineBuffer { range, engine }
     }
 
-    fn through_engine<T>(&self, bytes: usize, copy: impl FnOnce() -> T) -> T {
+    fn through_engine(
+        &self,
+        bytes: usize,
+        cancel: &Cancel,
+        copy: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
         match &self.engine {
-            Some(engine) => engine.transfer(bytes, copy),
+            Some(engine) => engine.transfer(bytes, cancel, copy)?,
             None => copy(),
         }
     }
@@ -80,9 +96,9 @@ impl BufferSource for EngineBuffer {
     fn len(&self) -> u64 {
         BufferSource::len(&self.range)
     }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.through_engine(buf.len(), || {
-            BufferSource::read_at(&self.range, offset, buf)
+    fn read_at(&self, offset: u64, buf: &mut [u8], cancel: &Cancel) -> io::Result<()> {
+        self.through_engine(buf.len(), cancel, || {
+            BufferSource::read_at(&self.range, offset, buf, cancel)
         })
     }
 }
@@ -91,9 +107,9 @@ impl BufferSink for EngineBuffer {
     fn len(&self) -> u64 {
         BufferSink::len(&self.range)
     }
-    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.through_engine(data.len(), || {
-            BufferSink::write_at(&self.range, offset, data)
+    fn write_at(&self, offset: u64, data: &[u8], cancel: &Cancel) -> io::Result<()> {
+        self.through_engine(data.len(), cancel, || {
+            BufferSink::write_at(&self.range, offset, data, cancel)
         })
     }
     fn starts_zeroed(&self) -> bool {
@@ -128,7 +144,7 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..2 {
                 let e = engine.clone();
-                s.spawn(move || e.transfer(2_000_000, || ())); // 20 ms each
+                s.spawn(move || e.transfer(2_000_000, &Cancel::new(), || ())); // 20 ms each
             }
         });
         // Two 20 ms transfers on one engine take at least 40 ms in all.
@@ -137,5 +153,30 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    /// A transfer's modelled time ends at its cancellation, and a transfer whose token
+    /// is cancelled copies nothing.
+    #[test]
+    fn a_cancelled_transfer_ends_early_and_copies_nothing() {
+        let engine = Arc::new(CopyEngine::new(1e6)); // 1 MB/s: 10 MB take 10 s
+        let cancel = Cancel::new();
+        let c = cancel.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            c.cancel("the request timed out");
+        });
+        let start = Instant::now();
+        let copied = engine.transfer(10_000_000, &cancel, || 7);
+        canceller.join().unwrap();
+        assert_eq!(copied, Err(Cancelled("the request timed out".into())));
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        let mut ran = false;
+        assert!(engine.transfer(1, &cancel, || ran = true).is_err());
+        assert!(!ran, "a cancelled transfer copied");
     }
 }

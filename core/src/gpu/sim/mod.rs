@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     buffer_specs, ns_pid, Backend, BufferInfo, Checkpointed, GpuError, GpuRef, TaskDevice,
 };
+use crate::cancel::Cancel;
 use crate::transfer::{BufferSink, BufferSource, FileRange};
 
 /// The encoding of the simulator's task state ([`SimState`] as JSON).
@@ -202,7 +203,9 @@ impl Backend for SimBackend {
         format: &str,
         state: &[u8],
         buffers: Vec<OwnedFd>,
+        cancel: &Cancel,
     ) -> Result<Option<Checkpointed>, GpuError> {
+        cancel.check()?;
         if state.is_empty() {
             return Ok(None);
         }
@@ -245,7 +248,16 @@ impl Backend for SimBackend {
                     buffers.len()
                 )));
             }
-            nv_driver::call(context_dir, pid, DriverOp::Checkpoint, self.driver_timeout)?;
+            // A checkpoint given up may still be done late: the task stays recorded as
+            // locked, and the resume after the dump ([`Backend::after_dump`]) brings
+            // its memory back and unlocks it, whichever the driver did.
+            nv_driver::call_or_cancel(
+                context_dir,
+                pid,
+                DriverOp::Checkpoint,
+                self.driver_timeout,
+                cancel,
+            )?;
             self.nv_tasks
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -302,16 +314,28 @@ impl Backend for SimBackend {
         Ok(Some(Checkpointed { device, sources }))
     }
 
-    fn pre_freeze(&self, pid: i32) -> Result<(), GpuError> {
+    fn pre_freeze(&self, pid: i32, cancel: &Cancel) -> Result<(), GpuError> {
+        cancel.check()?;
         let Some(dir) = self.nvidia_context(pid)? else {
             return Ok(());
         };
         // As CUDA's: the lock waits for the process's restore thread.
         GpuError::refuse_stopped(pid)?;
+        cancel.check()?;
         if let Some(guard) = &self.guard {
             guard.record(pid, &dir);
         }
-        nv_driver::call(&dir, pid, DriverOp::Lock, self.driver_timeout)?;
+        let locked =
+            nv_driver::call_or_cancel(&dir, pid, DriverOp::Lock, self.driver_timeout, cancel)
+                .and_then(|()| Ok(cancel.check()?));
+        if let Err(GpuError::Cancelled(_)) = &locked {
+            // Given up (while waiting, or just as it answered): the lock is not
+            // recorded, so nothing would undo it. A resume asked now supersedes it (the
+            // driver acts on the newest request) or undoes it; not waited for, as the
+            // request was given up.
+            let _ = nv_driver::post(&dir, DriverOp::Resume);
+        }
+        locked?;
         self.nv_tasks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -319,7 +343,8 @@ impl Backend for SimBackend {
         Ok(())
     }
 
-    fn after_dump(&self, pid: i32) -> Result<(), GpuError> {
+    fn after_dump(&self, pid: i32, cancel: &Cancel) -> Result<(), GpuError> {
+        cancel.check()?;
         let task = self
             .nv_tasks
             .lock()
@@ -328,10 +353,12 @@ impl Backend for SimBackend {
         let Some((dir, _)) = task else {
             return Ok(());
         };
-        nv_driver::call(&dir, pid, DriverOp::Resume, self.driver_timeout)
+        // A wait given up leaves the resume asked: the driver does it when it can.
+        nv_driver::call_or_cancel(&dir, pid, DriverOp::Resume, self.driver_timeout, cancel)
     }
 
-    fn resume_task(&self, pid: i32, task: &TaskDevice) -> Result<(), GpuError> {
+    fn resume_task(&self, pid: i32, task: &TaskDevice, cancel: &Cancel) -> Result<(), GpuError> {
+        cancel.check()?;
         let state = SimState::decode(task)?;
         if state.driver != DRIVER_NVIDIA {
             return Ok(());
@@ -342,7 +369,13 @@ impl Backend for SimBackend {
                 detail: "an nvidia-model task without a context directory".into(),
             });
         };
-        nv_driver::call(Path::new(dir), pid, DriverOp::Resume, self.driver_timeout)
+        nv_driver::call_or_cancel(
+            Path::new(dir),
+            pid,
+            DriverOp::Resume,
+            self.driver_timeout,
+            cancel,
+        )
     }
 
     fn file_owner(&self, fd: BorrowedFd<'_>, tasks: &[i32]) -> Result<Option<i32>, GpuError> {
@@ -512,15 +545,18 @@ mod tests {
         let backend =
             SimBackend::new(SimRoot::new(tmp.path()), Path::new("/dev/null"), None).unwrap();
         let me = std::process::id() as i32;
-        assert!(backend.adopt_task(me, "", &[], vec![]).unwrap().is_none());
+        assert!(backend
+            .adopt_task(me, "", &[], vec![], &Cancel::new())
+            .unwrap()
+            .is_none());
         let (state, fds) = collected(tmp.path(), 0x1000);
         let err = backend
-            .adopt_task(me, "other/1", &state, vec![])
+            .adopt_task(me, "other/1", &state, vec![], &Cancel::new())
             .err()
             .unwrap();
         assert!(err.to_string().contains("format"), "{err}");
         let err = backend
-            .adopt_task(me, COLLECTED_FORMAT, &state, vec![])
+            .adopt_task(me, COLLECTED_FORMAT, &state, vec![], &Cancel::new())
             .err()
             .unwrap();
         assert!(
@@ -528,7 +564,7 @@ mod tests {
             "{err}"
         );
         let found = backend
-            .adopt_task(me, COLLECTED_FORMAT, &state, fds)
+            .adopt_task(me, COLLECTED_FORMAT, &state, fds, &Cancel::new())
             .unwrap()
             .unwrap();
         let mut task = found.device;
@@ -559,12 +595,60 @@ mod tests {
         let (state, fds) = collected(elsewhere.path(), 0x1000);
         let me = std::process::id() as i32;
         let err = backend
-            .adopt_task(me, COLLECTED_FORMAT, &state, fds)
+            .adopt_task(me, COLLECTED_FORMAT, &state, fds, &Cancel::new())
             .err()
             .unwrap();
         assert!(
             err.to_string().contains("not a context of the sim root"),
             "{err}"
         );
+    }
+
+    /// An `nvidia`-model lock whose request was given up: asked nothing once the token
+    /// is cancelled; cancelled while the driver has not answered, the wait ends at once
+    /// (not after the driver timeout), a resume supersedes the lock, and nothing is
+    /// recorded for the step after the dump.
+    #[test]
+    fn a_cancelled_nvidia_model_lock_asks_nothing_or_is_superseded() {
+        use gpucr_abi::sim::DRIVER_REQUEST_FILE;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = SimRoot::new(tmp.path());
+        let null = Path::new("/dev/null");
+        let mut device =
+            client::SimDevice::open_with_driver(&root, null, "ctx", DRIVER_NVIDIA).unwrap();
+        let _buffer = device.alloc("b0", 0x1000, 4096, "vram").unwrap();
+        let request = device.dir().join(DRIVER_REQUEST_FILE);
+        let backend = SimBackend::new(root, null, None).unwrap();
+        let me = std::process::id() as i32;
+        assert!(backend.is_nvidia_task(me));
+
+        let cancelled = Cancel::new();
+        cancelled.cancel("timed out");
+        let err = backend.pre_freeze(me, &cancelled).unwrap_err();
+        assert!(matches!(err, GpuError::Cancelled(_)), "{err}");
+        assert!(!request.exists(), "a cancelled lock asked the driver");
+
+        // No restore thread answers here: only the cancellation ends the wait.
+        let cancel = Cancel::new();
+        let c = cancel.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            c.cancel("the plugin went away");
+        });
+        let started = std::time::Instant::now();
+        let err = backend.pre_freeze(me, &cancel).unwrap_err();
+        canceller.join().unwrap();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "the lock waited {:?}",
+            started.elapsed()
+        );
+        assert_eq!(err.to_string(), "cancelled: the plugin went away");
+        let asked = fs::read_to_string(&request).unwrap();
+        assert!(asked.contains(" resume"), "{asked:?}");
+        // Not recorded: the give-back after the dump has nothing to ask for.
+        let started = std::time::Instant::now();
+        backend.after_dump(me, &Cancel::new()).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 }

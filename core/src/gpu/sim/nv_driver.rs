@@ -11,6 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpucr_abi::sim::{DRIVER_REQUEST_FILE, DRIVER_REQUEST_SIZE, DRIVER_STATE_FILE, RESTORE_THREAD};
 
+use std::os::fd::AsFd;
+
+use crate::cancel::Cancel;
 use crate::gpu::GpuError;
 use crate::wait::dir::DirWatch;
 
@@ -82,22 +85,30 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 
 /// Ask the driver of the context in `dir` to do `op`, and wait for its answer.
 pub fn call(dir: &Path, pid: i32, op: DriverOp, timeout: Duration) -> Result<(), GpuError> {
-    // Sequence numbers only grow, across restores too (the process remembers the last
-    // one it answered): the time in nanoseconds.
-    let seq = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
+    // The give-back guard's calls: no request of a plugin to give up, only the
+    // timeout.
+    call_or_cancel(dir, pid, op, timeout, &Cancel::new())
+}
+
+/// [`call`], given up at `cancel`: nothing is asked once it is cancelled, and the wait
+/// for the answer ends at the cancellation ([`GpuError::Cancelled`]). The request
+/// stays posted then, and the driver may still act on it; since it acts on the newest
+/// request only, a request [`post`]ed after it supersedes it, or undoes it once done.
+pub fn call_or_cancel(
+    dir: &Path,
+    pid: i32,
+    op: DriverOp,
+    timeout: Duration,
+    cancel: &Cancel,
+) -> Result<(), GpuError> {
+    cancel.check()?;
     // The answer is renamed into place (`DRIVER_STATE_FILE`), which inotify reports:
-    // the wait sleeps until then. Watched before the request is made, so that no answer
-    // goes unreported; without a watch (no inotify instance left) it looks every
-    // millisecond.
+    // the wait sleeps until then, or until the cancellation (its wake fd). Watched
+    // before the request is made, so that no answer goes unreported; without a watch
+    // (no inotify instance left) it looks every millisecond.
     let watch = DirWatch::new(dir, |name| name == DRIVER_STATE_FILE).ok();
-    let request = dir.join(DRIVER_REQUEST_FILE);
-    let tmp = dir.join(format!("{DRIVER_REQUEST_FILE}.tmp"));
-    let line = format!("{seq} {}", op.name());
-    let padded = format!("{line:<width$}\n", width = DRIVER_REQUEST_SIZE - 1);
-    fs::write(&tmp, padded).map_err(GpuError::io(&tmp))?;
-    fs::rename(&tmp, &request).map_err(GpuError::io(&request))?;
+    let wake = watch.as_ref().and_then(|_| cancel.wake_fd().ok());
+    let seq = post(dir, op)?;
     let state_file = dir.join(DRIVER_STATE_FILE);
     let started = Instant::now();
     loop {
@@ -128,14 +139,32 @@ pub fn call(dir: &Path, pid: i32, op: DriverOp, timeout: Duration) -> Result<(),
             });
         }
         let left = timeout.saturating_sub(started.elapsed());
-        match &watch {
+        match (&watch, &wake) {
             // At most ANSWER_FALLBACK, should an answer go unreported.
-            Some(watch) => {
-                let _ = watch.wait(left.min(ANSWER_FALLBACK), None);
+            (Some(watch), Some(wake)) => {
+                let _ = watch.wait(left.min(ANSWER_FALLBACK), Some(wake.as_fd()));
+                cancel.check()?;
             }
-            None => std::thread::sleep(Duration::from_millis(1)),
+            _ => cancel.sleep(Duration::from_millis(1))?,
         }
     }
+}
+
+/// Post `op` to the driver of the context in `dir` without waiting for its answer; its
+/// sequence number.
+pub fn post(dir: &Path, op: DriverOp) -> Result<u64, GpuError> {
+    // Sequence numbers only grow, across restores too (the process remembers the last
+    // one it answered): the time in nanoseconds.
+    let seq = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let request = dir.join(DRIVER_REQUEST_FILE);
+    let tmp = dir.join(format!("{DRIVER_REQUEST_FILE}.tmp"));
+    let line = format!("{seq} {}", op.name());
+    let padded = format!("{line:<width$}\n", width = DRIVER_REQUEST_SIZE - 1);
+    fs::write(&tmp, padded).map_err(GpuError::io(&tmp))?;
+    fs::rename(&tmp, &request).map_err(GpuError::io(&request))?;
+    Ok(seq)
 }
 
 /// The state answered to request `seq`, once it is there.
