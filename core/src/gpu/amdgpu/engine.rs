@@ -687,11 +687,9 @@ impl Drop for GpuEngine {
     fn drop(&mut self) {
         let slots = std::mem::take(self.free.get_mut().unwrap_or_else(|e| e.into_inner()));
         for slot in slots.into_iter().flatten() {
-            if let Some(seq) = slot.unsignalled {
-                // A copy given up may still use the staging chunk: waited for (once,
-                // with the time limit) before its memory goes.
-                let _ = self.node.wait(slot.ctx, slot.ring, seq, self.timeout);
-            }
+            // A copy given up (`unsignalled`) may still run: not waited for here, as
+            // nothing of gpucr's uses its staging chunk again, and the kernel keeps a
+            // userptr buffer's pages until its jobs are done.
             let _ = self.node.ctx_free(slot.ctx);
             let _ = self.unmap(slot.ib_bo);
             let _ = self.unmap(slot.staging_bo);
