@@ -368,6 +368,9 @@ async fn serve(
             }
         };
         let reply = tokio::select! {
+            // The stop first: the helper stops before it cancels the work in flight, so
+            // an answer that the cancellation ended is never sent after the stop.
+            biased;
             _ = stopped.changed() => {
                 cancel.cancel("the helper stopped");
                 return;
