@@ -260,6 +260,13 @@ pub const VARIABLES: &[Variable] = &[
          the tests that need them are listed as not run instead of failing",
     ),
     variable(
+        "GPUCR_TEST_CUDA_TARGET",
+        false,
+        Testing,
+        "set by the cuda tests for a test process of their own: the pid of the fake-driver \
+         job whose cancelled cuda steps it makes (tests/cuda.rs)",
+    ),
+    variable(
         "GPUCR_TEST_LOCK_TIMEOUT",
         false,
         Testing,
