@@ -24,6 +24,7 @@ pub mod helper;
 pub mod image;
 pub mod inspect;
 pub mod interrupt;
+pub mod lazy;
 pub mod niceness;
 pub mod progress;
 pub mod restore;

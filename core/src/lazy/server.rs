@@ -1,0 +1,667 @@
+//! The lazy-pages server: takes each task's userfaultfd from the restoring CRIU, answers
+//! its page faults first and streams the rest of its memory in the background, block by
+//! checked block, on several threads.
+//!
+//! Threads: one reads CRIU's announcements and then waits for the end; one per
+//! userfaultfd reads its messages (faults and events) and serves its faults itself;
+//! `threads` workers take (task, block) jobs and fill them. Every fill of a task's memory
+//! happens under its state's lock, and so does every read of its messages: an event
+//! (mremap, madvise, munmap, fork) is applied to the ranges before any later fill looks
+//! at them, and a fill that races an event not read yet gets EAGAIN from the kernel and
+//! is tried again after it.
+//!
+//! The first failure (a damaged block, a read error, a userfaultfd error, the caller's
+//! cancellation) kills the tree before any userfaultfd is closed: a task never faults on
+//! a page that will not come, nor reads zeros where its data was.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::error::LazyError;
+use super::kill;
+use super::pages::{self, PagesFile};
+use super::ranges::RangeSet;
+use super::socket::{Announcement, Announcements, LazySocket};
+use super::uffd::{Event, Fill, Uffd};
+use crate::cancel::Cancel;
+use crate::image::checksum::BLOCK_SIZE;
+use crate::image::manifest::Manifest;
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The image directory (pagemaps, mm and pages files).
+    pub image_dir: PathBuf,
+    /// Background copy threads.
+    pub threads: usize,
+}
+
+/// What the server did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    /// Tasks CRIU announced (zombies included), and tasks forked since.
+    pub tasks: usize,
+    pub forks: usize,
+    /// Bytes placed to answer a fault, and in the background.
+    pub fault_bytes: u64,
+    pub background_bytes: u64,
+    /// Faults answered with a zero page (memory never dumped).
+    pub zero_pages: u64,
+    /// From the start of the server until every task's memory was in.
+    pub elapsed: Duration,
+    /// From the start until CRIU said every task was restored.
+    pub restored_after: Duration,
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct LazyServer {
+    thread: JoinHandle<Result<Summary, LazyError>>,
+    socket_path: PathBuf,
+}
+
+impl LazyServer {
+    /// Listen on `work_dir/lazy-pages.socket` (before CRIU starts) and serve the tasks
+    /// CRIU announces there. `cancel` stops it (and kills the tree).
+    pub fn start(
+        work_dir: &Path,
+        manifest: Arc<Manifest>,
+        options: ServeOptions,
+        cancel: &Cancel,
+    ) -> Result<LazyServer, LazyError> {
+        let socket = LazySocket::bind(work_dir)?;
+        let socket_path = socket.path().to_path_buf();
+        let stop = cancel.child();
+        let thread = std::thread::Builder::new()
+            .name("lazy-pages".into())
+            .spawn(move || serve(socket, manifest, options, stop))
+            .map_err(LazyError::Thread)?;
+        Ok(LazyServer {
+            thread,
+            socket_path,
+        })
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket_path
+    }
+
+    /// Wait until every page is in (or the server failed, the tree killed).
+    pub fn wait(self) -> Result<Summary, LazyError> {
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(LazyError::Protocol("the lazy-pages server panicked".into())))
+    }
+}
+
+/// One userfaultfd: a task's memory, or a forked child's.
+#[derive(Debug)]
+struct Space {
+    /// The task's pid in the image (a forked child: its parent's).
+    pid: i32,
+    uffd: Uffd,
+    pages: Arc<PagesFile>,
+    state: Mutex<SpaceState>,
+}
+
+#[derive(Debug)]
+struct SpaceState {
+    ranges: RangeSet,
+    /// Its memory is gone (the task exited).
+    gone: bool,
+}
+
+impl Space {
+    fn lock(&self) -> MutexGuard<'_, SpaceState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn finished(&self) -> bool {
+        let state = self.lock();
+        state.gone || state.ranges.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Fault,
+    Background,
+}
+
+/// Whether a block was served.
+#[derive(Debug, PartialEq, Eq)]
+enum Served {
+    Done,
+    /// The memory is changing shape: try again after its event.
+    Again,
+}
+
+struct Shared {
+    manifest: Arc<Manifest>,
+    options: ServeOptions,
+    page_size: u64,
+    stop: Cancel,
+    /// CRIU said every task is restored: their lazy mappings are registered, so the
+    /// background copy may start (CRIU's own daemon waits for this too).
+    restored: AtomicBool,
+    done: AtomicBool,
+    failure: Mutex<Option<LazyError>>,
+    spaces: Mutex<Vec<Arc<Space>>>,
+    pages: Mutex<HashMap<String, Arc<PagesFile>>>,
+    hosts: Mutex<Vec<i32>>,
+    queue: Mutex<VecDeque<(Arc<Space>, u64)>>,
+    ready: Condvar,
+    fault_threads: Mutex<Vec<JoinHandle<()>>>,
+    tasks: AtomicU64,
+    forks: AtomicU64,
+    fault_bytes: AtomicU64,
+    background_bytes: AtomicU64,
+    zero_pages: AtomicU64,
+}
+
+impl Shared {
+    fn fail(&self, error: LazyError) {
+        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if failure.is_none() {
+            *failure = Some(error);
+        }
+        drop(failure);
+        self.stop.cancel("lazy-pages server failed");
+        self.ready.notify_all();
+    }
+
+    fn ending(&self) -> bool {
+        self.done.load(Ordering::Acquire) || self.stop.is_cancelled()
+    }
+
+    fn pages_file(&self, name: &str, pid: i32) -> Result<Arc<PagesFile>, LazyError> {
+        let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(file) = pages.get(name) {
+            return Ok(file.clone());
+        }
+        let file = Arc::new(PagesFile::open(
+            &self.options.image_dir,
+            name,
+            &self.manifest,
+            pid,
+        )?);
+        pages.insert(name.to_string(), file.clone());
+        Ok(file)
+    }
+
+    /// Register a space, queue its blocks and start its message thread.
+    fn add_space(self: &Arc<Self>, space: Arc<Space>) -> Result<(), LazyError> {
+        let blocks = space.lock().ranges.blocks(BLOCK_SIZE);
+        self.spaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(space.clone());
+        {
+            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.extend(blocks.into_iter().map(|k| (space.clone(), k)));
+        }
+        self.ready.notify_all();
+        let shared = self.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("lazy-uffd-{}", space.pid))
+            .spawn(move || {
+                if let Err(e) = messages(&shared, &space) {
+                    shared.fail(e);
+                }
+            })
+            .map_err(LazyError::Thread)?;
+        self.fault_threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(thread);
+        Ok(())
+    }
+
+    /// Whether every space is filled or gone.
+    fn all_in(&self) -> bool {
+        let spaces: Vec<Arc<Space>> = self
+            .spaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let all = spaces.iter().all(|s| s.finished());
+        // A fork registered during the look has its parent's ranges: look again.
+        all && self.spaces.lock().unwrap_or_else(|e| e.into_inner()).len() == spaces.len()
+    }
+}
+
+fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+    let flags = OFlag::from_bits_truncate(fcntl(fd.as_fd(), FcntlArg::F_GETFL)?);
+    fcntl(fd.as_fd(), FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+fn serve(
+    socket: LazySocket,
+    manifest: Arc<Manifest>,
+    options: ServeOptions,
+    stop: Cancel,
+) -> Result<Summary, LazyError> {
+    let started = Instant::now();
+    let page_size = match manifest.host.page_size {
+        0 => nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64,
+        n => n,
+    };
+    let threads = options.threads.max(1);
+    let shared = Arc::new(Shared {
+        manifest,
+        options,
+        page_size,
+        stop,
+        restored: AtomicBool::new(false),
+        done: AtomicBool::new(false),
+        failure: Mutex::new(None),
+        spaces: Mutex::new(Vec::new()),
+        pages: Mutex::new(HashMap::new()),
+        hosts: Mutex::new(Vec::new()),
+        queue: Mutex::new(VecDeque::new()),
+        ready: Condvar::new(),
+        fault_threads: Mutex::new(Vec::new()),
+        tasks: AtomicU64::new(0),
+        forks: AtomicU64::new(0),
+        fault_bytes: AtomicU64::new(0),
+        background_bytes: AtomicU64::new(0),
+        zero_pages: AtomicU64::new(0),
+    });
+    let mut workers = Vec::new();
+    for i in 0..threads {
+        let mine = shared.clone();
+        match std::thread::Builder::new()
+            .name(format!("lazy-copy-{i}"))
+            .spawn(move || worker(&mine))
+        {
+            Ok(t) => workers.push(t),
+            Err(e) => shared.fail(LazyError::Thread(e)),
+        }
+    }
+    let mut restored_after = Duration::ZERO;
+    match announcements(&socket, &shared) {
+        Ok(()) => {
+            restored_after = started.elapsed();
+            shared.restored.store(true, Ordering::Release);
+            shared.ready.notify_all();
+        }
+        Err(e) => shared.fail(e),
+    }
+    drop(socket);
+    while !shared.stop.is_cancelled() && !shared.all_in() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let failure = if shared.stop.is_cancelled() {
+        let failure = shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        Some(failure.unwrap_or_else(|| {
+            LazyError::Cancelled(
+                shared
+                    .stop
+                    .check()
+                    .err()
+                    .map(|c| c.0)
+                    .unwrap_or_else(|| "cancelled".into()),
+            )
+        }))
+    } else {
+        None
+    };
+    if failure.is_some() {
+        let hosts = shared
+            .hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        kill::kill_tree(&hosts);
+    }
+    shared.done.store(true, Ordering::Release);
+    shared.ready.notify_all();
+    for w in workers {
+        let _ = w.join();
+    }
+    let fault_threads = std::mem::take(
+        &mut *shared
+            .fault_threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    );
+    for t in fault_threads {
+        let _ = t.join();
+    }
+    // Only now, the tree whole or dead, are the userfaultfds closed.
+    shared
+        .spaces
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+    shared
+        .queue
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(Summary {
+        tasks: shared.tasks.load(Ordering::Relaxed) as usize,
+        forks: shared.forks.load(Ordering::Relaxed) as usize,
+        fault_bytes: shared.fault_bytes.load(Ordering::Relaxed),
+        background_bytes: shared.background_bytes.load(Ordering::Relaxed),
+        zero_pages: shared.zero_pages.load(Ordering::Relaxed),
+        elapsed: started.elapsed(),
+        restored_after,
+    })
+}
+
+/// CRIU's connection, until it says every task is restored.
+fn announcements(socket: &LazySocket, shared: &Arc<Shared>) -> Result<(), LazyError> {
+    let mut stream: Announcements = socket.accept(&shared.stop)?;
+    loop {
+        if let Err(c) = shared.stop.check() {
+            return Err(LazyError::Cancelled(c.0));
+        }
+        if !stream.readable(Duration::from_millis(50)) {
+            continue;
+        }
+        match stream.next_announcement()? {
+            None | Some(Announcement::Finished) => return Ok(()),
+            Some(Announcement::Zombie { .. }) => {
+                shared.tasks.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Announcement::Task {
+                pid,
+                host_pid,
+                uffd,
+            }) => {
+                shared.tasks.fetch_add(1, Ordering::Relaxed);
+                if let Some(host) = host_pid {
+                    shared
+                        .hosts
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(host);
+                }
+                nonblocking(&uffd).map_err(|source| LazyError::Uffd {
+                    pid,
+                    op: "setup",
+                    addr: 0,
+                    source,
+                })?;
+                let memory = pages::task_memory(&shared.options.image_dir, pid, shared.page_size)?;
+                let pages = shared.pages_file(&memory.pages_file, pid)?;
+                shared.add_space(Arc::new(Space {
+                    pid,
+                    uffd: Uffd::new(uffd),
+                    pages,
+                    state: Mutex::new(SpaceState {
+                        ranges: memory.ranges,
+                        gone: false,
+                    }),
+                }))?;
+            }
+        }
+    }
+}
+
+/// A background copy thread.
+fn worker(shared: &Arc<Shared>) {
+    loop {
+        let job = {
+            let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if shared.ending() {
+                    return;
+                }
+                if shared.restored.load(Ordering::Acquire) {
+                    if let Some(job) = queue.pop_front() {
+                        break job;
+                    }
+                }
+                queue = shared
+                    .ready
+                    .wait_timeout(queue, Duration::from_millis(20))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        let (space, block) = job;
+        match serve_block(shared, &space, block, Why::Background) {
+            Ok(Served::Done) => {}
+            Ok(Served::Again) => {
+                shared
+                    .queue
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back((space, block));
+                std::thread::yield_now();
+            }
+            Err(e) => {
+                shared.fail(e);
+                return;
+            }
+        }
+    }
+}
+
+/// Fill what `space` still needs of file block `block`: read and check it first, then
+/// place its parts under the space's lock.
+fn serve_block(shared: &Shared, space: &Space, block: u64, why: Why) -> Result<Served, LazyError> {
+    let (lo, hi) = space.pages.block_bounds(block);
+    {
+        let state = space.lock();
+        if state.gone || state.ranges.in_file(lo, hi).is_empty() {
+            return Ok(Served::Done);
+        }
+    }
+    let bytes = space.pages.read_block(block, space.pid)?;
+    if shared.stop.is_cancelled() {
+        return Ok(Served::Done);
+    }
+    let mut state = space.lock();
+    if state.gone {
+        return Ok(Served::Done);
+    }
+    for part in state.ranges.in_file(lo, hi) {
+        let from = (part.offset - lo) as usize;
+        let src = &bytes[from..from + part.len() as usize];
+        match place(space, part.start, src, shared.page_size)? {
+            Fill::Done => {
+                state.ranges.take(part.start, part.end);
+                let counter = match why {
+                    Why::Fault => &shared.fault_bytes,
+                    Why::Background => &shared.background_bytes,
+                };
+                counter.fetch_add(part.len(), Ordering::Relaxed);
+            }
+            Fill::Gone => {
+                state.gone = true;
+                state.ranges = RangeSet::new();
+                return Ok(Served::Done);
+            }
+            Fill::Unregistered => {
+                // Nothing of the task is registered there (CRIU registers every lazy
+                // mapping before it says the restore is finished): nothing will fault
+                // on it through us.
+                state.ranges.take(part.start, part.end);
+            }
+            Fill::Again { .. } | Fill::Exists { .. } => return Ok(Served::Again),
+        }
+    }
+    Ok(Served::Done)
+}
+
+/// UFFDIO_COPY `src` to `dst`, stepping over pages that are already there. Done, Gone,
+/// or Again (the memory is changing shape; the rest is left).
+fn place(space: &Space, dst: u64, src: &[u8], page: u64) -> Result<Fill, LazyError> {
+    let mut at = 0u64;
+    let len = src.len() as u64;
+    while at < len {
+        let fill = space
+            .uffd
+            .copy(dst + at, &src[at as usize..])
+            .map_err(|source| LazyError::Uffd {
+                pid: space.pid,
+                op: "copy",
+                addr: dst + at,
+                source,
+            })?;
+        match fill {
+            Fill::Done => return Ok(Fill::Done),
+            Fill::Gone => return Ok(Fill::Gone),
+            Fill::Unregistered => return Ok(Fill::Unregistered),
+            Fill::Exists { placed } => at += placed + page,
+            Fill::Again { placed } if placed > 0 => at += placed,
+            Fill::Again { .. } => return Ok(Fill::Again { placed: at }),
+        }
+    }
+    Ok(Fill::Done)
+}
+
+/// The message thread of one userfaultfd: events applied under the lock, faults served
+/// (a fault that meets a change of shape waits for the event and is served after it).
+fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
+    let wake = shared.stop.wake_fd().map_err(LazyError::Thread)?;
+    let mut faults: Vec<u64> = Vec::new();
+    let page = shared.page_size;
+    let uffd_error = |op, addr, source| LazyError::Uffd {
+        pid: space.pid,
+        op,
+        addr,
+        source,
+    };
+    loop {
+        if shared.ending() {
+            return Ok(());
+        }
+        {
+            let mut fds = [
+                PollFd::new(space.uffd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+            ];
+            let ms: u16 = if faults.is_empty() { 50 } else { 1 };
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(uffd_error("poll", 0, e.into())),
+            }
+        }
+        loop {
+            let mut state = space.lock();
+            let event = match space.uffd.read_event() {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(e) if state.gone => {
+                    let _ = e;
+                    break;
+                }
+                Err(e) => return Err(uffd_error("read", 0, e)),
+            };
+            match event {
+                Event::PageFault { address } => faults.push(address & !(page - 1)),
+                Event::Fork { uffd } => {
+                    nonblocking(&uffd).map_err(|e| uffd_error("fork", 0, e))?;
+                    let child = Arc::new(Space {
+                        pid: space.pid,
+                        uffd: Uffd::new(uffd),
+                        pages: space.pages.clone(),
+                        state: Mutex::new(SpaceState {
+                            ranges: state.ranges.clone(),
+                            gone: false,
+                        }),
+                    });
+                    shared.forks.fetch_add(1, Ordering::Relaxed);
+                    shared.add_space(child)?;
+                }
+                Event::Remap { from, to, len } => state.ranges.remap(from, to, len),
+                Event::Remove { start, end } => {
+                    // The range reads as zeros now, with no fault for us: like CRIU's
+                    // daemon, stop watching it.
+                    if !space
+                        .uffd
+                        .unregister(start, end - start)
+                        .map_err(|e| uffd_error("unregister", start, e))?
+                    {
+                        state.gone = true;
+                        state.ranges = RangeSet::new();
+                    }
+                    state.ranges.take(start, end);
+                }
+                Event::Unmap { start, end } => {
+                    state.ranges.take(start, end);
+                }
+                Event::Unknown { event } => {
+                    return Err(LazyError::UnknownEvent {
+                        pid: space.pid,
+                        event,
+                    })
+                }
+            }
+        }
+        let mut again = Vec::new();
+        for address in faults.drain(..) {
+            if shared.ending() {
+                return Ok(());
+            }
+            if serve_fault(shared, space, address)? == Served::Again {
+                again.push(address);
+            }
+        }
+        faults = again;
+    }
+}
+
+/// Serve a fault at page `address`: the block holding it, or a zero page where the image
+/// has nothing (a page never dumped, or one already dropped).
+fn serve_fault(shared: &Shared, space: &Space, address: u64) -> Result<Served, LazyError> {
+    let found = {
+        let state = space.lock();
+        if state.gone {
+            return Ok(Served::Done);
+        }
+        state.ranges.find(address)
+    };
+    match found {
+        Some(segment) => {
+            let block = (segment.offset + (address - segment.start)) / BLOCK_SIZE;
+            serve_block(shared, space, block, Why::Fault)
+        }
+        None => {
+            let fill = space
+                .uffd
+                .zero(address, shared.page_size)
+                .map_err(|source| LazyError::Uffd {
+                    pid: space.pid,
+                    op: "zeropage",
+                    addr: address,
+                    source,
+                })?;
+            match fill {
+                Fill::Again { placed: 0 } => Ok(Served::Again),
+                Fill::Gone => {
+                    space.lock().gone = true;
+                    Ok(Served::Done)
+                }
+                Fill::Done => {
+                    shared.zero_pages.fetch_add(1, Ordering::Relaxed);
+                    Ok(Served::Done)
+                }
+                _ => Ok(Served::Done),
+            }
+        }
+    }
+}
