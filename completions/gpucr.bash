@@ -317,7 +317,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__restore)
-            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --max-staging --no-parallel-restore --jobs --device-timeout --sysfs-root --skip-check --criu --criu-config --verbose --json --help --version"
+            opts="-d -v -h -V --detach --tcp-established --shell-job --ext-unix-sk --file-locks --verify-first --max-staging --no-parallel-restore --lazy --jobs --device-timeout --sysfs-root --skip-check --criu --criu-config --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

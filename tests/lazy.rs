@@ -164,3 +164,32 @@ fn a_damaged_block_kills_the_tree_and_names_the_file() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(tree.journal("parent").len(), lines);
 }
+
+#[test]
+fn gpucr_restore_lazy_detached_returns_once_all_memory_is_in() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let (tree, image) = dumped_tree(tmp.path());
+    let out = gpucr(&["restore", "--lazy", "--detach", image.to_str().unwrap()]);
+    let _restored = Restored::from_output(&out);
+    assert!(stderr(&out).contains("all memory in"), "{}", stderr(&out));
+    tree.wait_ticks(5);
+    for role in ROLES {
+        assert_journal_continuous(&tree.state, role);
+        let last = tree.last(role);
+        assert!(last.healthy(), "journal-{role}: {last:?}");
+    }
+}
+
+#[test]
+fn gpucr_restore_lazy_of_a_damaged_image_kills_the_tree_with_exit_7() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let (tree, image) = dumped_tree(tmp.path());
+    let damaged = damage_pages(&image);
+    let out = gpucr(&["restore", "--lazy", "--detach", image.to_str().unwrap()]);
+    assert_fails_with(&out, 7, &damaged);
+    let lines = tree.journal("parent").len();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(tree.journal("parent").len(), lines, "the tree still runs");
+}

@@ -60,6 +60,14 @@ pub struct RestoreArgs {
     #[arg(long)]
     pub no_parallel_restore: bool,
 
+    /// Restore CPU memory on demand: the tree resumes before its memory is back, and
+    /// gpucr serves each page as it is touched while streaming the rest in the
+    /// background, every block checked against the image's checksums first. gpucr
+    /// returns (--detach) or reports once all memory is in; if serving fails the tree
+    /// is killed. Images without GPU state only, for now.
+    #[arg(long)]
+    pub lazy: bool,
+
     #[command(flatten)]
     pub transfer: TransferArgs,
 

@@ -42,6 +42,7 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
         sysfs_root: args.topology.sysfs_root.clone(),
         cuda_visible_devices: std::env::var(gpucr_topology::nvidia::visible::VARIABLE).ok(),
         criu_config: args.criu.criu_config.clone(),
+        lazy: args.lazy,
         skip_checks: args.topology.skip_check.clone(),
         device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
         cancel,
@@ -72,11 +73,48 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
             print_gpu_fill(&events, stats, timings);
         }
     }
+    let serving = outcome.lazy.clone();
     if args.detach {
+        // The tree runs; this command serves its memory until all of it is in.
+        if let Some(result) = serving.as_ref().and_then(|s| s.wait()) {
+            let summary = result.map_err(crate::restore::RestoreError::Lazy)?;
+            report_lazy(&summary, args.output.json);
+        }
         return Ok(exit_code::SUCCESS);
     }
-    Ok(wait_for_tree(outcome.pid)
-        .with_context(|| format!("cannot wait for restored pid {}", outcome.pid))?)
+    let server = serving.map(|serving| {
+        let json = args.output.json;
+        std::thread::spawn(move || {
+            let result = serving.wait();
+            if let Some(Ok(summary)) = &result {
+                report_lazy(summary, json);
+            }
+            result
+        })
+    });
+    let status = wait_for_tree(outcome.pid)
+        .with_context(|| format!("cannot wait for restored pid {}", outcome.pid))?;
+    if let Some(Ok(Some(Err(error)))) = server.map(|t| t.join()) {
+        return Err(crate::restore::RestoreError::Lazy(error).into());
+    }
+    Ok(status)
+}
+
+/// When all memory was in, and how it came.
+fn report_lazy(summary: &crate::lazy::Summary, json: bool) {
+    if json {
+        return;
+    }
+    crate::errln!(
+        "all memory in {:.1} ms after the lazy-pages server started: {} on fault, {} in \
+         the background, {} zero pages, {} tasks ({} forked)",
+        summary.elapsed.as_secs_f64() * 1000.0,
+        crate::units::size(summary.fault_bytes),
+        crate::units::size(summary.background_bytes),
+        summary.zero_pages,
+        summary.tasks,
+        summary.forks
+    );
 }
 
 /// When each task's GPU memory was filled, on the timeline's clock, next to when CRIU

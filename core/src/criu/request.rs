@@ -191,6 +191,9 @@ pub struct RestoreRequest<'a> {
     pub config_file: Option<String>,
     /// As [`DumpRequest::config_origin`].
     pub config_origin: Option<&'a Path>,
+    /// Leave the tasks' lazy memory to a lazy-pages server on `lazy-pages.socket` in
+    /// the work directory (`lazy_pages`).
+    pub lazy_pages: bool,
 }
 
 impl CommonOptions {
@@ -242,6 +245,7 @@ impl RestoreRequest<'_> {
             .collect();
         opts.config_file = self.config_file.clone();
         opts.work_dir_fd = self.work_dir.map(|fd| fd.as_raw_fd());
+        opts.lazy_pages = self.lazy_pages.then_some(true);
         request(rpc::CriuReqType::Restore, Some(opts))
     }
 }
@@ -301,6 +305,7 @@ mod tests {
             config_file: None,
             config_origin: None,
             work_dir: None,
+            lazy_pages: false,
         }
         .to_rpc();
         let o = req.opts.unwrap();
@@ -316,6 +321,7 @@ mod tests {
             config_file: None,
             config_origin: None,
             work_dir: None,
+            lazy_pages: false,
         }
         .to_rpc()
         .opts
@@ -367,6 +373,7 @@ mod tests {
             config_file: Some("/proc/self/fd/8".into()),
             config_origin: None,
             work_dir: None,
+            lazy_pages: false,
         }
         .to_rpc();
         let o = req.opts.unwrap();
@@ -392,6 +399,7 @@ mod tests {
             inherit: vec![],
             config_file: None,
             config_origin: None,
+            lazy_pages: false,
         }
         .to_rpc()
         .opts

@@ -18,5 +18,5 @@ pub mod socket;
 pub mod uffd;
 
 pub use error::LazyError;
-pub use server::{LazyServer, ServeOptions, Summary};
+pub use server::{LazyServer, ServeOptions, Serving, Summary};
 pub use socket::SOCKET_NAME;

@@ -8,11 +8,12 @@
 //! A pages file recorded by size only (`--no-page-checksums`) is served unchecked, as the
 //! eager restore does with it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use gpucr_criu_image::pagemap::{PE_LAZY, PE_PRESENT};
+use gpucr_criu_image::pagemap::{self, PE_LAZY, PE_PRESENT};
 use gpucr_criu_image::ImageDir;
 
 use super::error::LazyError;
@@ -76,6 +77,53 @@ pub fn task_memory(dir: &Path, pid: i32, page_size: u64) -> Result<TaskMemory, L
         pages_file: pagemap.pages_file_name(),
         ranges,
     })
+}
+
+/// Check, before CRIU starts, every block that holds pages CRIU itself will read (those
+/// not lazy: stacks, shared memory, whatever the dump did not mark lazy): the server
+/// checks the rest as it places them.
+pub fn verify_eager(dir: &Path, manifest: &Manifest, page_size: u64) -> Result<(), LazyError> {
+    let images = ImageDir::new(dir, page_size);
+    let mut need: BTreeMap<String, (i32, BTreeSet<u64>)> = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).map_err(|source| LazyError::Read {
+        pid: 0,
+        file: dir.to_path_buf(),
+        offset: 0,
+        end: 0,
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("pagemap-") || !name.ends_with(".img") {
+            continue;
+        }
+        let pid = pagemap::process_of(&name).map_or(0, |p| p as i32);
+        let map = images
+            .pagemap_named(&name)
+            .map_err(|source| LazyError::Image {
+                pid,
+                source: Box::new(source),
+            })?;
+        let (_, blocks) = need
+            .entry(map.pages_file_name())
+            .or_insert_with(|| (pid, BTreeSet::new()));
+        for run in map.runs().iter().filter(|r| r.flags & PE_LAZY == 0) {
+            if let (Some(offset), true) = (run.file_offset, run.nr_pages > 0) {
+                let end = offset + run.nr_pages * page_size;
+                blocks.extend(offset / BLOCK_SIZE..=(end - 1) / BLOCK_SIZE);
+            }
+        }
+    }
+    for (file, (pid, blocks)) in need {
+        if blocks.is_empty() {
+            continue;
+        }
+        let pages = PagesFile::open(dir, &file, manifest, pid)?;
+        for k in blocks {
+            pages.read_block(k, pid)?;
+        }
+    }
+    Ok(())
 }
 
 /// What the manifest says a pages file's blocks are.

@@ -61,11 +61,38 @@ pub struct Summary {
     pub restored_after: Duration,
 }
 
-/// A running server.
+/// A running server. Dropped before [`LazyServer::wait`] (a restore that failed), it is
+/// stopped: the tasks it had are killed.
 #[derive(Debug)]
 pub struct LazyServer {
-    thread: JoinHandle<Result<Summary, LazyError>>,
+    thread: Option<JoinHandle<Result<Summary, LazyError>>>,
     socket_path: PathBuf,
+    stop: Cancel,
+}
+
+impl Drop for LazyServer {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stop.cancel("the restore failed");
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A server handed on with a restored tree: whoever has it waits for the end once.
+#[derive(Debug, Clone)]
+pub struct Serving(Arc<Mutex<Option<LazyServer>>>);
+
+impl Serving {
+    pub fn new(server: LazyServer) -> Serving {
+        Serving(Arc::new(Mutex::new(Some(server))))
+    }
+
+    /// Wait until every page is in; None when it was waited for already.
+    pub fn wait(&self) -> Option<Result<Summary, LazyError>> {
+        let server = self.0.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        Some(server.wait())
+    }
 }
 
 impl LazyServer {
@@ -80,13 +107,15 @@ impl LazyServer {
         let socket = LazySocket::bind(work_dir)?;
         let socket_path = socket.path().to_path_buf();
         let stop = cancel.child();
+        let theirs = stop.clone();
         let thread = std::thread::Builder::new()
             .name("lazy-pages".into())
-            .spawn(move || serve(socket, manifest, options, stop))
+            .spawn(move || serve(socket, manifest, options, theirs))
             .map_err(LazyError::Thread)?;
         Ok(LazyServer {
-            thread,
+            thread: Some(thread),
             socket_path,
+            stop,
         })
     }
 
@@ -95,10 +124,15 @@ impl LazyServer {
     }
 
     /// Wait until every page is in (or the server failed, the tree killed).
-    pub fn wait(self) -> Result<Summary, LazyError> {
-        self.thread
-            .join()
-            .unwrap_or_else(|_| Err(LazyError::Protocol("the lazy-pages server panicked".into())))
+    pub fn wait(mut self) -> Result<Summary, LazyError> {
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(LazyError::Protocol("the lazy-pages server panicked".into()))
+            }),
+            None => Err(LazyError::Protocol(
+                "the lazy-pages server was waited for twice".into(),
+            )),
+        }
     }
 }
 

@@ -80,6 +80,13 @@ pub enum RestoreError {
     #[error("interrupted by {signal}: nothing was restored (CRIU removed what it had begun)")]
     Interrupted { signal: &'static str },
     #[error(
+        "--lazy restores images without GPU state for now; this one holds {backend} GPU \
+         state: restore it without --lazy"
+    )]
+    LazyGpu { backend: String },
+    #[error("{0}\n  the restored tree was killed: no task may wait for ever on its memory")]
+    Lazy(#[from] crate::lazy::LazyError),
+    #[error(
         "{error}\n  CRIU's log of this restore is kept in {} (the image directory is not \
          writable); the next restore of this image removes it",
         .dir.display()
@@ -194,6 +201,8 @@ impl ExitCode for RestoreError {
             RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
             RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
+            RestoreError::LazyGpu { .. } => exit_code::USAGE,
+            RestoreError::Lazy(e) => e.exit_code(),
             RestoreError::Helper(e) => match e.as_ref() {
                 HelperError::Gpu(e) => restored_gpu_code(e),
                 other => other.exit_code(),

@@ -66,6 +66,9 @@ pub struct RestoreOptions {
     pub cuda_visible_devices: Option<String>,
     /// A file of further CRIU options (`--criu-config`), checked before anything else.
     pub criu_config: Option<PathBuf>,
+    /// On-demand restore (`--lazy`): CRIU leaves the tasks' private memory to gpucr's
+    /// lazy-pages server (`crate::lazy`), which serves it after the tree resumes.
+    pub lazy: bool,
     /// The command's token, cancelled at Ctrl-C (`interrupt::cancels`): until the tree
     /// is whole it stops the image's verification, the GPU copies and the helper's
     /// steps that carry the restore forward.
@@ -81,6 +84,9 @@ pub struct RestoreOutcome {
     /// What moved GPU memory, and when each task's buffers were filled (milliseconds
     /// since the restore started, the clock of the progress events).
     pub gpu: Option<(GpuStats, Vec<TaskTiming>)>,
+    /// With `lazy`: the server still filling the tree's memory; wait for it
+    /// (`Serving::wait`) to know when every page is in.
+    pub lazy: Option<crate::lazy::Serving>,
 }
 
 /// Restore the image in `opts.dir`. The root of the restored tree is a child of this
@@ -161,6 +167,16 @@ fn restore_in(
     if opts.verify_first {
         verify_gpu_first(&opts.dir, &manifest, &stop_verifying)?;
     }
+    if opts.lazy {
+        if let Some(gpu) = &manifest.gpu {
+            return Err(RestoreError::LazyGpu {
+                backend: gpu.backend.clone(),
+            });
+        }
+        // What CRIU reads itself is checked now; the server checks the rest block by
+        // block before it places it, so nothing waits for the whole files' hashes.
+        crate::lazy::pages::verify_eager(&opts.dir, &manifest, lazy_page_size(&manifest))?;
+    }
     progress.event(
         "verified",
         if manifest.options.no_page_checksums {
@@ -170,7 +186,7 @@ fn restore_in(
             "image verified"
         },
     );
-    let bulk = (!opts.verify_first).then(|| {
+    let bulk = (!opts.verify_first && !opts.lazy).then(|| {
         let (dir, manifest) = (opts.dir.clone(), manifest.clone());
         let threads = verify::default_threads().saturating_sub(1).max(1);
         let stop = stop_verifying.clone();
@@ -234,6 +250,21 @@ fn restore_in(
             work.path.display()
         ));
     }
+    // The lazy-pages socket exists before CRIU looks for it.
+    let lazy = opts
+        .lazy
+        .then(|| {
+            crate::lazy::LazyServer::start(
+                &work.path,
+                Arc::new(manifest.clone()),
+                crate::lazy::ServeOptions {
+                    image_dir: opts.dir.clone(),
+                    threads: opts.transfer.jobs.max(1),
+                },
+                &opts.cancel,
+            )
+        })
+        .transpose()?;
     let (mut swrk, _) = start_criu(
         opts.criu.as_deref(),
         &env,
@@ -283,6 +314,7 @@ fn restore_in(
         inherit: inherit_fds,
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
         config_origin: opts.criu_config.as_deref(),
+        lazy_pages: lazy.is_some(),
     };
     let log = work.path.join(RESTORE_LOG);
     // A signal cancels the command's token, and with it the GPU copies at once; until
@@ -359,7 +391,26 @@ fn restore_in(
         }
         None => None,
     };
-    Ok(RestoreOutcome { pid, manifest, gpu })
+    if lazy.is_some() {
+        progress.event("lazy-serving", "memory served on demand");
+    }
+    Ok(RestoreOutcome {
+        pid,
+        manifest,
+        gpu,
+        lazy: lazy.map(crate::lazy::Serving::new),
+    })
+}
+
+/// The page size of the image's pagemaps: the dumping host's, else this one's.
+fn lazy_page_size(manifest: &Manifest) -> u64 {
+    match manifest.host.page_size {
+        0 => nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64,
+        n => n,
+    }
 }
 
 /// Wait for the restored root (a child of this process) and return the exit code a
