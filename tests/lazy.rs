@@ -103,25 +103,39 @@ fn criu_lazy_restore_served_by_gpucr_keeps_its_memory() {
     }
 }
 
-/// The largest memory pages file of `image`, with one byte in its middle flipped.
+/// One byte flipped in the middle of the largest lazy run of `image` (a page that only
+/// the lazy server places: one CRIU reads itself would be caught before CRIU starts by
+/// `pages::verify_eager`, which this test does not run). The pages file's name.
 fn damage_pages(image: &Path) -> String {
-    let (name, size) = std::fs::read_dir(image)
+    let page_size = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .unwrap()
+        .unwrap() as u64;
+    let (file, offset) = std::fs::read_dir(image)
         .unwrap()
         .flatten()
-        .map(|e| {
-            (
-                e.file_name().into_string().unwrap(),
-                e.metadata().unwrap().len(),
-            )
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let pid = name
+                .strip_prefix("pagemap-")?
+                .strip_suffix(".img")?
+                .parse()
+                .ok()?;
+            let memory = gpucr_core::lazy::pages::task_memory(image, pid, page_size).ok()?;
+            let largest = memory
+                .ranges
+                .in_file(0, u64::MAX)
+                .into_iter()
+                .max_by_key(|s| s.end - s.start)?;
+            Some((memory.pages_file, largest))
         })
-        .filter(|(n, _)| n.starts_with("pages-"))
-        .max_by_key(|(_, size)| *size)
-        .unwrap();
-    let path = image.join(&name);
+        .max_by_key(|(_, s)| s.end - s.start)
+        .map(|(file, s)| (file, s.offset + (s.end - s.start) / 2))
+        .expect("a lazy run in the image");
+    let path = image.join(&file);
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[size as usize / 2] ^= 0x40;
+    bytes[offset as usize] ^= 0x40;
     std::fs::write(&path, bytes).unwrap();
-    name
+    file
 }
 
 #[test]
