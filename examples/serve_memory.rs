@@ -14,10 +14,11 @@
 //! the address it listens on to `DIR/address` and then creates `DIR/ready`. Each
 //! connection sends lines and gets one line back for each:
 //!
-//! * `hot` — reads the hot set (the first `--hot-mib` MiB, one word in each 4 KiB page
-//!   of it, spread over the whole region: page `i * stride`), checks every word against
-//!   the pattern, and answers `ok N` with the number of requests answered so far, or
-//!   `BAD page P` for the first page that does not hold its pattern;
+//! * `hot` — reads the hot set (`--hot-mib` MiB in the middle of the region, one word in
+//!   each 4 KiB page of it: what a request of a served model touches, the rest being
+//!   memory it holds for other requests), checks every word against the pattern, and
+//!   answers `ok N` with the number of requests answered so far, or `BAD page P` for the
+//!   first page that does not hold its pattern;
 //! * `all` — checks one word of every page of the region: `ok PAGES` or `BAD page P`;
 //! * `quit` — ends the connection.
 //!
@@ -126,9 +127,9 @@ impl Memory {
     }
 
     fn answer(&mut self, request: &str) -> Option<String> {
-        let stride = (self.pages / self.hot_pages).max(1);
+        let first_hot = (self.pages - self.hot_pages) / 2;
         let checked = match request {
-            "hot" => self.check((0..self.hot_pages).map(|i| i * stride)),
+            "hot" => self.check(first_hot..first_hot + self.hot_pages),
             "all" => self.check(0..self.pages),
             "quit" => return None,
             other => return Some(format!("unknown request {other:?}")),
@@ -201,7 +202,11 @@ mod tests {
         assert_eq!(m.answer("all").as_deref(), Some("ok 1024"));
         assert_eq!(m.answer("hot").as_deref(), Some("ok 3"));
         m.words[5 * PAGE / 8] ^= 1;
+        assert_eq!(m.answer("hot").as_deref(), Some("ok 4"), "page 5 is not hot");
         assert_eq!(m.answer("all").as_deref(), Some("BAD page 5"));
+        // The hot set is the middle MiB: pages 384 to 639 of 1024.
+        m.words[400 * PAGE / 8] ^= 1;
+        assert_eq!(m.answer("hot").as_deref(), Some("BAD page 400"));
         assert_eq!(m.answer("quit"), None);
     }
 }

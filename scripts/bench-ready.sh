@@ -5,15 +5,17 @@
 #   * the first answer: a client connects (retrying while the port is closed) and asks
 #     for the hot set, which the server checks against its pattern;
 #   * all memory back: for `gpucr restore` its end (it returns once every page is in);
-#     for CRIU's own lazy restore the end of its `criu lazy-pages` daemon, which exits
-#     once every page is transferred.
+#     for `gpucr restore --lazy --detach` the moment it reports all memory in (its
+#     "all memory in" line, or its end); for CRIU's own lazy restore the end of its
+#     `criu lazy-pages` daemon, which exits once every page is transferred.
 # Each round ends with the restored server asked to check every page ("all"), which must
 # answer "ok". Results: docs/benchmarks.md ("Time to ready").
 #
 #   scripts/bench-ready.sh                  (SIZES="1024 4096" RUNS=3 CACHES="warm cold")
 #
-# MODES: `restore` (gpucr restore --detach) and `criu-lazy` (criu restore --lazy-pages
-# with criu lazy-pages on the same image). HOT_MIB (default 8): the hot set.
+# MODES: `restore` (gpucr restore --detach), `lazy` (gpucr restore --lazy --detach) and
+# `criu-lazy` (criu restore --lazy-pages with criu lazy-pages on the same image).
+# HOT_MIB (default 8): the hot set.
 set -euo pipefail
 # shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
@@ -24,7 +26,7 @@ root=$PWD
 SIZES=${SIZES:-1024 4096}
 RUNS=${RUNS:-3}
 CACHES=${CACHES:-warm cold}
-MODES=${MODES:-restore criu-lazy}
+MODES=${MODES:-restore lazy criu-lazy}
 HOT_MIB=${HOT_MIB:-8}
 WORK=${WORK:-/var/tmp/gpucr-bench-ready}
 gpucr=$root/target/release/gpucr
@@ -102,6 +104,13 @@ restore_once() {
         reply=$(ask hot)
         wait "$restoring" || { cat "$WORK/run/err" >&2; exit 1; }
         all=$(( $(ms) - t0 )) ;;
+    lazy)
+        t0=$(ms)
+        "$gpucr" restore --lazy --detach "$WORK/image" > "$WORK/restored" 2> "$WORK/run/err" &
+        local restoring=$!
+        reply=$(ask hot)
+        wait "$restoring" || { cat "$WORK/run/err" >&2; exit 1; }
+        all=$(( $(ms) - t0 )) ;;
     criu-lazy)
         "$criu" lazy-pages -D "$WORK/image" -W "$WORK/run" -o lazy.log &
         lazy=$!
@@ -118,7 +127,8 @@ restore_once() {
     esac
     first=$(( $(sed -n 's/^first //p' <<<"$reply") - t0 ))
     grep -q '^hot ok' <<<"$reply" || { echo "$mode: hot set answered: $reply" >&2; exit 1; }
-    ask all | grep -q '^all ok' || { echo "$mode: the restored memory differs" >&2; exit 1; }
+    reply=$(ask all)
+    grep -q '^all ok' <<<"$reply" || { echo "$mode: the restored memory differs: $reply" >&2; exit 1; }
     echo "$mode $cache $first $all"
 }
 
