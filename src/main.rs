@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         Command::CudaGuard(args) => cmd::cuda_guard::run(args),
         Command::RestoreGuard(args) => cmd::restore_guard::run(args),
         Command::SimGuard(args) => cmd::sim_guard::run(args),
+        Command::LazyGuard(args) => cmd::lazy_guard::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

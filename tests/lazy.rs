@@ -12,12 +12,18 @@ use common::*;
 use gpucr_core::cancel::Cancel;
 use gpucr_core::image::manifest::Manifest;
 use gpucr_core::lazy::{LazyServer, ServeOptions};
+use nix::sys::signal::Signal;
 
 /// Dump a 64 MiB workload with gpucr; its tree, image and state.
 fn dumped_tree(tmp: &Path) -> (Tree, std::path::PathBuf) {
+    dumped_tree_of(tmp, 64)
+}
+
+/// Dump a workload holding `mib` MiB with gpucr; its tree, image and state.
+fn dumped_tree_of(tmp: &Path, mib: u32) -> (Tree, std::path::PathBuf) {
     let state = tmp.join("state");
     let image = tmp.join("image");
-    let tree = Tree::start(&state, &["--memory-mib", "64"]);
+    let tree = Tree::start(&state, &["--memory-mib", &mib.to_string()]);
     let out = gpucr(&[
         "dump",
         "--tcp-established",
@@ -79,6 +85,7 @@ fn criu_lazy_restore_served_by_gpucr_keeps_its_memory() {
         ServeOptions {
             image_dir: image.clone(),
             threads: 2,
+            guard: None,
         },
         &Cancel::new(),
     )
@@ -153,6 +160,7 @@ fn a_damaged_block_kills_the_tree_and_names_the_file() {
         ServeOptions {
             image_dir: image.clone(),
             threads: 2,
+            guard: None,
         },
         &Cancel::new(),
     )
@@ -206,4 +214,125 @@ fn gpucr_restore_lazy_of_a_damaged_image_kills_the_tree_with_exit_7() {
     let lines = tree.journal("parent").len();
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(tree.journal("parent").len(), lines, "the tree still runs");
+}
+
+/// The pause before each block served that keeps a 256 MiB restore serving for seconds.
+const THROTTLE: (&str, &str) = ("GPUCR_TEST_LAZY_THROTTLE_MS", "100");
+
+/// `gpucr restore --lazy IMAGE` (waiting), throttled, started; once the tree runs: the
+/// command, its stderr lines and the pids of the restored tree.
+fn serving_restore(image: &Path) -> (std::process::Child, Lines, Vec<i32>) {
+    let mut child = spawn_gpucr(&["restore", "--lazy", image.to_str().unwrap()], &[THROTTLE]);
+    let mut lines = Lines::of(child.stderr.take().unwrap());
+    let line = lines.wait_for_line(Duration::from_secs(60), "restored pid");
+    let root: i32 = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let pids = gpucr_abi::procfs::tree_pids(root);
+    assert!(pids.len() >= 3, "the restored tree: {pids:?}");
+    (child, lines, pids)
+}
+
+/// Every process of `pids` is gone (or a zombie) within 10 s, and no journal line the
+/// tree wrote reports damaged memory (a task that read a zero page where its data was).
+fn assert_tree_gone_and_never_corrupt(tree: &Tree, pids: &[i32]) {
+    wait_for(
+        Duration::from_secs(10),
+        "every process of the restored tree to be gone",
+        || pids.iter().all(|p| !alive(*p)).then_some(()),
+    );
+    for role in ROLES {
+        for line in tree.journal(role) {
+            assert!(line.healthy(), "journal-{role}: {line:?}");
+        }
+    }
+}
+
+#[test]
+fn gpucr_killed_while_serving_leaves_no_task_of_the_tree() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let (tree, image) = dumped_tree_of(tmp.path(), 256);
+    let (mut child, _lines, pids) = serving_restore(&image);
+    let _restored: Vec<Restored> = pids.iter().map(|p| Restored(*p)).collect();
+    // SIGKILL: gpucr's userfaultfds close with it.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_tree_gone_and_never_corrupt(&tree, &pids);
+    let log = std::fs::read_to_string(image.join("lazy-pages.log")).unwrap_or_default();
+    assert!(log.contains("gpucr ended while serving"), "log: {log:?}");
+}
+
+#[test]
+fn an_interrupt_while_serving_kills_the_tree_exits_130_and_names_the_log() {
+    let _lock = criu_lock();
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // A tree's journals grow once it runs again: each restore needs its own dump.
+        let tmp = tempfile::tempdir().unwrap();
+        let (tree, image) = dumped_tree_of(tmp.path(), 256);
+        let (mut child, lines, pids) = serving_restore(&image);
+        let _restored: Vec<Restored> = pids.iter().map(|p| Restored(*p)).collect();
+        signal_child(&child, signal);
+        let status = child.wait().unwrap();
+        let err = lines.all();
+        assert_eq!(status.code(), Some(130), "{signal}: {err}");
+        let log = image.join("lazy-pages.log");
+        assert!(
+            err.contains(&format!("the reason is in {}", log.display())),
+            "{signal}: {err}"
+        );
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            text.contains(&format!("interrupted by {signal}")),
+            "{signal}: log: {text:?}"
+        );
+        assert_tree_gone_and_never_corrupt(&tree, &pids);
+    }
+}
+
+#[test]
+fn gpucr_restore_lazy_json_says_when_and_how_memory_came() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let (tree, image) = dumped_tree(tmp.path());
+    let out = gpucr(&[
+        "restore",
+        "--lazy",
+        "--detach",
+        "--json",
+        image.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let _restored = Restored(report["pid"].as_i64().unwrap() as i32);
+    let lazy = &report["lazy"];
+    let resumed = lazy["resumed_ms"].as_f64().expect("resumed_ms");
+    let all_in = lazy["all_in_ms"].as_f64().expect("all_in_ms");
+    assert!(0.0 < resumed && resumed <= all_in, "{lazy}");
+    let num = |k: &str| lazy[k].as_u64().unwrap_or_else(|| panic!("no {k}: {lazy}"));
+    assert!(
+        num("fault_bytes") + num("background_bytes") >= 64 << 20,
+        "{lazy}"
+    );
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .unwrap()
+        .unwrap() as u64;
+    assert_eq!(num("fault_pages"), num("fault_bytes") / page, "{lazy}");
+    assert_eq!(
+        num("background_pages"),
+        num("background_bytes") / page,
+        "{lazy}"
+    );
+    assert!(num("tasks") >= 3, "{lazy}");
+    assert_eq!(
+        lazy["log"].as_str(),
+        Some(image.join("lazy-pages.log").to_str().unwrap())
+    );
+    assert!(
+        names_in(&report["events"]).contains(&"all-memory-in"),
+        "{report}"
+    );
+    tree.wait_ticks(3);
 }

@@ -274,6 +274,13 @@ pub const VARIABLES: &[Variable] = &[
          fails naming the holder (default 1800)",
     ),
     variable(
+        "GPUCR_TEST_LAZY_THROTTLE_MS",
+        false,
+        Testing,
+        "milliseconds gpucr's lazy-pages server waits before each block it serves (on \
+         fault or in the background), so that tests can act while a lazy restore serves",
+    ),
+    variable(
         "GPUCR_BENCH_SESSION",
         false,
         Testing,

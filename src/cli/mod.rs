@@ -11,6 +11,7 @@ mod dump;
 mod engine_helper;
 mod inspect;
 mod install_plugin;
+mod lazy_guard;
 mod restore;
 mod restore_guard;
 mod sim_guard;
@@ -28,6 +29,7 @@ pub use dump::{CudaStagingArg, DumpArgs};
 pub use engine_helper::{EngineHelperArgs, EngineStageArg};
 pub use inspect::InspectArgs;
 pub use install_plugin::InstallPluginArgs;
+pub use lazy_guard::LazyGuardArgs;
 pub use restore::RestoreArgs;
 pub use restore_guard::RestoreGuardArgs;
 pub use sim_guard::SimGuardArgs;
@@ -82,6 +84,8 @@ pub enum Command {
     RestoreGuard(RestoreGuardArgs),
     #[command(hide = true)]
     SimGuard(SimGuardArgs),
+    #[command(hide = true)]
+    LazyGuard(LazyGuardArgs),
 }
 
 /// Parse gpucr's command line. An environment variable that backs a flag (`GPUCR_CRIU`,
@@ -202,7 +206,13 @@ mod tests {
             .collect();
         assert_eq!(
             own,
-            ["engine-helper", "cuda-guard", "restore-guard", "sim-guard"]
+            [
+                "engine-helper",
+                "cuda-guard",
+                "restore-guard",
+                "sim-guard",
+                "lazy-guard"
+            ]
         );
         for users in [
             "dump",

@@ -13,6 +13,7 @@ mod failure;
 pub mod give_back;
 pub mod inspect;
 pub mod install_plugin;
+pub mod lazy_guard;
 pub mod restore;
 pub mod restore_guard;
 pub mod sim_guard;

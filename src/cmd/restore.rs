@@ -1,7 +1,7 @@
 //! `gpucr restore DIR`: map flags to [`RestoreOptions`], restore, wait or detach.
 
 use anyhow::Context;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -50,8 +50,31 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = restore(&opts, &mut progress);
     let total_ms = progress.elapsed_ms();
-    let events = progress.finish();
+    // The timeline's clock, for the moment all memory is in (after the report).
+    let clock = Instant::now() - Duration::from_secs_f64(total_ms / 1e3);
+    let mut events = progress.finish();
     let outcome = result?;
+    let serving = outcome.lazy.clone();
+    if let Some(serving) = &serving {
+        if !args.output.json {
+            crate::errln!(
+                "gpucr: note: memory is served on demand; should serving fail, the tree is \
+                 killed and the reason written to {}",
+                serving.log().display()
+            );
+        }
+    }
+    // With --json, the report waits until all memory is in, so that it can say when.
+    let mut lazy_json = None;
+    if let (Some(serving), true) = (&serving, args.output.json) {
+        let summary = wait_serving(serving)?;
+        let all_in_ms = clock.elapsed().as_secs_f64() * 1e3;
+        events.push(TimedEvent {
+            name: "all-memory-in".into(),
+            at_ms: all_in_ms,
+        });
+        lazy_json = Some(lazy_report(&summary, &events, all_in_ms, serving));
+    }
     if args.output.json {
         let value = json!({
             "pid": outcome.pid,
@@ -60,6 +83,7 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
             "total_ms": total_ms,
             "events": events,
             "gpu": outcome.gpu.as_ref().map(|(stats, timings)| json!({"stats": stats, "timings": timings})),
+            "lazy": lazy_json,
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
@@ -73,43 +97,103 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
             print_gpu_fill(&events, stats, timings);
         }
     }
-    let serving = outcome.lazy.clone();
     if args.detach {
         // The tree runs; this command serves its memory until all of it is in.
-        if let Some(result) = serving.as_ref().and_then(|s| s.wait()) {
-            let summary = result.map_err(crate::restore::RestoreError::Lazy)?;
-            report_lazy(&summary, args.output.json);
+        if let Some(serving) = serving.as_ref().filter(|_| lazy_json.is_none()) {
+            let summary = wait_serving(serving)?;
+            report_lazy(&summary, &events, clock, args.output.json);
         }
         return Ok(exit_code::SUCCESS);
     }
-    let server = serving.map(|serving| {
+    let server = serving.filter(|_| lazy_json.is_none()).map(|serving| {
         let json = args.output.json;
+        let events = events.clone();
         std::thread::spawn(move || {
             let result = serving.wait();
             if let Some(Ok(summary)) = &result {
-                report_lazy(summary, json);
+                report_lazy(summary, &events, clock, json);
             }
-            result
+            (result, serving)
         })
     });
     let status = wait_for_tree(outcome.pid)
         .with_context(|| format!("cannot wait for restored pid {}", outcome.pid))?;
-    if let Some(Ok(Some(Err(error)))) = server.map(|t| t.join()) {
+    if let Some(Ok((Some(Err(error)), serving))) = server.map(|t| t.join()) {
+        crate::errln!(
+            "gpucr: serving the tree's memory failed and the tree was killed; the reason is \
+             in {}",
+            serving.log().display()
+        );
         return Err(crate::restore::RestoreError::Lazy(error).into());
     }
     Ok(status)
 }
 
+/// Wait until all memory is in; a failure (the tree killed) names the log.
+fn wait_serving(
+    serving: &crate::lazy::Serving,
+) -> Result<crate::lazy::Summary, crate::cmd::Failure> {
+    match serving.wait() {
+        Some(Ok(summary)) => Ok(summary),
+        Some(Err(error)) => {
+            crate::errln!(
+                "gpucr: serving the tree's memory failed and the tree was killed; the reason \
+                 is in {}",
+                serving.log().display()
+            );
+            Err(crate::restore::RestoreError::Lazy(error).into())
+        }
+        None => Err(anyhow::anyhow!("the lazy-pages server was waited for twice").into()),
+    }
+}
+
+/// The `lazy` object of `--json`: when the tree resumed and when all memory was in (the
+/// timeline's clock), and how the memory came.
+fn lazy_report(
+    summary: &crate::lazy::Summary,
+    events: &[TimedEvent],
+    all_in_ms: f64,
+    serving: &crate::lazy::Serving,
+) -> serde_json::Value {
+    let page = summary.page_size.max(1);
+    json!({
+        "resumed_ms": resumed_ms(events),
+        "all_in_ms": all_in_ms,
+        "fault_pages": summary.fault_bytes / page,
+        "fault_bytes": summary.fault_bytes,
+        "background_pages": summary.background_bytes / page,
+        "background_bytes": summary.background_bytes,
+        "zero_pages": summary.zero_pages,
+        "tasks": summary.tasks,
+        "forks": summary.forks,
+        "log": serving.log(),
+    })
+}
+
+/// When the tree resumed: CRIU's restore done.
+fn resumed_ms(events: &[TimedEvent]) -> Option<f64> {
+    events
+        .iter()
+        .find(|e| e.name == "criu-done")
+        .map(|e| e.at_ms)
+}
+
 /// When all memory was in, and how it came.
-fn report_lazy(summary: &crate::lazy::Summary, json: bool) {
+fn report_lazy(summary: &crate::lazy::Summary, events: &[TimedEvent], clock: Instant, json: bool) {
     if json {
         return;
     }
+    let page = summary.page_size.max(1);
     crate::errln!(
-        "all memory in {:.1} ms after the lazy-pages server started: {} on fault, {} in \
-         the background, {} zero pages, {} tasks ({} forked)",
+        "all memory in at {:.1} ms (the tree resumed at {:.1} ms; {:.1} ms after the \
+         lazy-pages server started): {} pages ({}) on fault, {} pages ({}) in the \
+         background, {} zero pages, {} tasks ({} forked)",
+        clock.elapsed().as_secs_f64() * 1e3,
+        resumed_ms(events).unwrap_or(0.0),
         summary.elapsed.as_secs_f64() * 1000.0,
+        summary.fault_bytes / page,
         crate::units::size(summary.fault_bytes),
+        summary.background_bytes / page,
         crate::units::size(summary.background_bytes),
         summary.zero_pages,
         summary.tasks,

@@ -58,6 +58,8 @@ pub enum LazyError {
     UnknownEvent { pid: i32, event: u8 },
     #[error("lazy restore stopped: {0}")]
     Cancelled(String),
+    #[error(transparent)]
+    Guard(#[from] super::guard::GuardError),
     #[error("cannot start a lazy-pages thread: {0}")]
     Thread(io::Error),
 }

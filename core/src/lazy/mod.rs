@@ -10,6 +10,7 @@
 //! ([`kill`]).
 
 pub mod error;
+pub mod guard;
 pub mod kill;
 pub mod pages;
 pub mod ranges;
@@ -18,5 +19,6 @@ pub mod socket;
 pub mod uffd;
 
 pub use error::LazyError;
+pub use guard::LazyGuard;
 pub use server::{LazyServer, ServeOptions, Serving, Summary};
 pub use socket::SOCKET_NAME;

@@ -42,6 +42,17 @@ pub struct ServeOptions {
     pub image_dir: PathBuf,
     /// Background copy threads.
     pub threads: usize,
+    /// The guard that holds a duplicate of every userfaultfd (`guard`): handed each one
+    /// before it is served, told `done` when serving ends.
+    pub guard: Option<Arc<super::guard::LazyGuard>>,
+}
+
+/// The test-only pause before each block served (`GPUCR_TEST_LAZY_THROTTLE_MS`).
+fn throttle() -> Option<Duration> {
+    std::env::var("GPUCR_TEST_LAZY_THROTTLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
 }
 
 /// What the server did.
@@ -59,6 +70,8 @@ pub struct Summary {
     pub elapsed: Duration,
     /// From the start until CRIU said every task was restored.
     pub restored_after: Duration,
+    /// The page size of the memory served (bytes / page_size = pages).
+    pub page_size: u64,
 }
 
 /// A running server. Dropped before [`LazyServer::wait`] (a restore that failed), it is
@@ -79,19 +92,42 @@ impl Drop for LazyServer {
     }
 }
 
-/// A server handed on with a restored tree: whoever has it waits for the end once.
+/// A server handed on with a restored tree: whoever has it waits for the end once. A
+/// failure is written to the restore's log ([`Serving::log`]) as well as returned.
 #[derive(Debug, Clone)]
-pub struct Serving(Arc<Mutex<Option<LazyServer>>>);
+pub struct Serving {
+    server: Arc<Mutex<Option<LazyServer>>>,
+    log: PathBuf,
+}
 
 impl Serving {
-    pub fn new(server: LazyServer) -> Serving {
-        Serving(Arc::new(Mutex::new(Some(server))))
+    pub fn new(server: LazyServer, log: PathBuf) -> Serving {
+        Serving {
+            server: Arc::new(Mutex::new(Some(server))),
+            log,
+        }
+    }
+
+    /// Where the reason goes when serving fails (the tree killed).
+    pub fn log(&self) -> &Path {
+        &self.log
     }
 
     /// Wait until every page is in; None when it was waited for already.
     pub fn wait(&self) -> Option<Result<Summary, LazyError>> {
-        let server = self.0.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        Some(server.wait())
+        let server = self
+            .server
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        let result = server.wait();
+        if let Err(e) = &result {
+            super::guard::append_log(
+                &self.log,
+                &format!("lazy restore failed, the restored tree was killed: {e}"),
+            );
+        }
+        Some(result)
     }
 }
 
@@ -182,6 +218,7 @@ struct Shared {
     manifest: Arc<Manifest>,
     options: ServeOptions,
     page_size: u64,
+    throttle: Option<Duration>,
     stop: Cancel,
     /// CRIU said every task is restored: their lazy mappings are registered, so the
     /// background copy may start (CRIU's own daemon waits for this too).
@@ -297,6 +334,7 @@ fn serve(
         manifest,
         options,
         page_size,
+        throttle: throttle(),
         stop,
         restored: AtomicBool::new(false),
         done: AtomicBool::new(false),
@@ -378,6 +416,10 @@ fn serve(
     for t in fault_threads {
         let _ = t.join();
     }
+    // The tree is whole or dead: the guard may let go of its duplicates.
+    if let Some(guard) = &shared.options.guard {
+        guard.done();
+    }
     // Only now, the tree whole or dead, are the userfaultfds closed.
     shared
         .spaces
@@ -400,6 +442,7 @@ fn serve(
         zero_pages: shared.zero_pages.load(Ordering::Relaxed),
         elapsed: started.elapsed(),
         restored_after,
+        page_size: shared.page_size,
     })
 }
 
@@ -430,6 +473,9 @@ fn announcements(socket: &LazySocket, shared: &Arc<Shared>) -> Result<(), LazyEr
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push(host);
+                }
+                if let Some(guard) = &shared.options.guard {
+                    guard.task(host_pid, uffd.as_fd())?;
                 }
                 nonblocking(&uffd).map_err(|source| LazyError::Uffd {
                     pid,
@@ -502,6 +548,9 @@ fn serve_block(shared: &Shared, space: &Space, block: u64, why: Why) -> Result<S
         if state.gone || state.ranges.in_file(lo, hi).is_empty() {
             return Ok(Served::Done);
         }
+    }
+    if let Some(pause) = shared.throttle {
+        std::thread::sleep(pause);
     }
     let bytes = space.pages.read_block(block, space.pid)?;
     if shared.stop.is_cancelled() {
@@ -608,6 +657,9 @@ fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
             match event {
                 Event::PageFault { address } => faults.push(address & !(page - 1)),
                 Event::Fork { uffd } => {
+                    if let Some(guard) = &shared.options.guard {
+                        guard.fork(uffd.as_fd())?;
+                    }
                     nonblocking(&uffd).map_err(|e| uffd_error("fork", 0, e))?;
                     let child = Arc::new(Space {
                         pid: space.pid,

@@ -250,19 +250,26 @@ fn restore_in(
             work.path.display()
         ));
     }
-    // The lazy-pages socket exists before CRIU looks for it.
+    // The lazy-pages socket exists before CRIU looks for it, and the guard that keeps
+    // the tasks' userfaultfds open should gpucr die before the first one comes.
+    let lazy_log = crate::lazy::guard::log_path(&work.path, work.is_private());
     let lazy = opts
         .lazy
-        .then(|| {
-            crate::lazy::LazyServer::start(
+        .then(|| -> Result<_, crate::lazy::LazyError> {
+            let guard = crate::lazy::LazyGuard::start(&lazy_log)?;
+            let server = crate::lazy::LazyServer::start(
                 &work.path,
                 Arc::new(manifest.clone()),
                 crate::lazy::ServeOptions {
                     image_dir: opts.dir.clone(),
                     threads: opts.transfer.jobs.max(1),
+                    guard: Some(Arc::new(guard)),
                 },
                 &opts.cancel,
-            )
+            )?;
+            // This restore owns the directory's socket now: an earlier one's log goes.
+            let _ = std::fs::remove_file(&lazy_log);
+            Ok(server)
         })
         .transpose()?;
     let (mut swrk, _) = start_criu(
@@ -398,7 +405,7 @@ fn restore_in(
         pid,
         manifest,
         gpu,
-        lazy: lazy.map(crate::lazy::Serving::new),
+        lazy: lazy.map(|server| crate::lazy::Serving::new(server, lazy_log)),
     })
 }
 
