@@ -187,20 +187,77 @@ fn a_damaged_block_kills_the_tree_and_names_the_file() {
     assert_eq!(tree.journal("parent").len(), lines);
 }
 
+/// The lazy restore's log named on stderr by `gpucr restore --lazy`.
+fn named_log(out: &std::process::Output) -> std::path::PathBuf {
+    let err = stderr(out);
+    let at = err
+        .find("the reason written to ")
+        .unwrap_or_else(|| panic!("no log named: {err}"));
+    let rest = &err[at + "the reason written to ".len()..];
+    std::path::PathBuf::from(rest.split_whitespace().next().unwrap())
+}
+
 #[test]
-fn gpucr_restore_lazy_detached_returns_once_all_memory_is_in() {
+fn gpucr_restore_lazy_detached_returns_while_a_helper_serves_the_rest() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     let (tree, image) = dumped_tree(tmp.path());
-    let out = gpucr(&["restore", "--lazy", "--detach", image.to_str().unwrap()]);
+    let slow = ("GPUCR_TEST_LAZY_THROTTLE_MS", "300");
+    let out = gpucr_env(
+        &["restore", "--lazy", "--detach", image.to_str().unwrap()],
+        &[slow],
+    );
     let _restored = Restored::from_output(&out);
-    assert!(stderr(&out).contains("all memory in"), "{}", stderr(&out));
-    tree.wait_ticks(5);
+    let log = named_log(&out);
+    assert_eq!(log, image.join("lazy-pages.log"));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !text.contains("all memory in"),
+        "returned only once all was in: {text}"
+    );
+    wait_for(
+        Duration::from_secs(60),
+        "the helper to say all memory is in",
+        || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|t| t.contains("all memory in"))
+        },
+    );
+    tree.wait_ticks(3);
     for role in ROLES {
         assert_journal_continuous(&tree.state, role);
-        let last = tree.last(role);
-        assert!(last.healthy(), "journal-{role}: {last:?}");
+        for line in tree.journal(role) {
+            assert!(line.healthy(), "journal-{role}: {line:?}");
+        }
     }
+}
+
+#[test]
+fn a_damaged_block_found_after_a_detached_return_kills_the_tree_and_is_logged() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let (tree, image) = dumped_tree(tmp.path());
+    let damaged = damage_pages(&image);
+    let slow = ("GPUCR_TEST_LAZY_THROTTLE_MS", "300");
+    let out = gpucr_env(
+        &["restore", "--lazy", "--detach", image.to_str().unwrap()],
+        &[slow],
+    );
+    let restored = Restored::from_output(&out);
+    let log = named_log(&out);
+    let text = wait_for(Duration::from_secs(60), "the damage in the log", || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains(&damaged))
+    });
+    assert!(text.contains("the restored tree was killed"), "{text}");
+    wait_for(Duration::from_secs(10), "the tree to be killed", || {
+        (!alive(restored.0)).then_some(())
+    });
+    let lines = tree.journal("parent").len();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(tree.journal("parent").len(), lines, "the tree still runs");
 }
 
 #[test]
@@ -209,7 +266,7 @@ fn gpucr_restore_lazy_of_a_damaged_image_kills_the_tree_with_exit_7() {
     let tmp = tempfile::tempdir().unwrap();
     let (tree, image) = dumped_tree(tmp.path());
     let damaged = damage_pages(&image);
-    let out = gpucr(&["restore", "--lazy", "--detach", image.to_str().unwrap()]);
+    let out = gpucr(&["restore", "--lazy", image.to_str().unwrap()]);
     assert_fails_with(&out, 7, &damaged);
     let lines = tree.journal("parent").len();
     std::thread::sleep(Duration::from_millis(1500));
@@ -335,4 +392,26 @@ fn gpucr_restore_lazy_json_says_when_and_how_memory_came() {
         "{report}"
     );
     tree.wait_ticks(3);
+}
+
+#[test]
+#[ignore = "fails: the second restore still reaches CRIU while the first serves (under investigation)"]
+fn a_second_lazy_restore_of_an_image_still_serving_is_refused() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_tree, image) = dumped_tree_of(tmp.path(), 256);
+    let slow = ("GPUCR_TEST_LAZY_THROTTLE_MS", "5000");
+    let out = gpucr_env(
+        &["restore", "--lazy", "--detach", image.to_str().unwrap()],
+        &[slow],
+    );
+    let _restored = Restored::from_output(&out);
+    // The first one's helper serves for seconds yet.
+    let log = std::fs::read_to_string(image.join("lazy-pages.log")).unwrap_or_default();
+    assert!(!log.contains("all memory in"), "{log}");
+    let second = gpucr(&["restore", "--lazy", "--detach", image.to_str().unwrap()]);
+    assert_fails_with(&second, 6, "still serving its memory");
+    if let Ok(pid) = stdout(&second).trim().parse::<i32>() {
+        kill_and_wait(pid);
+    }
 }

@@ -299,6 +299,13 @@ pub const VARIABLES: &[Variable] = &[
         "the settings of the inspect tests' workload",
     ),
     variable(
+        "GPUCR_LAZY_HELPER",
+        false,
+        Internal,
+        "set by `gpucr restore --lazy --detach` for the helper it starts, which restores \
+         the tree and serves its memory after the command returned",
+    ),
+    variable(
         crate::ENV_HELPER_FD,
         false,
         Internal,

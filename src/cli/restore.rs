@@ -62,9 +62,15 @@ pub struct RestoreArgs {
 
     /// Restore CPU memory on demand: the tree resumes before its memory is back, and
     /// gpucr serves each page as it is touched while streaming the rest in the
-    /// background, every block checked against the image's checksums first. gpucr
-    /// returns (--detach) or reports once all memory is in; if serving fails the tree
-    /// is killed. Images without GPU state only, for now.
+    /// background, every block checked against the image's checksums first. Waiting,
+    /// gpucr reports when all memory is in; with --detach it returns once the tree runs
+    /// and a helper of its own serves the rest, its output going to the log (with
+    /// --json, the report waits until all memory is in). A guard process holds the
+    /// tasks' userfaultfds, so that a gpucr killed outright leaves no page to read as
+    /// zeros: it kills the tree instead. Whenever serving fails (a damaged block: exit 7;
+    /// Ctrl-C or SIGTERM: exit 130; gpucr killed) the tree is killed and the reason
+    /// written to lazy-pages.log in the image directory (named on stderr). Images
+    /// without GPU state only, for now.
     #[arg(long)]
     pub lazy: bool,
 

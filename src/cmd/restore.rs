@@ -13,7 +13,14 @@ use crate::image::manifest::TimedEvent;
 use crate::restore::{restore, wait_for_tree, RestoreOptions};
 use crate::transfer::{GpuStats, TransferConfig};
 
+/// Set for the helper `--lazy --detach` starts: it restores and serves.
+const LAZY_HELPER: &str = "GPUCR_LAZY_HELPER";
+
 pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
+    let helper = std::env::var_os(LAZY_HELPER).is_some();
+    if args.lazy && args.detach && !helper {
+        return detach_lazy();
+    }
     crate::interrupt::install()?;
     // The command's token: Ctrl-C (or SIGTERM, SIGHUP) cancels it, and it reaches the
     // verification, the helper's requests, the GPU transfer and the backends' waits.
@@ -98,7 +105,13 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
         }
     }
     if args.detach {
-        // The tree runs; this command serves its memory until all of it is in.
+        // The tree runs; this helper serves its memory until all of it is in, its
+        // output going to the log from now on: the command that started it returns.
+        if let Some(serving) = serving.as_ref() {
+            if helper {
+                to_log(serving.log());
+            }
+        }
         if let Some(serving) = serving.as_ref().filter(|_| lazy_json.is_none()) {
             let summary = wait_serving(serving)?;
             report_lazy(&summary, &events, clock, args.output.json);
@@ -127,6 +140,55 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
         return Err(crate::restore::RestoreError::Lazy(error).into());
     }
     Ok(status)
+}
+
+/// `gpucr restore --lazy --detach`: the same command again as a helper of its own
+/// (process group and all, so that the terminal's signals stay with this one), which
+/// restores the tree, prints what the command prints and then goes on serving the
+/// tree's memory with its output in the lazy restore's log. This command passes the
+/// helper's report on and returns once the helper closed its output: the tree runs, or
+/// the restore failed (the helper's exit status, then; it reported nothing).
+fn detach_lazy() -> Result<u8, crate::cmd::Failure> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(std::env::args_os().skip(1))
+        .env(LAZY_HELPER, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .context("cannot start the lazy restore's helper")?;
+    let mut report = Vec::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_end(&mut report)
+            .context("cannot read the lazy restore's helper")?;
+    }
+    // The helper reports only once the tree runs; no report: it failed, and says why
+    // on the standard error it shares with this command.
+    if report.is_empty() {
+        let status = child.wait()?;
+        return Ok(status.code().map_or(exit_code::FAILURE, |c| c as u8));
+    }
+    report_out(report);
+    Ok(exit_code::SUCCESS)
+}
+
+/// In the detached helper: standard output and error go to `log` from now on.
+fn to_log(log: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+    else {
+        return;
+    };
+    for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: both descriptors are open; dup2 replaces fd with a duplicate of the
+        // log's, which stays open after `file` is dropped.
+        unsafe { libc::dup2(file.as_raw_fd(), fd) };
+    }
 }
 
 /// Wait until all memory is in; a failure (the tree killed) names the log.

@@ -11,7 +11,10 @@ use crate::exit_code::{self, ExitCode};
 pub enum LazyError {
     #[error("{path}: lazy-pages socket: {source}")]
     Socket { path: PathBuf, source: io::Error },
-    #[error("{path}: another restore is serving lazy pages from this directory")]
+    #[error(
+        "{path}: another restore of this image is still serving its memory (gpucr restore \
+         --lazy); wait until it is done"
+    )]
     Busy { path: PathBuf },
     #[error("lazy-pages protocol: {0}")]
     Protocol(String),
@@ -71,6 +74,7 @@ impl ExitCode for LazyError {
             | LazyError::Unverifiable { .. }
             | LazyError::Image { .. } => exit_code::IMAGE_DAMAGED,
             LazyError::Cancelled(_) => exit_code::INTERRUPTED,
+            LazyError::Busy { .. } => exit_code::IMAGE_DIR,
             _ => exit_code::FAILURE,
         }
     }

@@ -140,13 +140,20 @@ impl LazyServer {
         options: ServeOptions,
         cancel: &Cancel,
     ) -> Result<LazyServer, LazyError> {
+        // Held until serving ends (the socket goes once CRIU is done): a second lazy
+        // restore of the directory meanwhile is refused.
+        let lock = lock_dir(work_dir)?;
         let socket = LazySocket::bind(work_dir)?;
         let socket_path = socket.path().to_path_buf();
         let stop = cancel.child();
         let theirs = stop.clone();
         let thread = std::thread::Builder::new()
             .name("lazy-pages".into())
-            .spawn(move || serve(socket, manifest, options, theirs))
+            .spawn(move || {
+                let served = serve(socket, manifest, options, theirs);
+                drop(lock);
+                served
+            })
             .map_err(LazyError::Thread)?;
         Ok(LazyServer {
             thread: Some(thread),
@@ -170,6 +177,32 @@ impl LazyServer {
             )),
         }
     }
+}
+
+/// The lock file a serving restore holds in its work directory.
+pub const LOCK_NAME: &str = "lazy-pages.lock";
+
+/// Lock `work_dir` for one serving restore: [`LazyError::Busy`] while another holds it.
+fn lock_dir(work_dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, LazyError> {
+    let path = work_dir.join(LOCK_NAME);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| LazyError::Socket {
+            path: path.clone(),
+            source,
+        })?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| match errno {
+            nix::errno::Errno::EWOULDBLOCK => LazyError::Busy { path: path.clone() },
+            e => LazyError::Socket {
+                path: path.clone(),
+                source: e.into(),
+            },
+        },
+    )
 }
 
 /// One userfaultfd: a task's memory, or a forked child's.
@@ -749,5 +782,19 @@ fn serve_fault(shared: &Shared, space: &Space, address: u64) -> Result<Served, L
                 _ => Ok(Served::Done),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locked_work_directory_is_busy_until_its_server_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = lock_dir(dir.path()).unwrap();
+        assert!(matches!(lock_dir(dir.path()), Err(LazyError::Busy { .. })));
+        drop(lock);
+        lock_dir(dir.path()).unwrap();
     }
 }
