@@ -202,7 +202,11 @@ mod tests {
         assert_eq!(m.answer("all").as_deref(), Some("ok 1024"));
         assert_eq!(m.answer("hot").as_deref(), Some("ok 3"));
         m.words[5 * PAGE / 8] ^= 1;
-        assert_eq!(m.answer("hot").as_deref(), Some("ok 4"), "page 5 is not hot");
+        assert_eq!(
+            m.answer("hot").as_deref(),
+            Some("ok 4"),
+            "page 5 is not hot"
+        );
         assert_eq!(m.answer("all").as_deref(), Some("BAD page 5"));
         // The hot set is the middle MiB: pages 384 to 639 of 1024.
         m.words[400 * PAGE / 8] ^= 1;
