@@ -185,12 +185,26 @@ fn cpu_memory(mib: u64, index: usize, bounds: CpuBounds) -> &'static mut [u64] {
     // SAFETY: the mapping is `len` bytes, readable and writable, page-aligned (so aligned
     // for u64), never unmapped, and this is the only reference to it.
     let words = unsafe { std::slice::from_raw_parts_mut(mapped.as_ptr().cast::<u64>(), len / 8) };
-    let mut x = 0x1234_5678_u64 ^ ((index as u64) << 32) ^ mib;
+    let mut x = cpu_seed(index, mib);
     for w in words.iter_mut() {
         x = splitmix(x);
         *w = x;
     }
     words
+}
+
+fn cpu_seed(index: usize, mib: u64) -> u64 {
+    0x1234_5678_u64 ^ ((index as u64) << 32) ^ mib
+}
+
+/// Whether the CPU memory still holds what [`cpu_memory`] wrote into it (it is only
+/// read after that), word by word.
+fn cpu_memory_intact(words: &[u64], index: usize, mib: u64) -> bool {
+    let mut x = cpu_seed(index, mib);
+    words.iter().all(|&w| {
+        x = splitmix(x);
+        w == x
+    })
 }
 
 fn die(msg: &str) -> ! {
@@ -324,7 +338,11 @@ fn main() {
         }
     }
     // Ordinary process memory, for CRIU to carry.
-    let _cpu_memory = cpu_memory(opts.cpu_mib, index, opts.cpu_bounds);
+    let cpu = CpuMemory {
+        words: cpu_memory(opts.cpu_mib, index, opts.cpu_bounds),
+        index,
+        mib: opts.cpu_mib,
+    };
     let _ = nix::sys::prctl::set_name(&std::ffi::CString::new(format!("simgpu-{role}")).unwrap());
     let _held: Vec<fs::File> = if role == "parent" {
         opts.hold
@@ -347,7 +365,15 @@ fn main() {
         &gpu_ids,
         layout,
         &opts.driver,
+        &cpu,
     );
+}
+
+/// A process's ordinary memory and what it was filled from, checked with its buffers.
+struct CpuMemory {
+    words: &'static mut [u64],
+    index: usize,
+    mib: u64,
 }
 
 fn run(
@@ -358,6 +384,7 @@ fn run(
     gpu_ids: &[u32],
     layout: Layout,
     driver: &str,
+    cpu: &CpuMemory,
 ) -> ! {
     let host_pid = fs::read_link("/proc/self")
         .ok()
@@ -432,6 +459,8 @@ fn run(
     fs::write(state.join(format!("ready-{role}")), b"ready\n")
         .unwrap_or_else(|e| die(&e.to_string()));
     let mut tick = 0u64;
+    // The CPU memory's last verified request (its own check, beside the kernels').
+    let mut cpu_verified = 0u64;
     loop {
         tick += 1;
         if let Some(n) = fs::read_to_string(state.join("verify"))
@@ -440,13 +469,26 @@ fn run(
         {
             verify_request.fetch_max(n, Ordering::SeqCst);
         }
+        let wanted = verify_request.load(Ordering::SeqCst);
+        if wanted > cpu_verified {
+            if cpu_memory_intact(cpu.words, cpu.index, cpu.mib) {
+                cpu_verified = wanted;
+            } else {
+                let _ = fs::write(
+                    state.join(format!("bad-{role}")),
+                    format!("CPU memory ({} MiB) differs\n", cpu.mib),
+                );
+                bad.store(1, Ordering::SeqCst);
+            }
+        }
         let done = verified
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .copied()
             .min()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .min(cpu_verified);
         let line = format!(
             "tick={tick} steps={} verified={done} bad={}\n",
             total_steps.load(Ordering::SeqCst),

@@ -1840,3 +1840,47 @@ fn device_timeout_gives_up_a_stuck_step() {
         "the tree runs on, unlocked, its memory intact"
     );
 }
+
+/// `restore --lazy` of a GPU tree: 3 processes, each with device memory and 48 MiB of
+/// CPU memory. The device memory is filled as without --lazy and the tree is let run
+/// once it is back (GPU memory restored before pre-resume), its CPU memory served by
+/// gpucr's lazy-pages server meanwhile; every byte of both verifies in the processes
+/// and the kernels go on.
+#[test]
+fn lazy_restore_of_a_gpu_tree_fills_the_devices_and_serves_the_cpu_memory() {
+    let _lock = criu_lock();
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = dumped(
+        "lazy-gpu",
+        &[
+            "--gpus",
+            "2",
+            "--children",
+            "2",
+            "--parent-mib",
+            "64",
+            "--child-mib",
+            "32",
+            "--cpu-mib",
+            "48",
+        ],
+    );
+    let steps_at_dump = tree.steps();
+    let out = restore(&sim, &["--lazy", "--detach", image.to_str().unwrap()]);
+    let _restored = Restored::from_output(&out);
+    let err = stderr(&out);
+    assert!(err.contains("all memory in"), "{err}");
+    // The order of events: the GPU memory is back before the tree may run.
+    let at = |needle: &str| {
+        err.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} missing from\n{err}"))
+    };
+    assert!(at("-> gpu-done") < at("-> pre-resume"), "{err}");
+    assert!(tree.verify(2), "every byte of the buffers and CPU memory");
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps_at_dump, "the kernels go on");
+}

@@ -69,8 +69,9 @@ pub struct RestoreArgs {
     /// tasks' userfaultfds, so that a gpucr killed outright leaves no page to read as
     /// zeros: it kills the tree instead. Whenever serving fails (a damaged block: exit 7;
     /// Ctrl-C or SIGTERM: exit 130; gpucr killed) the tree is killed and the reason
-    /// written to lazy-pages.log in the image directory (named on stderr). Images
-    /// without GPU state only, for now.
+    /// written to lazy-pages.log in the image directory (named on stderr). GPU memory is
+    /// restored as without --lazy, and the tree resumes once it is back (CUDA host
+    /// staging: once the processes' memory is in).
     #[arg(long)]
     pub lazy: bool,
 

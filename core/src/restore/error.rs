@@ -79,11 +79,6 @@ pub enum RestoreError {
     TopologyRead(#[from] gpucr_topology::TopologyError),
     #[error("interrupted by {signal}: nothing was restored (CRIU removed what it had begun)")]
     Interrupted { signal: &'static str },
-    #[error(
-        "--lazy restores images without GPU state for now; this one holds {backend} GPU \
-         state: restore it without --lazy"
-    )]
-    LazyGpu { backend: String },
     #[error("{0}\n  the restored tree was killed: no task may wait for ever on its memory")]
     Lazy(#[from] crate::lazy::LazyError),
     #[error(
@@ -201,7 +196,6 @@ impl ExitCode for RestoreError {
             RestoreError::TopologyRead(_) => exit_code::FAILURE,
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
             RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
-            RestoreError::LazyGpu { .. } => exit_code::USAGE,
             RestoreError::Lazy(e) => e.exit_code(),
             RestoreError::Helper(e) => match e.as_ref() {
                 HelperError::Gpu(e) => restored_gpu_code(e),

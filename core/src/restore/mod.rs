@@ -168,11 +168,6 @@ fn restore_in(
         verify_gpu_first(&opts.dir, &manifest, &stop_verifying)?;
     }
     if opts.lazy {
-        if let Some(gpu) = &manifest.gpu {
-            return Err(RestoreError::LazyGpu {
-                backend: gpu.backend.clone(),
-            });
-        }
         // What CRIU reads itself is checked now; the server checks the rest block by
         // block before it places it, so nothing waits for the whole files' hashes.
         crate::lazy::pages::verify_eager(&opts.dir, &manifest, lazy_page_size(&manifest))?;
