@@ -1365,3 +1365,41 @@ fn sigkill_during_a_cuda_restore_leaves_no_process() {
     // restore request is still in the mailbox.)
     assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
 }
+
+/// `restore --lazy` of a host-staged CUDA tree: the driver's restore reads the memory it
+/// staged in each process, so gpucr brings each task's memory in before it (the fake
+/// driver, with `GPUCR_FAKE_CUDA_STAGED_RESIDENT=1`, fails a restore whose staged
+/// memory is not resident, as a driver that does not cope with a userfaultfd would);
+/// the rest of the memory comes as it does for any lazy restore, and every byte is back
+/// on the device.
+#[test]
+fn cuda_lazy_restore_brings_the_staged_memory_in_before_the_driver_restores() {
+    let _lock = criu_lock();
+    let fake = FakeCuda::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = start_with(
+        &fake,
+        &tmp.path().join("state"),
+        3,
+        &[("GPUCR_FAKE_CUDA_STAGED_RESIDENT", "1")],
+    );
+    assert!(tree.verify(1));
+    let image = tmp.path().join("image");
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &fake.env(),
+    );
+    assert_success(&out);
+    kill_and_wait(tree.pid);
+    let steps_at_dump = tree.steps();
+    assert_eq!(fake.wipe_device_memory(), 0, "the memory is in the image");
+    let out = gpucr_env(
+        &["restore", "--lazy", "-d", image.to_str().unwrap()],
+        &fake.env(),
+    );
+    let _restored = Restored::from_output(&out);
+    assert!(stderr(&out).contains("all memory in"), "{}", stderr(&out));
+    assert!(tree.verify(2), "every byte is back on the device");
+    tree.wait_ticks(3);
+    assert!(tree.steps() > steps_at_dump, "the kernels go on");
+}

@@ -94,6 +94,8 @@ pub struct App {
     control: Mapping,
     sync: Duration,
     step: Duration,
+    /// [`crate::config::ENV_STAGED_RESIDENT`].
+    staged_resident: bool,
     inner: Mutex<Inner>,
     cond: Condvar,
 }
@@ -165,6 +167,7 @@ impl App {
             control,
             sync: config.sync,
             step: config.step,
+            staged_resident: config.staged_resident,
             inner: Mutex::new(Inner {
                 state: ProcessState::Running,
                 in_flight: 0,
@@ -403,6 +406,14 @@ impl App {
             }
             Op::Restore { pairs } => {
                 if inner.state != Checkpointed || inner.mode != Some(Mode::Host) || pending {
+                    return Err(result::ILLEGAL_STATE);
+                }
+                if self.staged_resident
+                    && !inner
+                        .staged
+                        .iter()
+                        .all(|(_, memory)| memory.resident().unwrap_or(false))
+                {
                     return Err(result::ILLEGAL_STATE);
                 }
                 let used: Vec<u8> = inner.staged.iter().map(|(o, _)| *o).collect();

@@ -28,6 +28,10 @@ pub const ENV_STEP_MS: &str = "GPUCR_FAKE_CUDA_STEP_MS";
 /// MiB per second each copy to or from a region mapped for custom storage moves at
 /// (default: unlimited): a slow device, for tests of copies that take long but move.
 pub const ENV_COPY_MIBPS: &str = "GPUCR_FAKE_CUDA_COPY_MIBPS";
+/// `1`: a host-staged restore fails (`CUDA_ERROR_ILLEGAL_STATE`) when a page of the
+/// staged memory is not resident as it begins (`mincore`): a driver that does not cope
+/// with memory still to come through a userfaultfd (on-demand restore, `--lazy`).
+pub const ENV_STAGED_RESIDENT: &str = "GPUCR_FAKE_CUDA_STAGED_RESIDENT";
 
 /// The default number of fake GPUs.
 pub const DEFAULT_GPUS: usize = 2;
@@ -67,6 +71,8 @@ pub struct Config {
     pub step: Duration,
     /// [`ENV_COPY_MIBPS`], in bytes per second; None: unlimited.
     pub copy_rate: Option<u64>,
+    /// [`ENV_STAGED_RESIDENT`].
+    pub staged_resident: bool,
 }
 
 /// The UUID of fake GPU `index` when only a count is given: `GPU-fa6ec0da-0000-4000-8000-`
@@ -178,6 +184,7 @@ impl Config {
             sync,
             step,
             copy_rate,
+            staged_resident: var(ENV_STAGED_RESIDENT).is_some_and(|v| v.trim() == "1"),
         })
     }
 }

@@ -320,6 +320,7 @@ mod tests {
             sync: Duration::ZERO,
             step: Duration::ZERO,
             copy_rate: None,
+            staged_resident: false,
         };
         assert_eq!(check_pairs(&config, &[(gpu_uuid(0), gpu_uuid(3))]), Ok(()));
         assert_eq!(

@@ -860,6 +860,7 @@ mod tests {
             sync: Duration::ZERO,
             step: Duration::ZERO,
             copy_rate: None,
+            staged_resident: false,
         }
     }
 

@@ -75,6 +75,21 @@ impl Mapping {
     }
 
     /// Its bytes.
+    /// Whether every page of the mapping is resident (`mincore`): a page of private
+    /// memory still to come through a userfaultfd is not.
+    pub fn resident(&self) -> io::Result<bool> {
+        // SAFETY: sysconf has no memory effects.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+        let mut vec = vec![0u8; self.len.div_ceil(page)];
+        // SAFETY: the range is this mapping (page-aligned, `len` bytes, mapped as long
+        // as `self`), and `vec` has one byte per page of it.
+        let rc = unsafe { libc::mincore(self.ptr.as_ptr().cast(), self.len, vec.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(vec.iter().all(|v| v & 1 == 1))
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `len` bytes are mapped readable at `ptr` (or `len` is 0 and the
         // pointer is dangling but aligned) for as long as `self` lives.

@@ -50,6 +50,7 @@ pub fn serve(
             parallel: true,
             device_timeout: settings.device_timeout,
             fill_at_hand_over: true,
+            process_memory: None,
         },
         progress.gpu_events(),
         &opts.cancel,

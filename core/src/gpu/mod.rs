@@ -463,6 +463,14 @@ pub trait Backend: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Restore: whether [`Backend::resume_task`] reads the task's own CPU memory (device
+    /// memory the driver staged there at the dump) other than through the task's own
+    /// faults, so that an on-demand restore (`--lazy`) brings that memory in first.
+    /// Default: no.
+    fn resume_reads_process_memory(&self, _task: &TaskDevice) -> bool {
+        false
+    }
+
     /// RESUME_DEVICES_LATE, restore: bring `task` (now host pid `pid`) back on its
     /// device before it runs, after its buffers are filled (a driver restore and
     /// unlock); the plugin half lets the task's restore thread run meanwhile when the

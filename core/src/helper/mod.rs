@@ -30,7 +30,7 @@ mod timeline;
 use std::io;
 use std::path::PathBuf;
 
-pub use operation::{GpuDump, GpuRestore, RestoreSettings};
+pub use operation::{GpuDump, GpuRestore, ProcessMemory, RestoreSettings};
 pub use server::{DumpHelper, DumpOutcome, Helper, RestoreHelper, StepControl};
 pub use session::{locate_plugin, Session, ENV_PLUGIN};
 pub use shared::EngineCall;

@@ -135,6 +135,22 @@ pub struct RestoreSettings {
     pub device_timeout: Duration,
     /// Engine mode: each task's buffers are filled before its RESTORE_EXT_FILE returns.
     pub fill_at_hand_over: bool,
+    /// On-demand restore (`--lazy`): what brings a task's own memory in before a
+    /// resume that reads it ([`crate::gpu::Backend::resume_reads_process_memory`]).
+    pub process_memory: Option<ProcessMemory>,
+}
+
+/// Brings a restored task's own CPU memory in, and waits until it is, given the task's
+/// pid in the image: on-demand restore's (`crate::lazy`), called at RESUME_DEVICES_LATE
+/// before the backend's resume of a task whose device memory was staged in it. Its
+/// error says why the memory could not be brought in.
+#[derive(Clone)]
+pub struct ProcessMemory(pub Arc<dyn Fn(u32, &Cancel) -> Result<(), String> + Send + Sync>);
+
+impl std::fmt::Debug for ProcessMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProcessMemory")
+    }
 }
 
 impl GpuRestore {
@@ -155,6 +171,7 @@ impl GpuRestore {
             parallel,
             device_timeout,
             fill_at_hand_over,
+            process_memory,
         } = settings;
         let (events, timeline) = timeline_events(progress);
         let restorer = Restorer::open(dir, config, parallel, events)?;
@@ -165,7 +182,7 @@ impl GpuRestore {
             backend,
             restorer,
             manifest.tasks.clone(),
-            (parallel, fill_at_hand_over),
+            (parallel, fill_at_hand_over, process_memory),
             timeline,
             StepControl {
                 device_timeout,

@@ -49,6 +49,16 @@ pub(super) fn resume(
         restorer.wait_or_cancel(&keys, shared.cancel)?;
     }
     shared.check()?;
+    // On-demand restore: the device's restore reads the task's own memory (device
+    // memory staged there), which comes in first, ahead of the rest of the tree's.
+    if let Some(memory) = restore
+        .process_memory
+        .as_ref()
+        .filter(|_| shared.backend.resume_reads_process_memory(task))
+    {
+        (memory.0)(task.ns_pid, shared.cancel).map_err(HelperError::Device)?;
+        shared.check()?;
+    }
     shared.backend.resume_task(pid, task, shared.cancel)?;
     fault::check(FaultStep::Resume)
 }

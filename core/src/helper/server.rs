@@ -14,6 +14,7 @@ use gpucr_abi::proto::{request, Reply, Request};
 
 use super::control::{Abandoned, ControlPlane, Handler};
 use super::lifecycle::DumpStage;
+use super::operation::ProcessMemory;
 use super::reply::{ok, refuse};
 use super::resume::task_keys;
 use super::shared::{lock, running, Answering, DumpSide, EngineCall, RestoreSide, Served, Shared};
@@ -303,13 +304,19 @@ impl Helper<RestoreSide> {
         backend: Arc<dyn Backend>,
         restorer: Restorer,
         devices: Vec<TaskDevice>,
-        (parallel, fill_at_hand_over): (bool, bool),
+        (parallel, fill_at_hand_over, process_memory): (bool, bool, Option<ProcessMemory>),
         timeline: Arc<Mutex<Timeline>>,
         steps: StepControl,
     ) -> Result<RestoreHelper, HelperError> {
         let served = Served {
             shared: Shared::new(backend, timeline, steps.device_timeout, steps.operation),
-            side: RestoreSide::new(restorer, devices, parallel, fill_at_hand_over),
+            side: RestoreSide::new(
+                restorer,
+                devices,
+                parallel,
+                fill_at_hand_over,
+                process_memory,
+            ),
         };
         start(connector, served)
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::lifecycle::{DumpTasks, RestoreTasks};
+use super::operation::ProcessMemory;
 use super::timeline::Timeline;
 use super::HelperError;
 use crate::cancel::Cancel;
@@ -62,6 +63,8 @@ pub struct RestoreSide {
     /// Engine mode: a task's buffers are filled before its RESTORE_EXT_FILE returns
     /// (the last hook whose failure CRIU honours), though streamed from the start.
     pub(super) fill_at_hand_over: bool,
+    /// On-demand restore: brings a task's own memory in before a resume that reads it.
+    pub(super) process_memory: Option<ProcessMemory>,
 }
 
 impl RestoreSide {
@@ -71,6 +74,7 @@ impl RestoreSide {
         devices: Vec<TaskDevice>,
         parallel: bool,
         fill_at_hand_over: bool,
+        process_memory: Option<ProcessMemory>,
     ) -> RestoreSide {
         // A task without device files gets its buffers at RESUME_DEVICES_LATE
         // ([`Backend::resume_sinks`]), none through BuffersReady.
@@ -85,6 +89,7 @@ impl RestoreSide {
             tasks: Mutex::new(tasks),
             parallel,
             fill_at_hand_over,
+            process_memory,
         }
     }
 

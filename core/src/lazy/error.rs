@@ -59,6 +59,10 @@ pub enum LazyError {
     },
     #[error("task {pid}: unexpected userfaultfd event {event:#x}")]
     UnknownEvent { pid: i32, event: u8 },
+    #[error(
+        "task {pid}: its memory could not be brought in before its device's restore: {reason}"
+    )]
+    NotIn { pid: i32, reason: String },
     #[error("lazy restore stopped: {0}")]
     Cancelled(String),
     #[error(transparent)]

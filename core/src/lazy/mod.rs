@@ -20,5 +20,5 @@ pub mod uffd;
 
 pub use error::LazyError;
 pub use guard::LazyGuard;
-pub use server::{LazyServer, ServeOptions, Serving, Summary};
+pub use server::{LazyServer, ServeOptions, Serving, Summary, TaskMemory};
 pub use socket::SOCKET_NAME;

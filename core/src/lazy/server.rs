@@ -81,6 +81,69 @@ pub struct LazyServer {
     thread: Option<JoinHandle<Result<Summary, LazyError>>>,
     socket_path: PathBuf,
     stop: Cancel,
+    memory: TaskMemory,
+}
+
+/// A way to bring a task's memory in ahead of the rest and wait for it
+/// ([`LazyServer::memory`]).
+#[derive(Clone)]
+pub struct TaskMemory(Arc<Shared>);
+
+impl std::fmt::Debug for TaskMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TaskMemory")
+    }
+}
+
+impl TaskMemory {
+    /// Bring every lazy page of task `pid` (its pid in the image) in now, its blocks
+    /// ahead of every other task's, and wait until they are in: for a step that reads
+    /// the task's memory other than through its own faults (a driver restoring device
+    /// memory it staged there). Waits for CRIU's word that every task is restored first
+    /// (at RESUME_DEVICES_LATE it came already). `cancel`, or the server's failure,
+    /// ends the wait with an error.
+    pub fn fill_task(&self, pid: i32, cancel: &Cancel) -> Result<(), LazyError> {
+        let shared = &self.0;
+        let mut ahead = false;
+        loop {
+            if let Err(c) = cancel.check() {
+                return Err(LazyError::Cancelled(c.0));
+            }
+            if shared.stop.is_cancelled() {
+                let reason = shared
+                    .failure
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map_or_else(|| "the server stopped".to_string(), |e| e.to_string());
+                return Err(LazyError::NotIn { pid, reason });
+            }
+            if shared.restored.load(Ordering::Acquire) {
+                if !ahead {
+                    let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+                    let (mine, others): (VecDeque<_>, VecDeque<_>) =
+                        queue.drain(..).partition(|(space, _)| space.pid == pid);
+                    queue.extend(mine);
+                    queue.extend(others);
+                    drop(queue);
+                    shared.ready.notify_all();
+                    ahead = true;
+                }
+                let spaces: Vec<Arc<Space>> = shared
+                    .spaces
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .filter(|s| s.pid == pid)
+                    .cloned()
+                    .collect();
+                if spaces.iter().all(|s| s.finished()) {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 impl Drop for LazyServer {
@@ -146,11 +209,12 @@ impl LazyServer {
         let socket = LazySocket::bind(work_dir)?;
         let socket_path = socket.path().to_path_buf();
         let stop = cancel.child();
-        let theirs = stop.clone();
+        let shared = Shared::new(manifest, options, stop.clone());
+        let theirs = shared.clone();
         let thread = std::thread::Builder::new()
             .name("lazy-pages".into())
             .spawn(move || {
-                let served = serve(socket, manifest, options, theirs);
+                let served = serve(socket, theirs);
                 drop(lock);
                 served
             })
@@ -159,7 +223,13 @@ impl LazyServer {
             thread: Some(thread),
             socket_path,
             stop,
+            memory: TaskMemory(shared),
         })
+    }
+
+    /// A handle that brings one task's memory in ahead of the rest.
+    pub fn memory(&self) -> TaskMemory {
+        self.memory.clone()
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -348,42 +418,42 @@ fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
     Ok(())
 }
 
-fn serve(
-    socket: LazySocket,
-    manifest: Arc<Manifest>,
-    options: ServeOptions,
-    stop: Cancel,
-) -> Result<Summary, LazyError> {
+impl Shared {
+    fn new(manifest: Arc<Manifest>, options: ServeOptions, stop: Cancel) -> Arc<Shared> {
+        let page_size = match manifest.host.page_size {
+            0 => nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+                .ok()
+                .flatten()
+                .unwrap_or(4096) as u64,
+            n => n,
+        };
+        Arc::new(Shared {
+            manifest,
+            options,
+            page_size,
+            throttle: throttle(),
+            stop,
+            restored: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            spaces: Mutex::new(Vec::new()),
+            pages: Mutex::new(HashMap::new()),
+            hosts: Mutex::new(Vec::new()),
+            queue: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            fault_threads: Mutex::new(Vec::new()),
+            tasks: AtomicU64::new(0),
+            forks: AtomicU64::new(0),
+            fault_bytes: AtomicU64::new(0),
+            background_bytes: AtomicU64::new(0),
+            zero_pages: AtomicU64::new(0),
+        })
+    }
+}
+
+fn serve(socket: LazySocket, shared: Arc<Shared>) -> Result<Summary, LazyError> {
     let started = Instant::now();
-    let page_size = match manifest.host.page_size {
-        0 => nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-            .ok()
-            .flatten()
-            .unwrap_or(4096) as u64,
-        n => n,
-    };
-    let threads = options.threads.max(1);
-    let shared = Arc::new(Shared {
-        manifest,
-        options,
-        page_size,
-        throttle: throttle(),
-        stop,
-        restored: AtomicBool::new(false),
-        done: AtomicBool::new(false),
-        failure: Mutex::new(None),
-        spaces: Mutex::new(Vec::new()),
-        pages: Mutex::new(HashMap::new()),
-        hosts: Mutex::new(Vec::new()),
-        queue: Mutex::new(VecDeque::new()),
-        ready: Condvar::new(),
-        fault_threads: Mutex::new(Vec::new()),
-        tasks: AtomicU64::new(0),
-        forks: AtomicU64::new(0),
-        fault_bytes: AtomicU64::new(0),
-        background_bytes: AtomicU64::new(0),
-        zero_pages: AtomicU64::new(0),
-    });
+    let threads = shared.options.threads.max(1);
     let mut workers = Vec::new();
     for i in 0..threads {
         let mine = shared.clone();

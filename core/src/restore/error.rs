@@ -79,6 +79,8 @@ pub enum RestoreError {
     TopologyRead(#[from] gpucr_topology::TopologyError),
     #[error("interrupted by {signal}: nothing was restored (CRIU removed what it had begun)")]
     Interrupted { signal: &'static str },
+    #[error("GPUCR_LAZY_STAGING={value:?}: this gpucr knows \"fill\" (the default) and \"lazy\"")]
+    LazyStaging { value: String },
     #[error("{0}\n  the restored tree was killed: no task may wait for ever on its memory")]
     Lazy(#[from] crate::lazy::LazyError),
     #[error(
@@ -197,6 +199,7 @@ impl ExitCode for RestoreError {
             RestoreError::Topology(_) => exit_code::TOPOLOGY_INCOMPATIBLE,
             RestoreError::Interrupted { .. } => exit_code::INTERRUPTED,
             RestoreError::Lazy(e) => e.exit_code(),
+            RestoreError::LazyStaging { .. } => exit_code::USAGE,
             RestoreError::Helper(e) => match e.as_ref() {
                 HelperError::Gpu(e) => restored_gpu_code(e),
                 other => other.exit_code(),

@@ -16,7 +16,7 @@ use crate::criu::{
     RestoreRequest,
 };
 use crate::gpu::TaskTiming;
-use crate::helper::{GpuRestore, RestoreSettings, Session};
+use crate::helper::{GpuRestore, ProcessMemory, RestoreSettings, Session};
 use crate::image::dir;
 use crate::image::manifest::Manifest;
 use crate::image::verify::{self, Scope};
@@ -172,6 +172,10 @@ fn restore_in(
         // block before it places it, so nothing waits for the whole files' hashes.
         crate::lazy::pages::verify_eager(&opts.dir, &manifest, lazy_page_size(&manifest))?;
     }
+    let staging = match opts.lazy {
+        true => lazy_staging()?,
+        false => LazyStaging::Fill,
+    };
     progress.event(
         "verified",
         if manifest.options.no_page_checksums {
@@ -281,6 +285,21 @@ fn restore_in(
         .unwrap_or_default();
     // The helper times each task's fill from its own start; this puts it on our clock.
     let helper_clock_ms = progress.elapsed_ms();
+    // A device restore that reads the tasks' own memory (CUDA's host staging) gets that
+    // memory in first, unless GPUCR_LAZY_STAGING=lazy leaves it to the driver's faults
+    // (to measure whether a driver copes with it).
+    let process_memory = match (&lazy, staging) {
+        (Some(server), LazyStaging::Fill) => {
+            let memory = server.memory();
+            Some(ProcessMemory(Arc::new(
+                move |pid: u32, cancel: &crate::cancel::Cancel| {
+                    let pid = i32::try_from(pid).map_err(|_| format!("pid {pid} out of range"))?;
+                    memory.fill_task(pid, cancel).map_err(|e| e.to_string())
+                },
+            )))
+        }
+        _ => None,
+    };
     let gpu = match gpu_setup {
         Some((gpu, backend, session)) => {
             let started = GpuRestore::start(
@@ -293,6 +312,7 @@ fn restore_in(
                     parallel: !opts.no_parallel_restore,
                     device_timeout: opts.device_timeout,
                     fill_at_hand_over: false,
+                    process_memory,
                 },
                 progress.gpu_events(),
                 &opts.cancel.child(),
@@ -402,6 +422,29 @@ fn restore_in(
         gpu,
         lazy: lazy.map(|server| crate::lazy::Serving::new(server, lazy_log)),
     })
+}
+
+/// `GPUCR_LAZY_STAGING`: with `--lazy`, whether a device restore that reads the
+/// processes' own memory (CUDA's host staging) has that memory brought in first
+/// (`fill`, the default) or reads it as it comes (`lazy`: faults served by gpucr,
+/// for measuring whether a driver copes with memory registered with a userfaultfd).
+pub const ENV_LAZY_STAGING: &str = "GPUCR_LAZY_STAGING";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LazyStaging {
+    Fill,
+    Lazy,
+}
+
+fn lazy_staging() -> Result<LazyStaging, RestoreError> {
+    match std::env::var(ENV_LAZY_STAGING) {
+        Err(_) => Ok(LazyStaging::Fill),
+        Ok(v) => match v.trim() {
+            "" | "fill" => Ok(LazyStaging::Fill),
+            "lazy" => Ok(LazyStaging::Lazy),
+            _ => Err(RestoreError::LazyStaging { value: v }),
+        },
+    }
 }
 
 /// The page size of the image's pagemaps: the dumping host's, else this one's.

@@ -733,6 +733,16 @@ impl Backend for CudaBackend {
         self.begin_restore(pid, &state.pairs()?, &sizes)
     }
 
+    /// Host staging: the driver's restore copies the staged memory out of the process
+    /// (a kernel-side copy: whether the driver copes with pages still to come through
+    /// a userfaultfd is unmeasured, so they are brought in first). A state that does
+    /// not decode says yes: its resume fails anyway.
+    fn resume_reads_process_memory(&self, task: &TaskDevice) -> bool {
+        CudaState::decode(task).map_or(true, |state| {
+            state.initial != "checkpointed" && state.staging().map_or(true, |s| s == Staging::Host)
+        })
+    }
+
     fn resume_task(&self, pid: i32, task: &TaskDevice, cancel: &Cancel) -> Result<(), GpuError> {
         let state = CudaState::decode(task)?;
         if state.initial == "checkpointed" {
