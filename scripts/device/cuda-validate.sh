@@ -19,11 +19,18 @@
 #   5. a 4-process tree against one process (TREE_GIB each, default 2, ROUNDS rounds,
 #      default 3, alternating): lock+checkpoint wall time from the manifests' operation
 #      logs, whole dump and restore times, checksums after every restore;
-#   6. scripts/bench-parallel-restore.sh and scripts/bench-dump-restore.sh on this
+#   6. on-demand restore (`gpucr restore --lazy`) of the PyTorch process (TENSOR_GIB):
+#      ROUNDS rounds of a plain restore, a lazy one whose staged memory gpucr brings in
+#      before the driver's restore (the default), and a lazy one that leaves it to the
+#      driver's reads through the userfaultfd (GPUCR_LAZY_STAGING=lazy): time to resume
+#      (the timeline up to criu-done), time until all memory is in, bytes on fault,
+#      checksums after each; whether the driver copes with memory registered with a
+#      userfaultfd is recorded in the summary;
+#   7. scripts/bench-parallel-restore.sh and scripts/bench-dump-restore.sh on this
 #      machine's cores (RUNS each, default 9; RUNS=0 skips them).
 #
 # LAUNCH (auto, pidns, plain) says how workloads start; see below. STEPS picks steps
-# (default "driver criu e2e byhand versus faults guard engine tree4 parallel cpu"; versus:
+# (default "driver criu e2e byhand versus faults guard engine tree4 lazy parallel cpu"; versus:
 # gpucr against the by-hand route, ROUNDS rounds interleaved; guard: gpucr killed with
 # SIGKILL during a dump and during a restore; engine: engine mode, CRIU run by hand as
 # runc runs it). Each step has
@@ -47,7 +54,7 @@ TENSOR_GIB=${TENSOR_GIB:-8}
 TREE_GIB=${TREE_GIB:-2}
 ROUNDS=${ROUNDS:-3}
 RUNS=${RUNS:-9}
-STEPS=${STEPS:-driver criu e2e byhand versus faults guard engine tree4 parallel cpu}
+STEPS=${STEPS:-driver criu e2e byhand versus faults guard engine tree4 lazy parallel cpu}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-480}
 # Images go to disk (/var/tmp), as a user's would; each is removed after its step.
@@ -714,7 +721,78 @@ print(f"tree4: {len(rows)} dumps, {len(rows) - len(bad)} restores verified")
 PY
 fi
 
-# --- 6. benchmarks on this machine's cores --------------------------------------------
+# --- 6. on-demand restore ---------------------------------------------------------------
+# One restore of IMG in MODE (plain, fill: --lazy with the staged memory brought in
+# before the driver's restore, lazy: --lazy leaving it to the driver's reads), the tree
+# killed after its checksums (round K) are compared. Appends a row to lazy.txt.
+lazy_round() {
+    local mode=$1 img=$2 state=$3 k=$4 t restored ms resume all fault ok=0 err=$details/restore-lazy-$1-$4.txt
+    local args=(restore --detach) env=()
+    [ "$mode" = plain ] || args+=(--lazy)
+    [ "$mode" = lazy ] && env=(GPUCR_LAZY_STAGING=lazy)
+    t=$(date +%s%N)
+    if restored=$(env "${env[@]}" timeout --kill-after=10 "$STEP_TIMEOUT" "$gpucr" "${args[@]}" "$img" 2> "$err"); then
+        ms=$(ms_since "$t")
+        # Time to resume: the timeline's spans up to CRIU's end; all memory in: gpucr's
+        # own line (from the server's start, a few ms after the restore's).
+        resume=$(awk '/-> criu-done/ {s += $1; print s; exit} / ms  .* -> / {s += $1}' "$err")
+        all=$(sed -n 's/^all memory in \([0-9.]*\) \(m\?s\).*/\1 \2/p' "$err")
+        fault=$(sed -n 's/^all memory in .*: \(.*\) on fault.*/\1/p' "$err" | tr -d ' ')
+        check_intact "$state" "$k" && ok=1
+        echo "$mode $ms ${resume:--} ${all// /} ${fault:--} $ok" | tee -a "$details/lazy.txt"
+        kill_tree "$restored"
+    else
+        echo "$mode failed - - - 0" | tee -a "$details/lazy.txt"
+        cp "$img/restore.log" "$details/restore-lazy-$mode-$k.log" 2>/dev/null
+        tail -5 "$err"
+        fail "lazy: $mode restore (round $k): $(grep -m1 'error' "$err")"
+    fi
+}
+
+if wanted lazy; then
+    section "on-demand restore (--lazy) of 1 process, $TENSOR_GIB GiB of tensors, $ROUNDS rounds"
+    state=$work/lazy img=$work/img-lazy
+    if pid=$(start_workload "$state" 1); then
+        check_intact "$state" 1 || fail "lazy: checksums before the dump"
+        rm -rf "$img"
+        if limit "$gpucr" dump "$pid" "$img" > "$details/dump-lazy.txt" 2>&1; then
+            kill_tree "$pid"
+            echo "# mode restore_ms resume_ms all_memory_in fault_bytes verified" > "$details/lazy.txt"
+            k=2
+            for round in $(seq "$ROUNDS"); do
+                for mode in plain fill lazy; do lazy_round "$mode" "$img" "$state" "$k"; k=$((k + 1)); done
+                save_details
+            done
+            python3 - "$details/lazy.txt" <<'PY' | tee -a "$summary"
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
+for mode in ("plain", "fill", "lazy"):
+    mine = [r for r in rows if r[0] == mode]
+    done = [r for r in mine if r[1] != "failed"]
+    med = lambda col: statistics.median(float(r[col]) for r in done) if done else float("nan")
+    resume = [float(r[2]) for r in done if r[2] != "-"]
+    print(f"lazy: {mode}: {len(done)}/{len(mine)} restored, {sum(r[5] == '1' for r in mine)} verified; "
+          f"restore (until all memory in) median {med(1):.0f} ms; time to resume median "
+          f"{statistics.median(resume) if resume else float('nan'):.0f} ms; all memory in "
+          f"{[r[3] for r in done]}; on fault {[r[4] for r in done]}")
+lazy = [r for r in rows if r[0] == "lazy"]
+copes = lazy and all(r[1] != "failed" and r[5] == "1" for r in lazy)
+print("lazy: the driver " + ("copes" if copes else "does NOT cope") +
+      " with staged memory registered with a userfaultfd (GPUCR_LAZY_STAGING=lazy: "
+      f"{sum(r[5] == '1' for r in lazy)}/{len(lazy)} restores verified; the bytes on fault "
+      "say how much of it the driver's reads faulted in)")
+PY
+        else
+            cat "$details/dump-lazy.txt"; fail "lazy: gpucr dump failed"; kill_tree "$pid"
+        fi
+        rm -rf "$img"
+    else
+        fail "lazy: the workload did not start"
+    fi
+    save_details
+fi
+
+# --- 7. benchmarks on this machine's cores --------------------------------------------
 if [ "$RUNS" -gt 0 ] && wanted parallel; then
     section "parallel restore benchmark ($(nproc) cores, RUNS=$RUNS)"
     RUNS=$RUNS STEP_TIMEOUT=$BENCH_TIMEOUT limit scripts/bench-parallel-restore.sh > "$details/bench-parallel-restore.txt" 2>&1 ||
