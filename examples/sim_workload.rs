@@ -364,8 +364,7 @@ fn main() {
         &device_path,
         &gpu_ids,
         layout,
-        &opts.driver,
-        &cpu,
+        (&opts.driver, &cpu),
     );
 }
 
@@ -383,8 +382,7 @@ fn run(
     device_path: &Path,
     gpu_ids: &[u32],
     layout: Layout,
-    driver: &str,
-    cpu: &CpuMemory,
+    (driver, cpu): (&str, &CpuMemory),
 ) -> ! {
     let host_pid = fs::read_link("/proc/self")
         .ok()

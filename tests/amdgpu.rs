@@ -257,7 +257,7 @@ fn restore(
         backend,
         restorer,
         tasks.clone(),
-        (parallel, false),
+        (parallel, false, None),
         timeline,
         gpucr::helper::StepControl {
             device_timeout: Duration::from_secs(20),

@@ -145,7 +145,10 @@ pub struct RestoreSettings {
 /// before the backend's resume of a task whose device memory was staged in it. Its
 /// error says why the memory could not be brought in.
 #[derive(Clone)]
-pub struct ProcessMemory(pub Arc<dyn Fn(u32, &Cancel) -> Result<(), String> + Send + Sync>);
+pub struct ProcessMemory(pub Arc<FillTask>);
+
+/// [`ProcessMemory`]'s function: the task's pid in the image, the step's cancellation.
+pub type FillTask = dyn Fn(u32, &Cancel) -> Result<(), String> + Send + Sync;
 
 impl std::fmt::Debug for ProcessMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
