@@ -166,7 +166,11 @@ fn a_damaged_block_kills_the_tree_and_names_the_file() {
     )
     .unwrap();
     // CRIU may or may not see its tasks die before it lets them go.
+    // Killed while CRIU still holds it, the tree would make CRIU wait for ever: the
+    // server stops it and kills it once told CRIU is done.
+    server.criu_running();
     let restored = criu_lazy_restore(&image, &work).ok();
+    server.criu_done();
     let _restored = restored.map(Restored);
     let error = server.wait().expect_err("a damaged block was served");
     assert_eq!(

@@ -733,13 +733,22 @@ lazy_round() {
     t=$(date +%s%N)
     if restored=$(env "${env[@]}" timeout --kill-after=10 "$STEP_TIMEOUT" "$gpucr" "${args[@]}" "$img" 2> "$err"); then
         ms=$(ms_since "$t")
-        # Time to resume: the timeline's spans up to CRIU's end; all memory in: gpucr's
-        # own line (from the server's start, a few ms after the restore's).
+        # Time to resume: the timeline's spans up to CRIU's end. Detached, a --lazy
+        # restore returns once the tree runs and its helper writes "all memory in at N
+        # ms" (on the restore's clock) to the image's lazy-pages.log when done.
         resume=$(awk '/-> criu-done/ {s += $1; print s; exit} / ms  .* -> / {s += $1}' "$err")
-        all=$(sed -n 's/^all memory in \([0-9.]*\) \(m\?s\).*/\1 \2/p' "$err")
-        fault=$(sed -n 's/^all memory in .*: \(.*\) on fault.*/\1/p' "$err" | tr -d ' ')
+        all=- fault=-
+        if [ "$mode" != plain ]; then
+            for _ in $(seq $((STEP_TIMEOUT * 10))); do
+                grep -q 'all memory in\|lazy-pages server failed\|error' "$img/lazy-pages.log" 2>/dev/null && break
+                sleep 0.1
+            done
+            cp "$img/lazy-pages.log" "$details/lazy-pages-$mode-$k.log" 2>/dev/null || true
+            all=$(sed -n 's/.*all memory in at \([0-9.]*\) ms.*/\1ms/p' "$img/lazy-pages.log" 2>/dev/null | head -1)
+            fault=$(sed -n 's/.*pages (\([^)]*\)) on fault.*/\1/p' "$img/lazy-pages.log" 2>/dev/null | head -1 | tr -d ' ')
+        fi
         check_intact "$state" "$k" && ok=1
-        echo "$mode $ms ${resume:--} ${all// /} ${fault:--} $ok" | tee -a "$details/lazy.txt"
+        echo "$mode $ms ${resume:--} ${all:--} ${fault:--} $ok" | tee -a "$details/lazy.txt"
         kill_tree "$restored"
     else
         echo "$mode failed - - - 0" | tee -a "$details/lazy.txt"

@@ -149,6 +149,8 @@ impl TaskMemory {
 impl Drop for LazyServer {
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
+            // No CRIU will be reported done by a restore that gives up.
+            self.criu_done();
             self.stop.cancel("the restore failed");
             let _ = thread.join();
         }
@@ -227,6 +229,18 @@ impl LazyServer {
         })
     }
 
+    /// CRIU is about to restore the tree: until [`LazyServer::criu_done`], a failure
+    /// stops the tree (SIGSTOP) and kills it only once CRIU has let go of it. Killing a
+    /// tree CRIU still traces makes CRIU's detach fail and CRIU wait for ever.
+    pub fn criu_running(&self) {
+        self.memory.0.criu.set(CriuPhase::Running);
+    }
+
+    /// CRIU has answered (whatever its outcome): a failure kills the tree at once.
+    pub fn criu_done(&self) {
+        self.memory.0.criu.set(CriuPhase::Done);
+    }
+
     /// A handle that brings one task's memory in ahead of the rest.
     pub fn memory(&self) -> TaskMemory {
         self.memory.clone()
@@ -248,6 +262,54 @@ impl LazyServer {
         }
     }
 }
+
+/// Where CRIU's restore is, for a failure's kill ([`LazyServer::criu_running`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CriuPhase {
+    /// Nobody tells the server (a restore run by hand): kill at once.
+    Untracked,
+    Running,
+    Done,
+}
+
+/// The phase, and a wait for CRIU's end.
+#[derive(Debug)]
+struct CriuTracker {
+    phase: Mutex<CriuPhase>,
+    changed: Condvar,
+}
+
+impl CriuTracker {
+    fn new() -> CriuTracker {
+        CriuTracker {
+            phase: Mutex::new(CriuPhase::Untracked),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn set(&self, phase: CriuPhase) {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
+        self.changed.notify_all();
+    }
+
+    /// Wait (at most `limit`) until CRIU is not running: whether it let go in time.
+    fn wait_until_not_running(&self, limit: Duration) -> bool {
+        let phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        let (phase, timeout) = self
+            .changed
+            .wait_timeout_while(phase, limit, |p| *p == CriuPhase::Running)
+            .unwrap_or_else(|e| e.into_inner());
+        *phase != CriuPhase::Running && !timeout.timed_out()
+    }
+
+    fn running(&self) -> bool {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) == CriuPhase::Running
+    }
+}
+
+/// How long a failure waits for CRIU to let go of the stopped tree before it kills the
+/// tree anyway.
+const CRIU_LET_GO_LIMIT: Duration = Duration::from_secs(60);
 
 /// The lock file a serving restore holds in its work directory.
 pub const LOCK_NAME: &str = "lazy-pages.lock";
@@ -339,6 +401,8 @@ struct Shared {
     fault_bytes: AtomicU64,
     background_bytes: AtomicU64,
     zero_pages: AtomicU64,
+    /// Where CRIU's restore is, for a failure's kill.
+    criu: CriuTracker,
 }
 
 impl Shared {
@@ -432,6 +496,7 @@ impl Shared {
             options,
             page_size,
             throttle: throttle(),
+            criu: CriuTracker::new(),
             stop,
             restored: AtomicBool::new(false),
             done: AtomicBool::new(false),
@@ -503,6 +568,12 @@ fn serve(socket: LazySocket, shared: Arc<Shared>) -> Result<Summary, LazyError> 
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        // While CRIU still holds the tree, it is stopped now (a stopped task runs not
+        // one instruction once CRIU detaches) and killed once CRIU has let go.
+        if shared.criu.running() {
+            kill::stop_tree(&hosts);
+            let _ = shared.criu.wait_until_not_running(CRIU_LET_GO_LIMIT);
+        }
         kill::kill_tree(&hosts);
     }
     shared.done.store(true, Ordering::Release);

@@ -268,6 +268,7 @@ fn restore_in(
             )?;
             // This restore owns the directory's socket now: an earlier one's log goes.
             let _ = std::fs::remove_file(&lazy_log);
+            server.criu_running();
             Ok(server)
         })
         .transpose()?;
@@ -358,6 +359,9 @@ fn restore_in(
     let result = swrk
         .restore(&request, &log, &mut |n| gate.notify(n, progress))
         .criu;
+    if let Some(server) = &lazy {
+        server.criu_done();
+    }
     if let (Some(_), true) = (interrupt::requested(), result.is_err()) {
         drop(swrk);
         return Err(interrupted());
