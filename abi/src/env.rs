@@ -274,6 +274,14 @@ pub const VARIABLES: &[Variable] = &[
          fails naming the holder (default 1800)",
     ),
     variable(
+        "GPUCR_LAZY_STAGING",
+        false,
+        Testing,
+        "with restore --lazy of a CUDA image staged in host memory: `fill` (default) brings \
+         each task's memory in before the driver's restore reads it, `lazy` leaves it to \
+         the driver's faults (to measure whether a driver copes with userfaultfd)",
+    ),
+    variable(
         "GPUCR_TEST_LAZY_THROTTLE_MS",
         false,
         Testing,

@@ -66,7 +66,7 @@ pub const ALL: &[(u8, &str)] = &[
     (CRIU_FAILED, "CRIU reported that the dump or restore failed"),
     (
         IMAGE_DIR,
-        "image directory not usable (not empty, not writable, not a directory, no room for the manifest, another lazy restore of it still serving)",
+        "image directory not usable (not empty, not writable, not a directory, no room for the manifest)",
     ),
     (
         IMAGE_DAMAGED,
