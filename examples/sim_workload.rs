@@ -18,7 +18,9 @@
 //! cannot dump), --driver kfd|nvidia (default kfd: gpucr copies device memory; nvidia:
 //! the process's own driver moves it into process memory and back on request, through
 //! a restore thread named `simgpu-rst`, as CUDA's checkpoint API does), --zombies N
-//! (default 0: children of the parent that exit at once and are never reaped).
+//! (default 0: children of the parent that exit at once and are never reaped),
+//! --hold-request-ms N (default 0; tests: the restore thread keeps the request file of
+//! its mailbox open N ms each time it reads it).
 //!
 //! The parent forks the child first (as GPU programs fork before initialising the
 //! device), then each opens its own device and allocates buffers of mixed sizes (4 KiB up
@@ -53,6 +55,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 static LOCKED: AtomicBool = AtomicBool::new(false);
 /// Kernels parked by the lock.
 static PARKED: AtomicUsize = AtomicUsize::new(0);
+/// `--hold-request-ms`: how long the restore thread keeps the request file open each
+/// time it reads it (a test's way to make a freeze find it open, were it open then).
+static HOLD_REQUEST_MS: AtomicU64 = AtomicU64::new(0);
 
 const PAGE: usize = 4096;
 const KIB: u64 = 1 << 10;
@@ -71,6 +76,7 @@ struct Options {
     hold: Vec<PathBuf>,
     driver: String,
     zombies: u64,
+    hold_request_ms: u64,
 }
 
 fn parse_args() -> Options {
@@ -87,6 +93,7 @@ fn parse_args() -> Options {
         hold: Vec::new(),
         driver: String::new(),
         zombies: 0,
+        hold_request_ms: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -105,6 +112,7 @@ fn parse_args() -> Options {
             "--child-mib" => opts.child_mib = number(value()),
             "--hold" => opts.hold.push(PathBuf::from(value())),
             "--zombies" => opts.zombies = number(value()),
+            "--hold-request-ms" => opts.hold_request_ms = number(value()),
             "--children" => opts.children = number(value()) as usize,
             "--cpu-mib" => opts.cpu_mib = number(value()),
             "--cpu-bounds" => match value().as_str() {
@@ -296,6 +304,7 @@ fn buffer_sizes(total: u64, max_buffer: u64) -> Vec<u64> {
 
 fn main() {
     let opts = parse_args();
+    HOLD_REQUEST_MS.store(opts.hold_request_ms, Ordering::SeqCst);
     let root = SimRoot::from_env().unwrap_or_else(|| die("GPUCR_SIM_ROOT is not set"));
     let device_path = std::env::var_os(ENV_DEVICE)
         .map(PathBuf::from)
@@ -552,23 +561,24 @@ fn kernel(
 /// The `nvidia` driver's restore thread: answers the requests gpucr's half writes into
 /// the context's mailbox (lock, checkpoint, restore, unlock). It runs while the tree is
 /// frozen only when CRIU's plugin lets it. An operation named in the sim root's
-/// `driver-fail` file is answered with an error and changes nothing.
+/// `driver-fail` file is answered with an error and changes nothing. It looks at the
+/// mailbox again at once after an answer, every 2 ms otherwise, and holds none of its
+/// files open in between ([`new_request`]).
 fn driver_thread(dir: &Path, buffers: &[(PathBuf, Arc<Buffer>)], kernels: usize) {
+    let request = dir.join(DRIVER_REQUEST_FILE);
     let mut last = 0u64;
+    let mut seen = None;
     loop {
-        thread::sleep(Duration::from_millis(2));
-        let Some((seq, op)) = fs::read_to_string(dir.join(DRIVER_REQUEST_FILE))
-            .ok()
+        let Some((seq, op)) = new_request(&request, &mut seen)
             .and_then(|t| {
                 let (seq, op) = t.trim().split_once(' ')?;
                 Some((seq.parse::<u64>().ok()?, op.to_owned()))
             })
+            .filter(|(seq, _)| *seq > last)
         else {
+            thread::sleep(Duration::from_millis(2));
             continue;
         };
-        if seq <= last {
-            continue;
-        }
         last = seq;
         // The context is ROOT/contexts/CTX.
         let root = dir.parent().and_then(Path::parent).unwrap_or(dir);
@@ -618,6 +628,57 @@ fn driver_thread(dir: &Path, buffers: &[(PathBuf, Arc<Buffer>)], kernels: usize)
             let _ = fs::rename(&tmp, dir.join(DRIVER_STATE_FILE));
         }
     }
+}
+
+/// One request file: gpucr's side writes each request into a new file and renames it
+/// into place, so another request is another file (inode, or times).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct RequestFile {
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl RequestFile {
+    fn of(meta: &fs::Metadata) -> RequestFile {
+        use std::os::unix::fs::MetadataExt;
+        RequestFile {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// The request file's text when it is another file than the one read last (`seen`).
+///
+/// The mailbox is device state, which a real driver keeps in the device: the thread must
+/// never be frozen with the file open, or CRIU dumps that fd as a file of the process and
+/// cannot reopen it on a machine whose device memory (the context directory) is gone.
+/// So it is watched without an fd (stat), and opened only for a request gpucr's side
+/// has just posted and waits for the answer of: the file is closed before that answer,
+/// and nothing new comes before gpucr has it, so neither the freeze (after the lock's
+/// answer) nor the stop after the checkpoint finds it open. (`--hold-request-ms` keeps
+/// it open that long at each read, to show it.)
+fn new_request(path: &Path, seen: &mut Option<RequestFile>) -> Option<String> {
+    let now = RequestFile::of(&fs::metadata(path).ok()?);
+    if *seen == Some(now) {
+        return None;
+    }
+    let mut file = fs::File::open(path).ok()?;
+    // What was opened, which may be newer than what was looked at.
+    let opened = RequestFile::of(&file.metadata().ok()?);
+    let mut text = String::new();
+    let read = std::io::Read::read_to_string(&mut file, &mut text);
+    thread::sleep(Duration::from_millis(
+        HOLD_REQUEST_MS.load(Ordering::SeqCst),
+    ));
+    drop(file);
+    read.ok()?;
+    *seen = Some(opened);
+    Some(text)
 }
 
 /// Check every page of `b` against its step counter. The page of the step in flight when

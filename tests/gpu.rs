@@ -1210,6 +1210,54 @@ fn nvidia_model_tree_survives_dump_wipe_and_restore() {
     assert!(tree.steps() > steps_at_dump, "the kernels go on");
 }
 
+/// The NVIDIA model's mailbox is device state, not a file of the process: a freeze must
+/// never find the restore thread with the request file open, or CRIU dumps that fd as a
+/// regular file and cannot reopen it once the device memory (the context directory) is
+/// gone. Here the thread keeps the request file open 300 ms every time it reads it: it
+/// reads it only for a new request, which it answers after closing it, so neither the
+/// freeze (after the lock's answer) nor the stop after the checkpoint finds it open, and
+/// the tree restores after the wipe, and the dump log names no mailbox file. (A thread
+/// that polled by opening the file, as it looks again at once after an answer, would be
+/// stopped with it open every time: CRIU's restore then fails with "Can't open file
+/// .../driver-request".)
+#[test]
+fn nvidia_model_restore_thread_never_holds_its_mailbox_at_a_freeze() {
+    let _lock = criu_lock();
+    let Started {
+        tmp: _tmp,
+        sim,
+        image,
+        tree,
+    } = started(
+        "nv-mailbox",
+        &[
+            "--driver",
+            "nvidia",
+            "--parent-mib",
+            "16",
+            "--child-mib",
+            "8",
+            "--hold-request-ms",
+            "300",
+        ],
+    );
+    assert!(tree.verify(1));
+    assert_success(&dump(
+        &sim,
+        &[&tree.pid.to_string(), image.to_str().unwrap()],
+    ));
+    let log = fs::read_to_string(image.join("dump.log")).unwrap();
+    assert!(
+        !log.contains(gpucr_abi::sim::DRIVER_REQUEST_FILE),
+        "the dump holds the mailbox as a file of the process:\n{log}"
+    );
+    kill_and_wait(tree.pid);
+    tree.wipe_device_memory();
+    let out = restore(&sim, &["-d", image.to_str().unwrap()]);
+    let _restored = Restored::from_output(&out);
+    assert!(tree.verify(2), "every byte is back on the device");
+}
+
 /// A simulated GPU tree with a zombie (a child its parent never reaped), with each
 /// driver model: CRIU pauses the zombie but calls no CHECKPOINT_DEVICES for it. The dump
 /// takes it as it is, and the restore brings it back beside the GPU processes, whose

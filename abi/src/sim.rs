@@ -33,10 +33,12 @@ pub const RESTORE_THREAD: &str = "simgpu-rst";
 /// driver does only the newest request), answered in the state file "SEQ STATE" (STATE one
 /// of running, locked, checkpointed, or "error: ..."), each written whole by a rename.
 pub const DRIVER_REQUEST_FILE: &str = "driver-request";
-/// Every request is padded with spaces to this many bytes (its newline included). The
-/// driver's thread polls the request file, and a tree frozen while it reads has the file
-/// open: CRIU records the file's size and refuses to restore a file whose size changed,
-/// so every request has the same size.
+/// Every request is padded with spaces to this many bytes (its newline included), so
+/// that every request has the same size. The mailbox is device state: the driver's
+/// thread watches the request file without holding it open (by its metadata) and opens
+/// it only to read a new request, closed before its answer, so that CRIU never finds it
+/// open in a frozen tree (it would dump it as a file of the process, which a restore
+/// cannot reopen once the device memory is gone).
 pub const DRIVER_REQUEST_SIZE: usize = 64;
 pub const DRIVER_STATE_FILE: &str = "driver-state";
 /// Operation names in this file at the sim root make every simulated driver answer
