@@ -78,18 +78,7 @@ fn criu_lazy_restore_served_by_gpucr_keeps_its_memory() {
     let (tree, image) = dumped_tree(tmp.path());
     let work = tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();
-    let manifest = Arc::new(Manifest::read(&image).unwrap());
-    let server = LazyServer::start(
-        &work,
-        manifest,
-        ServeOptions {
-            image_dir: image.clone(),
-            threads: 2,
-            guard: None,
-        },
-        &Cancel::new(),
-    )
-    .unwrap();
+    let server = serve(&image, &work);
     let pid = match criu_lazy_restore(&image, &work) {
         Ok(pid) => pid,
         Err(e) => panic!("{e}\nserver: {:?}", server.wait()),
@@ -152,19 +141,8 @@ fn a_damaged_block_kills_the_tree_and_names_the_file() {
     let (tree, image) = dumped_tree(tmp.path());
     let work = tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();
-    let manifest = Arc::new(Manifest::read(&image).unwrap());
     let damaged = damage_pages(&image);
-    let server = LazyServer::start(
-        &work,
-        manifest,
-        ServeOptions {
-            image_dir: image.clone(),
-            threads: 2,
-            guard: None,
-        },
-        &Cancel::new(),
-    )
-    .unwrap();
+    let server = serve(&image, &work);
     // CRIU may or may not see its tasks die before it lets them go.
     // Killed while CRIU still holds it, the tree would make CRIU wait for ever: the
     // server stops it and kills it once told CRIU is done.
@@ -396,4 +374,21 @@ fn gpucr_restore_lazy_json_says_when_and_how_memory_came() {
         "{report}"
     );
     tree.wait_ticks(3);
+}
+
+/// gpucr's lazy-pages server for `image`, listening in `work`, before CRIU starts (two
+/// background threads, no guard).
+fn serve(image: &Path, work: &Path) -> LazyServer {
+    let manifest = Arc::new(Manifest::read(image).unwrap());
+    LazyServer::start(
+        work,
+        manifest,
+        ServeOptions {
+            image_dir: image.to_path_buf(),
+            threads: 2,
+            guard: None,
+        },
+        &Cancel::new(),
+    )
+    .unwrap()
 }

@@ -35,21 +35,18 @@ pub fn descendants(roots: &[i32]) -> BTreeSet<i32> {
 
 /// SIGSTOP `roots` and their descendants (a tree CRIU still holds: it is killed once
 /// CRIU has let go, [`kill_tree`]).
-pub fn stop_tree(roots: &[i32]) -> usize {
+pub fn stop_tree(roots: &[i32]) -> BTreeSet<i32> {
     let all = descendants(roots);
     for pid in &all {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGSTOP);
     }
-    all.len()
+    all
 }
 
 /// SIGKILL `roots` and their descendants. Stopping them first keeps a task from forking
 /// a child the walk would miss.
 pub fn kill_tree(roots: &[i32]) -> usize {
-    let first = descendants(roots);
-    for pid in &first {
-        let _ = kill(Pid::from_raw(*pid), Signal::SIGSTOP);
-    }
+    let first = stop_tree(roots);
     let all = descendants(&first.iter().copied().collect::<Vec<_>>());
     for pid in &all {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
