@@ -441,7 +441,7 @@ fn dump_into_a_dir_another_dump_holds_is_refused() {
     assert_fails_with(
         &out,
         IMAGE_DIR,
-        "another gpucr dump is writing an image there",
+        "another gpucr is using the image directory",
     );
     assert_eq!(
         fs::read(tmp.path().join("pages-1.img")).unwrap(),

@@ -216,6 +216,51 @@ fn gpucr_restore_lazy_detached_returns_while_a_helper_serves_the_rest() {
 }
 
 #[test]
+fn a_second_restore_of_an_image_still_being_served_is_refused_and_changes_nothing() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let (tree, image) = dumped_tree(tmp.path());
+    // A second a block: 64 MiB take the helper well over ten seconds to serve.
+    let slow = ("GPUCR_TEST_LAZY_THROTTLE_MS", "1000");
+    let dir = image.to_str().unwrap();
+    let out = gpucr_env(&["restore", "--lazy", "--detach", dir], &[slow]);
+    let _restored = Restored::from_output(&out);
+    let log = named_log(&out);
+    for second in [
+        &["restore", "--lazy", "--detach", dir][..],
+        &["restore", dir],
+    ] {
+        let refused = gpucr(second);
+        assert_fails_with(
+            &refused,
+            i32::from(gpucr_core::exit_code::IMAGE_DIR),
+            "an on-demand restore still serving its memory",
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !text.contains("all memory in"),
+        "served before the second restores were tried, which proves nothing: {text}"
+    );
+    wait_for(
+        Duration::from_secs(120),
+        "the first restore's helper to say all memory is in",
+        || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|t| t.contains("all memory in"))
+        },
+    );
+    tree.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&tree.state, role);
+        for line in tree.journal(role) {
+            assert!(line.healthy(), "journal-{role}: {line:?}");
+        }
+    }
+}
+
+#[test]
 fn a_damaged_block_found_after_a_detached_return_kills_the_tree_and_is_logged() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();

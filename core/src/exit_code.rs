@@ -26,7 +26,8 @@ pub const CRIU_UNAVAILABLE: u8 = 4;
 /// gpucr's plugin other than a device's: see [`DEVICE_FAILED`]).
 pub const CRIU_FAILED: u8 = 5;
 /// The image directory cannot be written: not empty (without `--force`), not writable,
-/// not a directory.
+/// not a directory; or another gpucr holds it (a dump writing it, an on-demand restore
+/// still serving from it).
 pub const IMAGE_DIR: u8 = 6;
 /// The image is damaged: a checksum, size, manifest field or CRIU image does not match.
 pub const IMAGE_DAMAGED: u8 = 7;
@@ -66,7 +67,7 @@ pub const ALL: &[(u8, &str)] = &[
     (CRIU_FAILED, "CRIU reported that the dump or restore failed"),
     (
         IMAGE_DIR,
-        "image directory not usable (not empty, not writable, not a directory, no room for the manifest)",
+        "image directory not usable (not empty, not writable, not a directory, no room for the manifest, in use by another gpucr dump or on-demand restore)",
     ),
     (
         IMAGE_DAMAGED,

@@ -43,7 +43,11 @@ pub enum ImageDirError {
         #[source]
         source: io::Error,
     },
-    #[error("{path}: another gpucr dump is writing an image there")]
+    #[error(
+        "{path}: another gpucr is using the image directory (a dump writing an image \
+         there, a restore reading it, or an on-demand restore still serving its memory); \
+         try again once it has finished"
+    )]
     InUse { path: PathBuf },
     #[error("{path}: cannot lock the image directory")]
     Lock {
@@ -147,7 +151,27 @@ pub fn prepare_for_dump(dir: &Path, force: bool) -> Result<Flock<File>, ImageDir
 
 /// Take the dump's exclusive lock on the opened image directory, without waiting.
 fn lock_for_dump(dir: &Path, opened: File) -> Result<Flock<File>, ImageDirError> {
-    Flock::lock(opened, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+    lock_dir(dir, opened, FlockArg::LockExclusiveNonblock)
+}
+
+/// How a restore holds the image directory it reads, taken without waiting and kept for
+/// as long as the returned lock stays open.
+///
+/// A restore takes it shared, so restores of one image run side by side, while a dump
+/// into the directory (exclusive) is refused and cannot remove or truncate a file the
+/// restore maps. An on-demand restore (`serving`) takes it exclusive and keeps it until
+/// the last page is served: a second restore of the image, which would remove the first
+/// one's log and socket or bind its own beside them, is refused until then.
+pub fn lock_for_restore(dir: &Path, serving: bool) -> Result<Flock<File>, ImageDirError> {
+    let how = match serving {
+        true => FlockArg::LockExclusiveNonblock,
+        false => FlockArg::LockSharedNonblock,
+    };
+    lock_dir(dir, open_dir(dir)?, how)
+}
+
+fn lock_dir(dir: &Path, opened: File, how: FlockArg) -> Result<Flock<File>, ImageDirError> {
+    Flock::lock(opened, how).map_err(|(_, errno)| {
         if errno == Errno::EWOULDBLOCK {
             ImageDirError::InUse { path: dir.into() }
         } else {
@@ -410,7 +434,8 @@ mod tests {
             let err = prepare_for_dump(tmp.path(), force).unwrap_err();
             assert!(matches!(err, ImageDirError::InUse { .. }), "{err:?}");
             assert!(
-                err.to_string().contains("another gpucr dump is writing"),
+                err.to_string()
+                    .contains("another gpucr is using the image directory"),
                 "{err}"
             );
             assert_eq!(err.exit_code(), exit_code::IMAGE_DIR);
@@ -419,6 +444,31 @@ mod tests {
         drop(first);
         prepare_for_dump(tmp.path(), true).unwrap();
         assert!(sorted_entries(tmp.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn restores_share_an_image_and_an_on_demand_restore_has_it_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let in_use = |result: Result<Flock<File>, ImageDirError>| match result {
+            Err(err @ ImageDirError::InUse { .. }) => {
+                assert_eq!(err.exit_code(), exit_code::IMAGE_DIR)
+            }
+            other => panic!("not refused as in use: {other:?}"),
+        };
+        let first = lock_for_restore(tmp.path(), false).unwrap();
+        let second = lock_for_restore(tmp.path(), false).unwrap();
+        in_use(lock_for_restore(tmp.path(), true));
+        in_use(prepare_for_dump(tmp.path(), true));
+        drop((first, second));
+        let serving = lock_for_restore(tmp.path(), true).unwrap();
+        in_use(lock_for_restore(tmp.path(), false));
+        in_use(lock_for_restore(tmp.path(), true));
+        in_use(prepare_for_dump(tmp.path(), true));
+        drop(serving);
+        let dump = prepare_for_dump(tmp.path(), false).unwrap();
+        in_use(lock_for_restore(tmp.path(), false));
+        drop(dump);
+        lock_for_restore(tmp.path(), true).unwrap();
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub const SUBCOMMAND: &str = "lazy-guard";
 pub enum GuardError {
     #[error("cannot start the lazy-pages guard: {0}")]
     Start(io::Error),
+    #[error("{}: cannot open the lazy restore's log for its guard: {source}", .path.display())]
+    Log { path: PathBuf, source: io::Error },
     #[error(
         "the lazy-pages guard is gone: cannot hand it a userfaultfd, and the tree would \
          lose its memory should gpucr die ({0})"
@@ -68,12 +70,23 @@ impl LazyGuard {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(|e| GuardError::Start(e.into()))?;
+        // Not gpucr's standard error: the guard lives until every page is in, and a
+        // caller reading the command's output (`$(gpucr restore --lazy --detach ...)`)
+        // would wait for it until then. What it might say goes to the log.
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|source| GuardError::Log {
+                path: log.to_path_buf(),
+                source,
+            })?;
         let child = Command::new(program)
             .arg(SUBCOMMAND)
             .arg(log)
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(stderr))
             // Its own group: a terminal's Ctrl-C is for gpucr, not for it.
             .process_group(0)
             .spawn()

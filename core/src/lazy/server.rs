@@ -15,6 +15,7 @@
 //! a page that will not come, nor reads zeros where its data was.
 
 use std::collections::{HashMap, VecDeque};
+use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::fcntl::{fcntl, FcntlArg, Flock, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::error::LazyError;
@@ -163,13 +164,17 @@ impl Drop for LazyServer {
 pub struct Serving {
     server: Arc<Mutex<Option<LazyServer>>>,
     log: PathBuf,
+    /// The image directory's lock (`image::dir::lock_for_restore`), let go once every
+    /// page is in or serving has failed: no other restore of the image runs until then.
+    image_lock: Arc<Mutex<Option<Flock<File>>>>,
 }
 
 impl Serving {
-    pub fn new(server: LazyServer, log: PathBuf) -> Serving {
+    pub fn new(server: LazyServer, log: PathBuf, image_lock: Flock<File>) -> Serving {
         Serving {
             server: Arc::new(Mutex::new(Some(server))),
             log,
+            image_lock: Arc::new(Mutex::new(Some(image_lock))),
         }
     }
 
@@ -192,6 +197,12 @@ impl Serving {
                 &format!("lazy restore failed, the restored tree was killed: {e}"),
             );
         }
+        drop(
+            self.image_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         Some(result)
     }
 }
@@ -205,9 +216,6 @@ impl LazyServer {
         options: ServeOptions,
         cancel: &Cancel,
     ) -> Result<LazyServer, LazyError> {
-        // Held until serving ends (the socket goes once CRIU is done): a second lazy
-        // restore of the directory meanwhile is refused.
-        let lock = lock_dir(work_dir)?;
         let socket = LazySocket::bind(work_dir)?;
         let socket_path = socket.path().to_path_buf();
         let stop = cancel.child();
@@ -215,11 +223,7 @@ impl LazyServer {
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
             .name("lazy-pages".into())
-            .spawn(move || {
-                let served = serve(socket, theirs);
-                drop(lock);
-                served
-            })
+            .spawn(move || serve(socket, theirs))
             .map_err(LazyError::Thread)?;
         Ok(LazyServer {
             thread: Some(thread),
@@ -310,32 +314,6 @@ impl CriuTracker {
 /// How long a failure waits for CRIU to let go of the stopped tree before it kills the
 /// tree anyway.
 const CRIU_LET_GO_LIMIT: Duration = Duration::from_secs(60);
-
-/// The lock file a serving restore holds in its work directory.
-pub const LOCK_NAME: &str = "lazy-pages.lock";
-
-/// Lock `work_dir` for one serving restore: [`LazyError::Busy`] while another holds it.
-fn lock_dir(work_dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, LazyError> {
-    let path = work_dir.join(LOCK_NAME);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|source| LazyError::Socket {
-            path: path.clone(),
-            source,
-        })?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
-        |(_, errno)| match errno {
-            nix::errno::Errno::EWOULDBLOCK => LazyError::Busy { path: path.clone() },
-            e => LazyError::Socket {
-                path: path.clone(),
-                source: e.into(),
-            },
-        },
-    )
-}
 
 /// One userfaultfd: a task's memory, or a forked child's.
 #[derive(Debug)]
@@ -923,19 +901,5 @@ fn serve_fault(shared: &Shared, space: &Space, address: u64) -> Result<Served, L
                 _ => Ok(Served::Done),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_locked_work_directory_is_busy_until_its_server_lets_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let lock = lock_dir(dir.path()).unwrap();
-        assert!(matches!(lock_dir(dir.path()), Err(LazyError::Busy { .. })));
-        drop(lock);
-        lock_dir(dir.path()).unwrap();
     }
 }

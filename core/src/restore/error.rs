@@ -187,6 +187,7 @@ impl ExitCode for RestoreError {
             | RestoreError::GpuSection { .. }
             | RestoreError::GpuDamaged { .. } => exit_code::IMAGE_DAMAGED,
             RestoreError::GpuImage { source, .. } => source.exit_code(),
+            RestoreError::ImageDir(e @ ImageDirError::InUse { .. }) => e.exit_code(),
             RestoreError::ImageDir(_) => exit_code::FAILURE,
             RestoreError::WorkDir(e) => e.exit_code(),
             RestoreError::Criu(e) => e.exit_code(),

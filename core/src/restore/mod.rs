@@ -164,6 +164,9 @@ fn restore_in(
         &stop_verifying,
         opts.sysfs_root.as_deref(),
     )?;
+    // Held until this restore ends (an on-demand one: until its last page is served),
+    // before anything in the directory is removed or mapped (`dir::lock_for_restore`).
+    let image_lock = dir::lock_for_restore(&opts.dir, opts.lazy)?;
     if opts.verify_first {
         verify_gpu_first(&opts.dir, &manifest, &stop_verifying)?;
     }
@@ -255,6 +258,9 @@ fn restore_in(
     let lazy = opts
         .lazy
         .then(|| -> Result<_, crate::lazy::LazyError> {
+            // This restore has the image to itself (`image_lock`): an earlier one's log
+            // goes before the guard opens it.
+            let _ = std::fs::remove_file(&lazy_log);
             let guard = crate::lazy::LazyGuard::start(&lazy_log)?;
             let server = crate::lazy::LazyServer::start(
                 &work.path,
@@ -266,8 +272,6 @@ fn restore_in(
                 },
                 &opts.cancel,
             )?;
-            // This restore owns the directory's socket now: an earlier one's log goes.
-            let _ = std::fs::remove_file(&lazy_log);
             server.criu_running();
             Ok(server)
         })
@@ -424,7 +428,7 @@ fn restore_in(
         pid,
         manifest,
         gpu,
-        lazy: lazy.map(|server| crate::lazy::Serving::new(server, lazy_log)),
+        lazy: lazy.map(|server| crate::lazy::Serving::new(server, lazy_log, image_lock)),
     })
 }
 
