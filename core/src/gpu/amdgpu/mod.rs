@@ -265,6 +265,13 @@ fn fd_size(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
     Ok(end as u64)
 }
 
+/// Whether one of the process's buffers is a userptr buffer (its own CPU memory).
+fn holds_userptr(kfd: &KfdState) -> bool {
+    kfd.bos
+        .iter()
+        .any(|bo| bo.alloc_flags & gpucr_abi::kfd::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0)
+}
+
 fn kind_name(alloc_flags: u32) -> &'static str {
     if alloc_flags & gpucr_abi::kfd::KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0 {
         "vram"
@@ -464,6 +471,13 @@ impl Backend for AmdgpuBackend {
         })
     }
 
+    /// A KFD userptr buffer is the task's own memory, which the kernel pins at RESUME
+    /// (not through the task's faults): an on-demand restore brings the task's memory
+    /// in first. A state that does not decode says yes: its restore fails anyway.
+    fn resume_reads_process_memory(&self, task: &TaskDevice) -> bool {
+        AmdgpuState::decode(task).map_or(true, |state| holds_userptr(&state.kfd))
+    }
+
     fn file_spec(&self, task: &TaskDevice, file: &DeviceFile) -> Result<DeviceSpec, GpuError> {
         let state = AmdgpuState::decode(task)?;
         let dumped_minor = file
@@ -561,6 +575,37 @@ fn bo_rings(engine: &GpuEngine) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_task_with_userptr_buffers_has_its_memory_brought_in_before_resume() {
+        use gpucr_abi::kfd::{
+            KFD_IOC_ALLOC_MEM_FLAGS_GTT, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR,
+            KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
+        };
+        let bo = |alloc_flags| gpucr_amdgpu::state::KfdBo {
+            addr: 0x7000_0000,
+            size: 1 << 20,
+            offset: 0,
+            gpu_id: 1,
+            alloc_flags,
+            mapped: None,
+        };
+        let kfd = |bos| KfdState {
+            kfd_pid: 1,
+            num_objects: 0,
+            priv_data: Vec::new(),
+            devices: Vec::new(),
+            bos,
+        };
+        assert!(!holds_userptr(&kfd(vec![
+            bo(KFD_IOC_ALLOC_MEM_FLAGS_VRAM),
+            bo(KFD_IOC_ALLOC_MEM_FLAGS_GTT)
+        ])));
+        assert!(holds_userptr(&kfd(vec![
+            bo(KFD_IOC_ALLOC_MEM_FLAGS_VRAM),
+            bo(KFD_IOC_ALLOC_MEM_FLAGS_USERPTR)
+        ])));
+    }
 
     #[test]
     fn ring_lists_parse() {
