@@ -75,7 +75,17 @@ struct ProgramTree {
 
 impl ProgramTree {
     fn start(namespaces: &[&str], script: &str, args: &[&str]) -> ProgramTree {
-        let mut cmd = Command::new("unshare");
+        ProgramTree::start_from(Command::new("unshare"), namespaces, script, args)
+    }
+
+    /// [`ProgramTree::start`] with `unshare` run by `cmd` (`nsenter --net=... unshare`:
+    /// in another host's network namespace).
+    fn start_from(
+        mut cmd: Command,
+        namespaces: &[&str],
+        script: &str,
+        args: &[&str],
+    ) -> ProgramTree {
         cmd.args(namespaces)
             .args(["--pid", "--fork", "setsid", "sh", "-c", script, "sh"])
             .args(args)
@@ -370,6 +380,139 @@ fn nginx_serves_a_keep_alive_connection_across_dump_and_restore() {
     }
     assert!(!dir.join("error").exists());
     eprintln!("nginx ({user} workers): dump {dump:?}, restore {restore:?}");
+}
+
+/// nginx (Debian's) serves the job's address on one host (a network namespace standing for
+/// a machine) to a client on another (`tests/common/hosts.rs`), on one keep-alive
+/// connection. nginx's tree is dumped on the source, the job's address is moved to the
+/// destination as a floating address moves, and the tree is restored there: the
+/// client's connection goes on (same client port, nginx's same connection number, its
+/// request count 2 and 3). This is what `gpucr migrate` does for a job's connections,
+/// made here with the dump and the restore on each host.
+#[test]
+fn nginx_keeps_its_client_connection_when_restored_on_another_host_with_its_address() {
+    use common::hosts::{Host, Hosts, JOB_ADDRESS};
+    let nginx = program(NGINX, "nginx");
+    let python = program(PYTHON, "python3");
+    let _lock = criu_lock();
+    let hosts = Hosts::new();
+    let tmp = test_dir();
+    let dir = tmp.path();
+    let www = dir.join("www");
+    fs::create_dir_all(&www).unwrap();
+    fs::create_dir_all(dir.join("tmp")).unwrap();
+    let blob = pattern(300 << 10, 0x0a11);
+    fs::write(www.join("blob.bin"), &blob).unwrap();
+    fs::write(www.join("page.html"), b"moved\n").unwrap();
+    for name in ["blob.bin", "page.html"] {
+        fs::set_permissions(www.join(name), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let conf = fs::read_to_string(fixture("nginx.conf"))
+        .unwrap()
+        .replace("@USER@", "root")
+        .replace(
+            "listen 127.0.0.1:8080",
+            &format!("listen {JOB_ADDRESS}:8080"),
+        );
+    fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let logs = [
+        dir.join("tree.log"),
+        dir.join("client.log"),
+        dir.join("error.log"),
+    ];
+    let logs: Vec<&Path> = logs.iter().map(PathBuf::as_path).collect();
+    let script = r#"dir=$1; nginx=$2
+        exec </dev/null >>"$dir/tree.log" 2>&1
+        exec "$nginx" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log""#;
+    let tree = ProgramTree::start_from(
+        hosts.command(Host::Source, "unshare"),
+        &[],
+        script,
+        &[dir.to_str().unwrap(), nginx.to_str().unwrap()],
+    );
+    let client_log = fs::File::create(dir.join("client.log")).unwrap();
+    let mut client = Client(
+        hosts
+            .command(Host::Client, &python)
+            .arg(fixture("http_client.py"))
+            .arg(dir)
+            .arg(format!("{JOB_ADDRESS}:8080"))
+            .args(["/blob.bin", "/page.html", "/blob.bin"])
+            .stdin(Stdio::null())
+            .stdout(client_log.try_clone().unwrap())
+            .stderr(client_log)
+            .spawn()
+            .unwrap(),
+    );
+    let meta = |n: u32| -> Option<Vec<String>> {
+        let text = fs::read_to_string(dir.join(format!("meta-{n}"))).ok()?;
+        Some(text.split_whitespace().map(str::to_owned).collect())
+    };
+    let first = wait_or_show(Duration::from_secs(30), "the first response", &logs, || {
+        meta(1)
+    });
+    assert_eq!(first[0], "200", "{first:?}");
+    assert!(fs::read(dir.join("body-1")).unwrap() == blob);
+
+    let image = dir.join("image");
+    run(hosts
+        .command(Host::Source, gpucr_bin())
+        .args(["dump", "--tcp-established"])
+        .arg(tree.pid.to_string())
+        .arg(&image));
+    wait_for(
+        Duration::from_secs(10),
+        "the dumped tree to be killed",
+        || (!alive(tree.pid)).then_some(()),
+    );
+    hosts.move_job_address();
+    let out = run(hosts
+        .command(Host::Destination, gpucr_bin())
+        .args(["restore", "--detach"])
+        .arg(&image));
+    let restored = Restored::from_output(&out);
+    let in_destination = fs::read_link(format!("/proc/{}/ns/net", restored.0)).unwrap();
+    let destination = fs::metadata(hosts.path(Host::Destination)).unwrap();
+    assert_eq!(
+        in_destination.to_string_lossy(),
+        format!(
+            "net:[{}]",
+            std::os::unix::fs::MetadataExt::ino(&destination)
+        ),
+        "the tree runs in the destination's network namespace"
+    );
+    for (n, body) in [(2, b"moved\n".to_vec()), (3, blob.clone())] {
+        fs::write(dir.join(format!("go-{n}")), "").unwrap();
+        let got = wait_or_show(
+            Duration::from_secs(30),
+            &format!("response {n} on the destination"),
+            &logs,
+            || meta(n),
+        );
+        assert_eq!(
+            got,
+            [
+                "200".to_owned(),
+                first[1].clone(),
+                first[2].clone(),
+                n.to_string()
+            ],
+            "status, client port, nginx's connection number, its request count"
+        );
+        assert!(fs::read(dir.join(format!("body-{n}"))).unwrap() == body);
+    }
+    assert!(!dir.join("error").exists());
+    assert!(client.0.wait().unwrap().success());
+}
+
+/// A client outside the tree, killed should its test fail.
+struct Client(Child);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 // ---------------------------------------------------------------------------------------

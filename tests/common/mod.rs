@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod hosts;
 mod lock;
 
 pub use lock::criu_lock;
