@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Benchmark: moving a server between two hosts. The hosts are network namespaces
+# (source, destination) joined by veth pairs to a bridge in a third (the clients'), as
+# tests/common/hosts.rs makes them; the server (examples/serve_memory.rs, holding MIB of
+# memory) listens on the job's address 10.201.0.100, which moves with it.
+#
+# Modes (MODES, rotated from round to round):
+#   * baseline: `gpucr dump` on the source, the image copied over the link (tar through
+#     socat, plain TCP), the job's address moved, `gpucr restore --detach` on the
+#     destination.
+# Figures per round, in ms: the downtime, from the start of the move (the freeze) to the
+# server's first answer on the destination to a client on the bridge; and the bytes of
+# the image over the time they took to cross the link. The link's own rate is measured
+# once with iperf3 (5 s, one stream, destination to source as a migration sends).
+# Every round ends with the server checking all its memory ("all" must answer "ok").
+#
+#   scripts/bench-migrate.sh                 (SIZES="1024 4096" RUNS=3 MODES=baseline)
+#
+# Needs iperf3 and socat (Debian's packages of those names). Results: docs/benchmarks.md
+# ("Live migration").
+set -euo pipefail
+# shellcheck source=bench-session.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/bench-session.sh"
+bench_session_start "$@"
+bench_session_nice
+cd "$(dirname "$0")/.."
+root=$PWD
+SIZES=${SIZES:-1024 4096}
+RUNS=${RUNS:-3}
+MODES=${MODES:-baseline}
+WORK=${WORK:-/var/tmp/gpucr-bench-migrate}
+JOB=10.201.0.100
+CLIENT=10.201.0.1
+PORT=7000
+gpucr=$root/target/release/gpucr
+server=$root/target/release/examples/serve_memory
+for tool in iperf3 socat; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install $tool" >&2; exit 1; }
+done
+{ [ -x "$gpucr" ] && [ -x "$server" ]; } || cargo build --release --bin gpucr --example serve_memory -q
+rm -rf "$WORK" && mkdir -p "$WORK"
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# The hosts.
+tag=gpucr-bench-$$
+src=$tag-src dst=$tag-dst cli=$tag-cli
+on() { local host=$1; shift; nsenter --net="/run/netns/$host" "$@"; }
+cleanup() {
+    kill_tree
+    for n in $src $dst $cli; do ip netns del "$n" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+for n in $src $dst $cli; do ip netns add "$n"; ip -n "$n" link set lo up; done
+ip -n "$cli" link add br0 type bridge
+ip -n "$cli" link set br0 up
+ip -n "$cli" addr add "$CLIENT/24" dev br0
+for n in $src $dst; do
+    ip -n "$n" link add eth0 type veth peer name "to-${n##*-}" netns "$cli"
+    ip -n "$cli" link set "to-${n##*-}" master br0
+    ip -n "$cli" link set "to-${n##*-}" up
+    ip -n "$n" link set eth0 up
+done
+# Each host has an address of its own beside the job's, for the copy and iperf3.
+ip -n "$src" addr add 10.201.0.11/24 dev eth0
+ip -n "$dst" addr add 10.201.0.12/24 dev eth0
+place_job() { # the job's address on host $1 only
+    ip -n "$src" addr del "$JOB/24" dev eth0 2>/dev/null || true
+    ip -n "$dst" addr del "$JOB/24" dev eth0 2>/dev/null || true
+    ip -n "$1" addr add "$JOB/24" dev eth0
+    ip -n "$cli" neigh flush all
+}
+
+# The client, on the bridge: connect (retrying while nothing listens), send each request,
+# print the replies and the milliseconds since the epoch when the first reply came.
+ask() {
+    on "$cli" python3 - "$JOB" "$PORT" "$@" <<'PY'
+import socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+deadline = time.time() + 300
+while True:
+    try:
+        s = socket.create_connection((host, port), timeout=300)
+        break
+    except OSError:
+        if time.time() > deadline:
+            sys.exit("no server at %s:%s" % (host, port))
+        time.sleep(0.001)
+f = s.makefile("rw")
+first = None
+for request in sys.argv[3:]:
+    f.write(request + "\n")
+    f.flush()
+    reply = f.readline().strip()
+    first = first or int(time.time() * 1000)
+    print(request, reply)
+print("first", first)
+PY
+}
+
+kill_tree() {
+    local pid
+    for f in "$WORK"/pid "$WORK"/restored; do
+        [ -f "$f" ] || continue
+        pid=$(cat "$f")
+        kill -KILL "$pid" 2>/dev/null || true
+        for _ in $(seq 400); do [ -d "/proc/$pid" ] || break; sleep 0.025; done
+        rm -f "$f"
+    done
+}
+
+start_server() {
+    local mib=$1 up pid=""
+    place_job "$src"
+    rm -rf "$WORK/state" && mkdir -p "$WORK/state"
+    nsenter --net="/run/netns/$src" unshare --pid --fork setsid "$server" --state "$WORK/state" --memory-mib "$mib" \
+        --listen "$JOB:$PORT" </dev/null >/dev/null 2>&1 &
+    up=$!
+    for _ in $(seq 1200); do
+        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
+        [ -n "$pid" ] && [ -f "$WORK/state/ready" ] && break
+        sleep 0.05
+    done
+    [ -f "$WORK/state/ready" ] || { echo "the server did not start" >&2; exit 1; }
+    echo "$pid" > "$WORK/pid"
+}
+
+# One move in mode $1; prints "mode downtime_ms bytes transfer_ms".
+move_once() {
+    local mode=$1 t0 t1 t2 reply bytes
+    rm -rf "$WORK/src-image" "$WORK/dst-image"
+    case $mode in
+    baseline)
+        t0=$(ms)
+        on "$src" "$gpucr" dump "$(cat "$WORK/pid")" "$WORK/src-image" >/dev/null 2>"$WORK/err" \
+            || { cat "$WORK/err" >&2; exit 1; }
+        rm -f "$WORK/pid"
+        mkdir -m 0700 "$WORK/dst-image"
+        on "$dst" socat -u TCP-LISTEN:7100,bind=10.201.0.12,reuseaddr \
+            EXEC:"tar -C $WORK/dst-image -xf -" &
+        local receiving=$!
+        for _ in $(seq 200); do on "$dst" ss -ltn | grep -q ':7100 ' && break; sleep 0.01; done
+        t1=$(ms)
+        on "$src" sh -c "tar -C '$WORK/src-image' -cf - . | socat -u - TCP:10.201.0.12:7100"
+        wait "$receiving"
+        t2=$(ms)
+        bytes=$(du -sb "$WORK/src-image" | cut -f1)
+        place_job "$dst"
+        on "$dst" "$gpucr" restore --detach "$WORK/dst-image" > "$WORK/restored" 2>"$WORK/err" &
+        local restoring=$!
+        reply=$(ask hot)
+        wait "$restoring" || { cat "$WORK/err" >&2; exit 1; } ;;
+    *) echo "unknown mode $mode" >&2; exit 2 ;;
+    esac
+    grep -q '^hot ok' <<<"$reply" || { echo "$mode: hot set answered: $reply" >&2; exit 1; }
+    local downtime=$(( $(sed -n 's/^first //p' <<<"$reply") - t0 ))
+    reply=$(ask all)
+    grep -q '^all ok' <<<"$reply" || { echo "$mode: the moved memory differs: $reply" >&2; exit 1; }
+    echo "$mode $downtime $bytes $(( t2 - t1 ))"
+}
+
+echo "# live migration: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), criu $(criu --version | head -1), gpucr $(git rev-parse --short HEAD)"
+on "$src" iperf3 -s -1 -B 10.201.0.11 >/dev/null 2>&1 &
+sleep 0.5
+link=$(on "$dst" iperf3 -c 10.201.0.11 -B 10.201.0.12 -t 5 -J \
+    | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))')
+echo "LINK $link MB/s (iperf3, one stream, 5 s)"
+for mib in $SIZES; do
+    echo "# $mib MiB server, $RUNS rounds, modes: $MODES"
+    for round in $(seq "$RUNS"); do
+        read -ra modes <<<"$MODES"
+        shift_by=$(( round % ${#modes[@]} ))
+        for mode in "${modes[@]:shift_by}" "${modes[@]:0:shift_by}"; do
+            start_server "$mib"
+            result=$(move_once "$mode")
+            kill_tree
+            echo "RUN $mib $result"
+        done
+    done | tee "$WORK/runs-$mib.txt"
+done
+
+python3 - "$WORK" "$link" <<'PY'
+import glob, statistics, sys
+link = int(sys.argv[2])
+runs = {}
+for path in sorted(glob.glob(sys.argv[1] + "/runs-*.txt")):
+    for line in open(path):
+        if line.startswith("RUN "):
+            _, mib, mode, down, size, took = line.split()
+            runs.setdefault((int(mib), mode), []).append((int(down), int(size), int(took)))
+print("| size | mode | downtime, ms (median, min-max) | transfer, MB/s (median) | of the link (%d MB/s) |" % link)
+print("|---|---|---|---|---|")
+for (mib, mode), values in sorted(runs.items()):
+    downs = [v[0] for v in values]
+    rate = statistics.median(v[1] / 1e6 / max(v[2], 1) * 1e3 for v in values)
+    print("| %d MiB | %s | %d (%d-%d) | %d | %.2f |" % (
+        mib, mode, statistics.median(downs), min(downs), max(downs), rate, rate / link))
+PY
