@@ -42,7 +42,7 @@ Exit status:
     3  target process not found, a kernel thread or a thread (not a process), traced by another process, a GPU process stopped by a signal, or not permitted
     4  CRIU missing, too old, it broke the RPC protocol, or it did not answer within 30 s
     5  CRIU reported that the dump or restore failed
-    6  image directory not usable (not empty, not writable, not a directory, no room for the manifest)
+    6  image directory not usable (not empty, not writable, not a directory, no room for the manifest, in use by another gpucr dump or on-demand restore)
     7  image damaged (checksum, size or format mismatch)
     8  image incomplete (no manifest, or the dump failed)
     9  GPU topology incompatible
