@@ -42,8 +42,17 @@ fn dumped_tree_of(tmp: &Path, mib: u32) -> (Tree, std::path::PathBuf) {
 /// `criu restore --lazy-pages -d` of `image` with `work` as its working directory; the
 /// restored root's pid.
 fn criu_lazy_restore(image: &Path, work: &Path) -> Result<i32, String> {
+    criu_lazy_restore_with(image, work, |_| {})
+}
+
+/// [`criu_lazy_restore`], `started` told CRIU's pid once it runs.
+fn criu_lazy_restore_with(
+    image: &Path,
+    work: &Path,
+    started: impl FnOnce(i32),
+) -> Result<i32, String> {
     let pidfile = work.join("restored.pid");
-    let out = Command::new("criu")
+    let child = Command::new("criu")
         .args(["restore", "--lazy-pages", "-d", "--tcp-established", "-v4"])
         .arg("-D")
         .arg(image)
@@ -53,8 +62,13 @@ fn criu_lazy_restore(image: &Path, work: &Path) -> Result<i32, String> {
         .arg(work.join("restore.log"))
         .arg("--pidfile")
         .arg(&pidfile)
-        .output()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run criu");
+    started(child.id() as i32);
+    let out = child.wait_with_output().expect("wait for criu");
     if !out.status.success() {
         let log = std::fs::read_to_string(work.join("restore.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
@@ -143,11 +157,11 @@ fn a_damaged_block_kills_the_tree_and_names_the_file() {
     std::fs::create_dir(&work).unwrap();
     let damaged = damage_pages(&image);
     let server = serve(&image, &work);
-    // CRIU may or may not see its tasks die before it lets them go.
-    // Killed while CRIU still holds it, the tree would make CRIU wait for ever: the
-    // server stops it and kills it once told CRIU is done.
+    // CRIU may or may not have let the tree go when the damaged block is found. A tree
+    // stopped or killed while CRIU still traces it makes CRIU fail and wait for ever:
+    // the server kills CRIU first (named here), then the tree.
     server.criu_running();
-    let restored = criu_lazy_restore(&image, &work).ok();
+    let restored = criu_lazy_restore_with(&image, &work, |pid| server.criu_started(pid)).ok();
     server.criu_done();
     let _restored = restored.map(Restored);
     let error = server.wait().expect_err("a damaged block was served");

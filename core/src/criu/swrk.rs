@@ -222,6 +222,11 @@ impl Swrk {
     }
 
     /// The binary this client runs.
+    /// CRIU's pid, while it runs.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -33,8 +33,27 @@ pub fn descendants(roots: &[i32]) -> BTreeSet<i32> {
     seen
 }
 
-/// SIGSTOP `roots` and their descendants (a tree CRIU still holds: it is killed once
-/// CRIU has let go, [`kill_tree`]).
+/// SIGKILL the process of `pidfd` (no other process that took its pid since), and wait
+/// at most `limit` for it to exit: whether it has.
+pub fn kill_process(pidfd: &crate::wait::pidfd::PidFd, limit: std::time::Duration) -> bool {
+    use std::os::fd::{AsFd, AsRawFd};
+    // SAFETY: pidfd_send_signal takes an open pidfd, a signal number, a null siginfo and
+    // flags 0 by value; no memory is shared with the kernel.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_fd().as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    (sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH))
+        && pidfd.exited_within(limit).unwrap_or(false)
+}
+
+/// SIGSTOP `roots` and their descendants (before [`kill_tree`] kills them, so that none
+/// forks a child the walk would miss).
 pub fn stop_tree(roots: &[i32]) -> BTreeSet<i32> {
     let all = descendants(roots);
     for pid in &all {
@@ -58,6 +77,17 @@ pub fn kill_tree(roots: &[i32]) -> usize {
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn a_killed_process_has_exited_when_kill_process_returns() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pidfd = crate::wait::pidfd::PidFd::open(child.id() as i32).unwrap();
+        assert!(kill_process(&pidfd, std::time::Duration::from_secs(10)));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        // Once reaped, there is nothing left to kill: not an error.
+        assert!(kill_process(&pidfd, std::time::Duration::from_secs(1)));
+    }
 
     #[test]
     fn a_tree_is_killed_with_its_grandchildren() {

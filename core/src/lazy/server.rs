@@ -234,10 +234,33 @@ impl LazyServer {
     }
 
     /// CRIU is about to restore the tree: until [`LazyServer::criu_done`], a failure
-    /// stops the tree (SIGSTOP) and kills it only once CRIU has let go of it. Killing a
-    /// tree CRIU still traces makes CRIU's detach fail and CRIU wait for ever.
+    /// neither stops nor kills a task CRIU still traces, which makes CRIU fail and then
+    /// wait for ever on the tasks it traces (a pid namespace's init waits for children
+    /// only CRIU may reap). It kills CRIU first, when [`LazyServer::criu_started`] named
+    /// it (its tracees are let go as it dies), and otherwise waits for CRIU to let go;
+    /// then it kills the tree.
     pub fn criu_running(&self) {
         self.memory.0.criu.set(CriuPhase::Running);
+    }
+
+    /// CRIU's process, started for this restore.
+    pub fn criu_started(&self, pid: i32) {
+        self.memory.0.criu.set_process(pid);
+    }
+
+    /// Whether serving has failed for a reason of its own (not CRIU's hangup): a
+    /// restore whose CRIU failed reports this reason instead, CRIU having been killed
+    /// for it.
+    pub fn failed(&self) -> bool {
+        matches!(
+            &*self
+                .memory
+                .0
+                .failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+            Some(e) if !matches!(e, LazyError::Hangup)
+        )
     }
 
     /// CRIU has answered (whatever its outcome): a failure kills the tree at once.
@@ -276,11 +299,12 @@ enum CriuPhase {
     Done,
 }
 
-/// The phase, and a wait for CRIU's end.
+/// The phase, CRIU's process when known, and a wait for CRIU's end.
 #[derive(Debug)]
 struct CriuTracker {
     phase: Mutex<CriuPhase>,
     changed: Condvar,
+    process: Mutex<Option<(i32, crate::wait::pidfd::PidFd)>>,
 }
 
 impl CriuTracker {
@@ -288,7 +312,35 @@ impl CriuTracker {
         CriuTracker {
             phase: Mutex::new(CriuPhase::Untracked),
             changed: Condvar::new(),
+            process: Mutex::new(None),
         }
+    }
+
+    fn set_process(&self, pid: i32) {
+        *self.process.lock().unwrap_or_else(|e| e.into_inner()) =
+            crate::wait::pidfd::PidFd::open(pid)
+                .ok()
+                .map(|fd| (pid, fd));
+    }
+
+    /// The tasks CRIU has forked so far (none when it was not named).
+    fn children(&self) -> Vec<i32> {
+        let process = self.process.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((criu, _)) = process.as_ref() else {
+            return Vec::new();
+        };
+        let mut all = kill::descendants(&[*criu]);
+        all.remove(criu);
+        all.into_iter().collect()
+    }
+
+    /// Kill CRIU (it still holds the tree): whether it was known and has exited. The
+    /// tasks it traced are let go as it dies.
+    fn kill_process(&self) -> bool {
+        let process = self.process.lock().unwrap_or_else(|e| e.into_inner());
+        process
+            .as_ref()
+            .is_some_and(|(_, criu)| kill::kill_process(criu, CRIU_EXIT_LIMIT))
     }
 
     fn set(&self, phase: CriuPhase) {
@@ -311,9 +363,11 @@ impl CriuTracker {
     }
 }
 
-/// How long a failure waits for CRIU to let go of the stopped tree before it kills the
-/// tree anyway.
+/// How long a failure waits for a CRIU it cannot kill (not named) to let go of the tree
+/// before it kills the tree anyway.
 const CRIU_LET_GO_LIMIT: Duration = Duration::from_secs(60);
+/// How long a failure waits for a killed CRIU to exit.
+const CRIU_EXIT_LIMIT: Duration = Duration::from_secs(10);
 
 /// One userfaultfd: a task's memory, or a forked child's.
 #[derive(Debug)]
@@ -546,13 +600,17 @@ fn serve(socket: LazySocket, shared: Arc<Shared>) -> Result<Summary, LazyError> 
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        // While CRIU still holds the tree, it is stopped now (a stopped task runs not
-        // one instruction once CRIU detaches) and killed once CRIU has let go.
+        // While CRIU still holds the tree, no signal reaches a task it traces: CRIU
+        // goes first (what it forked is killed with the tree), or is waited for.
+        let mut roots = hosts;
         if shared.criu.running() {
-            kill::stop_tree(&hosts);
-            let _ = shared.criu.wait_until_not_running(CRIU_LET_GO_LIMIT);
+            let forked = shared.criu.children();
+            if !shared.criu.kill_process() {
+                let _ = shared.criu.wait_until_not_running(CRIU_LET_GO_LIMIT);
+            }
+            roots.extend(forked);
         }
-        kill::kill_tree(&hosts);
+        kill::kill_tree(&roots);
     }
     shared.done.store(true, Ordering::Release);
     shared.ready.notify_all();

@@ -255,7 +255,7 @@ fn restore_in(
     // The lazy-pages socket exists before CRIU looks for it, and the guard that keeps
     // the tasks' userfaultfds open should gpucr die before the first one comes.
     let lazy_log = crate::lazy::guard::log_path(&work.path, work.is_private());
-    let lazy = opts
+    let mut lazy = opts
         .lazy
         .then(|| -> Result<_, crate::lazy::LazyError> {
             // This restore has the image to itself (`image_lock`): an earlier one's log
@@ -284,6 +284,9 @@ fn restore_in(
         progress,
     )?;
     drop(inherit);
+    if let (Some(server), Some(pid)) = (&lazy, swrk.pid()) {
+        server.criu_started(pid);
+    }
     let inherit_fds: Vec<(String, i32)> = gpu_setup
         .as_ref()
         .map(|(_, _, s)| vec![s.criu_inherit_fd()])
@@ -369,6 +372,19 @@ fn restore_in(
     if let (Some(_), true) = (interrupt::requested(), result.is_err()) {
         drop(swrk);
         return Err(interrupted());
+    }
+    // Serving failed while CRIU held the tree: CRIU was killed for it, and the reason is
+    // the server's.
+    if let (Err(criu), true) = (
+        &result,
+        lazy.as_ref().is_some_and(crate::lazy::LazyServer::failed),
+    ) {
+        let criu = criu.to_string();
+        drop(swrk);
+        return Err(match lazy.take().map(crate::lazy::LazyServer::wait) {
+            Some(Err(error)) => RestoreError::Lazy(error),
+            _ => RestoreError::Lazy(crate::lazy::LazyError::Protocol(criu)),
+        });
     }
     match gate.verdict(result.is_err()) {
         Verdict::Criu => {}
