@@ -7,11 +7,19 @@
 //! (`image::checksum`): a block is read whole, digested, compared, and only then placed.
 //! A pages file recorded by size only (`--no-page-checksums`) is served unchecked, as the
 //! eager restore does with it.
+//!
+//! Blocks are read into a buffer the caller keeps (one per thread: no allocation and no
+//! fresh pages per block), and the background stream asks the kernel to read the blocks
+//! ahead of it (`read_ahead`), so that a cold page cache is read at the disk's pace while
+//! earlier blocks are checked and placed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
 
 use gpucr_criu_image::pagemap::{self, PE_LAZY, PE_PRESENT};
 use gpucr_criu_image::ImageDir;
@@ -119,11 +127,25 @@ pub fn verify_eager(dir: &Path, manifest: &Manifest, page_size: u64) -> Result<(
             continue;
         }
         let pages = PagesFile::open(dir, &file, manifest, pid)?;
+        let mut buffer = Vec::new();
         for k in blocks {
-            pages.read_block(k, pid)?;
+            pages.read_block(k, pid, &mut buffer)?;
         }
     }
     Ok(())
+}
+
+/// The blocks `from..to` to ask for ahead of a reader at block `k` of `blocks`, when
+/// those up to `advised` were asked for last: what the window after `k` adds to them;
+/// all of it when the reader jumped (past them, or back by more than a window); nothing
+/// (`from == to`) for a reader a little behind another.
+fn window_ahead(advised: u64, k: u64, blocks: u64) -> (u64, u64) {
+    let to = (k + 1 + READ_AHEAD_BLOCKS).min(blocks);
+    if advised <= k || advised > to + READ_AHEAD_BLOCKS {
+        (k + 1, to)
+    } else {
+        (advised.min(to), to)
+    }
 }
 
 /// What the manifest says a pages file's blocks are.
@@ -145,7 +167,12 @@ pub struct PagesFile {
     size: u64,
     algorithm: Algorithm,
     expected: Expected,
+    /// The end (a block index) of the last range asked of the kernel ahead of a reader.
+    advised: Mutex<u64>,
 }
+
+/// How many blocks past the one it reads the background stream asks the kernel for.
+pub const READ_AHEAD_BLOCKS: u64 = 16;
 
 impl PagesFile {
     /// Open `name` of the image in `dir`, for task `pid` (for errors).
@@ -227,6 +254,7 @@ impl PagesFile {
             size,
             algorithm,
             expected,
+            advised: Mutex::new(0),
         })
     }
 
@@ -240,12 +268,50 @@ impl PagesFile {
         (lo, (lo + BLOCK_SIZE).min(self.size))
     }
 
-    /// Block `k`, read whole and checked; `pid` names the task asking (for errors).
-    pub fn read_block(&self, k: u64, pid: i32) -> Result<Vec<u8>, LazyError> {
+    /// Ask the kernel to start reading the [`READ_AHEAD_BLOCKS`] blocks after block `k`
+    /// (those not asked for yet): they come from the disk while this one is checked and
+    /// placed. A reader that jumped back (a fault's block, a task brought in first) has
+    /// its window asked for afresh.
+    pub fn read_ahead(&self, k: u64) {
+        let blocks = checksum::block_count(self.size) as u64;
+        let (from, want) = {
+            let mut advised = self.advised.lock().unwrap_or_else(|e| e.into_inner());
+            let (from, to) = window_ahead(*advised, k, blocks);
+            if from < to {
+                *advised = to;
+            }
+            (from, to)
+        };
+        if from >= want {
+            return;
+        }
+        let (lo, _) = self.block_bounds(from);
+        let (_, hi) = self.block_bounds(want - 1);
+        // Advice only: a kernel that ignores it reads the blocks when they are read.
+        let _ = posix_fadvise(
+            &self.file,
+            lo as i64,
+            (hi - lo) as i64,
+            PosixFadviseAdvice::POSIX_FADV_WILLNEED,
+        );
+    }
+
+    /// Block `k`, read whole into `buffer` (its room kept from block to block) and
+    /// checked; `pid` names the task asking (for errors). On an error `buffer` holds
+    /// nothing that may be placed.
+    pub fn read_block<'b>(
+        &self,
+        k: u64,
+        pid: i32,
+        buffer: &'b mut Vec<u8>,
+    ) -> Result<&'b [u8], LazyError> {
         let (lo, hi) = self.block_bounds(k);
-        let mut bytes = vec![0u8; (hi - lo) as usize];
+        // Only the first block of a buffer's life zero-fills it; read_exact_at overwrites
+        // every byte of it.
+        buffer.resize((hi - lo) as usize, 0);
+        let bytes = &mut buffer[..];
         self.file
-            .read_exact_at(&mut bytes, lo)
+            .read_exact_at(bytes, lo)
             .map_err(|source| LazyError::Read {
                 pid,
                 file: self.path.clone(),
@@ -256,12 +322,12 @@ impl PagesFile {
         let good = match &self.expected {
             Expected::SizeOnly => true,
             Expected::Blocks(blocks) => {
-                blocks.get(k as usize) == Some(&checksum::block_digest(self.algorithm, &bytes))
+                blocks.get(k as usize) == Some(&checksum::block_digest(self.algorithm, bytes))
             }
             Expected::OneBlock(sum) => {
                 let digest = FileDigest {
                     size: self.size,
-                    blocks: vec![checksum::block_digest(self.algorithm, &bytes)],
+                    blocks: vec![checksum::block_digest(self.algorithm, bytes)],
                 };
                 k == 0 && digest.checksum() == *sum
             }
@@ -322,12 +388,21 @@ mod tests {
         bytes[BLOCK_SIZE as usize + 7] ^= 1;
         std::fs::write(dir.path().join("pages-1.img"), &bytes).unwrap();
         let pages = PagesFile::open(dir.path(), "pages-1.img", &manifest, 5).unwrap();
+        let mut buffer = Vec::new();
         assert_eq!(
-            pages.read_block(0, 5).unwrap(),
-            bytes[..BLOCK_SIZE as usize]
+            pages.read_block(0, 5, &mut buffer).unwrap(),
+            &bytes[..BLOCK_SIZE as usize]
         );
-        assert_eq!(pages.read_block(2, 5).unwrap().len(), 8192);
-        match pages.read_block(1, 5) {
+        assert_eq!(
+            pages.read_block(2, 5, &mut buffer).unwrap(),
+            &bytes[2 * BLOCK_SIZE as usize..]
+        );
+        // A buffer that held a shorter block reads a whole one again.
+        assert_eq!(
+            pages.read_block(0, 5, &mut buffer).unwrap(),
+            &bytes[..BLOCK_SIZE as usize]
+        );
+        match pages.read_block(1, 5, &mut buffer) {
             Err(LazyError::Damaged {
                 pid: 5,
                 offset,
@@ -342,17 +417,36 @@ mod tests {
     }
 
     #[test]
+    fn the_read_ahead_window_moves_with_the_reader_and_follows_its_jumps() {
+        let w = READ_AHEAD_BLOCKS;
+        // The first block: the whole window after it.
+        assert_eq!(window_ahead(0, 0, 1000), (1, 1 + w));
+        // The next block: only the one block the window grew by.
+        assert_eq!(window_ahead(1 + w, 1, 1000), (1 + w, 2 + w));
+        // A reader a little behind another: nothing to ask for.
+        assert_eq!(window_ahead(2 + w, 0, 1000), (1 + w, 1 + w));
+        // A jump ahead, past the window: the whole window after the new block.
+        assert_eq!(window_ahead(1 + w, 500, 1000), (501, 501 + w));
+        // A jump back by more than a window: the whole window after it again.
+        assert_eq!(window_ahead(501 + w, 10, 1000), (11, 11 + w));
+        // The end of the file bounds it, and nothing is left to ask for at the last block.
+        assert_eq!(window_ahead(0, 995, 1000), (996, 1000));
+        assert_eq!(window_ahead(1000, 999, 1000), (1000, 1000));
+    }
+
+    #[test]
     fn a_one_block_file_is_checked_through_its_checksum() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("pages-2.img"), vec![7u8; 16384]).unwrap();
         let manifest = manifest_for(dir.path(), "pages-2.img");
         let pages = PagesFile::open(dir.path(), "pages-2.img", &manifest, 1).unwrap();
-        assert!(pages.read_block(0, 1).is_ok());
+        let mut buffer = Vec::new();
+        assert!(pages.read_block(0, 1, &mut buffer).is_ok());
         let mut bad = vec![7u8; 16384];
         bad[100] = 0;
         std::fs::write(dir.path().join("pages-2.img"), bad).unwrap();
         assert!(matches!(
-            pages.read_block(0, 1),
+            pages.read_block(0, 1, &mut buffer),
             Err(LazyError::Damaged { .. })
         ));
     }

@@ -19,7 +19,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -370,12 +370,17 @@ const CRIU_LET_GO_LIMIT: Duration = Duration::from_secs(60);
 const CRIU_EXIT_LIMIT: Duration = Duration::from_secs(10);
 
 /// One userfaultfd: a task's memory, or a forked child's.
+///
+/// Two locks: `shape`, held shared by every fill for as long as it places bytes and
+/// exclusively by the message thread while it reads and applies events, so that fills
+/// run side by side but never across an event; `state`, held briefly for the ranges.
 #[derive(Debug)]
 struct Space {
     /// The task's pid in the image (a forked child: its parent's).
     pid: i32,
     uffd: Uffd,
     pages: Arc<PagesFile>,
+    shape: RwLock<()>,
     state: Mutex<SpaceState>,
 }
 
@@ -387,8 +392,38 @@ struct SpaceState {
 }
 
 impl Space {
+    fn new(pid: i32, uffd: Uffd, pages: Arc<PagesFile>, ranges: RangeSet) -> Space {
+        Space {
+            pid,
+            uffd,
+            pages,
+            shape: RwLock::new(()),
+            state: Mutex::new(SpaceState {
+                ranges,
+                gone: false,
+            }),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, SpaceState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Held while bytes are placed: no event is applied meanwhile.
+    fn filling(&self) -> RwLockReadGuard<'_, ()> {
+        self.shape.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Held while events are read and applied: no fill runs meanwhile.
+    fn reshaping(&self) -> RwLockWriteGuard<'_, ()> {
+        self.shape.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The memory is gone (the task exited): nothing more to place.
+    fn set_gone(&self) {
+        let mut state = self.lock();
+        state.gone = true;
+        state.ranges = RangeSet::new();
     }
 
     fn finished(&self) -> bool {
@@ -695,15 +730,12 @@ fn announcements(socket: &LazySocket, shared: &Arc<Shared>) -> Result<(), LazyEr
                 })?;
                 let memory = pages::task_memory(&shared.options.image_dir, pid, shared.page_size)?;
                 let pages = shared.pages_file(&memory.pages_file, pid)?;
-                shared.add_space(Arc::new(Space {
+                shared.add_space(Arc::new(Space::new(
                     pid,
-                    uffd: Uffd::new(uffd),
+                    Uffd::new(uffd),
                     pages,
-                    state: Mutex::new(SpaceState {
-                        ranges: memory.ranges,
-                        gone: false,
-                    }),
-                }))?;
+                    memory.ranges,
+                )))?;
             }
         }
     }
@@ -711,6 +743,7 @@ fn announcements(socket: &LazySocket, shared: &Arc<Shared>) -> Result<(), LazyEr
 
 /// A background copy thread.
 fn worker(shared: &Arc<Shared>) {
+    let mut buffer = Vec::new();
     loop {
         let job = {
             let mut queue = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -731,7 +764,7 @@ fn worker(shared: &Arc<Shared>) {
             }
         };
         let (space, block) = job;
-        match serve_block(shared, &space, block, Why::Background) {
+        match serve_block(shared, &space, block, Why::Background, &mut buffer) {
             Ok(Served::Done) => {}
             Ok(Served::Again) => {
                 shared
@@ -749,9 +782,17 @@ fn worker(shared: &Arc<Shared>) {
     }
 }
 
-/// Fill what `space` still needs of file block `block`: read and check it first, then
-/// place its parts under the space's lock.
-fn serve_block(shared: &Shared, space: &Space, block: u64, why: Why) -> Result<Served, LazyError> {
+/// Fill what `space` still needs of file block `block`: read and check it first (into
+/// `buffer`, the calling thread's), then place its parts, other fills of the space
+/// running beside it but no event. The background stream has the blocks after it read
+/// ahead first.
+fn serve_block(
+    shared: &Shared,
+    space: &Space,
+    block: u64,
+    why: Why,
+    buffer: &mut Vec<u8>,
+) -> Result<Served, LazyError> {
     let (lo, hi) = space.pages.block_bounds(block);
     {
         let state = space.lock();
@@ -762,36 +803,44 @@ fn serve_block(shared: &Shared, space: &Space, block: u64, why: Why) -> Result<S
     if let Some(pause) = shared.throttle {
         std::thread::sleep(pause);
     }
-    let bytes = space.pages.read_block(block, space.pid)?;
+    if why == Why::Background {
+        space.pages.read_ahead(block);
+    }
+    let bytes = space.pages.read_block(block, space.pid, buffer)?;
     if shared.stop.is_cancelled() {
         return Ok(Served::Done);
     }
-    let mut state = space.lock();
-    if state.gone {
-        return Ok(Served::Done);
-    }
-    for part in state.ranges.in_file(lo, hi) {
+    let _filling = space.filling();
+    let parts = {
+        let state = space.lock();
+        if state.gone {
+            return Ok(Served::Done);
+        }
+        state.ranges.in_file(lo, hi)
+    };
+    let counter = match why {
+        Why::Fault => &shared.fault_bytes,
+        Why::Background => &shared.background_bytes,
+    };
+    for part in parts {
         let from = (part.offset - lo) as usize;
         let src = &bytes[from..from + part.len() as usize];
         match place(space, part.start, src, shared.page_size)? {
             Fill::Done => {
-                state.ranges.take(part.start, part.end);
-                let counter = match why {
-                    Why::Fault => &shared.fault_bytes,
-                    Why::Background => &shared.background_bytes,
-                };
-                counter.fetch_add(part.len(), Ordering::Relaxed);
+                // Another fill of the same block may have placed some of it first: only
+                // what this one takes from the ranges counts as its own.
+                let taken = space.lock().ranges.take(part.start, part.end);
+                counter.fetch_add(taken.iter().map(|t| t.len()).sum(), Ordering::Relaxed);
             }
             Fill::Gone => {
-                state.gone = true;
-                state.ranges = RangeSet::new();
+                space.set_gone();
                 return Ok(Served::Done);
             }
             Fill::Unregistered => {
                 // Nothing of the task is registered there (CRIU registers every lazy
                 // mapping before it says the restore is finished): nothing will fault
                 // on it through us.
-                state.ranges.take(part.start, part.end);
+                space.lock().ranges.take(part.start, part.end);
             }
             Fill::Again { .. } | Fill::Exists { .. } => return Ok(Served::Again),
         }
@@ -831,6 +880,7 @@ fn place(space: &Space, dst: u64, src: &[u8], page: u64) -> Result<Fill, LazyErr
 fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
     let wake = shared.stop.wake_fd().map_err(LazyError::Thread)?;
     let mut faults: Vec<u64> = Vec::new();
+    let mut buffer = Vec::new();
     let page = shared.page_size;
     let uffd_error = |op, addr, source| LazyError::Uffd {
         pid: space.pid,
@@ -854,6 +904,7 @@ fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
             }
         }
         loop {
+            let _reshaping = space.reshaping();
             let mut state = space.lock();
             let event = match space.uffd.read_event() {
                 Ok(Some(event)) => event,
@@ -871,15 +922,12 @@ fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
                         guard.fork(uffd.as_fd())?;
                     }
                     nonblocking(&uffd).map_err(|e| uffd_error("fork", 0, e))?;
-                    let child = Arc::new(Space {
-                        pid: space.pid,
-                        uffd: Uffd::new(uffd),
-                        pages: space.pages.clone(),
-                        state: Mutex::new(SpaceState {
-                            ranges: state.ranges.clone(),
-                            gone: false,
-                        }),
-                    });
+                    let child = Arc::new(Space::new(
+                        space.pid,
+                        Uffd::new(uffd),
+                        space.pages.clone(),
+                        state.ranges.clone(),
+                    ));
                     shared.forks.fetch_add(1, Ordering::Relaxed);
                     shared.add_space(child)?;
                 }
@@ -913,7 +961,7 @@ fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
             if shared.ending() {
                 return Ok(());
             }
-            if serve_fault(shared, space, address)? == Served::Again {
+            if serve_fault(shared, space, address, &mut buffer)? == Served::Again {
                 again.push(address);
             }
         }
@@ -923,7 +971,12 @@ fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
 
 /// Serve a fault at page `address`: the block holding it, or a zero page where the image
 /// has nothing (a page never dumped, or one already dropped).
-fn serve_fault(shared: &Shared, space: &Space, address: u64) -> Result<Served, LazyError> {
+fn serve_fault(
+    shared: &Shared,
+    space: &Space,
+    address: u64,
+    buffer: &mut Vec<u8>,
+) -> Result<Served, LazyError> {
     let found = {
         let state = space.lock();
         if state.gone {
@@ -934,7 +987,7 @@ fn serve_fault(shared: &Shared, space: &Space, address: u64) -> Result<Served, L
     match found {
         Some(segment) => {
             let block = (segment.offset + (address - segment.start)) / BLOCK_SIZE;
-            serve_block(shared, space, block, Why::Fault)
+            serve_block(shared, space, block, Why::Fault, buffer)
         }
         None => {
             let fill = space
