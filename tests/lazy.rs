@@ -198,20 +198,38 @@ fn gpucr_restore_lazy_detached_returns_while_a_helper_serves_the_rest() {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     let (tree, image) = dumped_tree(tmp.path());
-    let slow = ("GPUCR_TEST_LAZY_THROTTLE_MS", "300");
-    let out = gpucr_env(
-        &["restore", "--lazy", "--detach", image.to_str().unwrap()],
-        &[slow],
-    );
+    // Until the gate opens, nothing is copied in the background and no fault is served
+    // once CRIU is done (the 300 ms per block keeps the faults served before that few):
+    // a command that waited for the memory would not return before it opens.
+    let gate = tmp.path().join("gate");
+    let mut command = Command::new(gpucr_bin());
+    command
+        .args(["restore", "--lazy", "--detach", image.to_str().unwrap()])
+        .env("GPUCR_TEST_LAZY_GATE", &gate)
+        .env("GPUCR_TEST_LAZY_THROTTLE_MS", "300")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = command.spawn().unwrap();
+    let (sender, returned) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(child.wait_with_output()));
+    let out = match returned.recv_timeout(Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            std::fs::write(&gate, b"").unwrap();
+            panic!("gpucr restore --lazy --detach did not return before any page was served");
+        }
+    };
     let _restored = Restored::from_output(&out);
     let log = named_log(&out);
     assert_eq!(log, image.join("lazy-pages.log"));
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         !text.contains("all memory in"),
-        "returned only once all was in: {text}"
+        "all in with the gate shut: {text}"
     );
-    wait_for(
+    std::fs::write(&gate, b"").unwrap();
+    let text = wait_for(
         Duration::from_secs(60),
         "the helper to say all memory is in",
         || {
@@ -219,6 +237,10 @@ fn gpucr_restore_lazy_detached_returns_while_a_helper_serves_the_rest() {
                 .ok()
                 .filter(|t| t.contains("all memory in"))
         },
+    );
+    assert!(
+        text.trim_end().ends_with("forked)"),
+        "the helper's last line: {text}"
     );
     tree.wait_ticks(3);
     for role in ROLES {

@@ -289,6 +289,14 @@ pub const VARIABLES: &[Variable] = &[
          fault or in the background), so that tests can act while a lazy restore serves",
     ),
     variable(
+        "GPUCR_TEST_LAZY_GATE",
+        false,
+        Testing,
+        "a file: until it exists, gpucr's lazy-pages server copies nothing in the background, \
+         and serves no fault once CRIU's restore is over, so that a test sees a lazy restore \
+         before its memory is in, whatever the machine's pace",
+    ),
+    variable(
         "GPUCR_BENCH_SESSION",
         false,
         Testing,

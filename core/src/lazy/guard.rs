@@ -239,7 +239,6 @@ pub fn run(link: BorrowedFd<'_>, log: &Path) -> bool {
          was killed before any of its missing pages could read as zeros ({killed} \
          processes)"
     );
-    crate::errln!("{why}");
     append_log(log, &why);
     drop(held);
     true

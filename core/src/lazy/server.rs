@@ -35,6 +35,7 @@ use super::uffd::{Event, Fill, Uffd};
 use crate::cancel::Cancel;
 use crate::image::checksum::BLOCK_SIZE;
 use crate::image::manifest::Manifest;
+use crate::wait::dir::DirWatch;
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -54,6 +55,13 @@ fn throttle() -> Option<Duration> {
         .ok()
         .and_then(|v| v.parse().ok())
         .map(Duration::from_millis)
+}
+
+/// The test-only gate (`GPUCR_TEST_LAZY_GATE`): until this file exists, the background
+/// stream places no block, nor do faults once CRIU's restore is over (CRIU's own steps
+/// need faults served).
+fn gate() -> Option<PathBuf> {
+    std::env::var_os("GPUCR_TEST_LAZY_GATE").map(PathBuf::from)
 }
 
 /// What the server did.
@@ -358,6 +366,10 @@ impl CriuTracker {
         *phase != CriuPhase::Running && !timeout.timed_out()
     }
 
+    fn done(&self) -> bool {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) == CriuPhase::Done
+    }
+
     fn running(&self) -> bool {
         *self.phase.lock().unwrap_or_else(|e| e.into_inner()) == CriuPhase::Running
     }
@@ -451,6 +463,9 @@ struct Shared {
     options: ServeOptions,
     page_size: u64,
     throttle: Option<Duration>,
+    gate: Option<PathBuf>,
+    /// The gate's file was seen.
+    gate_open: AtomicBool,
     stop: Cancel,
     /// CRIU said every task is restored: their lazy mappings are registered, so the
     /// background copy may start (CRIU's own daemon waits for this too).
@@ -481,6 +496,33 @@ impl Shared {
         drop(failure);
         self.stop.cancel("lazy-pages server failed");
         self.ready.notify_all();
+    }
+
+    /// Wait until the test-only gate's file exists (at once without a gate, and for a
+    /// fault while CRIU restores); false when the server stops first.
+    fn through_gate(&self, why: Why) -> bool {
+        let Some(path) = &self.gate else {
+            return true;
+        };
+        if self.gate_open.load(Ordering::Acquire) || (why == Why::Fault && !self.criu.done()) {
+            return true;
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let watch = DirWatch::new(dir, |_| true).ok();
+        while !path.exists() {
+            if self.stop.is_cancelled() {
+                return false;
+            }
+            // A tenth of a second at most between looks: the stop is seen that late.
+            match &watch {
+                Some(watch) => {
+                    let _ = watch.wait(Duration::from_millis(100), None);
+                }
+                None => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        self.gate_open.store(true, Ordering::Release);
+        true
     }
 
     fn ending(&self) -> bool {
@@ -563,6 +605,8 @@ impl Shared {
             options,
             page_size,
             throttle: throttle(),
+            gate: gate(),
+            gate_open: AtomicBool::new(false),
             criu: CriuTracker::new(),
             stop,
             restored: AtomicBool::new(false),
@@ -799,6 +843,9 @@ fn serve_block(
         if state.gone || state.ranges.in_file(lo, hi).is_empty() {
             return Ok(Served::Done);
         }
+    }
+    if !shared.through_gate(why) {
+        return Ok(Served::Done);
     }
     if let Some(pause) = shared.throttle {
         std::thread::sleep(pause);
