@@ -223,7 +223,9 @@ restore_once() {
     esac
     if [ "$kind" = sim ] && [ "$mode" = criu-lazy ] && ! wait "$restoring"; then
         kill "$lazy" 2>/dev/null; wait "$lazy" 2>/dev/null || true
-        echo "$mode $cache - - $(grep -m1 -E 'Error|error' "$WORK/run/restore.log" | cut -c1-160)"
+        # CRIU's first error that is not about its own rlimit (logged on every restore here).
+        echo "$mode $cache - - $(grep 'Error' "$WORK/run/restore.log" | grep -v rlimit |
+            head -1 | sed 's/^ *[0-9]*: //' | cut -c1-160)"
         return
     fi
     if [ "$kind" = sim ]; then
