@@ -172,7 +172,7 @@ pub struct PagesFile {
 }
 
 /// How many blocks past the one it reads the background stream asks the kernel for.
-pub const READ_AHEAD_BLOCKS: u64 = 16;
+pub const READ_AHEAD_BLOCKS: u64 = 4;
 
 impl PagesFile {
     /// Open `name` of the image in `dir`, for task `pid` (for errors).

@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -471,6 +471,9 @@ struct Shared {
     /// background copy may start (CRIU's own daemon waits for this too).
     restored: AtomicBool,
     done: AtomicBool,
+    /// Message threads with faults to serve: the background stream starts no block
+    /// meanwhile, so that a fault's block has the disk and the cores to itself.
+    faulting: AtomicUsize,
     failure: Mutex<Option<LazyError>>,
     spaces: Mutex<Vec<Arc<Space>>>,
     pages: Mutex<HashMap<String, Arc<PagesFile>>>,
@@ -611,6 +614,7 @@ impl Shared {
             stop,
             restored: AtomicBool::new(false),
             done: AtomicBool::new(false),
+            faulting: AtomicUsize::new(0),
             failure: Mutex::new(None),
             spaces: Mutex::new(Vec::new()),
             pages: Mutex::new(HashMap::new()),
@@ -785,8 +789,22 @@ fn announcements(socket: &LazySocket, shared: &Arc<Shared>) -> Result<(), LazyEr
     }
 }
 
+/// `ioprio_set(2)`'s idle class (linux/ioprio.h: class 3 in the top bits of the value).
+const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+const IOPRIO_IDLE: libc::c_int = 3 << 13;
+
+/// The calling thread's reads (and the read-ahead it asks for) go to the disk only when
+/// nothing else waits for it: the restored tree's own reads (its programs, its files)
+/// come first.
+fn background_io_priority() {
+    // SAFETY: ioprio_set takes three integers and touches no memory of ours; who 0 is
+    // the calling thread.
+    unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE) };
+}
+
 /// A background copy thread.
 fn worker(shared: &Arc<Shared>) {
+    background_io_priority();
     let mut buffer = Vec::new();
     loop {
         let job = {
@@ -795,14 +813,16 @@ fn worker(shared: &Arc<Shared>) {
                 if shared.ending() {
                     return;
                 }
-                if shared.restored.load(Ordering::Acquire) {
+                let faulting = shared.faulting.load(Ordering::Acquire) > 0;
+                if shared.restored.load(Ordering::Acquire) && !faulting {
                     if let Some(job) = queue.pop_front() {
                         break job;
                     }
                 }
+                let pause = if faulting { 1 } else { 20 };
                 queue = shared
                     .ready
-                    .wait_timeout(queue, Duration::from_millis(20))
+                    .wait_timeout(queue, Duration::from_millis(pause))
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
@@ -1004,15 +1024,34 @@ fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
             }
         }
         let mut again = Vec::new();
-        for address in faults.drain(..) {
-            if shared.ending() {
-                return Ok(());
-            }
-            if serve_fault(shared, space, address, &mut buffer)? == Served::Again {
-                again.push(address);
+        if !faults.is_empty() {
+            let _first = FaultsFirst::new(&shared.faulting);
+            for address in faults.drain(..) {
+                if shared.ending() {
+                    return Ok(());
+                }
+                if serve_fault(shared, space, address, &mut buffer)? == Served::Again {
+                    again.push(address);
+                }
             }
         }
         faults = again;
+    }
+}
+
+/// While alive, the background stream starts no block (`Shared::faulting`).
+struct FaultsFirst<'a>(&'a AtomicUsize);
+
+impl<'a> FaultsFirst<'a> {
+    fn new(faulting: &'a AtomicUsize) -> FaultsFirst<'a> {
+        faulting.fetch_add(1, Ordering::AcqRel);
+        FaultsFirst(faulting)
+    }
+}
+
+impl Drop for FaultsFirst<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
