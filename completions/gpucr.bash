@@ -34,6 +34,15 @@ _gpucr() {
             gpucr,install-plugin)
                 cmd="gpucr__subcmd__install__subcmd__plugin"
                 ;;
+            gpucr,keygen)
+                cmd="gpucr__subcmd__keygen"
+                ;;
+            gpucr,migrate)
+                cmd="gpucr__subcmd__migrate"
+                ;;
+            gpucr,receive)
+                cmd="gpucr__subcmd__receive"
+                ;;
             gpucr,restore)
                 cmd="gpucr__subcmd__restore"
                 ;;
@@ -55,6 +64,15 @@ _gpucr() {
             gpucr__subcmd__help,install-plugin)
                 cmd="gpucr__subcmd__help__subcmd__install__subcmd__plugin"
                 ;;
+            gpucr__subcmd__help,keygen)
+                cmd="gpucr__subcmd__help__subcmd__keygen"
+                ;;
+            gpucr__subcmd__help,migrate)
+                cmd="gpucr__subcmd__help__subcmd__migrate"
+                ;;
+            gpucr__subcmd__help,receive)
+                cmd="gpucr__subcmd__help__subcmd__receive"
+                ;;
             gpucr__subcmd__help,restore)
                 cmd="gpucr__subcmd__help__subcmd__restore"
                 ;;
@@ -65,7 +83,7 @@ _gpucr() {
 
     case "${cmd}" in
         gpucr)
-            opts="-h -V --help --version dump restore inspect check-topology install-plugin completions help"
+            opts="-h -V --help --version dump restore inspect check-topology migrate receive keygen install-plugin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -161,7 +179,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__help)
-            opts="dump restore inspect check-topology install-plugin completions help"
+            opts="dump restore inspect check-topology migrate receive keygen install-plugin completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -258,6 +276,48 @@ _gpucr() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        gpucr__subcmd__help__subcmd__keygen)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpucr__subcmd__help__subcmd__migrate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpucr__subcmd__help__subcmd__receive)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         gpucr__subcmd__help__subcmd__restore)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -306,6 +366,144 @@ _gpucr() {
                     return 0
                     ;;
                 --setting)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpucr__subcmd__keygen)
+            opts="-h -V --dir --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpucr__subcmd__migrate)
+            opts="-v -h -V --key --cert --peer-cert --link-timeout --staging --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --jobs --device-timeout --criu --criu-config --verbose --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --peer-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --link-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --staging)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --network-lock)
+                    COMPREPLY=($(compgen -W "iptables nftables skip" -- "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --criu)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --criu-config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpucr__subcmd__receive)
+            opts="-v -h -V --listen --dir --key --cert --peer-cert --link-timeout --once --sysfs-root --skip-check --jobs --device-timeout --criu --criu-config --verbose --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --peer-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --link-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sysfs-root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --skip-check)
+                    COMPREPLY=($(compgen -W "simd_count mem_banks_count max_waves_per_simd lds_size_in_kb wave_front_size array_count simd_arrays_per_engine cu_per_simd_array simd_per_cu max_slots_scratch_cu vendor_id device_id num_sdma_engines num_sdma_xgmi_engines num_sdma_queues_per_engine num_cp_queues vram_public io_links_count capability vram_size num_gws caches_count fw_version sdma_fw_version cpu_links numa xgmi_hive gpu_count" -- "${cur}"))
+                    return 0
+                    ;;
+                --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --criu)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --criu-config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

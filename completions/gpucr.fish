@@ -30,6 +30,9 @@ complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "dump" -d 'Checkpoint a 
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "restore" -d 'Restore a process tree from an image directory'
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "inspect" -d 'Show what is in an image directory or a container checkpoint archive, or verify it'
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "check-topology" -d 'Show the local GPUs, or whether an image can be restored here'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "migrate" -d 'Move a running process tree to another machine (stop-and-copy)'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "receive" -d 'Receive a process tree `gpucr migrate` sends, and run it here'
+complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "keygen" -d 'Make a key pair and a self-signed certificate for migrations'
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "install-plugin" -d 'Install gpucr\'s CRIU plugin where CRIU loads plugins, for CRIU run by others'
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "completions" -d 'Print a shell completion script to stdout'
 complete -c gpucr -n "__fish_gpucr_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -148,6 +151,74 @@ gpu_count\t''"
 complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
 complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l key -d 'This side\'s private key (PEM, mode 0600: a key others may read is refused), as `gpucr keygen` writes it' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l cert -d 'This side\'s certificate (PEM), the one the other side was given as its --peer-cert' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l peer-cert -d 'The other side\'s certificate (PEM): the only one accepted. A peer that does not present it, or cannot sign with its key, is refused during the TLS handshake, before anything else is read' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l link-timeout -d 'Give up when the link stays silent for SECS seconds, or a connection takes longer (each side tells the other it is still working while it dumps or restores)' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l staging -d 'Where the staging directory is made (default: the temporary directory)' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l network-lock -d 'How to lock the network during the dump (as `gpucr dump --network-lock`)' -r -f -a "iptables\t'iptables rules (CRIU\'s default; needs iptables-restore)'
+nftables\t'an nftables table (needs CRIU built with libnftables)'
+skip\t'no lock: only safe when nothing can reach the connections meanwhile'"
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l timeout -d 'Give up when the tree cannot be frozen within SECS seconds (CRIU\'s --timeout)' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l jobs -d 'Threads moving GPU memory (default: the number of CPU cores)' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l device-timeout -d 'Give up a device step (a driver lock, checkpoint or restore, a task\'s device taken over or recreated) that takes longer than SECS seconds: the dump fails with the tree running on, the restore with nothing left behind. A step that copies device memory gets SECS again each time its copy moves bytes' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l criu -d 'The criu binary to run (default: `criu` on PATH, then /usr/local/sbin, /usr/sbin)' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l criu-config -d 'Further CRIU options, from a file in CRIU\'s config format (one long option name per line, without dashes, then its value: `ghost-limit 64M`, `tcp-close`, `external mnt[KEY]:PATH`, `manage-cgroups full`). Checked before anything is touched: options gpucr sets itself (the image directory, CRIU\'s log, leave-running, the network lock, tcp-established, page servers, ...) are refused with the flag to use instead. A dump records the options in the image (`gpucr inspect` shows them); a restore does not reuse them: give a restore the ones it needs. The CRIU gpucr runs reads no other config file: not CRIU\'s own (/etc/criu/default.conf, ~/.criu/default.conf, CRIU_CONFIG_FILE), which a note names when one holds options' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l tcp-established -d 'Dump established TCP connections (as `gpucr dump --tcp-established`)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l shell-job -d 'The tree is a shell job (as `gpucr dump --shell-job`)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l ext-unix-sk -d 'Allow unix sockets connected to peers outside the tree'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l file-locks -d 'Dump file locks'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -s v -l verbose -d 'More detail: -v shows every CRIU phase and raises CRIU\'s log level to 4 (debug)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l listen -d 'The address and port to listen on' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l dir -d 'The directory beneath which each migration\'s image directory is made' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l key -d 'This side\'s private key (PEM, mode 0600: a key others may read is refused), as `gpucr keygen` writes it' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l cert -d 'This side\'s certificate (PEM), the one the other side was given as its --peer-cert' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l peer-cert -d 'The other side\'s certificate (PEM): the only one accepted. A peer that does not present it, or cannot sign with its key, is refused during the TLS handshake, before anything else is read' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l link-timeout -d 'Give up a migration when the link stays silent for SECS seconds' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files. An image of simulated GPUs is checked against GPUCR_SIM_ROOT when this is not given' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l skip-check -d 'Do not apply the topology check NAME (repeatable). CRIU\'s variables KFD_FW_VER_CHECK, KFD_SDMA_FW_VER_CHECK, KFD_CACHES_COUNT_CHECK, KFD_NUM_GWS_CHECK, KFD_VRAM_SIZE_CHECK, KFD_NUMA_CHECK and KFD_CAPABILITY_CHECK (0/NO off, 1/YES on) switch the same checks' -r -f -a "simd_count\t''
+mem_banks_count\t''
+max_waves_per_simd\t''
+lds_size_in_kb\t''
+wave_front_size\t''
+array_count\t''
+simd_arrays_per_engine\t''
+cu_per_simd_array\t''
+simd_per_cu\t''
+max_slots_scratch_cu\t''
+vendor_id\t''
+device_id\t''
+num_sdma_engines\t''
+num_sdma_xgmi_engines\t''
+num_sdma_queues_per_engine\t''
+num_cp_queues\t''
+vram_public\t''
+io_links_count\t''
+capability\t''
+vram_size\t''
+num_gws\t''
+caches_count\t''
+fw_version\t''
+sdma_fw_version\t''
+cpu_links\t''
+numa\t''
+xgmi_hive\t''
+gpu_count\t''"
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l jobs -d 'Threads moving GPU memory (default: the number of CPU cores)' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l device-timeout -d 'Give up a device step (a driver lock, checkpoint or restore, a task\'s device taken over or recreated) that takes longer than SECS seconds: the dump fails with the tree running on, the restore with nothing left behind. A step that copies device memory gets SECS again each time its copy moves bytes' -r
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l criu -d 'The criu binary to run (default: `criu` on PATH, then /usr/local/sbin, /usr/sbin)' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l criu-config -d 'Further CRIU options, from a file in CRIU\'s config format (one long option name per line, without dashes, then its value: `ghost-limit 64M`, `tcp-close`, `external mnt[KEY]:PATH`, `manage-cgroups full`). Checked before anything is touched: options gpucr sets itself (the image directory, CRIU\'s log, leave-running, the network lock, tcp-established, page servers, ...) are refused with the flag to use instead. A dump records the options in the image (`gpucr inspect` shows them); a restore does not reuse them: give a restore the ones it needs. The CRIU gpucr runs reads no other config file: not CRIU\'s own (/etc/criu/default.conf, ~/.criu/default.conf, CRIU_CONFIG_FILE), which a note names when one holds options' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l once -d 'Serve one connection, then exit with its outcome'
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -s v -l verbose -d 'More detail: -v shows every CRIU phase and raises CRIU\'s log level to 4 (debug)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l json -d 'Print the result as one JSON object on stdout (for scripts); no progress output'
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -s V -l version -d 'Print version'
+complete -c gpucr -n "__fish_gpucr_using_subcommand keygen" -l dir -d 'Where to write the files' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand keygen" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpucr -n "__fish_gpucr_using_subcommand keygen" -s V -l version -d 'Print version'
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -l criu-libdir -d 'CRIU\'s plugin directory' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -l setting -d 'A setting for engine mode, NAME=VALUE, written to the settings file beside the plugin: GPUCR_COMPRESS, GPUCR_JOBS, GPUCR_DEVICE_TIMEOUT, CUDA_VISIBLE_DEVICES, the KFD_*_CHECK topology switches, GPUCR_ENGINE=0 (keep out of every CRIU gpucr did not start) and the other GPUCR_* variables engine mode reads (the backends\' GPUCR_AMDGPU_*, GPUCR_SIM_*, GPUCR_CUDA_LIBRARY, ...). A value engine mode would refuse, or a GPUCR_* or KFD_* name it does not read, is refused here. Repeatable. In a settings file edited by hand, the plugin leaves such names, and names without a value, out, with a warning in CRIU\'s log' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -l uninstall -d 'Remove the installed plugin instead'
@@ -156,10 +227,13 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -s h -l help
 complete -c gpucr -n "__fish_gpucr_using_subcommand install-plugin" -s V -l version -d 'Print version'
 complete -c gpucr -n "__fish_gpucr_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpucr -n "__fish_gpucr_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology install-plugin completions help" -f -a "dump" -d 'Checkpoint a process tree into an image directory'
-complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology install-plugin completions help" -f -a "restore" -d 'Restore a process tree from an image directory'
-complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology install-plugin completions help" -f -a "inspect" -d 'Show what is in an image directory or a container checkpoint archive, or verify it'
-complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology install-plugin completions help" -f -a "check-topology" -d 'Show the local GPUs, or whether an image can be restored here'
-complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology install-plugin completions help" -f -a "install-plugin" -d 'Install gpucr\'s CRIU plugin where CRIU loads plugins, for CRIU run by others'
-complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology install-plugin completions help" -f -a "completions" -d 'Print a shell completion script to stdout'
-complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology install-plugin completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "dump" -d 'Checkpoint a process tree into an image directory'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "restore" -d 'Restore a process tree from an image directory'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "inspect" -d 'Show what is in an image directory or a container checkpoint archive, or verify it'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "check-topology" -d 'Show the local GPUs, or whether an image can be restored here'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "migrate" -d 'Move a running process tree to another machine (stop-and-copy)'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "receive" -d 'Receive a process tree `gpucr migrate` sends, and run it here'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "keygen" -d 'Make a key pair and a self-signed certificate for migrations'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "install-plugin" -d 'Install gpucr\'s CRIU plugin where CRIU loads plugins, for CRIU run by others'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "completions" -d 'Print a shell completion script to stdout'
+complete -c gpucr -n "__fish_gpucr_using_subcommand help; and not __fish_seen_subcommand_from dump restore inspect check-topology migrate receive keygen install-plugin completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -15,5 +15,6 @@ pub mod docs;
 
 pub use gpucr_core::{
     archive, cancel, criu, dump, engine, errln, exit_code, gpu, guard, helper, image, inspect,
-    interrupt, lazy, niceness, progress, restore, restore_guard, stderr, target, transfer, units,
+    interrupt, lazy, migrate, niceness, progress, restore, restore_guard, stderr, target, transfer,
+    units,
 };

@@ -297,6 +297,13 @@ pub const VARIABLES: &[Variable] = &[
          before its memory is in, whatever the machine's pace",
     ),
     variable(
+        "GPUCR_TEST_MIGRATE_THROTTLE_MS",
+        false,
+        Testing,
+        "milliseconds `gpucr migrate` waits after each chunk of the image it sends, so \
+         that tests can cut the link while the image crosses",
+    ),
+    variable(
         "GPUCR_BENCH_SESSION",
         false,
         Testing,

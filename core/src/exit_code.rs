@@ -42,6 +42,14 @@ pub const GIVE_BACK_FAILED: u8 = 10;
 /// lock, a checkpoint, a restore or a resume of a task. A dump leaves the tree running
 /// and the image incomplete; a restore leaves no process.
 pub const DEVICE_FAILED: u8 = 11;
+/// A migration failed: the link, the peer's authentication, the receiver or the
+/// destination's restore (`gpucr migrate`: the job runs on, on the source; `gpucr
+/// receive`: nothing restored is left running, and nothing received is kept).
+pub const MIGRATION_FAILED: u8 = 12;
+/// `gpucr migrate`: the link was lost after the source gave its copy up (commit), so
+/// whether the destination let the job run is unknown; the source keeps its copy
+/// stopped, never running beside the destination's.
+pub const MIGRATION_UNCERTAIN: u8 = 13;
 /// SIGINT, SIGTERM or SIGHUP stopped a dump (the tree keeps running, the image is marked
 /// incomplete) or a restore (no restored process is left): 128 + SIGINT, as a shell
 /// reports a command Ctrl-C stopped.
@@ -85,6 +93,14 @@ pub const ALL: &[(u8, &str)] = &[
     (
         DEVICE_FAILED,
         "a GPU driver or device step failed (a dump leaves the tree running, a restore no process)",
+    ),
+    (
+        MIGRATION_FAILED,
+        "migration failed (link, authentication, receiver or destination restore): migrate leaves the job running on the source, receive leaves nothing running",
+    ),
+    (
+        MIGRATION_UNCERTAIN,
+        "migrate: link lost after the commit: the source's copy is kept stopped; the job runs on the destination if the commit arrived",
     ),
     (
         INTERRUPTED,

@@ -25,6 +25,7 @@ pub mod image;
 pub mod inspect;
 pub mod interrupt;
 pub mod lazy;
+pub mod migrate;
 pub mod niceness;
 pub mod progress;
 pub mod restore;

@@ -25,6 +25,24 @@ const BOUNDARIES: &[(&str, &[&str])] = &[
     ("cancel.rs", &[]),
     ("wait", &[]),
     ("interrupt.rs", &["cancel"]),
+    // Migration sits on top: it drives a dump, a restore and a verification, and
+    // nothing of the library uses it (`nothing_uses_migrate`).
+    (
+        "migrate",
+        &[
+            "dump",
+            "exit_code",
+            "gpu",
+            "image",
+            "inspect",
+            "interrupt",
+            "lazy",
+            "progress",
+            "restore",
+            "target",
+            "units",
+        ],
+    ),
 ];
 
 fn rust_files(path: &Path, out: &mut Vec<PathBuf>) {
@@ -97,4 +115,19 @@ fn a_crossing_is_found_in_paths_and_lists_but_not_in_comments() {
                 // crate::helper is only named here\nlet x = crate::image::dir::f();\n";
     let found: Vec<String> = crate_modules(text).into_iter().collect();
     assert_eq!(found, ["cancel", "gpu", "image", "units"]);
+}
+
+/// The rest of the library never imports migration (it is the command line's to call).
+#[test]
+fn nothing_uses_migrate() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let users: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("migrate")))
+        .filter(|f| crate_modules(&std::fs::read_to_string(f).unwrap()).contains("migrate"))
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(users.is_empty(), "{users:?}");
 }

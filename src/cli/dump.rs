@@ -103,7 +103,7 @@ pub struct DumpArgs {
 }
 
 /// A process id: a number from 1 up (0 and negative numbers never name a process).
-fn parse_pid(text: &str) -> Result<i32, String> {
+pub(super) fn parse_pid(text: &str) -> Result<i32, String> {
     match text.trim().parse::<i64>() {
         Ok(pid) if pid >= 1 => i32::try_from(pid).map_err(|_| "not a process id: too large".into()),
         Ok(_) => Err("no process has this id: process ids are numbers from 1 up".into()),

@@ -12,6 +12,7 @@ mod engine_helper;
 mod inspect;
 mod install_plugin;
 mod lazy_guard;
+mod migrate;
 mod restore;
 mod restore_guard;
 mod sim_guard;
@@ -30,6 +31,7 @@ pub use engine_helper::{EngineHelperArgs, EngineStageArg};
 pub use inspect::InspectArgs;
 pub use install_plugin::InstallPluginArgs;
 pub use lazy_guard::LazyGuardArgs;
+pub use migrate::{IdentityArgs, KeygenArgs, MigrateArgs, ReceiveArgs};
 pub use restore::RestoreArgs;
 pub use restore_guard::RestoreGuardArgs;
 pub use sim_guard::SimGuardArgs;
@@ -48,6 +50,8 @@ Exit status:
     9  GPU topology incompatible
    10  dump --leave-running: image complete, but a task may not have its GPU back
    11  a GPU driver or device step failed (a dump leaves the tree running, a restore no process)
+   12  migration failed (link, authentication, receiver or destination restore): migrate leaves the job running on the source, receive leaves nothing running
+   13  migrate: link lost after the commit: the source's copy is kept stopped; the job runs on the destination if the commit arrived
   130  interrupted (SIGINT/SIGTERM/SIGHUP): a dump leaves the tree running, a restore leaves no process
 `gpucr restore` without --detach exits with the restored tree's own status.";
 
@@ -74,6 +78,9 @@ pub enum Command {
     Restore(RestoreArgs),
     Inspect(InspectArgs),
     CheckTopology(CheckTopologyArgs),
+    Migrate(MigrateArgs),
+    Receive(ReceiveArgs),
+    Keygen(KeygenArgs),
     InstallPlugin(InstallPluginArgs),
     Completions(CompletionsArgs),
     #[command(hide = true)]
@@ -219,6 +226,9 @@ mod tests {
             "restore",
             "inspect",
             "check-topology",
+            "migrate",
+            "receive",
+            "keygen",
             "install-plugin",
         ] {
             assert!(is_users_command(&cli, users), "{users}");

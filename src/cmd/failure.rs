@@ -11,6 +11,7 @@ use crate::exit_code::{self, ExitCode};
 use crate::gpu::GpuError;
 use crate::helper::HelperError;
 use crate::image::{ImageDirError, ManifestError};
+use crate::migrate::{IdentityError, MigrateError, ReceiveError};
 use crate::restore::RestoreError;
 use crate::target::TargetError;
 
@@ -44,6 +45,12 @@ pub enum Failure {
     CheckTopology(#[from] CheckTopologyError),
     #[error(transparent)]
     InstallPlugin(#[from] InstallPluginError),
+    #[error(transparent)]
+    Migrate(#[from] MigrateError),
+    #[error(transparent)]
+    Receive(#[from] ReceiveError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
     /// No code of its own: [`exit_code::FAILURE`].
     #[error(transparent)]
     Other(#[from] anyhow::Error),
@@ -64,6 +71,9 @@ impl ExitCode for Failure {
             Failure::Helper(e) => e.exit_code(),
             Failure::CheckTopology(e) => e.exit_code(),
             Failure::InstallPlugin(e) => e.exit_code(),
+            Failure::Migrate(e) => e.exit_code(),
+            Failure::Receive(e) => e.exit_code(),
+            Failure::Identity(e) => e.exit_code(),
             Failure::Other(_) => exit_code::FAILURE,
         }
     }

@@ -14,6 +14,7 @@ pub mod give_back;
 pub mod inspect;
 pub mod install_plugin;
 pub mod lazy_guard;
+pub mod migrate;
 pub mod restore;
 pub mod restore_guard;
 pub mod sim_guard;

@@ -153,6 +153,13 @@ pub struct CommonOptions {
     /// (auto_ext_mnt, ext_sharing, ext_masters), at restore they are bound again from
     /// the restoring host's tree, with "/" as the root.
     pub own_mount_namespace: bool,
+    /// Leave the tree stopped (SIGSTOP) when CRIU lets it go, instead of killing it
+    /// (dump) or letting it run (restore): `leave_stopped`. A migration's destination
+    /// keeps the job stopped this way until the source has given its copy up. (A dump
+    /// that leaves the tree stopped also leaves its network locked and its TCP sockets
+    /// in repair mode, which only a restore undoes: a migration's source stops the tree
+    /// itself instead, and dumps it with `leave_running`.)
+    pub leave_stopped: bool,
 }
 
 /// A DUMP request.
@@ -211,6 +218,7 @@ impl CommonOptions {
             auto_ext_mnt: self.own_mount_namespace.then_some(true),
             ext_sharing: self.own_mount_namespace.then_some(true),
             ext_masters: self.own_mount_namespace.then_some(true),
+            leave_stopped: self.leave_stopped.then_some(true),
             ..Default::default()
         }
     }
@@ -280,6 +288,7 @@ mod tests {
 
     fn common() -> CommonOptions {
         CommonOptions {
+            leave_stopped: false,
             flags: CriuFlags {
                 tcp_established: true,
                 shell_job: false,

@@ -137,6 +137,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
             own_mount_namespace,
+            leave_stopped: false,
         },
     };
     let log = opts.dir.join(DUMP_LOG);

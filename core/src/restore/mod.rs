@@ -69,6 +69,9 @@ pub struct RestoreOptions {
     /// On-demand restore (`--lazy`): CRIU leaves the tasks' private memory to gpucr's
     /// lazy-pages server (`crate::lazy`), which serves it after the tree resumes.
     pub lazy: bool,
+    /// Leave the restored tree stopped (SIGSTOP) when CRIU lets it go: a migration's
+    /// destination lets it run (SIGCONT) only once the source has given its copy up.
+    pub leave_stopped: bool,
     /// The command's token, cancelled at Ctrl-C (`interrupt::cancels`): until the tree
     /// is whole it stops the image's verification, the GPU copies and the helper's
     /// steps that carry the restore forward.
@@ -340,6 +343,7 @@ fn restore_in(
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
             own_mount_namespace: dumped.mount_namespace,
+            leave_stopped: opts.leave_stopped,
         },
         inherit: inherit_fds,
         config_file: handover.as_ref().map(ConfigHandover::criu_path),

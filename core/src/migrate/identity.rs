@@ -1,0 +1,211 @@
+//! A side's identity: its private key and certificate (PEM files made by `gpucr
+//! keygen`), and the other side's certificate, pinned.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Why an identity could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("cannot read {what} {path}: {source}")]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a PEM {what} ({detail})")]
+    NotPem {
+        what: &'static str,
+        path: PathBuf,
+        detail: String,
+    },
+    #[error("{path}: holds {count} certificates; exactly one is expected")]
+    CertificateCount { path: PathBuf, count: usize },
+    #[error("{path}: the private key may be read by others (mode {mode:o}); make it 0600")]
+    KeyReadable { path: PathBuf, mode: u32 },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot generate a key pair for {name}: {detail}")]
+    Generate { name: String, detail: String },
+}
+
+impl crate::exit_code::ExitCode for IdentityError {
+    fn exit_code(&self) -> u8 {
+        crate::exit_code::USAGE
+    }
+}
+
+/// One side's key and certificate, and the certificate its peer must present.
+#[derive(Debug)]
+pub struct Identity {
+    pub key: PrivateKeyDer<'static>,
+    pub cert: CertificateDer<'static>,
+    pub peer_cert: CertificateDer<'static>,
+}
+
+/// Where a side's identity is read from (`--key`, `--cert`, `--peer-cert`).
+#[derive(Debug, Clone)]
+pub struct IdentityFiles {
+    pub key: PathBuf,
+    pub cert: PathBuf,
+    pub peer_cert: PathBuf,
+}
+
+impl IdentityFiles {
+    /// Read the three files. The key must not be readable by group or others.
+    pub fn load(&self) -> Result<Identity, IdentityError> {
+        let mode = std::fs::metadata(&self.key)
+            .map_err(|source| IdentityError::Read {
+                what: "private key",
+                path: self.key.clone(),
+                source,
+            })?
+            .permissions();
+        let mode = std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(IdentityError::KeyReadable {
+                path: self.key.clone(),
+                mode,
+            });
+        }
+        let key_pem = read(&self.key, "private key")?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| IdentityError::NotPem {
+            what: "private key",
+            path: self.key.clone(),
+            detail: e.to_string(),
+        })?;
+        Ok(Identity {
+            key,
+            cert: one_certificate(&self.cert)?,
+            peer_cert: one_certificate(&self.peer_cert)?,
+        })
+    }
+}
+
+fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, IdentityError> {
+    std::fs::read(path).map_err(|source| IdentityError::Read {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The one certificate in the PEM file at `path`.
+fn one_certificate(path: &Path) -> Result<CertificateDer<'static>, IdentityError> {
+    let pem = read(path, "certificate")?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| IdentityError::NotPem {
+            what: "certificate",
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+    match <[_; 1]>::try_from(certs) {
+        Ok([cert]) => Ok(cert),
+        Err(certs) => Err(IdentityError::CertificateCount {
+            path: path.to_path_buf(),
+            count: certs.len(),
+        }),
+    }
+}
+
+/// The files `gpucr keygen NAME` wrote.
+#[derive(Debug, Clone)]
+pub struct KeyFiles {
+    pub key: PathBuf,
+    pub cert: PathBuf,
+}
+
+/// Make a key pair (ECDSA P-256) and a self-signed certificate for `name`, written to
+/// `NAME.key` (mode 0600, created: an existing file is never overwritten) and
+/// `NAME.crt` in `dir`.
+pub fn keygen(dir: &Path, name: &str) -> Result<KeyFiles, IdentityError> {
+    let generate = |detail: rcgen::Error| IdentityError::Generate {
+        name: name.to_owned(),
+        detail: detail.to_string(),
+    };
+    let certified = rcgen::generate_simple_self_signed(vec![name.to_owned()]).map_err(generate)?;
+    let files = KeyFiles {
+        key: dir.join(format!("{name}.key")),
+        cert: dir.join(format!("{name}.crt")),
+    };
+    write_new(&files.key, 0o600, &certified.key_pair.serialize_pem())?;
+    if let Err(e) = write_new(&files.cert, 0o644, &certified.cert.pem()) {
+        let _ = std::fs::remove_file(&files.key);
+        return Err(e);
+    }
+    Ok(files)
+}
+
+/// Create `path` (it must not exist) with `mode` and write `text` into it.
+fn write_new(path: &Path, mode: u32, text: &str) -> Result<(), IdentityError> {
+    let write = |source| IdentityError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(write)?;
+    file.write_all(text.as_bytes()).map_err(write)?;
+    file.sync_all().map_err(write)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keygen_writes_a_private_key_and_a_certificate_that_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = keygen(dir.path(), "source").unwrap();
+        let b = keygen(dir.path(), "receiver").unwrap();
+        let mode = std::fs::metadata(&a.key).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+        let identity = IdentityFiles {
+            key: a.key.clone(),
+            cert: a.cert.clone(),
+            peer_cert: b.cert.clone(),
+        }
+        .load()
+        .unwrap();
+        assert_ne!(identity.cert, identity.peer_cert);
+        // Never overwritten.
+        assert!(matches!(
+            keygen(dir.path(), "source"),
+            Err(IdentityError::Write { .. })
+        ));
+    }
+
+    #[test]
+    fn a_key_others_may_read_and_a_file_without_a_certificate_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = keygen(dir.path(), "a").unwrap();
+        let files = IdentityFiles {
+            key: a.key.clone(),
+            cert: a.cert.clone(),
+            peer_cert: a.key.clone(),
+        };
+        let err = files.load().unwrap_err();
+        assert!(
+            matches!(err, IdentityError::CertificateCount { count: 0, .. }),
+            "{err}"
+        );
+        std::fs::set_permissions(&a.key, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let err = files.load().unwrap_err();
+        assert!(err.to_string().contains("0600"), "{err}");
+    }
+}

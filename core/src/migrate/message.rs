@@ -1,0 +1,91 @@
+//! The messages of the migration protocol, as they travel in frames (`link`).
+//!
+//! ```text
+//! source                                   receiver
+//!   Hello ------------------------------->   (versions)
+//!         <-------------------------------   Hello
+//!   Offer (backend, GPU topology) ------->   same check as restore
+//!         <-------------------------------   Accept | Mismatch (source: exit 9)
+//!   (dump, tree left stopped; Working while it runs)
+//!   File, Chunk..., FileEnd (each file) ->   written into a fresh 0700 directory
+//!   Done -------------------------------->   verified as `inspect --verify`, restored
+//!         <-------------------------------   Restored (tree left stopped) | Failed
+//!   Commit ------------------------------>   the restored tree let run
+//!         <-------------------------------   Resumed
+//!   (the source's stopped tree killed)
+//! ```
+//!
+//! Either side may send Failed instead of what comes next; Working keeps a link alive
+//! while its sender works, and is skipped by the reader.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol's version: both sides must speak the same.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A control message, sent as JSON in a frame of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "message", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Control {
+    Hello {
+        protocol: u32,
+        gpucr: String,
+    },
+    /// What the job needs: its GPU backend and the source's GPU topology.
+    Offer {
+        pid: i32,
+        backend: Option<String>,
+        topology: Option<gpucr_topology::Topology>,
+    },
+    Accept,
+    /// The destination's GPUs cannot hold the job: the topology report.
+    Mismatch {
+        report: String,
+    },
+    /// A file of the image follows, in chunks, then [`Control::FileEnd`].
+    File {
+        path: String,
+        size: u64,
+    },
+    FileEnd,
+    /// Every file was sent.
+    Done,
+    /// The sender is still working (dumping, restoring).
+    Working,
+    /// The destination restored the tree, left stopped: `pid` there.
+    Restored {
+        pid: i32,
+    },
+    /// The source gives its copy up: the destination may let the tree run.
+    Commit,
+    /// The tree runs on the destination, restored from `dir`.
+    Resumed {
+        pid: i32,
+        dir: String,
+    },
+    /// The sender gave up: why, and the exit code that says it.
+    Failed {
+        code: u8,
+        reason: String,
+    },
+}
+
+impl Control {
+    /// The message's name, for errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Control::Hello { .. } => "hello",
+            Control::Offer { .. } => "offer",
+            Control::Accept => "accept",
+            Control::Mismatch { .. } => "mismatch",
+            Control::File { .. } => "file",
+            Control::FileEnd => "file_end",
+            Control::Done => "done",
+            Control::Working => "working",
+            Control::Restored { .. } => "restored",
+            Control::Commit => "commit",
+            Control::Resumed { .. } => "resumed",
+            Control::Failed { .. } => "failed",
+        }
+    }
+}

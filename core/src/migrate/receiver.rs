@@ -1,0 +1,444 @@
+//! `gpucr receive`: the destination's side of a migration.
+//!
+//! It listens, and serves one connection at a time until a migration has been
+//! restored here (or, with `once`, after the first connection whatever became of it).
+//! For each connection:
+//!
+//! 1. The TLS handshake: a peer without the pinned certificate and its key is refused
+//!    before anything else is read.
+//! 2. Hello (versions), then the source's Offer: its GPU backend and topology, checked
+//!    against this machine's as a restore checks an image's (`gpucr check-topology`'s
+//!    check). Mismatch or Accept.
+//! 3. The files, into a fresh directory (0700) made beneath `dir`, each path confined
+//!    and each chunk checked ([`super::files`]).
+//! 4. The image verified as `gpucr inspect --verify` verifies it, then restored, the
+//!    tree left stopped. Restored.
+//! 5. On the source's Commit, the tree is let run: Resumed. The image directory stays.
+//!
+//! Any failure before the Commit kills what was restored and removes the directory,
+//! and the source is told (Failed) when the link still carries it.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+use super::files::{FilesError, ImageWriter};
+use super::identity::{Identity, IdentityError, IdentityFiles};
+use super::link::{Link, LinkError};
+use super::message::Control;
+use super::tls::{self, TlsError};
+use super::tree::StoppedTree;
+use super::{hello, ProtocolError, BEAT};
+use crate::exit_code::{self, ExitCode};
+use crate::image::verify::default_threads;
+use crate::inspect::verify::Status;
+use crate::progress::Progress;
+use crate::restore::{RestoreError, RestoreOptions};
+
+/// Where to listen, where to keep images, and how to restore.
+#[derive(Debug, Clone)]
+pub struct ReceiveOptions {
+    /// `ADDR:PORT` to listen on.
+    pub listen: String,
+    /// The directory beneath which each migration's image directory is made.
+    pub dir: PathBuf,
+    pub identity: IdentityFiles,
+    /// How long the link may stay silent.
+    pub timeout: Duration,
+    /// Serve one connection and stop, whatever became of it.
+    pub once: bool,
+    /// The restore: its `dir` is the received image's, the tree left stopped until the
+    /// source's Commit. Its topology settings (`sysfs_root`, `skip_checks`,
+    /// `cuda_visible_devices`) also check the source's Offer.
+    pub restore: RestoreOptions,
+}
+
+/// A migration received and running here.
+#[derive(Debug, Clone)]
+pub struct ReceiveOutcome {
+    pub peer: String,
+    pub pid: i32,
+    pub dir: PathBuf,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Why a migration was not received.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("cannot listen on {listen}: {source}")]
+    Listen {
+        listen: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a directory this side can make image directories in: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("refused {source}")]
+    Tls {
+        #[source]
+        source: TlsError,
+    },
+    #[error("{peer}: {source}")]
+    Protocol {
+        peer: String,
+        #[source]
+        source: ProtocolError,
+    },
+    #[error("{peer}: the job's GPUs do not fit here; refused:\n{report}")]
+    Mismatch { peer: String, report: String },
+    #[error("{peer}: cannot read this machine's GPU topology: {source}")]
+    Topology {
+        peer: String,
+        #[source]
+        source: gpucr_topology::TopologyError,
+    },
+    #[error("{peer}: the source gave up: {reason}; nothing kept")]
+    SourceFailed { peer: String, reason: String },
+    #[error("{peer}: receiving the image: {source}; nothing kept")]
+    Files {
+        peer: String,
+        #[source]
+        source: FilesError,
+    },
+    #[error("{peer}: the received image in {dir} is {status}: {problems}; nothing kept")]
+    Unverified {
+        peer: String,
+        dir: PathBuf,
+        status: &'static str,
+        problems: String,
+        code: u8,
+    },
+    #[error("{peer}: restoring the received image: {source}; nothing kept")]
+    Restore {
+        peer: String,
+        #[source]
+        source: Box<RestoreError>,
+    },
+    #[error("{peer}: no commit from the source ({why}): the restored tree (pid {pid}) was killed, nothing kept")]
+    NoCommit { peer: String, pid: i32, why: String },
+}
+
+impl ExitCode for ReceiveError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ReceiveError::Identity(e) => e.exit_code(),
+            ReceiveError::Listen { .. } => exit_code::USAGE,
+            ReceiveError::Dir { .. } => exit_code::IMAGE_DIR,
+            ReceiveError::Mismatch { .. } => exit_code::TOPOLOGY_INCOMPATIBLE,
+            ReceiveError::Files { source, .. } if source.disk_full() => exit_code::IMAGE_DIR,
+            ReceiveError::Files {
+                source: FilesError::Corrupt { .. },
+                ..
+            } => exit_code::IMAGE_DAMAGED,
+            ReceiveError::Unverified { code, .. } => *code,
+            ReceiveError::Restore { source, .. } => source.exit_code(),
+            ReceiveError::Topology { .. }
+            | ReceiveError::Tls { .. }
+            | ReceiveError::Protocol { .. }
+            | ReceiveError::SourceFailed { .. }
+            | ReceiveError::Files { .. }
+            | ReceiveError::NoCommit { .. } => exit_code::MIGRATION_FAILED,
+        }
+    }
+}
+
+/// Listen on `opts.listen` and receive migrations until one runs here (or, with
+/// `opts.once`, until the first connection ends). `listening` is told the address
+/// once bound; `refused` each connection that came to nothing, when another is awaited.
+pub fn receive(
+    opts: &ReceiveOptions,
+    progress: &mut Progress,
+    listening: &mut dyn FnMut(SocketAddr),
+) -> Result<ReceiveOutcome, ReceiveError> {
+    let identity = opts.identity.load()?;
+    let dir_meta = std::fs::metadata(&opts.dir).and_then(|m| {
+        if m.is_dir() {
+            Ok(m)
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::ENOTDIR))
+        }
+    });
+    if let Err(source) = dir_meta {
+        return Err(ReceiveError::Dir {
+            path: opts.dir.clone(),
+            source,
+        });
+    }
+    let listen = |source| ReceiveError::Listen {
+        listen: opts.listen.clone(),
+        source,
+    };
+    let listener = TcpListener::bind(&opts.listen).map_err(listen)?;
+    listening(listener.local_addr().map_err(listen)?);
+    loop {
+        let (tcp, _) = listener.accept().map_err(listen)?;
+        match serve(tcp, &identity, opts, progress) {
+            Ok(outcome) => return Ok(outcome),
+            Err(e) if opts.once => return Err(e),
+            Err(e) => progress.warn(&e.to_string()),
+        }
+    }
+}
+
+/// Serve one connection.
+fn serve(
+    tcp: TcpStream,
+    identity: &Identity,
+    opts: &ReceiveOptions,
+    progress: &mut Progress,
+) -> Result<ReceiveOutcome, ReceiveError> {
+    let peer = tls::peer_name(&tcp);
+    let protocol = |source: ProtocolError| ReceiveError::Protocol {
+        peer: peer.clone(),
+        source,
+    };
+    let link_error = |source: LinkError| protocol(ProtocolError::Link(source));
+    let set = |tcp: &TcpStream| {
+        tcp.set_read_timeout(Some(opts.timeout))?;
+        tcp.set_write_timeout(Some(opts.timeout))?;
+        tcp.set_nodelay(true)
+    };
+    set(&tcp).map_err(|e| {
+        link_error(LinkError::Io {
+            peer: peer.clone(),
+            source: e,
+        })
+    })?;
+    let stream = tls::accept(tcp, identity).map_err(|source| ReceiveError::Tls { source })?;
+    let mut link = Link::new(Box::new(stream), peer.clone(), opts.timeout);
+    hello(&mut link).map_err(protocol)?;
+    progress.event("authenticated", &format!("{peer} authenticated"));
+    check_offer(&mut link, opts, &peer)?;
+    let image = tempfile::Builder::new()
+        .prefix("migration-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir_in(&opts.dir)
+        .map_err(|source| ReceiveError::Dir {
+            path: opts.dir.clone(),
+            source,
+        })?;
+    let refuse = |link: &mut Link, error: ReceiveError| {
+        let _ = link.send(&Control::Failed {
+            code: error.exit_code(),
+            reason: error.to_string(),
+        });
+        error
+    };
+    let (files, bytes) = match receive_files(&mut link, image.path(), &peer) {
+        Ok(written) => written,
+        Err(e) => {
+            let e = refuse(&mut link, e);
+            // The source sends on until Done before it reads the answer: what it sends
+            // meanwhile is read and dropped, so that closing the connection on unread
+            // data (a reset) does not lose the answer with it.
+            drain(&mut link, opts.timeout * 4);
+            return Err(e);
+        }
+    };
+    progress.event(
+        "received",
+        &format!("{files} files ({bytes} bytes) received; verifying"),
+    );
+    if let Err(e) = verify(image.path(), &peer) {
+        return Err(refuse(&mut link, e));
+    }
+    let restore = RestoreOptions {
+        dir: image.path().to_path_buf(),
+        leave_stopped: true,
+        lazy: false,
+        ..opts.restore.clone()
+    };
+    let (restored, beat) = link.beating_while(BEAT, || crate::restore::restore(&restore, progress));
+    let restored = match restored {
+        Ok(outcome) => outcome,
+        Err(source) => {
+            return Err(refuse(
+                &mut link,
+                ReceiveError::Restore {
+                    peer: peer.clone(),
+                    source: Box::new(source),
+                },
+            ))
+        }
+    };
+    let tree = StoppedTree { root: restored.pid };
+    let give_up = |why: String| {
+        tree.kill();
+        let _ = waitpid(Pid::from_raw(tree.root), None);
+        ReceiveError::NoCommit {
+            peer: peer.clone(),
+            pid: tree.root,
+            why,
+        }
+    };
+    if let Err(e) = beat.and_then(|()| link.send(&Control::Restored { pid: tree.root })) {
+        return Err(give_up(e.to_string()));
+    }
+    progress.event(
+        "restored",
+        &format!(
+            "restored pid {}, stopped until the source commits",
+            tree.root
+        ),
+    );
+    match link.receive_control() {
+        Ok(Control::Commit) => {}
+        Ok(other) => {
+            return Err(give_up(
+                ProtocolError::unexpected("commit", &other).to_string(),
+            ))
+        }
+        Err(e) => return Err(give_up(e.to_string())),
+    }
+    let dir = image.keep();
+    tree.resume();
+    // The tree runs here now, whatever becomes of the link.
+    if let Err(e) = link.send(&Control::Resumed {
+        pid: tree.root,
+        dir: dir.display().to_string(),
+    }) {
+        progress.warn(&format!(
+            "pid {} runs here, but the source was not told: {e}",
+            tree.root
+        ));
+    }
+    Ok(ReceiveOutcome {
+        peer,
+        pid: tree.root,
+        dir,
+        files,
+        bytes,
+    })
+}
+
+/// Read and drop what the source sends, up to its Done (or the end of the link), for
+/// at most `limit`: a source that sends on longer finds the link reset.
+fn drain(link: &mut Link, limit: Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        match link.receive() {
+            Ok(super::link::Incoming::Control(Control::Done | Control::Failed { .. })) | Err(_) => {
+                return
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Read the source's Offer and answer it: Accept when this machine's GPUs can hold
+/// the job's, else Mismatch with the report.
+fn check_offer(link: &mut Link, opts: &ReceiveOptions, peer: &str) -> Result<(), ReceiveError> {
+    let protocol = |source| ReceiveError::Protocol {
+        peer: peer.to_owned(),
+        source,
+    };
+    let (backend, topology) = match link.receive_control() {
+        Ok(Control::Offer {
+            backend, topology, ..
+        }) => (backend, topology),
+        Ok(other) => return Err(protocol(ProtocolError::unexpected("offer", &other))),
+        Err(e) => return Err(protocol(e.into())),
+    };
+    if let Some(saved) = topology.filter(|t| t.has_gpus()) {
+        let root = opts
+            .restore
+            .sysfs_root
+            .clone()
+            .or_else(|| backend.as_deref().and_then(crate::gpu::topology_root));
+        let topology_error = |source| ReceiveError::Topology {
+            peer: peer.to_owned(),
+            source,
+        };
+        let local = gpucr_topology::read_local(root.as_deref()).map_err(topology_error)?;
+        let report = gpucr_topology::check_read(
+            &saved,
+            local,
+            opts.restore.cuda_visible_devices.as_deref(),
+            &gpucr_topology::Checks::from_env_and_skips(&opts.restore.skip_checks),
+        )
+        .map_err(topology_error)?;
+        if !report.compatible || report.mapping.is_none() {
+            let text = report.to_string();
+            let _ = link.send(&Control::Mismatch {
+                report: text.clone(),
+            });
+            return Err(ReceiveError::Mismatch {
+                peer: peer.to_owned(),
+                report: text,
+            });
+        }
+    }
+    link.send(&Control::Accept)
+        .map_err(|e| protocol(ProtocolError::Link(e)))
+}
+
+/// Receive the files into `dir` until Done; the files and bytes written.
+fn receive_files(link: &mut Link, dir: &Path, peer: &str) -> Result<(u64, u64), ReceiveError> {
+    let files = |source| ReceiveError::Files {
+        peer: peer.to_owned(),
+        source,
+    };
+    let mut writer = ImageWriter::new(dir);
+    loop {
+        match link.receive_control() {
+            Ok(Control::File { path, size }) => {
+                writer.receive(link, &path, size).map_err(files)?;
+            }
+            Ok(Control::Done) => break,
+            Ok(Control::Failed { reason, .. }) => {
+                return Err(ReceiveError::SourceFailed {
+                    peer: peer.to_owned(),
+                    reason,
+                })
+            }
+            Ok(other) => {
+                return Err(ReceiveError::Protocol {
+                    peer: peer.to_owned(),
+                    source: ProtocolError::unexpected("file", &other),
+                })
+            }
+            Err(e) => return Err(files(e.into())),
+        }
+    }
+    writer.finish().map_err(files)?;
+    Ok(writer.written())
+}
+
+/// Verify the image at `dir` as `gpucr inspect --verify` does.
+fn verify(dir: &Path, peer: &str) -> Result<(), ReceiveError> {
+    let page_size = crate::image::Manifest::read(dir)
+        .ok()
+        .map(|m| m.host.page_size)
+        .filter(|&size| size > 0)
+        .unwrap_or_else(crate::units::host_page_size);
+    let opts = crate::inspect::Options {
+        pid: None,
+        page_size,
+    };
+    let view_errors = crate::inspect::collect(dir, &opts)
+        .map(|report| report.errors)
+        .unwrap_or_default();
+    let (status, report) =
+        crate::inspect::verify::verify(dir, page_size, default_threads(), &view_errors);
+    if status == Status::Intact {
+        return Ok(());
+    }
+    let problems: Vec<String> = report.problems.iter().map(|p| p.message.clone()).collect();
+    Err(ReceiveError::Unverified {
+        peer: peer.to_owned(),
+        dir: dir.to_path_buf(),
+        status: status.name(),
+        problems: problems.join("; "),
+        code: status.exit_code(),
+    })
+}

@@ -1,0 +1,449 @@
+//! `gpucr migrate PID HOST[:PORT]`: the source's side of a stop-and-copy migration.
+//!
+//! 1. Connect, authenticate (mutual TLS, pinned certificates), exchange versions.
+//! 2. Offer the job's GPU backend and this machine's GPU topology; the receiver checks
+//!    it as a restore would. A mismatch ends the migration here (exit 9), the job
+//!    untouched.
+//! 3. Stop the tree (SIGSTOP to every task, [`StoppedTree::stop`]): the job is frozen
+//!    from here on. Dump it into a private 0700 staging directory with CRIU's
+//!    `leave_running`: CRIU gives the tasks back in the state it found them, stopped,
+//!    with their network unlocked. (CRIU's own `leave_stopped` would leave the network
+//!    locked and the TCP sockets in repair mode, which only a restore undoes: the job
+//!    could not run on here after a failure.)
+//! 4. Send every file of the image (the manifest last), then Done.
+//! 5. The receiver verifies and restores, its tree left stopped, and answers Restored.
+//!    The source answers Commit, the receiver lets its tree run and answers Resumed, and
+//!    the source kills its stopped copy.
+//!
+//! Any failure before Commit is sent (the link, the receiver's refusal, its restore, a
+//! full disk there) lets the job run on here (SIGCONT). Once Commit is sent, the
+//! source never lets its copy run again on its own: without Resumed it keeps it
+//! stopped and says so ([`MigrateError::Uncertain`]).
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::files::{self, FilesError};
+use super::identity::{IdentityError, IdentityFiles};
+use super::link::{Link, LinkError};
+use super::message::{Control, PROTOCOL_VERSION};
+use super::tls::{self, TlsError};
+use super::tree::StoppedTree;
+use super::{hello, ProtocolError, BEAT, DEFAULT_PORT};
+use crate::dump::{DumpError, DumpOptions};
+use crate::exit_code::{self, ExitCode};
+use crate::gpu::{self, GpuError};
+use crate::image::MANIFEST_FILE;
+use crate::progress::Progress;
+use crate::target::TargetError;
+
+/// What to migrate, where, and how.
+#[derive(Debug, Clone)]
+pub struct MigrateOptions {
+    /// The destination, `HOST[:PORT]` (port [`DEFAULT_PORT`] when none).
+    pub to: String,
+    pub identity: IdentityFiles,
+    /// How long the link may stay silent, and a connection take.
+    pub timeout: Duration,
+    /// Where the private staging directory is made (None: the temporary directory).
+    pub staging: Option<PathBuf>,
+    /// The dump: its `dir` is the staging directory's, and the tree is left stopped.
+    pub dump: DumpOptions,
+}
+
+/// A finished migration.
+#[derive(Debug, Clone)]
+pub struct MigrateOutcome {
+    pub peer: String,
+    /// The job's root on the destination, and the image directory it was restored from.
+    pub remote_pid: i32,
+    pub remote_dir: String,
+    pub files: u64,
+    pub bytes: u64,
+    /// From the freeze (the dump's start) to the destination's Resumed.
+    pub frozen: Duration,
+}
+
+/// Why a migration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error("{to}: not a HOST[:PORT] that resolves: {detail}")]
+    Address { to: String, detail: String },
+    #[error("cannot connect to {to}: {source}; the job was not touched")]
+    Connect {
+        to: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{source}; the job was not touched")]
+    Tls {
+        #[source]
+        source: TlsError,
+    },
+    #[error("{source}; the job was not touched")]
+    Link {
+        #[source]
+        source: LinkError,
+    },
+    #[error("{0}; the job was not touched")]
+    Protocol(#[from] ProtocolError),
+    #[error("cannot read the job's GPUs: {0}; the job was not touched")]
+    Gpu(#[from] GpuError),
+    #[error("cannot read this machine's GPU topology: {0}; the job was not touched")]
+    Topology(#[from] gpucr_topology::TopologyError),
+    #[error("{peer} cannot hold the job's GPUs; the job was not touched:\n{report}")]
+    Mismatch { peer: String, report: String },
+    #[error("{peer} refused the migration: {reason}; the job was not touched")]
+    Refused { peer: String, reason: String },
+    #[error("cannot make a staging directory in {path}: {source}; the job was not touched")]
+    Staging {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Dump(#[from] DumpError),
+    #[error("{0}; the job runs on")]
+    Stop(#[from] super::tree::StopError),
+    #[error("migration of pid {pid} to {peer} failed while {during}: {why}; {resumed}")]
+    Failed {
+        pid: i32,
+        peer: String,
+        during: &'static str,
+        why: String,
+        resumed: String,
+    },
+    #[error(
+        "the link to {peer} was lost after this side gave the job up ({why}): pid {pid} \
+         is kept stopped here. If {peer} did not resume it (its `gpucr receive` says \
+         so), let it run here with `kill -CONT` to each of its tasks; else kill it"
+    )]
+    Uncertain { pid: i32, peer: String, why: String },
+}
+
+impl ExitCode for MigrateError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            MigrateError::Identity(e) => e.exit_code(),
+            MigrateError::Target(e) => e.exit_code(),
+            MigrateError::Address { .. } => exit_code::USAGE,
+            MigrateError::Gpu(e) => e.exit_code(),
+            MigrateError::Topology(_) => exit_code::FAILURE,
+            MigrateError::Mismatch { .. } => exit_code::TOPOLOGY_INCOMPATIBLE,
+            MigrateError::Staging { .. } => exit_code::IMAGE_DIR,
+            MigrateError::Dump(e) => e.exit_code(),
+            MigrateError::Stop(_) => exit_code::TARGET,
+            MigrateError::Connect { .. }
+            | MigrateError::Tls { .. }
+            | MigrateError::Link { .. }
+            | MigrateError::Protocol(_)
+            | MigrateError::Refused { .. }
+            | MigrateError::Failed { .. } => exit_code::MIGRATION_FAILED,
+            MigrateError::Uncertain { .. } => exit_code::MIGRATION_UNCERTAIN,
+        }
+    }
+}
+
+impl From<LinkError> for MigrateError {
+    fn from(source: LinkError) -> MigrateError {
+        MigrateError::Link { source }
+    }
+}
+
+/// `HOST[:PORT]` resolved: its addresses.
+pub fn resolve(to: &str) -> Result<Vec<SocketAddr>, MigrateError> {
+    let refuse = |detail: String| MigrateError::Address {
+        to: to.to_owned(),
+        detail,
+    };
+    if let Ok(ip) = to.parse::<std::net::IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, DEFAULT_PORT)]);
+    }
+    let with_port = match to.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => to.to_owned(),
+        Some((_, port)) => return Err(refuse(format!("{port:?} is not a port"))),
+        None => format!("{to}:{DEFAULT_PORT}"),
+    };
+    let addrs: Vec<SocketAddr> = with_port
+        .to_socket_addrs()
+        .map_err(|e| refuse(e.to_string()))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(refuse("no address".into()));
+    }
+    Ok(addrs)
+}
+
+/// Connect to the first of `addrs` that answers within `timeout`, authenticate.
+fn connect(
+    to: &str,
+    addrs: &[SocketAddr],
+    identity: &super::identity::Identity,
+    timeout: Duration,
+) -> Result<Link, MigrateError> {
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect_timeout(addr, timeout) {
+            Ok(tcp) => {
+                let set = |tcp: &TcpStream| {
+                    tcp.set_read_timeout(Some(timeout))?;
+                    tcp.set_write_timeout(Some(timeout))?;
+                    tcp.set_nodelay(true)
+                };
+                set(&tcp).map_err(|source| MigrateError::Connect {
+                    to: to.to_owned(),
+                    source,
+                })?;
+                let peer = tls::peer_name(&tcp);
+                let stream =
+                    tls::connect(tcp, identity).map_err(|source| MigrateError::Tls { source })?;
+                return Ok(Link::new(Box::new(stream), peer, timeout));
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(MigrateError::Connect {
+        to: to.to_owned(),
+        source: last.unwrap_or_else(|| std::io::Error::other("no address")),
+    })
+}
+
+/// Migrate `opts.dump.pid` to `opts.to`, stop-and-copy.
+pub fn migrate(
+    opts: &MigrateOptions,
+    progress: &mut Progress,
+) -> Result<MigrateOutcome, MigrateError> {
+    let pid = opts.dump.pid;
+    let identity = opts.identity.load()?;
+    crate::target::validate(pid)?;
+    crate::target::check_untraced(pid)?;
+    let addrs = resolve(&opts.to)?;
+    progress.event("connect", &format!("connecting to {}", opts.to));
+    let mut link = connect(&opts.to, &addrs, &identity, opts.timeout)?;
+    let peer = link.peer().to_owned();
+    hello(&mut link)?;
+    progress.event("authenticated", &format!("{peer} authenticated"));
+    offer(&mut link, pid, &peer)?;
+    progress.event("accepted", &format!("{peer} can hold the job"));
+    let parent = opts.staging.clone().unwrap_or_else(std::env::temp_dir);
+    let staging = tempfile::Builder::new()
+        .prefix("gpucr-migrate-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir_in(&parent)
+        .map_err(|source| MigrateError::Staging {
+            path: parent.clone(),
+            source,
+        })?;
+    let image = staging.path().join("image");
+    let dump = DumpOptions {
+        dir: image.clone(),
+        leave_running: true,
+        force: false,
+        ..opts.dump.clone()
+    };
+    let frozen_at = Instant::now();
+    let tree = match StoppedTree::stop(pid) {
+        Ok(tree) => tree,
+        Err(error) => {
+            let _ = link.send(&Control::Failed {
+                code: exit_code::MIGRATION_FAILED,
+                reason: error.to_string(),
+            });
+            return Err(error.into());
+        }
+    };
+    progress.event("freeze", "the job stopped; dumping it");
+    let (dumped, beat) = link.beating_while(BEAT, || crate::dump::dump(&dump, progress));
+    if let Err(error) = dumped {
+        // CRIU gave the tree back, stopped as it found it: it runs on, and the
+        // receiver is told and keeps nothing.
+        tree.resume();
+        let _ = link.send(&Control::Failed {
+            code: error.exit_code(),
+            reason: error.to_string(),
+        });
+        return Err(error.into());
+    }
+    let abort = |link: &mut Link, during: &'static str, why: String| {
+        let _ = link.send(&Control::Failed {
+            code: exit_code::MIGRATION_FAILED,
+            reason: format!("the source gave up while {during}: {why}"),
+        });
+        let resumed = match tree.resume() {
+            0 => format!("pid {pid} is no longer there to resume"),
+            n => format!("the job runs on here (pid {pid}, {n} tasks resumed)"),
+        };
+        MigrateError::Failed {
+            pid,
+            peer: peer.clone(),
+            during,
+            why,
+            resumed,
+        }
+    };
+    if let Err(e) = beat {
+        return Err(abort(&mut link, "dumping", e.to_string()));
+    }
+    let (files, bytes) = match send_image(&mut link, &image) {
+        Ok(sent) => sent,
+        Err(e) => return Err(abort(&mut link, "sending the image", e.to_string())),
+    };
+    progress.event(
+        "sent",
+        &format!("{files} files ({bytes} bytes) sent; the destination restores"),
+    );
+    let remote_pid = match link.receive_control() {
+        Ok(Control::Restored { pid }) => pid,
+        Ok(Control::Failed { reason, .. }) => {
+            return Err(abort(
+                &mut link,
+                "the destination verified and restored the image",
+                reason,
+            ))
+        }
+        Ok(other) => {
+            let why = ProtocolError::unexpected("restored", &other).to_string();
+            return Err(abort(
+                &mut link,
+                "the destination verified and restored the image",
+                why,
+            ));
+        }
+        Err(e) => {
+            return Err(abort(
+                &mut link,
+                "the destination verified and restored the image",
+                e.to_string(),
+            ))
+        }
+    };
+    // From the Commit on, this copy never runs again on its own.
+    let uncertain = |why: String| MigrateError::Uncertain {
+        pid,
+        peer: peer.clone(),
+        why,
+    };
+    link.send(&Control::Commit)
+        .map_err(|e| uncertain(e.to_string()))?;
+    match link.receive_control() {
+        Ok(Control::Resumed { pid: there, dir }) => {
+            tree.kill();
+            progress.event(
+                "resumed",
+                &format!("the job runs on {peer} (pid {there}); killed here"),
+            );
+            Ok(MigrateOutcome {
+                peer,
+                remote_pid: there.max(remote_pid),
+                remote_dir: dir,
+                files,
+                bytes,
+                frozen: frozen_at.elapsed(),
+            })
+        }
+        // The receiver kills its copy before it says so: this one runs on.
+        Ok(Control::Failed { reason, .. }) => Err(abort(&mut link, "resuming there", reason)),
+        Ok(other) => Err(uncertain(
+            ProtocolError::unexpected("resumed", &other).to_string(),
+        )),
+        Err(e) => Err(uncertain(e.to_string())),
+    }
+}
+
+/// Offer the job to the receiver: its backend and this machine's GPU topology (every
+/// GPU the backend sees: which of them the job uses is known only once it is dumped,
+/// and the restore checks the image's own again). Ok when accepted.
+fn offer(link: &mut Link, pid: i32, peer: &str) -> Result<(), MigrateError> {
+    let setup = gpu::DumpSetup {
+        freeze_timeout: None,
+        cuda_staging: None,
+        images_dir: None,
+    };
+    let backend = gpu::detect(pid, &setup)?;
+    let topology = match &backend {
+        Some(b) => Some(gpu::LocalTopology::start(b.as_ref()).read()?),
+        None => None,
+    };
+    link.send(&Control::Offer {
+        pid,
+        backend: backend.as_ref().map(|b| b.name().to_owned()),
+        topology,
+    })?;
+    match link.receive_control()? {
+        Control::Accept => Ok(()),
+        Control::Mismatch { report } => Err(MigrateError::Mismatch {
+            peer: peer.to_owned(),
+            report,
+        }),
+        Control::Failed { reason, .. } => Err(MigrateError::Refused {
+            peer: peer.to_owned(),
+            reason,
+        }),
+        other => Err(ProtocolError::unexpected("accept", &other).into()),
+    }
+}
+
+/// Send the image at `dir`, the manifest last, then Done; the files and bytes sent.
+fn send_image(link: &mut Link, dir: &Path) -> Result<(u64, u64), FilesError> {
+    let list = files::list(dir, MANIFEST_FILE)?;
+    let throttle = throttle();
+    let mut bytes = 0u64;
+    for (name, _) in &list {
+        if let Some(signal) = crate::interrupt::requested() {
+            return Err(FilesError::Read {
+                path: dir.join(name),
+                source: std::io::Error::other(format!(
+                    "interrupted by {}",
+                    crate::interrupt::name(signal)
+                )),
+            });
+        }
+        files::send(link, dir, name, &mut |n| {
+            bytes += n;
+            if let Some(pause) = throttle {
+                std::thread::sleep(pause);
+            }
+        })?;
+    }
+    link.send(&Control::Done)?;
+    Ok((list.len() as u64, bytes))
+}
+
+/// The test-only pause after each chunk sent (`GPUCR_TEST_MIGRATE_THROTTLE_MS`), so
+/// that tests can cut the link while the image crosses.
+fn throttle() -> Option<Duration> {
+    std::env::var("GPUCR_TEST_MIGRATE_THROTTLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+}
+
+/// The version this side speaks, for the Hello.
+pub(super) fn own_hello() -> Control {
+    Control::Hello {
+        protocol: PROTOCOL_VERSION,
+        gpucr: env!("CARGO_PKG_VERSION").to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_take_the_default_port_and_bad_ports_are_named() {
+        let addrs = resolve("127.0.0.1").unwrap();
+        assert_eq!(addrs[0].port(), DEFAULT_PORT);
+        assert_eq!(resolve("127.0.0.1:9").unwrap()[0].port(), 9);
+        assert_eq!(resolve("[::1]:9").unwrap()[0].port(), 9);
+        assert_eq!(resolve("::1").unwrap()[0].port(), DEFAULT_PORT);
+        let err = resolve("127.0.0.1:http").unwrap_err();
+        assert!(err.to_string().contains("not a port"), "{err}");
+        assert_eq!(err.exit_code(), exit_code::USAGE);
+    }
+}

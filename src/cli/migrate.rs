@@ -1,0 +1,181 @@
+//! `gpucr migrate PID HOST[:PORT]`, `gpucr receive` and `gpucr keygen NAME`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::check_topology::TopologyCheckArgs;
+use super::common::{CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
+
+/// This side's key and certificate, and the other side's certificate.
+#[derive(Debug, Clone, Args)]
+pub struct IdentityArgs {
+    /// This side's private key (PEM, mode 0600: a key others may read is refused), as
+    /// `gpucr keygen` writes it.
+    #[arg(long, value_name = "FILE")]
+    pub key: PathBuf,
+
+    /// This side's certificate (PEM), the one the other side was given as its
+    /// --peer-cert.
+    #[arg(long, value_name = "FILE")]
+    pub cert: PathBuf,
+
+    /// The other side's certificate (PEM): the only one accepted. A peer that does not
+    /// present it, or cannot sign with its key, is refused during the TLS handshake,
+    /// before anything else is read.
+    #[arg(long, value_name = "FILE")]
+    pub peer_cert: PathBuf,
+}
+
+/// Move a running process tree to another machine (stop-and-copy).
+///
+/// Connects to `gpucr receive` on HOST (mutual TLS: each side pins the other's
+/// certificate), offers the job's GPU backend and this machine's GPU topology, and
+/// stops with exit 9, the job untouched, when the destination's GPUs cannot hold it.
+/// Then dumps the tree into a private staging directory (0700, removed at the end),
+/// the tree left stopped, and streams the image; the destination verifies it as
+/// `gpucr inspect --verify` does and restores it. Only once the destination has
+/// restored the tree does this side give its copy up (commit); it kills it when the
+/// destination says the job runs there.
+///
+/// Any failure before the commit (the link cut or silent for --link-timeout, the
+/// receiver refusing, its disk full, its restore failing) lets the job run on here
+/// (exit 12). A link lost after the commit leaves this side's copy stopped and exits
+/// 13: the job runs on the destination if the commit arrived. The staging directory
+/// holds a full image while it is sent (docs/migration.md, "Limits").
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = super::EXIT_STATUS_HELP)]
+pub struct MigrateArgs {
+    /// The root of the process tree to move.
+    #[arg(value_name = "PID", value_parser = super::dump::parse_pid)]
+    pub pid: i32,
+
+    /// The destination: where `gpucr receive` listens (port 7431 when none is given;
+    /// an IPv6 address with a port as [ADDR]:PORT).
+    #[arg(value_name = "HOST[:PORT]")]
+    pub to: String,
+
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+
+    /// Give up when the link stays silent for SECS seconds, or a connection takes
+    /// longer (each side tells the other it is still working while it dumps or
+    /// restores).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub link_timeout: u32,
+
+    /// Where the staging directory is made (default: the temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub staging: Option<PathBuf>,
+
+    /// Dump established TCP connections (as `gpucr dump --tcp-established`).
+    #[arg(long)]
+    pub tcp_established: bool,
+
+    /// The tree is a shell job (as `gpucr dump --shell-job`).
+    #[arg(long)]
+    pub shell_job: bool,
+
+    /// Allow unix sockets connected to peers outside the tree.
+    #[arg(long)]
+    pub ext_unix_sk: bool,
+
+    /// Dump file locks.
+    #[arg(long)]
+    pub file_locks: bool,
+
+    /// How to lock the network during the dump (as `gpucr dump --network-lock`).
+    #[arg(long, value_enum, value_name = "METHOD")]
+    pub network_lock: Option<NetworkLockArg>,
+
+    /// Give up when the tree cannot be frozen within SECS seconds (CRIU's --timeout).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub timeout: Option<u32>,
+
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+
+    #[command(flatten)]
+    pub criu: CriuArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Receive a process tree `gpucr migrate` sends, and run it here.
+///
+/// Listens on --listen and serves one connection at a time: the TLS handshake (the
+/// peer must present --peer-cert and sign with its key; anyone else is refused before
+/// anything is read), the source's GPU topology checked as a restore checks an image's
+/// (a mismatch is answered, and the source stops with exit 9), then the image, written
+/// into a fresh directory (0700) beneath --dir, every path confined to it and every
+/// chunk's checksum checked. The image is verified as `gpucr inspect --verify` does and
+/// restored, the tree left stopped; it runs once the source has given its copy up.
+/// The image directory is kept (its path is printed); on any failure nothing restored
+/// is left running and nothing received is kept.
+///
+/// Returns once a migration runs here, printing the tree's root pid; a connection that
+/// comes to nothing is reported and the next awaited, unless --once is given.
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = super::EXIT_STATUS_HELP)]
+pub struct ReceiveArgs {
+    /// The address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:7431")]
+    pub listen: String,
+
+    /// The directory beneath which each migration's image directory is made.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+
+    /// Give up a migration when the link stays silent for SECS seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub link_timeout: u32,
+
+    /// Serve one connection, then exit with its outcome.
+    #[arg(long)]
+    pub once: bool,
+
+    #[command(flatten)]
+    pub topology: TopologyCheckArgs,
+
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+
+    #[command(flatten)]
+    pub criu: CriuArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Make a key pair and a self-signed certificate for migrations.
+///
+/// Writes NAME.key (the private key, ECDSA P-256, mode 0600) and NAME.crt (its
+/// certificate) into --dir; an existing file is never overwritten. Give each side its
+/// own pair, and each side the other's certificate as --peer-cert.
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = super::EXIT_STATUS_HELP)]
+pub struct KeygenArgs {
+    /// The name of the pair (and of the files).
+    #[arg(value_name = "NAME", value_parser = key_name)]
+    pub name: String,
+
+    /// Where to write the files.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+}
+
+/// A name that makes a file name: letters, digits, '-', '_' and '.', not starting with
+/// a dot.
+fn key_name(text: &str) -> Result<String, String> {
+    let plain = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if text.is_empty() || text.starts_with('.') || !plain || text.len() > 64 {
+        return Err("a name of letters, digits, '-', '_' and '.' (not first) is expected".into());
+    }
+    Ok(text.to_owned())
+}

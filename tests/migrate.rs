@@ -1,0 +1,443 @@
+//! `gpucr migrate` and `gpucr receive` with real CRIU, between two network namespaces
+//! joined by a veth pair the test makes: the source and the job in one, the receiver
+//! in the other, each addressing the other only inside them. gpucr and the job enter a
+//! namespace with `nsenter --net` (not `ip netns exec`, which also gives the command a
+//! mount namespace of its own, which CRIU would then see the job not share).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::*;
+
+const PORT: &str = "7431";
+
+/// Two network namespaces joined by a veth pair, 10.231.N.1 (source) and 10.231.N.2
+/// (destination); removed when dropped.
+struct Link {
+    source: String,
+    destination: String,
+    source_veth: String,
+    destination_address: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Link {
+    fn new() -> Link {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{}{n}", std::process::id() % 100_000);
+        let source = format!("gpucr-mig-src-{tag}");
+        let destination = format!("gpucr-mig-dst-{tag}");
+        let (veth_a, veth_b) = (format!("gms{tag}"), format!("gmd{tag}"));
+        let subnet = 10 + (std::process::id() + n) % 200;
+        ip(&["netns", "add", &source]);
+        ip(&["netns", "add", &destination]);
+        let link = Link {
+            source: source.clone(),
+            destination: destination.clone(),
+            source_veth: veth_a.clone(),
+            destination_address: format!("10.231.{subnet}.2"),
+        };
+        ip(&[
+            "link",
+            "add",
+            &veth_a,
+            "netns",
+            &source,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &veth_b,
+            "netns",
+            &destination,
+        ]);
+        for (ns, veth, host) in [(&source, &veth_a, 1), (&destination, &veth_b, 2)] {
+            let address = format!("10.231.{subnet}.{host}/24");
+            ip(&["-n", ns, "addr", "add", &address, "dev", veth]);
+            ip(&["-n", ns, "link", "set", veth, "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        link
+    }
+
+    /// `program args` in namespace `ns` (network only).
+    fn command(ns: &str, program: &Path) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{ns}")).arg(program);
+        cmd
+    }
+
+    /// Cut the link: the source's end of the pair goes down.
+    fn cut(&self) {
+        ip(&["-n", &self.source, "link", "set", &self.source_veth, "down"]);
+    }
+
+    fn destination(&self) -> String {
+        format!("{}:{PORT}", self.destination_address)
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for ns in [&self.source, &self.destination] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// The sample workload, started in the source's namespace in a PID namespace of its own.
+struct Job {
+    state: PathBuf,
+    unshare: Child,
+    pid: i32,
+}
+
+impl Job {
+    fn start(link: &Link, state: &Path, mib: u32) -> Job {
+        std::fs::create_dir_all(state).unwrap();
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", link.source))
+            .args(["unshare", "--pid", "--fork", "setsid"])
+            .arg(workload_bin())
+            .arg("--state")
+            .arg(state)
+            .args(["--memory-mib", &mib.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: close_range is async-signal-safe and touches only the child's own table.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                Ok(())
+            });
+        }
+        let unshare = cmd.spawn().expect("spawn the workload");
+        let pid = first_child(unshare.id(), "the workload's root process");
+        let job = Job {
+            state: state.to_path_buf(),
+            unshare,
+            pid,
+        };
+        wait_for(Duration::from_secs(30), "the workload to be ready", || {
+            state.join("ready").exists().then_some(())
+        });
+        job.wait_ticks(2);
+        job
+    }
+
+    /// Wait until every role has written `n` more journal lines than now: the job runs.
+    fn wait_ticks(&self, n: usize) {
+        let start: Vec<usize> = ROLES
+            .iter()
+            .map(|r| read_journal(&self.state, r).len())
+            .collect();
+        wait_for(Duration::from_secs(60), "the workload to tick", || {
+            ROLES
+                .iter()
+                .zip(&start)
+                .all(|(r, s)| read_journal(&self.state, r).len() >= s + n)
+                .then_some(())
+        });
+    }
+
+    /// The job runs on at the source: its root is there, not stopped, and it ticks.
+    fn runs_on_at_the_source(&self) {
+        assert!(alive(self.pid), "the job's root {} is gone", self.pid);
+        self.wait_ticks(2);
+        assert!(
+            !gpucr_abi::procfs::is_stopped(self.pid),
+            "the job's root is stopped"
+        );
+        for role in ROLES {
+            assert_journal_continuous(&self.state, role);
+        }
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        kill_and_wait(self.pid);
+        let _ = self.unshare.kill();
+        let _ = self.unshare.wait();
+    }
+}
+
+/// Key pairs for both sides, and one for an intruder.
+fn keys(dir: &Path) {
+    for name in ["source", "receiver", "intruder"] {
+        let out = gpucr(&["keygen", name, "--dir", dir.to_str().unwrap()]);
+        assert_success(&out);
+    }
+}
+
+fn identity_args(dir: &Path, me: &str, peer: &str) -> Vec<String> {
+    let file = |name: String| dir.join(name).to_str().unwrap().to_owned();
+    vec![
+        "--key".into(),
+        file(format!("{me}.key")),
+        "--cert".into(),
+        file(format!("{me}.crt")),
+        "--peer-cert".into(),
+        file(format!("{peer}.crt")),
+    ]
+}
+
+/// `gpucr receive --once` running in the destination's namespace, its stderr read as
+/// it comes.
+struct Receiver {
+    child: Child,
+    stderr: Lines,
+}
+
+/// `gpucr receive --once` in the destination's namespace, images beneath `images`;
+/// returns once it listens.
+fn start_receiver(link: &Link, keys: &Path, images: &Path, extra: &[&str]) -> Receiver {
+    let mut child = Link::command(&link.destination, &gpucr_bin())
+        .args(["receive", "--once", "--link-timeout", "5", "--listen"])
+        .arg(format!("0.0.0.0:{PORT}"))
+        .arg("--dir")
+        .arg(images)
+        .args(identity_args(keys, "receiver", "source"))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gpucr receive");
+    let mut stderr = Lines::of(child.stderr.take().unwrap());
+    stderr.wait_for_line(Duration::from_secs(30), "listening on");
+    Receiver { child, stderr }
+}
+
+impl Receiver {
+    /// Its exit status, stdout and whole stderr, once it has exited.
+    fn finish(mut self) -> (std::process::ExitStatus, String, String) {
+        let status = self.child.wait().unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut self.child.stdout.take().unwrap(), &mut out).unwrap();
+        (status, out, self.stderr.all())
+    }
+}
+
+/// `gpucr migrate` of `job` in the source's namespace.
+fn migrate(link: &Link, keys: &Path, job: &Job, me: &str, env: &[(&str, &str)]) -> Output {
+    Link::command(&link.source, &gpucr_bin())
+        .args(["migrate", "--tcp-established", "--link-timeout", "5"])
+        .arg(job.pid.to_string())
+        .arg(link.destination())
+        .args(identity_args(keys, me, "receiver"))
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run gpucr migrate")
+}
+
+/// The entries beneath `dir`.
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let link = Link::new();
+    let job = Job::start(&link, &tmp.path().join("state"), 64);
+    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
+    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(&out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let remote: i32 = received
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a pid: {received:?}\n{receiver_err}"));
+    let _restored = Restored(remote);
+    wait_for(Duration::from_secs(10), "the source's copy to die", || {
+        (!alive(job.pid)).then_some(())
+    });
+    // The job goes on where it was restored, its memory checked by the workload itself
+    // at every tick ("mem=ok"), its journals unbroken.
+    job.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&job.state, role);
+    }
+    // The destination keeps a complete image, 0700, that `inspect --verify` accepts.
+    let kept = entries(&images);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let image = images.join(&kept[0]);
+    let mode = std::fs::metadata(&image).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
+    assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
+    assert!(
+        stdout(&out).contains(&format!("pid {remote} there")),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_wrong_key_is_refused_before_anything_else() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let link = Link::new();
+    let job = Job::start(&link, &tmp.path().join("state"), 16);
+    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
+    let out = migrate(&link, tmp.path(), &job, "intruder", &[]);
+    let (status, _, receiver_err) = receiver.finish();
+    assert_eq!(
+        status.code(),
+        Some(i32::from(gpucr_core::exit_code::MIGRATION_FAILED)),
+        "{receiver_err}"
+    );
+    assert!(
+        receiver_err.contains("refused") && receiver_err.contains("handshake"),
+        "{receiver_err}"
+    );
+    assert!(!receiver_err.contains("authenticated"), "{receiver_err}");
+    assert_fails_with(&out, 12, "the job was not touched");
+    assert!(entries(&images).is_empty(), "{:?}", entries(&images));
+    job.runs_on_at_the_source();
+}
+
+#[test]
+fn a_link_cut_while_the_image_crosses_lets_the_job_run_on_at_the_source() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let link = Link::new();
+    let job = Job::start(&link, &tmp.path().join("state"), 64);
+    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
+    // 100 ms after each 1 MiB chunk: the 64 MiB take seconds to cross.
+    let migrating = std::thread::scope(|scope| {
+        let migrating = scope.spawn(|| {
+            migrate(
+                &link,
+                tmp.path(),
+                &job,
+                "source",
+                &[("GPUCR_TEST_MIGRATE_THROTTLE_MS", "100")],
+            )
+        });
+        // The first file of the image has arrived: the job is frozen and crossing.
+        wait_for(
+            Duration::from_secs(60),
+            "the image to start crossing",
+            || {
+                entries(&images)
+                    .first()
+                    .filter(|dir| !entries(&images.join(dir)).is_empty())
+                    .map(|_| ())
+            },
+        );
+        link.cut();
+        migrating.join().unwrap()
+    });
+    let (status, _, receiver_err) = receiver.finish();
+    assert_fails_with(&migrating, 12, "the job runs on here");
+    assert!(!status.success(), "{receiver_err}");
+    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    job.runs_on_at_the_source();
+}
+
+#[test]
+fn a_full_destination_disk_lets_the_job_run_on_at_the_source() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    let _tmpfs = mount_tmpfs(&images, 8 << 20);
+    let link = Link::new();
+    let job = Job::start(&link, &tmp.path().join("state"), 64);
+    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
+    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let (status, _, receiver_err) = receiver.finish();
+    assert_eq!(
+        status.code(),
+        Some(i32::from(gpucr_core::exit_code::IMAGE_DIR)),
+        "{receiver_err}"
+    );
+    assert!(receiver_err.contains("No space left"), "{receiver_err}");
+    assert_fails_with(&out, 12, "the job runs on here");
+    assert!(stderr(&out).contains("No space left"), "{}", stderr(&out));
+    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    job.runs_on_at_the_source();
+}
+
+#[test]
+fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let link = Link::new();
+    // A simulated GPU job with 3 GPUs; the destination has none.
+    let sim = SimRoot::new("migrate-topology");
+    let tree = SimTree::start(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--gpus", "3", "--parent-mib", "8", "--child-mib", "4"],
+    );
+    let no_gpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topology/cpu-only");
+    let receiver = start_receiver(
+        &link,
+        tmp.path(),
+        &images,
+        &["--sysfs-root", no_gpus.to_str().unwrap()],
+    );
+    let out = Link::command(&link.source, &gpucr_bin())
+        .args(["migrate", "--link-timeout", "5"])
+        .arg(tree.pid.to_string())
+        .arg(link.destination())
+        .args(identity_args(tmp.path(), "source", "receiver"))
+        .envs(sim.env())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run gpucr migrate");
+    let (status, _, receiver_err) = receiver.finish();
+    assert_fails_with(&out, 9, "cannot hold the job's GPUs");
+    assert!(
+        stderr(&out).contains("the job was not touched"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        status.code(),
+        Some(i32::from(gpucr_core::exit_code::TOPOLOGY_INCOMPATIBLE)),
+        "{receiver_err}"
+    );
+    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    // Never stopped, never dumped: it ticks on, its device memory its own.
+    assert!(!gpucr_abi::procfs::is_stopped(tree.pid));
+    tree.wait_ticks(2);
+    assert!(tree.verify(1), "the job's device memory changed");
+}
