@@ -98,23 +98,69 @@ impl Drop for Link {
     }
 }
 
-/// The sample workload, started in the source's namespace in a PID namespace of its own.
+/// A test workload, started in the source's namespace in a PID namespace of its own:
+/// the sample CPU workload, or the simulator's GPU workload.
 struct Job {
     state: PathBuf,
     unshare: Child,
     pid: i32,
+    /// The processes that write journals.
+    roles: Vec<&'static str>,
 }
 
 impl Job {
+    /// The sample workload holding `mib` MiB.
     fn start(link: &Link, state: &Path, mib: u32) -> Job {
+        let job = Job::start_program(
+            link,
+            &workload_bin(),
+            state,
+            &["--memory-mib", &mib.to_string()],
+            &[],
+            ROLES.to_vec(),
+        );
+        wait_for(Duration::from_secs(30), "the workload to be ready", || {
+            state.join("ready").exists().then_some(())
+        });
+        job.wait_ticks(2);
+        job
+    }
+
+    /// The simulator's GPU workload (a parent and a child), its devices under `sim`.
+    fn start_gpu(link: &Link, state: &Path, sim: &SimRoot, args: &[&str]) -> Job {
+        let bin = gpucr_bin().parent().unwrap().join("examples/sim_workload");
+        let job = Job::start_program(link, &bin, state, args, &sim.env(), vec!["parent", "child"]);
+        wait_for(
+            Duration::from_secs(120),
+            "the sim workload to be ready",
+            || {
+                job.roles
+                    .iter()
+                    .all(|r| state.join(format!("ready-{r}")).exists())
+                    .then_some(())
+            },
+        );
+        job.wait_ticks(2);
+        job
+    }
+
+    fn start_program(
+        link: &Link,
+        bin: &Path,
+        state: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        roles: Vec<&'static str>,
+    ) -> Job {
         std::fs::create_dir_all(state).unwrap();
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net=/run/netns/{}", link.source))
             .args(["unshare", "--pid", "--fork", "setsid"])
-            .arg(workload_bin())
+            .arg(bin)
             .arg("--state")
             .arg(state)
-            .args(["--memory-mib", &mib.to_string()])
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -127,31 +173,51 @@ impl Job {
         }
         let unshare = cmd.spawn().expect("spawn the workload");
         let pid = first_child(unshare.id(), "the workload's root process");
-        let job = Job {
+        Job {
             state: state.to_path_buf(),
             unshare,
             pid,
-        };
-        wait_for(Duration::from_secs(30), "the workload to be ready", || {
-            state.join("ready").exists().then_some(())
-        });
-        job.wait_ticks(2);
-        job
+            roles,
+        }
     }
 
     /// Wait until every role has written `n` more journal lines than now: the job runs.
     fn wait_ticks(&self, n: usize) {
-        let start: Vec<usize> = ROLES
+        let start: Vec<usize> = self
+            .roles
             .iter()
             .map(|r| read_journal(&self.state, r).len())
             .collect();
         wait_for(Duration::from_secs(60), "the workload to tick", || {
-            ROLES
+            self.roles
                 .iter()
                 .zip(&start)
                 .all(|(r, s)| read_journal(&self.state, r).len() >= s + n)
                 .then_some(())
         });
+    }
+
+    /// The GPU workload's processes checked every byte of their device buffers
+    /// (request number `request`): true when all match.
+    fn verify_gpu_memory(&self, request: u64) -> bool {
+        std::fs::write(self.state.join("verify"), request.to_string()).unwrap();
+        wait_for(
+            Duration::from_secs(120),
+            "the buffers to be verified",
+            || {
+                let lines: Vec<JournalLine> = self
+                    .roles
+                    .iter()
+                    .filter_map(|r| read_journal(&self.state, r).pop())
+                    .collect();
+                if lines.iter().any(|l| l.num("bad") != 0) {
+                    return Some(false);
+                }
+                (lines.len() == self.roles.len()
+                    && lines.iter().all(|l| l.num("verified") >= request))
+                .then_some(true)
+            },
+        )
     }
 
     /// The job runs on at the source: its root is there, not stopped, and it ticks.
@@ -206,6 +272,17 @@ struct Receiver {
 /// `gpucr receive --once` in the destination's namespace, images beneath `images`;
 /// returns once it listens.
 fn start_receiver(link: &Link, keys: &Path, images: &Path, extra: &[&str]) -> Receiver {
+    start_receiver_with(link, keys, images, extra, &[])
+}
+
+/// [`start_receiver`] with `env`.
+fn start_receiver_with(
+    link: &Link,
+    keys: &Path,
+    images: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Receiver {
     let mut child = Link::command(&link.destination, &gpucr_bin())
         .args(["receive", "--once", "--link-timeout", "5", "--listen"])
         .arg(format!("0.0.0.0:{PORT}"))
@@ -213,6 +290,7 @@ fn start_receiver(link: &Link, keys: &Path, images: &Path, extra: &[&str]) -> Re
         .arg(images)
         .args(identity_args(keys, "receiver", "source"))
         .args(extra)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -440,4 +518,67 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
     assert!(!gpucr_abi::procfs::is_stopped(tree.pid));
     tree.wait_ticks(2);
     assert!(tree.verify(1), "the job's device memory changed");
+}
+
+#[test]
+fn a_simulated_gpu_tree_moves_with_its_device_memory() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let link = Link::new();
+    let sim = SimRoot::new("migrate-gpu");
+    let job = Job::start_gpu(
+        &link,
+        &tmp.path().join("state"),
+        &sim,
+        &["--parent-mib", "24", "--child-mib", "8"],
+    );
+    let receiver = start_receiver_with(&link, tmp.path(), &images, &[], &sim.env());
+    // While the image crosses (slowed to 200 ms a chunk), the source's job already
+    // dumped and stopped, the simulated device memory is wiped, as if the destination
+    // were another machine: the restored tree can only get it from the image.
+    let mut env = sim.env().to_vec();
+    env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
+    let out = std::thread::scope(|scope| {
+        let migrating = scope.spawn(|| migrate(&link, tmp.path(), &job, "source", &env));
+        wait_for(
+            Duration::from_secs(60),
+            "the image to start crossing",
+            || {
+                entries(&images)
+                    .first()
+                    .filter(|dir| !entries(&images.join(dir)).is_empty())
+                    .map(|_| ())
+            },
+        );
+        assert!(!sim_contexts(&sim.0).is_empty(), "no device memory to wipe");
+        std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
+        migrating.join().unwrap()
+    });
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(&out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let _restored = Restored(received.trim().parse().unwrap());
+    wait_for(Duration::from_secs(10), "the source's copy to die", || {
+        (!alive(job.pid)).then_some(())
+    });
+    // The restored processes find every byte of their device buffers, and go on.
+    assert!(
+        job.verify_gpu_memory(1),
+        "device memory differs after the move"
+    );
+    job.wait_ticks(2);
+    // It crossed through the image's gpu/ files, which the destination keeps.
+    let kept = entries(&images);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let image = images.join(&kept[0]);
+    let manifest = manifest_json(&image);
+    let buffers = manifest["gpu"]["stats"]["buffers"].as_u64().unwrap();
+    assert!(buffers >= 2, "{}", manifest["gpu"]);
+    let raw = manifest["gpu"]["stats"]["raw_bytes"].as_u64().unwrap();
+    assert!(raw >= 32 << 20, "{}", manifest["gpu"]);
+    assert!(image.join("gpu/index").exists());
+    assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
 }

@@ -301,6 +301,33 @@ mod tests {
         }
     }
 
+    /// A restore that leaves the tree stopped asks CRIU for it (field 69); a plain one
+    /// leaves the field out, so CRIU's default (let it run) holds.
+    #[test]
+    fn leave_stopped_is_sent_only_when_asked_for() {
+        let dir = File::open("/").unwrap();
+        let request = |leave_stopped| {
+            let mut common = common();
+            common.leave_stopped = leave_stopped;
+            RestoreRequest {
+                images_dir: dir.as_fd(),
+                log_file: "restore.log",
+                common,
+                inherit: vec![],
+                config_file: None,
+                config_origin: None,
+                work_dir: None,
+                lazy_pages: false,
+            }
+            .to_rpc()
+            .opts
+            .unwrap()
+            .leave_stopped
+        };
+        assert_eq!(request(true), Some(true));
+        assert_eq!(request(false), None);
+    }
+
     #[test]
     fn own_mount_namespace_takes_binds_as_external_and_restores_under_slash() {
         let dir = File::open("/").unwrap();
