@@ -582,3 +582,37 @@ fn a_simulated_gpu_tree_moves_with_its_device_memory() {
     assert!(image.join("gpu/index").exists());
     assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
 }
+
+#[test]
+fn a_failed_restore_at_the_destination_lets_the_job_run_on_at_the_source() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let link = Link::new();
+    let job = Job::start(&link, &tmp.path().join("state"), 16);
+    // The destination's restore cannot start CRIU: the whole image crossed by then.
+    let missing = tmp.path().join("no-criu-here");
+    let receiver = start_receiver(
+        &link,
+        tmp.path(),
+        &images,
+        &["--criu", missing.to_str().unwrap()],
+    );
+    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let (status, _, receiver_err) = receiver.finish();
+    assert_eq!(
+        status.code(),
+        Some(i32::from(gpucr_core::exit_code::CRIU_UNAVAILABLE)),
+        "{receiver_err}"
+    );
+    assert!(
+        receiver_err.contains("restoring the received image"),
+        "{receiver_err}"
+    );
+    assert_fails_with(&out, 12, "the job runs on here");
+    assert!(stderr(&out).contains("no-criu-here"), "{}", stderr(&out));
+    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    job.runs_on_at_the_source();
+}
