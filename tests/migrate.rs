@@ -616,3 +616,30 @@ fn a_failed_restore_at_the_destination_lets_the_job_run_on_at_the_source() {
     assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
     job.runs_on_at_the_source();
 }
+
+#[test]
+fn a_signal_ends_the_wait_for_a_migration() {
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let mut args = vec![
+        "receive".to_owned(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--dir".into(),
+        tmp.path().to_str().unwrap().to_owned(),
+    ];
+    args.extend(identity_args(tmp.path(), "receiver", "source"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = spawn_gpucr(&args, &[]);
+    let mut lines = Lines::of(child.stderr.take().unwrap());
+    lines.wait_for_line(Duration::from_secs(30), "listening on");
+    signal_child(&child, nix::sys::signal::Signal::SIGINT);
+    let status = child.wait().unwrap();
+    let err = lines.all();
+    assert_eq!(
+        status.code(),
+        Some(i32::from(gpucr_core::exit_code::INTERRUPTED)),
+        "{err}"
+    );
+    assert!(err.contains("interrupted by SIGINT"), "{err}");
+}

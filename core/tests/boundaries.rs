@@ -41,6 +41,7 @@ const BOUNDARIES: &[(&str, &[&str])] = &[
             "restore",
             "target",
             "units",
+            "wait",
         ],
     ),
 ];

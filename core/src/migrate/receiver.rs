@@ -83,7 +83,7 @@ pub enum ReceiveError {
         #[source]
         source: std::io::Error,
     },
-    #[error("refused {source}")]
+    #[error("refused a connection: {source}")]
     Tls {
         #[source]
         source: TlsError,
@@ -124,6 +124,8 @@ pub enum ReceiveError {
         #[source]
         source: Box<RestoreError>,
     },
+    #[error("interrupted by {signal} while waiting for a migration")]
+    Interrupted { signal: &'static str },
     #[error("{peer}: no commit from the source ({why}): the restored tree (pid {pid}) was killed, nothing kept")]
     NoCommit { peer: String, pid: i32, why: String },
 }
@@ -133,6 +135,7 @@ impl ExitCode for ReceiveError {
         match self {
             ReceiveError::Identity(e) => e.exit_code(),
             ReceiveError::Listen { .. } => exit_code::USAGE,
+            ReceiveError::Interrupted { .. } => exit_code::INTERRUPTED,
             ReceiveError::Dir { .. } => exit_code::IMAGE_DIR,
             ReceiveError::Mismatch { .. } => exit_code::TOPOLOGY_INCOMPATIBLE,
             ReceiveError::Files { source, .. } if source.disk_full() => exit_code::IMAGE_DIR,
@@ -180,7 +183,25 @@ pub fn receive(
     };
     let listener = TcpListener::bind(&opts.listen).map_err(listen)?;
     listening(listener.local_addr().map_err(listen)?);
+    // Ctrl-C (SIGINT, SIGTERM, SIGHUP) ends the wait for a connection; a migration
+    // under way is ended by its restore's token, or fails on its own.
+    let wake = crate::interrupt::WakeFd::new().map_err(listen)?;
     loop {
+        let signalled = match crate::interrupt::requested() {
+            Some(signal) => Some(signal),
+            None => {
+                let fds = [std::os::fd::AsFd::as_fd(&listener), wake.fd()];
+                match crate::wait::readable(fds, None).map_err(listen)? {
+                    Some(1) => Some(crate::interrupt::requested().unwrap_or(libc::SIGINT)),
+                    _ => None,
+                }
+            }
+        };
+        if let Some(signal) = signalled {
+            return Err(ReceiveError::Interrupted {
+                signal: crate::interrupt::name(signal),
+            });
+        }
         let (tcp, _) = listener.accept().map_err(listen)?;
         match serve(tcp, &identity, opts, progress) {
             Ok(outcome) => return Ok(outcome),
