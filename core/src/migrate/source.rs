@@ -322,6 +322,10 @@ pub fn migrate(
             ))
         }
     };
+    progress.event(
+        "restored-there",
+        &format!("restored on {peer} as pid {remote_pid}, stopped; committing"),
+    );
     // From the Commit on, this copy never runs again on its own.
     let uncertain = |why: String| MigrateError::Uncertain {
         pid,
@@ -339,7 +343,7 @@ pub fn migrate(
             );
             Ok(MigrateOutcome {
                 peer,
-                remote_pid: there.max(remote_pid),
+                remote_pid: there,
                 remote_dir: dir,
                 files,
                 bytes,
