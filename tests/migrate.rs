@@ -643,3 +643,35 @@ fn a_signal_ends_the_wait_for_a_migration() {
     );
     assert!(err.contains("interrupted by SIGINT"), "{err}");
 }
+
+#[test]
+fn a_link_lost_after_the_commit_keeps_the_source_copy_stopped() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let link = Link::new();
+    let job = Job::start(&link, &tmp.path().join("state"), 16);
+    // The receiver lets the job run on the Commit, then the link goes before Resumed.
+    let receiver = start_receiver_with(
+        &link,
+        tmp.path(),
+        &images,
+        &[],
+        &[("GPUCR_TEST_MIGRATE_NO_RESUMED", "1")],
+    );
+    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let (status, received, receiver_err) = receiver.finish();
+    assert!(status.success(), "{receiver_err}");
+    let _restored = Restored(received.trim().parse().unwrap());
+    assert_fails_with(&out, 13, &format!("pid {} is kept stopped here", job.pid));
+    // Never two copies running: the source's stays stopped, the destination's goes on.
+    assert!(alive(job.pid));
+    assert!(gpucr_abi::procfs::is_stopped(job.pid));
+    job.wait_ticks(3);
+    assert!(gpucr_abi::procfs::is_stopped(job.pid));
+    for role in ROLES {
+        assert_journal_continuous(&job.state, role);
+    }
+}

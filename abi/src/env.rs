@@ -304,6 +304,13 @@ pub const VARIABLES: &[Variable] = &[
          that tests can cut the link while the image crosses",
     ),
     variable(
+        "GPUCR_TEST_MIGRATE_NO_RESUMED",
+        false,
+        Testing,
+        "set: `gpucr receive` closes the link after the source's commit without answering \
+         Resumed, so that tests see the source keep its copy stopped (exit 13)",
+    ),
+    variable(
         "GPUCR_BENCH_SESSION",
         false,
         Testing,
