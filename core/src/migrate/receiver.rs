@@ -157,7 +157,8 @@ impl ExitCode for ReceiveError {
 
 /// Listen on `opts.listen` and receive migrations until one runs here (or, with
 /// `opts.once`, until the first connection ends). `listening` is told the address
-/// once bound; `refused` each connection that came to nothing, when another is awaited.
+/// once bound; each connection that came to nothing is reported through `progress`
+/// when another is awaited.
 pub fn receive(
     opts: &ReceiveOptions,
     progress: &mut Progress,
