@@ -8,9 +8,14 @@
 #   * baseline: `gpucr dump` on the source, the image copied over the link (tar through
 #     socat, plain TCP), the job's address moved, `gpucr restore --detach` on the
 #     destination.
+#   * stop-and-copy: `gpucr migrate PID 10.201.0.12` on the source, `gpucr receive --once`
+#     on the destination (mutual TLS); the job's address is given to the destination
+#     before the move (the source's copy is frozen; CRIU binds the restored listener
+#     there) and taken from the source once `gpucr migrate` returns.
 # Figures per round, in ms: the downtime, from the start of the move (the freeze) to the
 # server's first answer on the destination to a client on the bridge; and the bytes of
-# the image over the time they took to cross the link. The link's own rate is measured
+# the image over the time they took to cross the link (for `gpucr migrate`, over the
+# whole freeze, which it reports: a lower bound of its stream's rate). The link's own rate is measured
 # once with iperf3 (5 s, one stream, destination to source as a migration sends).
 # Every round ends with the server checking all its memory ("all" must answer "ok").
 #
@@ -37,7 +42,7 @@ server=$root/target/release/examples/serve_memory
 for tool in iperf3 socat; do
     command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install $tool" >&2; exit 1; }
 done
-{ [ -x "$gpucr" ] && [ -x "$server" ]; } || cargo build --release --bin gpucr --example serve_memory -q
+cargo build --release --bin gpucr --example serve_memory -q
 rm -rf "$WORK" && mkdir -p "$WORK"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
@@ -149,6 +154,25 @@ move_once() {
         local restoring=$!
         reply=$(ask hot)
         wait "$restoring" || { cat "$WORK/err" >&2; exit 1; } ;;
+    stop-and-copy)
+        rm -rf "$WORK/in" && mkdir -p "$WORK/in"
+        ip -n "$dst" addr add "$JOB/24" dev eth0
+        on "$dst" "$gpucr" receive --listen 10.201.0.12:7431 --dir "$WORK/in" --once \
+            --key "$WORK/keys/dst.key" --cert "$WORK/keys/dst.crt" \
+            --peer-cert "$WORK/keys/src.crt" > "$WORK/restored" 2>"$WORK/err-receive" &
+        local receiving=$!
+        for _ in $(seq 200); do on "$dst" ss -ltn | grep -q ':7431 ' && break; sleep 0.01; done
+        t0=$(ms)
+        on "$src" "$gpucr" migrate --json "$(cat "$WORK/pid")" 10.201.0.12:7431 \
+            --key "$WORK/keys/src.key" --cert "$WORK/keys/src.crt" \
+            --peer-cert "$WORK/keys/dst.crt" > "$WORK/migrated" 2>"$WORK/err" \
+            || { cat "$WORK/err" "$WORK/err-receive" >&2; exit 1; }
+        wait "$receiving" || { cat "$WORK/err-receive" >&2; exit 1; }
+        rm -f "$WORK/pid"
+        place_job "$dst"
+        reply=$(ask hot)
+        read -r bytes frozen < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["bytes"], int(j["frozen_ms"]))' "$WORK/migrated")
+        t1=0 t2=$frozen ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
     esac
     grep -q '^hot ok' <<<"$reply" || { echo "$mode: hot set answered: $reply" >&2; exit 1; }
@@ -158,6 +182,8 @@ move_once() {
     echo "$mode $downtime $bytes $(( t2 - t1 ))"
 }
 
+mkdir -p "$WORK/keys"
+(cd "$WORK/keys" && "$gpucr" keygen src >/dev/null && "$gpucr" keygen dst >/dev/null)
 echo "# live migration: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), criu $(criu --version | head -1), gpucr $(git rev-parse --short HEAD)"
 on "$src" iperf3 -s -1 -B 10.201.0.11 >/dev/null 2>&1 &
 sleep 0.5
