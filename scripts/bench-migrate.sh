@@ -14,8 +14,8 @@
 #     there) and taken from the source once `gpucr migrate` returns.
 # Figures per round, in ms: the downtime, from the start of the move (the freeze) to the
 # server's first answer on the destination to a client on the bridge; and the bytes of
-# the image over the time they took to cross the link (for `gpucr migrate`, over the
-# whole freeze, which it reports: a lower bound of its stream's rate). The link's own rate is measured
+# the image over the time they took to cross the link (for `gpucr migrate`, its
+# `sent_ms`: from the image's first byte sent to its end). The link's own rate is measured
 # once with iperf3 (5 s, one stream, destination to source as a migration sends).
 # Every round ends with the server checking all its memory ("all" must answer "ok").
 #
@@ -171,8 +171,8 @@ move_once() {
         rm -f "$WORK/pid"
         place_job "$dst"
         reply=$(ask hot)
-        read -r bytes frozen < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["bytes"], int(j["frozen_ms"]))' "$WORK/migrated")
-        t1=0 t2=$frozen ;;
+        read -r bytes sent < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["bytes"], int(j["sent_ms"]))' "$WORK/migrated")
+        t1=0 t2=$sent ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
     esac
     grep -q '^hot ok' <<<"$reply" || { echo "$mode: hot set answered: $reply" >&2; exit 1; }

@@ -75,6 +75,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             "files": outcome.files,
             "bytes": outcome.bytes,
             "frozen_ms": outcome.frozen.as_secs_f64() * 1e3,
+            "sent_ms": outcome.sent.as_secs_f64() * 1e3,
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {

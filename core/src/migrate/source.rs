@@ -63,6 +63,8 @@ pub struct MigrateOutcome {
     pub bytes: u64,
     /// From the freeze (the dump's start) to the destination's Resumed.
     pub frozen: Duration,
+    /// How long the image took to cross: from its first byte sent to Done.
+    pub sent: Duration,
 }
 
 /// Why a migration failed.
@@ -289,10 +291,12 @@ pub fn migrate(
     if let Err(e) = beat {
         return Err(abort(&mut link, "dumping", e.to_string()));
     }
+    let sending = Instant::now();
     let (files, bytes) = match send_image(&mut link, &image) {
         Ok(sent) => sent,
         Err(e) => return Err(abort(&mut link, "sending the image", e.to_string())),
     };
+    let sent = sending.elapsed();
     progress.event(
         "sent",
         &format!("{files} files ({bytes} bytes) sent; the destination restores"),
@@ -348,6 +352,7 @@ pub fn migrate(
                 files,
                 bytes,
                 frozen: frozen_at.elapsed(),
+                sent,
             })
         }
         // The receiver kills its copy before it says so: this one runs on.
