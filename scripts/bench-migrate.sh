@@ -26,6 +26,8 @@
 set -euo pipefail
 # shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
+# shellcheck source=bench-serve-memory.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/bench-serve-memory.sh"
 bench_session_start "$@"
 bench_session_nice
 cd "$(dirname "$0")/.."
@@ -40,7 +42,7 @@ PORT=7000
 gpucr=$root/target/release/gpucr
 server=$root/target/release/examples/serve_memory
 for tool in iperf3 socat; do
-    command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install $tool" >&2; exit 1; }
+    command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install --no-install-recommends $tool" >&2; exit 1; }
 done
 cargo build --release --bin gpucr --example serve_memory -q
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -78,39 +80,11 @@ place_job() { # the job's address on host $1 only
 # The client, on the bridge: connect (retrying while nothing listens), send each request,
 # print the replies and the milliseconds since the epoch when the first reply came.
 ask() {
-    on "$cli" python3 - "$JOB" "$PORT" "$@" <<'PY'
-import socket, sys, time
-host, port = sys.argv[1], int(sys.argv[2])
-deadline = time.time() + 300
-while True:
-    try:
-        s = socket.create_connection((host, port), timeout=300)
-        break
-    except OSError:
-        if time.time() > deadline:
-            sys.exit("no server at %s:%s" % (host, port))
-        time.sleep(0.001)
-f = s.makefile("rw")
-first = None
-for request in sys.argv[3:]:
-    f.write(request + "\n")
-    f.flush()
-    reply = f.readline().strip()
-    first = first or int(time.time() * 1000)
-    print(request, reply)
-print("first", first)
-PY
+    on "$cli" python3 "$serve_memory_client" "$JOB:$PORT" 300 "$@"
 }
 
 kill_tree() {
-    local pid
-    for f in "$WORK"/pid "$WORK"/restored; do
-        [ -f "$f" ] || continue
-        pid=$(cat "$f")
-        kill -KILL "$pid" 2>/dev/null || true
-        for _ in $(seq 400); do [ -d "/proc/$pid" ] || break; sleep 0.025; done
-        rm -f "$f"
-    done
+    kill_pidfiles "$WORK"/pid "$WORK"/restored
 }
 
 start_server() {

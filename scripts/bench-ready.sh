@@ -27,6 +27,8 @@
 set -euo pipefail
 # shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
+# shellcheck source=bench-serve-memory.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/bench-serve-memory.sh"
 bench_session_start "$@"
 bench_session_nice
 cd "$(dirname "$0")/.."
@@ -53,28 +55,7 @@ ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # The client: connect (retrying while nothing listens), send each request, print the
 # replies and the milliseconds since the epoch when the first reply came.
 ask() {
-    python3 - "$WORK/state/address" "$@" <<'PY'
-import socket, sys, time
-host, port = open(sys.argv[1]).read().strip().rsplit(":", 1)
-deadline = time.time() + 120
-while True:
-    try:
-        s = socket.create_connection((host, int(port)), timeout=120)
-        break
-    except OSError:
-        if time.time() > deadline:
-            sys.exit("no server at %s:%s" % (host, port))
-        time.sleep(0.001)
-f = s.makefile("rw")
-first = None
-for request in sys.argv[2:]:
-    f.write(request + "\n")
-    f.flush()
-    reply = f.readline().strip()
-    first = first or int(time.time() * 1000)
-    print(request, reply)
-print("first", first)
-PY
+    python3 "$serve_memory_client" "$(cat "$WORK/state/address")" 120 "$@"
 }
 
 # Wait until file $1 has a line containing $2 (a line containing $3 fails); print the
@@ -103,14 +84,7 @@ PY
 }
 
 kill_tree() {
-    local pid
-    for f in "$WORK"/pid "$WORK"/restored; do
-        [ -f "$f" ] || continue
-        pid=$(cat "$f")
-        kill -KILL "$pid" 2>/dev/null || true
-        for _ in $(seq 400); do [ -d "/proc/$pid" ] || break; sleep 0.025; done
-        rm -f "$f"
-    done
+    kill_pidfiles "$WORK"/pid "$WORK"/restored
 }
 
 start_server() {
