@@ -1,7 +1,9 @@
+# shellcheck shell=bash
 # Sourced by the benchmarks that restore examples/serve_memory.rs (bench-ready.sh,
 # bench-migrate.sh): its client and the end of each round's server.
 
 # The client (scripts/serve-memory-client.py): HOST:PORT SECONDS REQUEST...
+# shellcheck disable=SC2034 # used by the scripts that source this one
 serve_memory_client=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/serve-memory-client.py
 
 # SIGKILL the process whose pid each existing file holds, wait (at most 10 s) until it is
