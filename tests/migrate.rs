@@ -1,6 +1,6 @@
-//! `gpucr migrate` and `gpucr receive` with real CRIU, between two network namespaces
-//! joined by a veth pair the test makes: the source and the job in one, the receiver
-//! in the other, each addressing the other only inside them. gpucr and the job enter a
+//! `gpucr migrate` and `gpucr receive` with real CRIU, between two hosts: network
+//! namespaces the test makes, on one bridge (`tests/common/hosts.rs`), the source and
+//! the job in one, the receiver in the other, each addressing the other only inside them. gpucr and the job enter a
 //! namespace with `nsenter --net` (not `ip netns exec`, which also gives the command a
 //! mount namespace of its own, which CRIU would then see the job not share).
 
@@ -8,94 +8,16 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use common::hosts::{Host, Hosts};
 use common::*;
 
 const PORT: &str = "7431";
 
-/// Two network namespaces joined by a veth pair, 10.231.N.1 (source) and 10.231.N.2
-/// (destination); removed when dropped.
-struct Link {
-    source: String,
-    destination: String,
-    source_veth: String,
-    destination_address: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Link {
-    fn new() -> Link {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("{}{n}", std::process::id() % 100_000);
-        let source = format!("gpucr-mig-src-{tag}");
-        let destination = format!("gpucr-mig-dst-{tag}");
-        let (veth_a, veth_b) = (format!("gms{tag}"), format!("gmd{tag}"));
-        let subnet = 10 + (std::process::id() + n) % 200;
-        ip(&["netns", "add", &source]);
-        ip(&["netns", "add", &destination]);
-        let link = Link {
-            source: source.clone(),
-            destination: destination.clone(),
-            source_veth: veth_a.clone(),
-            destination_address: format!("10.231.{subnet}.2"),
-        };
-        ip(&[
-            "link",
-            "add",
-            &veth_a,
-            "netns",
-            &source,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &veth_b,
-            "netns",
-            &destination,
-        ]);
-        for (ns, veth, host) in [(&source, &veth_a, 1), (&destination, &veth_b, 2)] {
-            let address = format!("10.231.{subnet}.{host}/24");
-            ip(&["-n", ns, "addr", "add", &address, "dev", veth]);
-            ip(&["-n", ns, "link", "set", veth, "up"]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        link
-    }
-
-    /// `program args` in namespace `ns` (network only).
-    fn command(ns: &str, program: &Path) -> Command {
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net=/run/netns/{ns}")).arg(program);
-        cmd
-    }
-
-    /// Cut the link: the source's end of the pair goes down.
-    fn cut(&self) {
-        ip(&["-n", &self.source, "link", "set", &self.source_veth, "down"]);
-    }
-
-    fn destination(&self) -> String {
-        format!("{}:{PORT}", self.destination_address)
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        for ns in [&self.source, &self.destination] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
+/// `HOST:PORT` of the receiver in the destination's namespace.
+fn destination(hosts: &Hosts) -> String {
+    format!("{}:{PORT}", hosts.address(Host::Destination))
 }
 
 /// A test workload, started in the source's namespace in a PID namespace of its own:
@@ -110,9 +32,9 @@ struct Job {
 
 impl Job {
     /// The sample workload holding `mib` MiB.
-    fn start(link: &Link, state: &Path, mib: u32) -> Job {
+    fn start(hosts: &Hosts, state: &Path, mib: u32) -> Job {
         let job = Job::start_program(
-            link,
+            hosts,
             &workload_bin(),
             state,
             &["--memory-mib", &mib.to_string()],
@@ -127,9 +49,16 @@ impl Job {
     }
 
     /// The simulator's GPU workload (a parent and a child), its devices under `sim`.
-    fn start_gpu(link: &Link, state: &Path, sim: &SimRoot, args: &[&str]) -> Job {
+    fn start_gpu(hosts: &Hosts, state: &Path, sim: &SimRoot, args: &[&str]) -> Job {
         let bin = gpucr_bin().parent().unwrap().join("examples/sim_workload");
-        let job = Job::start_program(link, &bin, state, args, &sim.env(), vec!["parent", "child"]);
+        let job = Job::start_program(
+            hosts,
+            &bin,
+            state,
+            args,
+            &sim.env(),
+            vec!["parent", "child"],
+        );
         wait_for(
             Duration::from_secs(120),
             "the sim workload to be ready",
@@ -145,7 +74,7 @@ impl Job {
     }
 
     fn start_program(
-        link: &Link,
+        hosts: &Hosts,
         bin: &Path,
         state: &Path,
         args: &[&str],
@@ -154,7 +83,7 @@ impl Job {
     ) -> Job {
         std::fs::create_dir_all(state).unwrap();
         let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net=/run/netns/{}", link.source))
+        cmd.arg(format!("--net={}", hosts.path(Host::Source).display()))
             .args(["unshare", "--pid", "--fork", "setsid"])
             .arg(bin)
             .arg("--state")
@@ -271,19 +200,20 @@ struct Receiver {
 
 /// `gpucr receive --once` in the destination's namespace, images beneath `images`;
 /// returns once it listens.
-fn start_receiver(link: &Link, keys: &Path, images: &Path, extra: &[&str]) -> Receiver {
-    start_receiver_with(link, keys, images, extra, &[])
+fn start_receiver(hosts: &Hosts, keys: &Path, images: &Path, extra: &[&str]) -> Receiver {
+    start_receiver_with(hosts, keys, images, extra, &[])
 }
 
 /// [`start_receiver`] with `env`.
 fn start_receiver_with(
-    link: &Link,
+    hosts: &Hosts,
     keys: &Path,
     images: &Path,
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Receiver {
-    let mut child = Link::command(&link.destination, &gpucr_bin())
+    let mut child = hosts
+        .command(Host::Destination, &gpucr_bin())
         .args(["receive", "--once", "--link-timeout", "5", "--listen"])
         .arg(format!("0.0.0.0:{PORT}"))
         .arg("--dir")
@@ -312,11 +242,12 @@ impl Receiver {
 }
 
 /// `gpucr migrate` of `job` in the source's namespace.
-fn migrate(link: &Link, keys: &Path, job: &Job, me: &str, env: &[(&str, &str)]) -> Output {
-    Link::command(&link.source, &gpucr_bin())
+fn migrate(hosts: &Hosts, keys: &Path, job: &Job, me: &str, env: &[(&str, &str)]) -> Output {
+    hosts
+        .command(Host::Source, &gpucr_bin())
         .args(["migrate", "--tcp-established", "--link-timeout", "5"])
         .arg(job.pid.to_string())
-        .arg(link.destination())
+        .arg(destination(hosts))
         .args(identity_args(keys, me, "receiver"))
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -339,10 +270,10 @@ fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
-    let link = Link::new();
-    let job = Job::start(&link, &tmp.path().join("state"), 64);
-    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
-    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
+    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
+    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
     let (status, received, receiver_err) = receiver.finish();
     assert_success(&out);
     assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
@@ -384,10 +315,10 @@ fn a_wrong_key_is_refused_before_anything_else() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
-    let link = Link::new();
-    let job = Job::start(&link, &tmp.path().join("state"), 16);
-    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
-    let out = migrate(&link, tmp.path(), &job, "intruder", &[]);
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 16);
+    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
+    let out = migrate(&hosts, tmp.path(), &job, "intruder", &[]);
     let (status, _, receiver_err) = receiver.finish();
     assert_eq!(
         status.code(),
@@ -411,14 +342,14 @@ fn a_link_cut_while_the_image_crosses_lets_the_job_run_on_at_the_source() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
-    let link = Link::new();
-    let job = Job::start(&link, &tmp.path().join("state"), 64);
-    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
+    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
     // 100 ms after each 1 MiB chunk: the 64 MiB take seconds to cross.
     let migrating = std::thread::scope(|scope| {
         let migrating = scope.spawn(|| {
             migrate(
-                &link,
+                &hosts,
                 tmp.path(),
                 &job,
                 "source",
@@ -436,7 +367,7 @@ fn a_link_cut_while_the_image_crosses_lets_the_job_run_on_at_the_source() {
                     .map(|_| ())
             },
         );
-        link.cut();
+        hosts.cut(Host::Source);
         migrating.join().unwrap()
     });
     let (status, _, receiver_err) = receiver.finish();
@@ -453,10 +384,10 @@ fn a_full_destination_disk_lets_the_job_run_on_at_the_source() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     let _tmpfs = mount_tmpfs(&images, 8 << 20);
-    let link = Link::new();
-    let job = Job::start(&link, &tmp.path().join("state"), 64);
-    let receiver = start_receiver(&link, tmp.path(), &images, &[]);
-    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
+    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
+    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
     let (status, _, receiver_err) = receiver.finish();
     assert_eq!(
         status.code(),
@@ -477,7 +408,7 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
-    let link = Link::new();
+    let hosts = Hosts::new();
     // A simulated GPU job with 3 GPUs; the destination has none.
     let sim = SimRoot::new("migrate-topology");
     let tree = SimTree::start(
@@ -487,15 +418,16 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
     );
     let no_gpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topology/cpu-only");
     let receiver = start_receiver(
-        &link,
+        &hosts,
         tmp.path(),
         &images,
         &["--sysfs-root", no_gpus.to_str().unwrap()],
     );
-    let out = Link::command(&link.source, &gpucr_bin())
+    let out = hosts
+        .command(Host::Source, &gpucr_bin())
         .args(["migrate", "--link-timeout", "5"])
         .arg(tree.pid.to_string())
-        .arg(link.destination())
+        .arg(destination(&hosts))
         .args(identity_args(tmp.path(), "source", "receiver"))
         .envs(sim.env())
         .stdin(Stdio::null())
@@ -527,22 +459,22 @@ fn a_simulated_gpu_tree_moves_with_its_device_memory() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
-    let link = Link::new();
+    let hosts = Hosts::new();
     let sim = SimRoot::new("migrate-gpu");
     let job = Job::start_gpu(
-        &link,
+        &hosts,
         &tmp.path().join("state"),
         &sim,
         &["--parent-mib", "24", "--child-mib", "8"],
     );
-    let receiver = start_receiver_with(&link, tmp.path(), &images, &[], &sim.env());
+    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
     // While the image crosses (slowed to 200 ms a chunk), the source's job already
     // dumped and stopped, the simulated device memory is wiped, as if the destination
     // were another machine: the restored tree can only get it from the image.
     let mut env = sim.env().to_vec();
     env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
     let out = std::thread::scope(|scope| {
-        let migrating = scope.spawn(|| migrate(&link, tmp.path(), &job, "source", &env));
+        let migrating = scope.spawn(|| migrate(&hosts, tmp.path(), &job, "source", &env));
         wait_for(
             Duration::from_secs(60),
             "the image to start crossing",
@@ -590,17 +522,17 @@ fn a_failed_restore_at_the_destination_lets_the_job_run_on_at_the_source() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
-    let link = Link::new();
-    let job = Job::start(&link, &tmp.path().join("state"), 16);
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 16);
     // The destination's restore cannot start CRIU: the whole image crossed by then.
     let missing = tmp.path().join("no-criu-here");
     let receiver = start_receiver(
-        &link,
+        &hosts,
         tmp.path(),
         &images,
         &["--criu", missing.to_str().unwrap()],
     );
-    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
     let (status, _, receiver_err) = receiver.finish();
     assert_eq!(
         status.code(),
@@ -651,17 +583,17 @@ fn a_link_lost_after_the_commit_keeps_the_source_copy_stopped() {
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
-    let link = Link::new();
-    let job = Job::start(&link, &tmp.path().join("state"), 16);
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 16);
     // The receiver lets the job run on the Commit, then the link goes before Resumed.
     let receiver = start_receiver_with(
-        &link,
+        &hosts,
         tmp.path(),
         &images,
         &[],
         &[("GPUCR_TEST_MIGRATE_NO_RESUMED", "1")],
     );
-    let out = migrate(&link, tmp.path(), &job, "source", &[]);
+    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
     let (status, received, receiver_err) = receiver.finish();
     assert!(status.success(), "{receiver_err}");
     let _restored = Restored(received.trim().parse().unwrap());

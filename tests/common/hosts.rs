@@ -3,7 +3,8 @@
 //!
 //! `Hosts::new` makes three namespaces: `source` and `destination` stand for two
 //! machines, `client` for the network outside them (a bridge, with the clients' address
-//! [`CLIENT_ADDRESS`]), and a veth pair joins each machine to the bridge. The job's
+//! [`CLIENT_ADDRESS`]), and a veth pair joins each machine to the bridge; each machine
+//! has an address of its own ([`Hosts::address`]). The job's
 //! address ([`JOB_ADDRESS`]) starts on the source; [`Hosts::move_job_address`] moves it
 //! to the destination as a floating address moves (the clients' neighbour entries
 //! flushed, as a gratuitous ARP does). Every address is inside these namespaces.
@@ -16,6 +17,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const JOB_ADDRESS: &str = "10.201.0.100";
 /// The clients' address, on the bridge in the `client` namespace.
 pub const CLIENT_ADDRESS: &str = "10.201.0.1";
+/// The source's and the destination's own addresses, beside the job's.
+const HOST_ADDRESSES: [&str; 2] = ["10.201.0.11", "10.201.0.12"];
 const PREFIX: &str = "/24";
 
 /// One of the namespaces.
@@ -70,6 +73,8 @@ impl Hosts {
             ip(&["-n", client, "link", "set", port, "master", "br0"]);
             ip(&["-n", client, "link", "set", port, "up"]);
             ip(&["-n", name, "link", "set", "eth0", "up"]);
+            let own = format!("{}{PREFIX}", HOST_ADDRESSES[host as usize]);
+            ip(&["-n", name, "addr", "add", &own, "dev", "eth0"]);
         }
         let job = format!("{JOB_ADDRESS}{PREFIX}");
         ip(&[
@@ -101,6 +106,16 @@ impl Hosts {
         cmd.arg(format!("--net={}", self.path(host).display()))
             .arg(program);
         cmd
+    }
+
+    /// The source's or the destination's own address.
+    pub fn address(&self, host: Host) -> &'static str {
+        HOST_ADDRESSES[host as usize]
+    }
+
+    /// Cut the host off the network: its end of its veth pair goes down.
+    pub fn cut(&self, host: Host) {
+        ip(&["-n", self.name(host), "link", "set", "eth0", "down"]);
     }
 
     /// Move the job's address from the source to the destination.
