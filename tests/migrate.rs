@@ -213,7 +213,7 @@ fn start_receiver_with(
     env: &[(&str, &str)],
 ) -> Receiver {
     let mut child = hosts
-        .command(Host::Destination, &gpucr_bin())
+        .command(Host::Destination, gpucr_bin())
         .args(["receive", "--once", "--link-timeout", "5", "--listen"])
         .arg(format!("0.0.0.0:{PORT}"))
         .arg("--dir")
@@ -244,7 +244,7 @@ impl Receiver {
 /// `gpucr migrate` of `job` in the source's namespace.
 fn migrate(hosts: &Hosts, keys: &Path, job: &Job, me: &str, env: &[(&str, &str)]) -> Output {
     hosts
-        .command(Host::Source, &gpucr_bin())
+        .command(Host::Source, gpucr_bin())
         .args(["migrate", "--tcp-established", "--link-timeout", "5"])
         .arg(job.pid.to_string())
         .arg(destination(hosts))
@@ -424,7 +424,7 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
         &["--sysfs-root", no_gpus.to_str().unwrap()],
     );
     let out = hosts
-        .command(Host::Source, &gpucr_bin())
+        .command(Host::Source, gpucr_bin())
         .args(["migrate", "--link-timeout", "5"])
         .arg(tree.pid.to_string())
         .arg(destination(&hosts))
