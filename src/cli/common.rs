@@ -4,6 +4,39 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
+/// What CRIU dumps of a tree and how it freezes it (`gpucr dump`, `gpucr migrate`).
+#[derive(Debug, Clone, Args)]
+pub struct TreeDumpArgs {
+    /// Dump established TCP connections (restored with their sequence numbers; needs a
+    /// network lock).
+    #[arg(long)]
+    pub tcp_established: bool,
+
+    /// The tree is a shell job: it shares a session or controlling terminal with the
+    /// caller.
+    #[arg(long)]
+    pub shell_job: bool,
+
+    /// Allow unix sockets connected to peers outside the tree.
+    #[arg(long)]
+    pub ext_unix_sk: bool,
+
+    /// Dump file locks (flock, POSIX and OFD locks).
+    #[arg(long)]
+    pub file_locks: bool,
+
+    /// How to lock the network during the dump and the restore [default: skip when
+    /// there is nothing to lock (no --tcp-established and the tree shares gpucr's
+    /// network namespace), else iptables when iptables-restore is installed, else
+    /// nftables].
+    #[arg(long, value_enum, value_name = "METHOD")]
+    pub network_lock: Option<NetworkLockArg>,
+
+    /// Give up when the tree cannot be frozen within SECS seconds (CRIU's --timeout).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub timeout: Option<u32>,
+}
+
 /// How CRIU selects and runs.
 #[derive(Debug, Clone, Args)]
 pub struct CriuArgs {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::check_topology::TopologyCheckArgs;
-use super::common::{CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
+use super::common::{CriuArgs, OutputArgs, TransferArgs, TreeDumpArgs};
 
 /// This side's key and certificate, and the other side's certificate.
 #[derive(Debug, Clone, Args)]
@@ -68,29 +68,8 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "DIR")]
     pub staging: Option<PathBuf>,
 
-    /// Dump established TCP connections (as `gpucr dump --tcp-established`).
-    #[arg(long)]
-    pub tcp_established: bool,
-
-    /// The tree is a shell job (as `gpucr dump --shell-job`).
-    #[arg(long)]
-    pub shell_job: bool,
-
-    /// Allow unix sockets connected to peers outside the tree.
-    #[arg(long)]
-    pub ext_unix_sk: bool,
-
-    /// Dump file locks.
-    #[arg(long)]
-    pub file_locks: bool,
-
-    /// How to lock the network during the dump (as `gpucr dump --network-lock`).
-    #[arg(long, value_enum, value_name = "METHOD")]
-    pub network_lock: Option<NetworkLockArg>,
-
-    /// Give up when the tree cannot be frozen within SECS seconds (CRIU's --timeout).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
-    pub timeout: Option<u32>,
+    #[command(flatten)]
+    pub tree: TreeDumpArgs,
 
     #[command(flatten)]
     pub transfer: TransferArgs,

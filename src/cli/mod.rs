@@ -23,7 +23,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use check_topology::CheckTopologyArgs;
 pub use check_topology::TopologyCheckArgs;
-pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs};
+pub use common::{parse_size, CriuArgs, NetworkLockArg, OutputArgs, TransferArgs, TreeDumpArgs};
 pub use completions::CompletionsArgs;
 pub use cuda_guard::CudaGuardArgs;
 pub use dump::{CudaStagingArg, DumpArgs};

@@ -10,6 +10,21 @@ use crate::image::manifest::TimedEvent;
 use crate::progress::spans;
 pub use crate::units::size;
 
+/// The dump options `--tcp-established`, `--shell-job`, `--ext-unix-sk`,
+/// `--file-locks`, `--network-lock` and `--timeout` give: CRIU's flags, the network lock
+/// and the freeze's time limit.
+pub fn tree_dump(
+    args: &crate::cli::TreeDumpArgs,
+) -> (crate::criu::CriuFlags, Option<NetworkLock>, Option<u32>) {
+    let flags = crate::criu::CriuFlags {
+        tcp_established: args.tcp_established,
+        shell_job: args.shell_job,
+        ext_unix_sk: args.ext_unix_sk,
+        file_locks: args.file_locks,
+    };
+    (flags, args.network_lock.map(network_lock), args.timeout)
+}
+
 pub fn network_lock(arg: NetworkLockArg) -> NetworkLock {
     match arg {
         NetworkLockArg::Iptables => NetworkLock::Iptables,

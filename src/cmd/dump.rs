@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::cli::{CudaStagingArg, DumpArgs};
-use crate::cmd::common::{network_lock, print_timeline, report_out, size};
+use crate::cmd::common::{print_timeline, report_out, size, tree_dump};
 use crate::dump::{dump, DumpOptions};
 use crate::exit_code;
 use crate::transfer::TransferConfig;
@@ -16,18 +16,14 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
     // verification, the helper's requests, the GPU transfer and the backends' waits.
     let cancel = crate::cancel::Cancel::new();
     let _interrupts = crate::interrupt::cancels(cancel.clone());
+    let (flags, network_lock, timeout) = tree_dump(&args.tree);
     let opts = DumpOptions {
         pid: args.pid,
         dir: args.dir.clone(),
         leave_running: args.leave_running,
-        flags: crate::criu::CriuFlags {
-            tcp_established: args.tcp_established,
-            shell_job: args.shell_job,
-            ext_unix_sk: args.ext_unix_sk,
-            file_locks: args.file_locks,
-        },
-        network_lock: args.network_lock.map(network_lock),
-        timeout: args.timeout,
+        flags,
+        network_lock,
+        timeout,
         force: args.force,
         criu: args.criu.criu.clone(),
         verbose: args.criu.verbose > 0,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::cli::{IdentityArgs, KeygenArgs, MigrateArgs, ReceiveArgs};
-use crate::cmd::common::{network_lock, print_out, report_out, size};
+use crate::cmd::common::{print_out, report_out, size, tree_dump};
 use crate::dump::DumpOptions;
 use crate::exit_code;
 use crate::migrate::{IdentityFiles, MigrateOptions, ReceiveOptions};
@@ -31,6 +31,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
     crate::interrupt::install()?;
     let cancel = crate::cancel::Cancel::new();
     let _interrupts = crate::interrupt::cancels(cancel.clone());
+    let (flags, network_lock, timeout) = tree_dump(&args.tree);
     let opts = MigrateOptions {
         to: args.to.clone(),
         identity: identity(&args.identity),
@@ -40,14 +41,9 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             pid: args.pid,
             dir: Default::default(),
             leave_running: true,
-            flags: crate::criu::CriuFlags {
-                tcp_established: args.tcp_established,
-                shell_job: args.shell_job,
-                ext_unix_sk: args.ext_unix_sk,
-                file_locks: args.file_locks,
-            },
-            network_lock: args.network_lock.map(network_lock),
-            timeout: args.timeout,
+            flags,
+            network_lock,
+            timeout,
             force: false,
             criu: args.criu.criu.clone(),
             verbose: args.criu.verbose > 0,
