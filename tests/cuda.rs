@@ -360,10 +360,13 @@ fn cuda_stopped_process_is_refused_at_once() {
     assert_runs_on_unlocked(&tree, steps_before);
 }
 
-/// A lock that cannot complete within the dump's freeze timeout: the processes wait
-/// for their GPU work (2.5 s of it in every step) and the dump's --timeout is 2 s. The
-/// dump fails with the driver's timeout named (CRIU, whose own alarm rings at the same
-/// time, waits up to 5 s more for the hook before it gives up), the image is marked
+/// A lock that cannot complete within the dump's freeze timeout: each process waits
+/// for its GPU work (4 s of it in every step) and the dump's --timeout is 1 s. The dump
+/// starts just after a step's work began (the workload writes its journal right before
+/// it waits), so the lock meets about 3.5 s of work still in flight, whatever the
+/// machine's speed: the lock's timeout, not the race between them, decides. The dump
+/// fails with the driver's timeout named (CRIU, whose own alarm rings at the same time,
+/// waits up to 5 s more for the hook before it gives up), the image is marked
 /// incomplete, and the job, never locked, runs on.
 #[test]
 fn cuda_lock_that_times_out_is_named() {
@@ -375,7 +378,7 @@ fn cuda_lock_that_times_out_is_named() {
         &tmp.path().join("state"),
         2,
         &["--sync", "1"],
-        &[("GPUCR_FAKE_CUDA_SYNC_MS", "2500")],
+        &[("GPUCR_FAKE_CUDA_SYNC_MS", "4000")],
     );
     let steps_before = tree.steps();
     let image = tmp.path().join("image");
@@ -383,7 +386,7 @@ fn cuda_lock_that_times_out_is_named() {
         &[
             "dump",
             "--timeout",
-            "2",
+            "1",
             &tree.pid.to_string(),
             image.to_str().unwrap(),
         ],
