@@ -468,6 +468,7 @@ fn serve(image: &Path, work: &Path) -> LazyServer {
             image_dir: image.to_path_buf(),
             threads: 2,
             guard: None,
+            quiet: gpucr_core::lazy::hold::DEFAULT_QUIET,
         },
         &Cancel::new(),
     )

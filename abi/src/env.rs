@@ -274,6 +274,15 @@ pub const VARIABLES: &[Variable] = &[
          fails naming the holder (default 1800)",
     ),
     variable(
+        "GPUCR_LAZY_QUIET_MS",
+        false,
+        User,
+        "with restore --lazy: for up to 1 s after the tree is restored, the background \
+         stream starts a block only once the tree has made no fault for this many \
+         milliseconds, so that its first faults and reads have the disk (default 100; 0: \
+         stream at once; at most 10000)",
+    ),
+    variable(
         "GPUCR_LAZY_STAGING",
         false,
         Testing,

@@ -69,6 +69,12 @@ pub enum LazyError {
     Guard(#[from] super::guard::GuardError),
     #[error("cannot start a lazy-pages thread: {0}")]
     Thread(io::Error),
+    #[error("{variable}={value:?}: expected {expected}")]
+    Setting {
+        variable: &'static str,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 impl ExitCode for LazyError {
@@ -79,6 +85,7 @@ impl ExitCode for LazyError {
             | LazyError::Image { .. } => exit_code::IMAGE_DAMAGED,
             LazyError::Cancelled(_) => exit_code::INTERRUPTED,
             LazyError::Busy { .. } => exit_code::IMAGE_DIR,
+            LazyError::Setting { .. } => exit_code::USAGE,
             _ => exit_code::FAILURE,
         }
     }

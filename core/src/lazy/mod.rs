@@ -6,11 +6,13 @@
 //! server takes them, works out from the image which ranges each task still needs
 //! ([`pages`], [`ranges`]) and fills them through the userfaultfd ([`uffd`]): faults
 //! first, the rest in the background, every block checked against the manifest before
-//! any byte of it is placed ([`server`]). When serving fails, the tree is killed
+//! any byte of it is placed ([`server`]), the stream holding back while the tree
+//! starts ([`hold`]). When serving fails, the tree is killed
 //! ([`kill`]).
 
 pub mod error;
 pub mod guard;
+pub mod hold;
 pub mod kill;
 pub mod pages;
 pub mod ranges;
@@ -20,5 +22,6 @@ pub mod uffd;
 
 pub use error::LazyError;
 pub use guard::LazyGuard;
+pub use hold::StartupHold;
 pub use server::{LazyServer, ServeOptions, Serving, Summary, TaskMemory};
 pub use socket::SOCKET_NAME;

@@ -27,6 +27,7 @@ use nix::fcntl::{fcntl, FcntlArg, Flock, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::error::LazyError;
+use super::hold::StartupHold;
 use super::kill;
 use super::pages::{self, PagesFile};
 use super::ranges::RangeSet;
@@ -47,6 +48,9 @@ pub struct ServeOptions {
     /// The guard that holds a duplicate of every userfaultfd (`guard`): handed each one
     /// before it is served, told `done` when serving ends.
     pub guard: Option<Arc<super::guard::LazyGuard>>,
+    /// How long the starting tree must have made no fault before the background
+    /// stream starts a block (`hold`; zero: no hold).
+    pub quiet: Duration,
 }
 
 /// The test-only pause before each block served (`GPUCR_TEST_LAZY_THROTTLE_MS`).
@@ -113,6 +117,7 @@ impl TaskMemory {
     /// ends the wait with an error.
     pub fn fill_task(&self, pid: i32, cancel: &Cancel) -> Result<(), LazyError> {
         let shared = &self.0;
+        let _filling = shared.hold.filling();
         let mut ahead = false;
         loop {
             if let Err(c) = cancel.check() {
@@ -474,6 +479,8 @@ struct Shared {
     /// Message threads with faults to serve: the background stream starts no block
     /// meanwhile, so that a fault's block has the disk and the cores to itself.
     faulting: AtomicUsize,
+    /// The stream's hold while the tree starts.
+    hold: StartupHold,
     failure: Mutex<Option<LazyError>>,
     spaces: Mutex<Vec<Arc<Space>>>,
     pages: Mutex<HashMap<String, Arc<PagesFile>>>,
@@ -603,6 +610,7 @@ impl Shared {
                 .unwrap_or(4096) as u64,
             n => n,
         };
+        let hold = StartupHold::new(options.quiet, super::hold::WINDOW);
         Arc::new(Shared {
             manifest,
             options,
@@ -615,6 +623,7 @@ impl Shared {
             restored: AtomicBool::new(false),
             done: AtomicBool::new(false),
             faulting: AtomicUsize::new(0),
+            hold,
             failure: Mutex::new(None),
             spaces: Mutex::new(Vec::new()),
             pages: Mutex::new(HashMap::new()),
@@ -649,6 +658,7 @@ fn serve(socket: LazySocket, shared: Arc<Shared>) -> Result<Summary, LazyError> 
     match announcements(&socket, &shared) {
         Ok(()) => {
             restored_after = started.elapsed();
+            shared.hold.restored();
             shared.restored.store(true, Ordering::Release);
             shared.ready.notify_all();
         }
@@ -813,7 +823,7 @@ fn worker(shared: &Arc<Shared>) {
                 if shared.ending() {
                     return;
                 }
-                let faulting = shared.faulting.load(Ordering::Acquire) > 0;
+                let faulting = shared.faulting.load(Ordering::Acquire) > 0 || shared.hold.holds();
                 if shared.restored.load(Ordering::Acquire) && !faulting {
                     if let Some(job) = queue.pop_front() {
                         break job;
@@ -1034,6 +1044,7 @@ fn messages(shared: &Arc<Shared>, space: &Arc<Space>) -> Result<(), LazyError> {
                     again.push(address);
                 }
             }
+            shared.hold.fault_served();
         }
         faults = again;
     }

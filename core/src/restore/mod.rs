@@ -272,6 +272,7 @@ fn restore_in(
                     image_dir: opts.dir.clone(),
                     threads: opts.transfer.jobs.max(1),
                     guard: Some(Arc::new(guard)),
+                    quiet: crate::lazy::hold::quiet_from_env()?,
                 },
                 &opts.cancel,
             )?;
