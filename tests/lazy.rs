@@ -469,6 +469,7 @@ fn serve(image: &Path, work: &Path) -> LazyServer {
             threads: 2,
             guard: None,
             quiet: gpucr_core::lazy::hold::DEFAULT_QUIET,
+            remote: None,
         },
         &Cancel::new(),
     )

@@ -243,9 +243,22 @@ impl Receiver {
 
 /// `gpucr migrate` of `job` in the source's namespace.
 fn migrate(hosts: &Hosts, keys: &Path, job: &Job, me: &str, env: &[(&str, &str)]) -> Output {
+    migrate_with(hosts, keys, job, me, env, &[])
+}
+
+/// [`migrate`] with more flags.
+fn migrate_with(
+    hosts: &Hosts,
+    keys: &Path,
+    job: &Job,
+    me: &str,
+    env: &[(&str, &str)],
+    flags: &[&str],
+) -> Output {
     hosts
         .command(Host::Source, gpucr_bin())
         .args(["migrate", "--tcp-established", "--link-timeout", "5"])
+        .args(flags)
         .arg(job.pid.to_string())
         .arg(destination(hosts))
         .args(identity_args(keys, me, "receiver"))
@@ -606,4 +619,191 @@ fn a_link_lost_after_the_commit_keeps_the_source_copy_stopped() {
     for role in ROLES {
         assert_journal_continuous(&job.state, role);
     }
+}
+
+/// The image directory a receiver kept beneath `images` (exactly one), checked: 0700,
+/// and whole as `gpucr inspect --verify` sees it.
+fn kept_image(images: &Path) -> PathBuf {
+    let kept = entries(images);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let image = images.join(&kept[0]);
+    let mode = std::fs::metadata(&image).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
+    assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
+    image
+}
+
+/// The pid a receiver's note names as running its tree before its memory is in.
+fn pulled_pid(line: &str) -> i32 {
+    line.split_whitespace()
+        .skip_while(|w| *w != "pid")
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"))
+}
+
+#[test]
+fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
+    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
+    let out = migrate_with(
+        &hosts,
+        tmp.path(),
+        &job,
+        "source",
+        &[],
+        &["--post-copy", "--json"],
+    );
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(&out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let remote: i32 = received
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a pid: {received:?}\n{receiver_err}"));
+    let _restored = Restored(remote);
+    // It ran there before its memory was in: the pages files crossed after the resume.
+    let note = receiver_err
+        .lines()
+        .find(|l| l.contains("its memory is pulled from"))
+        .unwrap_or_else(|| panic!("{receiver_err}"));
+    assert_eq!(pulled_pid(note), remote);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["post_copy"], true);
+    let downtime = report["downtime_ms"].as_f64().unwrap();
+    assert!(
+        downtime <= report["frozen_ms"].as_f64().unwrap(),
+        "{report}"
+    );
+    wait_for(Duration::from_secs(10), "the source's copy to die", || {
+        (!alive(job.pid)).then_some(())
+    });
+    // Every page it had, checked by the workload at every tick ("mem=ok").
+    job.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&job.state, role);
+    }
+    // Every block pulled, the image whole.
+    let image = kept_image(&images);
+    assert!(std::fs::read_dir(&image).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with("pages-")));
+}
+
+#[test]
+fn a_link_cut_during_post_copy_kills_the_destination_tree_and_the_source_says_so() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let hosts = Hosts::new();
+    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
+    // A second before each block is placed there: 64 MiB take the destination well
+    // over ten seconds to pull.
+    let mut receiver = start_receiver_with(
+        &hosts,
+        tmp.path(),
+        &images,
+        &[],
+        &[("GPUCR_TEST_LAZY_THROTTLE_MS", "1000")],
+    );
+    let (out, there) = std::thread::scope(|scope| {
+        let migrating =
+            scope.spawn(|| migrate_with(&hosts, tmp.path(), &job, "source", &[], &["--post-copy"]));
+        let note = receiver
+            .stderr
+            .wait_for_line(Duration::from_secs(60), "its memory is pulled from");
+        let there = pulled_pid(&note);
+        assert!(alive(there), "{note}");
+        hosts.cut(Host::Source);
+        (migrating.join().unwrap(), there)
+    });
+    let (status, _, receiver_err) = receiver.finish();
+    // The destination's tree could not get its memory: killed, nothing kept.
+    assert_eq!(
+        status.code(),
+        Some(i32::from(gpucr_core::exit_code::MIGRATION_FAILED)),
+        "{receiver_err}"
+    );
+    assert!(
+        receiver_err.contains("post-copy failed after the job ran here"),
+        "{receiver_err}"
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the destination's tree to die",
+        || (!alive(there)).then_some(()),
+    );
+    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    // The source says so, and never lets its copy run on its own.
+    assert_fails_with(&out, 13, "post-copy");
+    assert!(alive(job.pid) && gpucr_abi::procfs::is_stopped(job.pid));
+}
+
+#[test]
+fn post_copy_moves_a_simulated_gpu_tree_with_its_device_memory() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let hosts = Hosts::new();
+    let sim = SimRoot::new("migrate-gpu-post-copy");
+    let job = Job::start_gpu(
+        &hosts,
+        &tmp.path().join("state"),
+        &sim,
+        &["--parent-mib", "24", "--child-mib", "8", "--cpu-mib", "32"],
+    );
+    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
+    // Once the image crosses (the source's job dumped and stopped), the simulated
+    // device memory is wiped, as if the destination were another machine.
+    let mut env = sim.env().to_vec();
+    env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
+    let out = std::thread::scope(|scope| {
+        let migrating = scope
+            .spawn(|| migrate_with(&hosts, tmp.path(), &job, "source", &env, &["--post-copy"]));
+        wait_for(
+            Duration::from_secs(60),
+            "the image to start crossing",
+            || {
+                entries(&images)
+                    .first()
+                    .filter(|dir| !entries(&images.join(dir)).is_empty())
+                    .map(|_| ())
+            },
+        );
+        std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
+        migrating.join().unwrap()
+    });
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(&out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    assert!(
+        receiver_err.contains("its memory is pulled from"),
+        "{receiver_err}"
+    );
+    let _restored = Restored(received.trim().parse().unwrap());
+    wait_for(Duration::from_secs(10), "the source's copy to die", || {
+        (!alive(job.pid)).then_some(())
+    });
+    assert!(
+        job.verify_gpu_memory(1),
+        "device memory differs after the move"
+    );
+    job.wait_ticks(2);
+    let image = kept_image(&images);
+    assert!(image.join("gpu/index").exists());
 }

@@ -27,7 +27,7 @@ pub struct IdentityArgs {
     pub peer_cert: PathBuf,
 }
 
-/// Move a running process tree to another machine (stop-and-copy).
+/// Move a running process tree to another machine (stop-and-copy, or --post-copy).
 ///
 /// Connects to `gpucr receive` on HOST (mutual TLS: each side pins the other's
 /// certificate), offers the job's GPU backend and this machine's GPU topology, and
@@ -67,6 +67,17 @@ pub struct MigrateArgs {
     /// Where the staging directory is made (default: the temporary directory).
     #[arg(long, value_name = "DIR")]
     pub staging: Option<PathBuf>,
+
+    /// Post-copy: the destination runs the job as soon as everything but its CPU
+    /// memory is there (its GPU memory included), and pulls each block of memory from
+    /// this side when the job first touches it, while the rest streams in behind;
+    /// every block is checked against the image's checksums before the job sees it.
+    /// The downtime no longer grows with the job's memory. This side keeps its stopped
+    /// copy until every page is in there, then kills it. Once the destination runs the
+    /// job, the job cannot be saved if the link drops: the destination kills its tree
+    /// (its memory can no longer come), and this side's copy stays stopped (exit 13).
+    #[arg(long)]
+    pub post_copy: bool,
 
     #[command(flatten)]
     pub tree: TreeDumpArgs,

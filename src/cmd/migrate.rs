@@ -57,6 +57,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             no_page_checksums: false,
             cancel,
         },
+        post_copy: args.post_copy,
     };
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = crate::migrate::migrate(&opts, &mut progress);
@@ -72,18 +73,28 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             "bytes": outcome.bytes,
             "frozen_ms": outcome.frozen.as_secs_f64() * 1e3,
             "sent_ms": outcome.sent.as_secs_f64() * 1e3,
+            "post_copy": args.post_copy,
+            "downtime_ms": outcome.downtime.map(|d| d.as_secs_f64() * 1e3),
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
+        let frozen = match outcome.downtime {
+            Some(down) => format!(
+                "running there {:.1} ms after the freeze, all memory in after {:.1} ms \
+                 (post-copy)",
+                down.as_secs_f64() * 1e3,
+                outcome.frozen.as_secs_f64() * 1e3
+            ),
+            None => format!("frozen {:.1} ms", outcome.frozen.as_secs_f64() * 1e3),
+        };
         report_out(format!(
-            "migrated pid {} to {}: pid {} there, image {} ({} in {} files), frozen {:.1} ms\n",
+            "migrated pid {} to {}: pid {} there, image {} ({} in {} files), {frozen}\n",
             args.pid,
             outcome.peer,
             outcome.remote_pid,
             outcome.remote_dir,
             size(outcome.bytes),
             outcome.files,
-            outcome.frozen.as_secs_f64() * 1e3,
         ));
     }
     Ok(exit_code::SUCCESS)

@@ -50,6 +50,7 @@ pub fn run(args: &RestoreArgs) -> Result<u8, crate::cmd::Failure> {
         cuda_visible_devices: std::env::var(gpucr_topology::nvidia::visible::VARIABLE).ok(),
         criu_config: args.criu.criu_config.clone(),
         lazy: args.lazy,
+        lazy_remote: None,
         leave_stopped: false,
         skip_checks: args.topology.skip_check.clone(),
         device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),

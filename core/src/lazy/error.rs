@@ -69,6 +69,13 @@ pub enum LazyError {
     Guard(#[from] super::guard::GuardError),
     #[error("cannot start a lazy-pages thread: {0}")]
     Thread(io::Error),
+    #[error("task {pid}: {file}: block {block} did not come from the source: {reason}")]
+    Remote {
+        pid: i32,
+        file: PathBuf,
+        block: u64,
+        reason: String,
+    },
     #[error("{variable}={value:?}: expected {expected}")]
     Setting {
         variable: &'static str,

@@ -87,10 +87,13 @@ pub fn task_memory(dir: &Path, pid: i32, page_size: u64) -> Result<TaskMemory, L
     })
 }
 
-/// Check, before CRIU starts, every block that holds pages CRIU itself will read (those
-/// not lazy: stacks, shared memory, whatever the dump did not mark lazy): the server
-/// checks the rest as it places them.
-pub fn verify_eager(dir: &Path, manifest: &Manifest, page_size: u64) -> Result<(), LazyError> {
+/// The blocks CRIU itself will read (pages not lazy: stacks, shared memory, whatever
+/// the dump did not mark lazy), by pages file: the task it belongs to (for errors) and
+/// the block indices.
+pub fn eager_blocks(
+    dir: &Path,
+    page_size: u64,
+) -> Result<BTreeMap<String, (i32, BTreeSet<u64>)>, LazyError> {
     let images = ImageDir::new(dir, page_size);
     let mut need: BTreeMap<String, (i32, BTreeSet<u64>)> = BTreeMap::new();
     let entries = std::fs::read_dir(dir).map_err(|source| LazyError::Read {
@@ -122,10 +125,14 @@ pub fn verify_eager(dir: &Path, manifest: &Manifest, page_size: u64) -> Result<(
             }
         }
     }
-    for (file, (pid, blocks)) in need {
-        if blocks.is_empty() {
-            continue;
-        }
+    need.retain(|_, (_, blocks)| !blocks.is_empty());
+    Ok(need)
+}
+
+/// Check, before CRIU starts, every block that holds pages CRIU itself will read
+/// ([`eager_blocks`]): the server checks the rest as it places them.
+pub fn verify_eager(dir: &Path, manifest: &Manifest, page_size: u64) -> Result<(), LazyError> {
+    for (file, (pid, blocks)) in eager_blocks(dir, page_size)? {
         let pages = PagesFile::open(dir, &file, manifest, pid)?;
         let mut buffer = Vec::new();
         for k in blocks {
@@ -260,6 +267,14 @@ impl PagesFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Its name in the image directory.
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 
     /// File bytes `lo..hi` of block `k`.

@@ -51,6 +51,9 @@ pub struct ServeOptions {
     /// How long the starting tree must have made no fault before the background
     /// stream starts a block (`hold`; zero: no hold).
     pub quiet: Duration,
+    /// Where blocks not yet in the image directory come from (a post-copy migration's
+    /// destination); None: every block is there.
+    pub remote: Option<Arc<dyn super::RemoteBlocks>>,
 }
 
 /// The test-only pause before each block served (`GPUCR_TEST_LAZY_THROTTLE_MS`).
@@ -880,7 +883,17 @@ fn serve_block(
     if let Some(pause) = shared.throttle {
         std::thread::sleep(pause);
     }
-    if why == Why::Background {
+    if let Some(remote) = &shared.options.remote {
+        let name = space.pages.name();
+        remote
+            .fetch(&name, block, why == Why::Fault)
+            .map_err(|reason| LazyError::Remote {
+                pid: space.pid,
+                file: space.pages.path().to_path_buf(),
+                block,
+                reason,
+            })?;
+    } else if why == Why::Background {
         space.pages.read_ahead(block);
     }
     let bytes = space.pages.read_block(block, space.pid, buffer)?;

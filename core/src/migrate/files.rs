@@ -260,6 +260,30 @@ impl ImageWriter {
         Ok(())
     }
 
+    /// Make the file `name` of `size` bytes, sparse, for its blocks to be written in
+    /// later (post-copy): confined and made as [`ImageWriter::receive`] makes a file.
+    pub fn reserve(&mut self, name: &str, size: u64) -> Result<(), FilesError> {
+        let relative = confined(name)?;
+        let path = self.root.join(&relative);
+        let write = |source| FilesError::Write {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = relative.parent() {
+            self.make_dirs(parent)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(write)?;
+        file.set_len(size).map_err(write)?;
+        self.files += 1;
+        Ok(())
+    }
+
     /// Make each directory of `relative` beneath the root that is not there yet (0700);
     /// one that is there must be a directory this writer made, never a link.
     fn make_dirs(&self, relative: &Path) -> Result<(), FilesError> {

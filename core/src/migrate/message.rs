@@ -15,13 +15,29 @@
 //!   (the source's stopped tree killed)
 //! ```
 //!
+//! Post-copy (the Offer's `post_copy`) sends each large pages file as Later (its name
+//! and size) instead of its bytes, and the destination asks for its blocks:
+//!
+//! ```text
+//!   File..., Later..., Done ------------->   the blocks CRIU reads itself fetched
+//!         <-------------------------------   Fetch (a block) ...
+//!   Chunk..., FileEnd (each) ------------>   written into the sparse pages file
+//!         <-------------------------------   Restored (restored --lazy, stopped)
+//!   Commit ------------------------------>   the tree let run
+//!         <-------------------------------   Resumed, then Fetch ... as pages are needed
+//!         <-------------------------------   AllIn (every page in)
+//!   (the source's stopped tree killed)
+//!   Done -------------------------------->
+//! ```
+//!
+//! The source answers each of the destination's messages in the order they came.
 //! Either side may send Failed instead of what comes next; Working keeps a link alive
 //! while its sender works, and is skipped by the reader.
 
 use serde::{Deserialize, Serialize};
 
 /// The protocol's version: both sides must speak the same.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A control message, sent as JSON in a frame of its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +52,9 @@ pub enum Control {
         pid: i32,
         backend: Option<String>,
         topology: Option<gpucr_topology::Topology>,
+        /// Post-copy: the destination resumes the job before its memory is there.
+        #[serde(default)]
+        post_copy: bool,
     },
     Accept,
     /// The destination's GPUs cannot hold the job: the topology report.
@@ -48,6 +67,18 @@ pub enum Control {
         size: u64,
     },
     FileEnd,
+    /// Post-copy: a pages file of `size` bytes whose blocks come when asked for.
+    Later {
+        path: String,
+        size: u64,
+    },
+    /// Post-copy: send block `block` of the pages file `path` (chunks, then FileEnd).
+    Fetch {
+        path: String,
+        block: u64,
+    },
+    /// Post-copy: every page is in on the destination; the source may let its copy go.
+    AllIn,
     /// Every file was sent.
     Done,
     /// The sender is still working (dumping, restoring).
@@ -80,6 +111,9 @@ impl Control {
             Control::Mismatch { .. } => "mismatch",
             Control::File { .. } => "file",
             Control::FileEnd => "file_end",
+            Control::Later { .. } => "later",
+            Control::Fetch { .. } => "fetch",
+            Control::AllIn => "all_in",
             Control::Done => "done",
             Control::Working => "working",
             Control::Restored { .. } => "restored",

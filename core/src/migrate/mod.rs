@@ -1,5 +1,6 @@
-//! Live migration, stop-and-copy: `gpucr migrate PID HOST[:PORT]` on the source
-//! ([`source`]), `gpucr receive` on the destination ([`receiver`]).
+//! Live migration: `gpucr migrate PID HOST[:PORT]` on the source ([`source`]), `gpucr
+//! receive` on the destination ([`receiver`]); stop-and-copy, or post-copy, where the
+//! destination runs the job before its memory is there and pulls it ([`postcopy`]).
 //!
 //! The two sides talk over mutual TLS with pinned certificates ([`tls`], keys from
 //! [`identity`]), in framed messages of bounded size with a time limit on every read
@@ -14,6 +15,7 @@ pub mod files;
 pub mod identity;
 pub mod link;
 pub mod message;
+pub mod postcopy;
 pub mod receiver;
 pub mod source;
 pub mod tls;

@@ -29,6 +29,7 @@ use super::files::{FilesError, ImageWriter};
 use super::identity::{Identity, IdentityError, IdentityFiles};
 use super::link::{Link, LinkError};
 use super::message::Control;
+use super::postcopy::Puller;
 use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
 use super::{hello, ProtocolError, BEAT};
@@ -128,6 +129,14 @@ pub enum ReceiveError {
     Interrupted { signal: &'static str },
     #[error("{peer}: no commit from the source ({why}): the restored tree (pid {pid}) was killed, nothing kept")]
     NoCommit { peer: String, pid: i32, why: String },
+    #[error("{peer}: post-copy: {why}; nothing restored, nothing kept")]
+    PostCopy { peer: String, why: String },
+    #[error(
+        "{peer}: post-copy failed after the job ran here (pid {pid}): {why}; the tree was \
+         killed, since its memory can no longer come, the partial image removed, and the \
+         job is lost"
+    )]
+    PostCopyLost { peer: String, pid: i32, why: String },
 }
 
 impl ExitCode for ReceiveError {
@@ -150,7 +159,9 @@ impl ExitCode for ReceiveError {
             | ReceiveError::Protocol { .. }
             | ReceiveError::SourceFailed { .. }
             | ReceiveError::Files { .. }
-            | ReceiveError::NoCommit { .. } => exit_code::MIGRATION_FAILED,
+            | ReceiveError::NoCommit { .. }
+            | ReceiveError::PostCopy { .. }
+            | ReceiveError::PostCopyLost { .. } => exit_code::MIGRATION_FAILED,
         }
     }
 }
@@ -240,7 +251,7 @@ fn serve(
     let mut link = Link::new(Box::new(stream), peer.clone(), opts.timeout);
     hello(&mut link).map_err(protocol)?;
     progress.event("authenticated", &format!("{peer} authenticated"));
-    check_offer(&mut link, opts, &peer)?;
+    let post_copy = check_offer(&mut link, opts, &peer)?;
     let image = tempfile::Builder::new()
         .prefix("migration-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -256,7 +267,11 @@ fn serve(
         });
         error
     };
-    let (files, bytes) = match receive_files(&mut link, image.path(), &peer) {
+    let Received {
+        files,
+        bytes,
+        later,
+    } = match receive_files(&mut link, image.path(), &peer) {
         Ok(written) => written,
         Err(e) => {
             let e = refuse(&mut link, e);
@@ -267,6 +282,16 @@ fn serve(
             return Err(e);
         }
     };
+    if post_copy {
+        progress.event(
+            "received",
+            &format!(
+                "{files} files ({bytes} bytes) received, {} pages files to pull as needed",
+                later.len()
+            ),
+        );
+        return serve_post_copy(link, image, &later, opts, &peer, progress, (files, bytes));
+    }
     progress.event(
         "received",
         &format!("{files} files ({bytes} bytes) received; verifying"),
@@ -369,16 +394,19 @@ fn drain(link: &mut Link, limit: Duration) {
 }
 
 /// Read the source's Offer and answer it: Accept when this machine's GPUs can hold
-/// the job's, else Mismatch with the report.
-fn check_offer(link: &mut Link, opts: &ReceiveOptions, peer: &str) -> Result<(), ReceiveError> {
+/// the job's, else Mismatch with the report. Ok(whether it is post-copy).
+fn check_offer(link: &mut Link, opts: &ReceiveOptions, peer: &str) -> Result<bool, ReceiveError> {
     let protocol = |source| ReceiveError::Protocol {
         peer: peer.to_owned(),
         source,
     };
-    let (backend, topology) = match link.receive_control() {
+    let (backend, topology, post_copy) = match link.receive_control() {
         Ok(Control::Offer {
-            backend, topology, ..
-        }) => (backend, topology),
+            backend,
+            topology,
+            post_copy,
+            ..
+        }) => (backend, topology, post_copy),
         Ok(other) => return Err(protocol(ProtocolError::unexpected("offer", &other))),
         Err(e) => return Err(protocol(e.into())),
     };
@@ -412,20 +440,27 @@ fn check_offer(link: &mut Link, opts: &ReceiveOptions, peer: &str) -> Result<(),
         }
     }
     link.send(&Control::Accept)
-        .map_err(|e| protocol(ProtocolError::Link(e)))
+        .map_err(|e| protocol(ProtocolError::Link(e)))?;
+    Ok(post_copy)
 }
 
-/// Receive the files into `dir` until Done; the files and bytes written.
-fn receive_files(link: &mut Link, dir: &Path, peer: &str) -> Result<(u64, u64), ReceiveError> {
+/// Receive the files into `dir` until Done; the files and bytes written, and the files
+/// announced to be pulled later (post-copy: name and size, made here, sparse).
+fn receive_files(link: &mut Link, dir: &Path, peer: &str) -> Result<Received, ReceiveError> {
     let files = |source| ReceiveError::Files {
         peer: peer.to_owned(),
         source,
     };
     let mut writer = ImageWriter::new(dir);
+    let mut later = Vec::new();
     loop {
         match link.receive_control() {
             Ok(Control::File { path, size }) => {
                 writer.receive(link, &path, size).map_err(files)?;
+            }
+            Ok(Control::Later { path, size }) => {
+                writer.reserve(&path, size).map_err(files)?;
+                later.push((path, size));
             }
             Ok(Control::Done) => break,
             Ok(Control::Failed { reason, .. }) => {
@@ -444,7 +479,161 @@ fn receive_files(link: &mut Link, dir: &Path, peer: &str) -> Result<(u64, u64), 
         }
     }
     writer.finish().map_err(files)?;
-    Ok(writer.written())
+    let (files, bytes) = writer.written();
+    Ok(Received {
+        files,
+        bytes,
+        later,
+    })
+}
+
+/// What [`receive_files`] received: files and bytes written, and the files announced to
+/// be pulled later (post-copy: name and size).
+struct Received {
+    files: u64,
+    bytes: u64,
+    later: Vec<(String, u64)>,
+}
+
+/// The rest of a post-copy migration, once the files but those in `later` are in
+/// `image`: the blocks CRIU reads itself pulled, the image restored with `--lazy` and
+/// its other blocks pulled as the tree needs them (tree left stopped), Restored; on the
+/// source's Commit the tree runs (Resumed); once every page is in, and the rest of the
+/// image with it, AllIn.
+fn serve_post_copy(
+    link: Link,
+    image: tempfile::TempDir,
+    later: &[(String, u64)],
+    opts: &ReceiveOptions,
+    peer: &str,
+    progress: &mut Progress,
+    (files, bytes): (u64, u64),
+) -> Result<ReceiveOutcome, ReceiveError> {
+    let lost = |why: String| ReceiveError::PostCopy {
+        peer: peer.to_owned(),
+        why,
+    };
+    let puller = Puller::start(link, image.path(), later, BEAT).map_err(|e| lost(e.to_string()))?;
+    let refuse = |error: ReceiveError| {
+        puller.tell(Control::Failed {
+            code: error.exit_code(),
+            reason: error.to_string(),
+        });
+        puller.close();
+        error
+    };
+    let page_size = crate::image::Manifest::read(image.path())
+        .ok()
+        .map(|m| m.host.page_size)
+        .filter(|&size| size > 0)
+        .unwrap_or_else(crate::units::host_page_size);
+    let eager: Vec<(String, u64)> = match crate::lazy::pages::eager_blocks(image.path(), page_size)
+    {
+        Ok(map) => map
+            .into_iter()
+            .flat_map(|(file, (_, blocks))| blocks.into_iter().map(move |k| (file.clone(), k)))
+            .collect(),
+        Err(e) => return Err(refuse(lost(e.to_string()))),
+    };
+    puller.fetch_all(&eager).map_err(|e| lost(e.to_string()))?;
+    let restore = RestoreOptions {
+        dir: image.path().to_path_buf(),
+        leave_stopped: true,
+        lazy: true,
+        lazy_remote: Some(puller.clone()),
+        ..opts.restore.clone()
+    };
+    let restored = match crate::restore::restore(&restore, progress) {
+        Ok(outcome) => outcome,
+        Err(source) => {
+            return Err(refuse(ReceiveError::Restore {
+                peer: peer.to_owned(),
+                source: Box::new(source),
+            }))
+        }
+    };
+    let tree = StoppedTree { root: restored.pid };
+    let give_up = |why: String| {
+        tree.kill();
+        let _ = waitpid(Pid::from_raw(tree.root), None);
+        puller.close();
+        ReceiveError::NoCommit {
+            peer: peer.to_owned(),
+            pid: tree.root,
+            why,
+        }
+    };
+    progress.event(
+        "restored",
+        &format!(
+            "restored pid {}, stopped until the source commits; its memory comes on demand",
+            tree.root
+        ),
+    );
+    match puller.ask_message(Control::Restored { pid: tree.root }) {
+        Ok(Control::Commit) => {}
+        Ok(other) => {
+            return Err(give_up(
+                ProtocolError::unexpected("commit", &other).to_string(),
+            ))
+        }
+        Err(e) => return Err(give_up(e.to_string())),
+    }
+    let dir = image.keep();
+    tree.resume();
+    puller.tell(Control::Resumed {
+        pid: tree.root,
+        dir: dir.display().to_string(),
+    });
+    progress.event("resumed", &format!("pid {} runs", tree.root));
+    progress.note(&format!(
+        "pid {} runs here; its memory is pulled from {peer} as it needs it",
+        tree.root
+    ));
+    let served = restored.lazy.as_ref().and_then(|serving| serving.wait());
+    if let Some(Err(e)) = served {
+        // The server killed the tree: it would have waited for pages that cannot come.
+        // What was received is no image of anything now.
+        puller.close();
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(ReceiveError::PostCopyLost {
+            peer: peer.to_owned(),
+            pid: tree.root,
+            why: e.to_string(),
+        });
+    }
+    // What no task asked for (pages of a task that is gone, blocks no range needs), so
+    // that the image directory is whole.
+    let missing = puller.missing();
+    if let Err(e) = puller.fetch_all(&missing) {
+        progress.warn(&format!(
+            "pid {} runs here with all its memory, but the image in {} lacks {} blocks: {e}",
+            tree.root,
+            dir.display(),
+            missing.len()
+        ));
+    }
+    match puller.ask_message(Control::AllIn) {
+        Ok(Control::Done) => {}
+        Ok(other) => progress.warn(&format!(
+            "pid {} runs here, but the source answered '{}' to the end of the migration",
+            tree.root,
+            other.name()
+        )),
+        Err(e) => progress.warn(&format!(
+            "pid {} runs here with all its memory, but the source was not told: {e}",
+            tree.root
+        )),
+    }
+    let pulled = puller.bytes();
+    puller.close();
+    Ok(ReceiveOutcome {
+        peer: peer.to_owned(),
+        pid: tree.root,
+        dir,
+        files,
+        bytes: bytes + pulled,
+    })
 }
 
 /// Verify the image at `dir` as `gpucr inspect --verify` does.

@@ -28,6 +28,7 @@ use super::files::{self, FilesError};
 use super::identity::{IdentityError, IdentityFiles};
 use super::link::{Link, LinkError};
 use super::message::{Control, PROTOCOL_VERSION};
+use super::postcopy;
 use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
 use super::{hello, ProtocolError, BEAT, DEFAULT_PORT};
@@ -50,6 +51,10 @@ pub struct MigrateOptions {
     pub staging: Option<PathBuf>,
     /// The dump: its `dir` is the staging directory's, and the tree is left stopped.
     pub dump: DumpOptions,
+    /// Post-copy: the destination runs the job once all but its large memory pages
+    /// files are there, and pulls those as it needs them; this side keeps its stopped
+    /// copy until every page is in there.
+    pub post_copy: bool,
 }
 
 /// A finished migration.
@@ -63,8 +68,12 @@ pub struct MigrateOutcome {
     pub bytes: u64,
     /// From the freeze (the dump's start) to the destination's Resumed.
     pub frozen: Duration,
-    /// How long the image took to cross: from its first byte sent to Done.
+    /// How long the image took to cross: from its first byte sent to Done (post-copy:
+    /// to AllIn, every page in on the destination).
     pub sent: Duration,
+    /// Post-copy: from the freeze until the destination said it runs the job (`frozen`
+    /// then lasts until every page was in there).
+    pub downtime: Option<Duration>,
 }
 
 /// Why a migration failed.
@@ -230,7 +239,7 @@ pub fn migrate(
     let peer = link.peer().to_owned();
     hello(&mut link)?;
     progress.event("authenticated", &format!("{peer} authenticated"));
-    offer(&mut link, pid, &peer)?;
+    offer(&mut link, pid, &peer, opts.post_copy)?;
     progress.event("accepted", &format!("{peer} can hold the job"));
     let parent = opts.staging.clone().unwrap_or_else(std::env::temp_dir);
     let staging = tempfile::Builder::new()
@@ -292,7 +301,19 @@ pub fn migrate(
         return Err(abort(&mut link, "dumping", e.to_string()));
     }
     let sending = Instant::now();
-    let (files, bytes) = match send_image(&mut link, &image) {
+    if opts.post_copy {
+        return post_copy(&mut link, &image, &tree, &peer, frozen_at, progress).map_err(
+            |failure| match failure {
+                PostCopyFailure::Before(during, why) => abort(&mut link, during, why),
+                PostCopyFailure::After(why) => MigrateError::Uncertain {
+                    pid,
+                    peer: peer.clone(),
+                    why,
+                },
+            },
+        );
+    }
+    let (files, bytes) = match send_image(&mut link, &image, &[]) {
         Ok(sent) => sent,
         Err(e) => return Err(abort(&mut link, "sending the image", e.to_string())),
     };
@@ -353,6 +374,7 @@ pub fn migrate(
                 bytes,
                 frozen: frozen_at.elapsed(),
                 sent,
+                downtime: None,
             })
         }
         // The receiver kills its copy before it says so: this one runs on.
@@ -367,7 +389,7 @@ pub fn migrate(
 /// Offer the job to the receiver: its backend and this machine's GPU topology (every
 /// GPU the backend sees: which of them the job uses is known only once it is dumped,
 /// and the restore checks the image's own again). Ok when accepted.
-fn offer(link: &mut Link, pid: i32, peer: &str) -> Result<(), MigrateError> {
+fn offer(link: &mut Link, pid: i32, peer: &str, post_copy: bool) -> Result<(), MigrateError> {
     let setup = gpu::DumpSetup {
         freeze_timeout: None,
         cuda_staging: None,
@@ -382,6 +404,7 @@ fn offer(link: &mut Link, pid: i32, peer: &str) -> Result<(), MigrateError> {
         pid,
         backend: backend.as_ref().map(|b| b.name().to_owned()),
         topology,
+        post_copy,
     })?;
     match link.receive_control()? {
         Control::Accept => Ok(()),
@@ -397,12 +420,108 @@ fn offer(link: &mut Link, pid: i32, peer: &str) -> Result<(), MigrateError> {
     }
 }
 
+/// How a post-copy migration failed: before the Commit (while what; the job may run on
+/// here), or after it.
+enum PostCopyFailure {
+    Before(&'static str, String),
+    After(String),
+}
+
+/// The post-copy half of a migration, once the job is dumped into `image`: every file
+/// but the large pages files, which the destination pulls ([`postcopy::serve_blocks`]).
+fn post_copy(
+    link: &mut Link,
+    image: &Path,
+    tree: &StoppedTree,
+    peer: &str,
+    frozen_at: Instant,
+    progress: &mut Progress,
+) -> Result<MigrateOutcome, PostCopyFailure> {
+    let sending = Instant::now();
+    let later: Vec<String> = files::list(image, MANIFEST_FILE)
+        .map_err(|e| PostCopyFailure::Before("sending the image", e.to_string()))?
+        .into_iter()
+        .filter(|(name, size)| is_pulled(name, *size))
+        .map(|(name, _)| name)
+        .collect();
+    let (files, bytes) = send_image(link, image, &later)
+        .map_err(|e| PostCopyFailure::Before("sending the image", e.to_string()))?;
+    progress.event(
+        "sent",
+        &format!(
+            "{files} files ({bytes} bytes) sent, {} pages files to be pulled; the \
+             destination restores",
+            later.len()
+        ),
+    );
+    let mut on_commit = |there: i32| {
+        progress.event(
+            "restored-there",
+            &format!("restored on {peer} as pid {there}, stopped; committing"),
+        )
+    };
+    let mut kill = || {
+        tree.kill();
+    };
+    match postcopy::serve_blocks(link, image, &mut on_commit, &mut kill) {
+        Ok(postcopy::Served::Finished {
+            pid: there,
+            dir,
+            resumed_at,
+        }) => {
+            progress.event(
+                "all-in",
+                &format!("every page is in on {peer} (pid {there}); killed here"),
+            );
+            Ok(MigrateOutcome {
+                peer: peer.to_owned(),
+                remote_pid: there,
+                remote_dir: dir,
+                files,
+                bytes,
+                frozen: frozen_at.elapsed(),
+                sent: sending.elapsed(),
+                downtime: resumed_at.map(|at| at.duration_since(frozen_at)),
+            })
+        }
+        Ok(postcopy::Served::Refused(why)) => Err(PostCopyFailure::Before(
+            "the destination verified and restored the image",
+            why,
+        )),
+        Err(failure) if failure.committed => Err(PostCopyFailure::After(format!(
+            "post-copy: {}; the destination kills its copy when it loses the link",
+            failure.why
+        ))),
+        Err(failure) => Err(PostCopyFailure::Before(
+            "the destination restored the image",
+            failure.why,
+        )),
+    }
+}
+
+/// Whether post-copy leaves the file `name` of `size` bytes to be pulled: a memory
+/// pages file large enough to be checked block by block.
+fn is_pulled(name: &str, size: u64) -> bool {
+    name.starts_with("pages-")
+        && name.ends_with(".img")
+        && !name.contains('/')
+        && size >= crate::image::verify::BULK_THRESHOLD
+}
+
 /// Send the image at `dir`, the manifest last, then Done; the files and bytes sent.
-fn send_image(link: &mut Link, dir: &Path) -> Result<(u64, u64), FilesError> {
+/// The files named in `later` are announced (Later, with their size) but not sent.
+fn send_image(link: &mut Link, dir: &Path, later: &[String]) -> Result<(u64, u64), FilesError> {
     let list = files::list(dir, MANIFEST_FILE)?;
     let throttle = throttle();
     let mut bytes = 0u64;
-    for (name, _) in &list {
+    for (name, size) in &list {
+        if later.contains(name) {
+            link.send(&Control::Later {
+                path: name.clone(),
+                size: *size,
+            })?;
+            continue;
+        }
         if let Some(signal) = crate::interrupt::requested() {
             return Err(FilesError::Read {
                 path: dir.join(name),

@@ -69,6 +69,9 @@ pub struct RestoreOptions {
     /// On-demand restore (`--lazy`): CRIU leaves the tasks' private memory to gpucr's
     /// lazy-pages server (`crate::lazy`), which serves it after the tree resumes.
     pub lazy: bool,
+    /// With `lazy`: where the blocks of pages files not yet in `dir` come from (a
+    /// post-copy migration's destination).
+    pub lazy_remote: Option<Arc<dyn crate::lazy::RemoteBlocks>>,
     /// Leave the restored tree stopped (SIGSTOP) when CRIU lets it go: a migration's
     /// destination lets it run (SIGCONT) only once the source has given its copy up.
     pub leave_stopped: bool,
@@ -273,6 +276,7 @@ fn restore_in(
                     threads: opts.transfer.jobs.max(1),
                     guard: Some(Arc::new(guard)),
                     quiet: crate::lazy::hold::quiet_from_env()?,
+                    remote: opts.lazy_remote.clone(),
                 },
                 &opts.cancel,
             )?;
