@@ -12,6 +12,10 @@
 #     on the destination (mutual TLS); the job's address is given to the destination
 #     before the move (the source's copy is frozen; CRIU binds the restored listener
 #     there) and taken from the source once `gpucr migrate` returns.
+#   * post-copy: `gpucr migrate --post-copy`, the receiver as above; the job's address is
+#     moved to the destination as the move starts (the server's first answer must come
+#     from the destination while its memory is still being pulled), and the client
+#     asks while `gpucr migrate` runs (it returns once every page is in there).
 # Figures per round, in ms: the downtime, from the start of the move (the freeze) to the
 # server's first answer on the destination to a client on the bridge; and the bytes of
 # the image over the time they took to cross the link (for `gpucr migrate`, its
@@ -128,7 +132,8 @@ move_once() {
         local restoring=$!
         reply=$(ask hot)
         wait "$restoring" || { cat "$WORK/err" >&2; exit 1; } ;;
-    stop-and-copy)
+    stop-and-copy|post-copy)
+        local flags=()
         rm -rf "$WORK/in" && mkdir -p "$WORK/in"
         ip -n "$dst" addr add "$JOB/24" dev eth0
         on "$dst" "$gpucr" receive --listen 10.201.0.12:7431 --dir "$WORK/in" --once \
@@ -137,14 +142,19 @@ move_once() {
         local receiving=$!
         for _ in $(seq 200); do on "$dst" ss -ltn | grep -q ':7431 ' && break; sleep 0.01; done
         t0=$(ms)
-        on "$src" "$gpucr" migrate --json "$(cat "$WORK/pid")" 10.201.0.12:7431 \
+        [ "$mode" = post-copy ] && { flags=(--post-copy); place_job "$dst"; }
+        on "$src" "$gpucr" migrate --json "${flags[@]}" "$(cat "$WORK/pid")" 10.201.0.12:7431 \
             --key "$WORK/keys/src.key" --cert "$WORK/keys/src.crt" \
-            --peer-cert "$WORK/keys/dst.crt" > "$WORK/migrated" 2>"$WORK/err" \
-            || { cat "$WORK/err" "$WORK/err-receive" >&2; exit 1; }
+            --peer-cert "$WORK/keys/dst.crt" > "$WORK/migrated" 2>"$WORK/err" &
+        local migrating=$!
+        [ "$mode" = post-copy ] && reply=$(ask hot)
+        wait "$migrating" || { cat "$WORK/err" "$WORK/err-receive" >&2; exit 1; }
         wait "$receiving" || { cat "$WORK/err-receive" >&2; exit 1; }
         rm -f "$WORK/pid"
-        place_job "$dst"
-        reply=$(ask hot)
+        if [ "$mode" = stop-and-copy ]; then
+            place_job "$dst"
+            reply=$(ask hot)
+        fi
         read -r bytes sent < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["bytes"], int(j["sent_ms"]))' "$WORK/migrated")
         t1=0 t2=$sent ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;

@@ -387,10 +387,117 @@ fn nginx_serves_a_keep_alive_connection_across_dump_and_restore() {
 /// connection. nginx's tree is dumped on the source, the job's address is moved to the
 /// destination as a floating address moves, and the tree is restored there: the
 /// client's connection goes on (same client port, nginx's same connection number, its
-/// request count 2 and 3). This is what `gpucr migrate` does for a job's connections,
-/// made here with the dump and the restore on each host.
+/// request count 2 and 3). Here with the dump and the restore on each host.
 #[test]
 fn nginx_keeps_its_client_connection_when_restored_on_another_host_with_its_address() {
+    nginx_moves_to_another_host(Move::DumpAndRestore);
+}
+
+/// As above, moved by `gpucr migrate` (stop-and-copy) to `gpucr receive`.
+#[test]
+fn nginx_keeps_its_client_connection_when_migrated_with_its_address() {
+    nginx_moves_to_another_host(Move::Migrate(&[]));
+}
+
+/// As above, moved by `gpucr migrate --post-copy`: nginx answers on the destination
+/// while its memory is pulled from the source.
+#[test]
+fn nginx_keeps_its_client_connection_when_migrated_post_copy_with_its_address() {
+    nginx_moves_to_another_host(Move::Migrate(&["--post-copy"]));
+}
+
+/// How a tree goes from one host to the other.
+enum Move {
+    /// `gpucr dump` on the source, the address moved, `gpucr restore` on the destination.
+    DumpAndRestore,
+    /// The address moved (the job's connection idle meanwhile), then `gpucr migrate`
+    /// with these flags to `gpucr receive --once` on the destination.
+    Migrate(&'static [&'static str]),
+}
+
+/// Move `tree` (its root's pid) from the source to the destination `how`, `dir` holding
+/// what the move needs; the restored tree.
+fn move_tree(hosts: &common::hosts::Hosts, tree: &ProgramTree, dir: &Path, how: &Move) -> Restored {
+    use common::hosts::Host;
+    match how {
+        Move::DumpAndRestore => {
+            let image = dir.join("image");
+            run(hosts
+                .command(Host::Source, gpucr_bin())
+                .args(["dump", "--tcp-established"])
+                .arg(tree.pid.to_string())
+                .arg(&image));
+            wait_for(
+                Duration::from_secs(10),
+                "the dumped tree to be killed",
+                || (!alive(tree.pid)).then_some(()),
+            );
+            hosts.move_job_address();
+            let out = run(hosts
+                .command(Host::Destination, gpucr_bin())
+                .args(["restore", "--detach"])
+                .arg(&image));
+            Restored::from_output(&out)
+        }
+        Move::Migrate(flags) => {
+            let keys = dir.join("keys");
+            let images = dir.join("received");
+            fs::create_dir_all(&keys).unwrap();
+            fs::create_dir_all(&images).unwrap();
+            for name in ["source", "receiver"] {
+                assert_success(&gpucr(&["keygen", name, "--dir", keys.to_str().unwrap()]));
+            }
+            let identity = |me: &str, peer: &str| -> Vec<PathBuf> {
+                vec![
+                    "--key".into(),
+                    keys.join(format!("{me}.key")),
+                    "--cert".into(),
+                    keys.join(format!("{me}.crt")),
+                    "--peer-cert".into(),
+                    keys.join(format!("{peer}.crt")),
+                ]
+            };
+            let mut receiver = hosts
+                .command(Host::Destination, gpucr_bin())
+                .args(["receive", "--once", "--link-timeout", "10"])
+                .args(["--listen", "0.0.0.0:7431", "--dir"])
+                .arg(&images)
+                .args(identity("receiver", "source"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = Lines::of(receiver.stderr.take().unwrap());
+            lines.wait_for_line(Duration::from_secs(30), "listening on");
+            hosts.move_job_address();
+            let out = run(hosts
+                .command(Host::Source, gpucr_bin())
+                .args(["migrate", "--tcp-established", "--link-timeout", "10"])
+                .args(*flags)
+                .arg(tree.pid.to_string())
+                .arg(format!("{}:7431", hosts.address(Host::Destination)))
+                .args(identity("source", "receiver")));
+            let status = receiver.wait().unwrap();
+            let mut received = String::new();
+            std::io::Read::read_to_string(&mut receiver.stdout.take().unwrap(), &mut received)
+                .unwrap();
+            assert!(status.success(), "{status:?}\n{}", lines.all());
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("migrated pid"),
+                "{out:?}"
+            );
+            wait_for(
+                Duration::from_secs(10),
+                "the source's copy to be killed",
+                || (!alive(tree.pid)).then_some(()),
+            );
+            Restored(received.trim().parse().unwrap())
+        }
+    }
+}
+
+fn nginx_moves_to_another_host(how: Move) {
     use common::hosts::{Host, Hosts, JOB_ADDRESS};
     let nginx = program(NGINX, "nginx");
     let python = program(PYTHON, "python3");
@@ -454,23 +561,7 @@ fn nginx_keeps_its_client_connection_when_restored_on_another_host_with_its_addr
     assert_eq!(first[0], "200", "{first:?}");
     assert!(fs::read(dir.join("body-1")).unwrap() == blob);
 
-    let image = dir.join("image");
-    run(hosts
-        .command(Host::Source, gpucr_bin())
-        .args(["dump", "--tcp-established"])
-        .arg(tree.pid.to_string())
-        .arg(&image));
-    wait_for(
-        Duration::from_secs(10),
-        "the dumped tree to be killed",
-        || (!alive(tree.pid)).then_some(()),
-    );
-    hosts.move_job_address();
-    let out = run(hosts
-        .command(Host::Destination, gpucr_bin())
-        .args(["restore", "--detach"])
-        .arg(&image));
-    let restored = Restored::from_output(&out);
+    let restored = move_tree(&hosts, &tree, dir, &how);
     let in_destination = fs::read_link(format!("/proc/{}/ns/net", restored.0)).unwrap();
     let destination = fs::metadata(hosts.path(Host::Destination)).unwrap();
     assert_eq!(

@@ -279,8 +279,8 @@ pub const VARIABLES: &[Variable] = &[
         User,
         "with restore --lazy: for up to 1 s after the tree is restored, the background \
          stream starts a block only once the tree has made no fault for this many \
-         milliseconds, so that its first faults and reads have the disk (default 100; 0: \
-         stream at once; at most 10000)",
+         milliseconds, so that its first faults and reads have the disk (default 100, or 0 \
+         when the image's pages are in the page cache; 0: stream at once; at most 10000)",
     ),
     variable(
         "GPUCR_LAZY_STAGING",

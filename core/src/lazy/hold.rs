@@ -9,8 +9,10 @@
 //! restored the stream starts a block only once the tree has made no fault for
 //! `quiet`; after `window` it no longer waits (a tree that never stops faulting still
 //! gets its memory streamed), and a fill a step asked for (`TaskMemory::fill_task`)
-//! never waits.
+//! never waits. When the image's pages are in the page cache there is no disk to share,
+//! and no hold ([`quiet_for`]).
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -106,13 +108,73 @@ impl Drop for Filling<'_> {
     }
 }
 
-/// The quiet span [`ENV_QUIET_MS`] asks for, [`DEFAULT_QUIET`] where it is unset.
-pub fn quiet_from_env() -> Result<Duration, LazyError> {
+/// The quiet span for a restore of the image in `dir`: what [`ENV_QUIET_MS`] asks for;
+/// where it is unset, none when the image's memory pages are in the page cache (the
+/// stream then reads nothing from the disk, and holding it back would only delay the
+/// rest of the memory), else [`DEFAULT_QUIET`].
+pub fn quiet_for(dir: &Path) -> Result<Duration, LazyError> {
     match std::env::var(ENV_QUIET_MS) {
+        Err(std::env::VarError::NotPresent) if pages_cached(dir) => Ok(Duration::ZERO),
         Err(std::env::VarError::NotPresent) => Ok(DEFAULT_QUIET),
         Ok(text) => parse_quiet(&text),
         Err(std::env::VarError::NotUnicode(raw)) => Err(bad_quiet(&raw.to_string_lossy())),
     }
+}
+
+/// Samples of each pages file looked at by [`pages_cached`].
+const SAMPLES_PER_FILE: u64 = 16;
+
+/// Whether the memory pages files of the image in `dir` are in the page cache: a page
+/// at each of [`SAMPLES_PER_FILE`] places spread over each file read without waiting
+/// for the disk (`RWF_NOWAIT`), and at least 9 in 10 of them there.
+pub fn pages_cached(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    let (mut looked, mut cached) = (0u64, 0u64);
+    let mut page = [0u8; 4096];
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("pages-") || !name.ends_with(".img") {
+            continue;
+        }
+        let Ok(file) = std::fs::File::open(entry.path()) else {
+            continue;
+        };
+        let size = file.metadata().map_or(0, |m| m.len());
+        let pages = size / page.len() as u64;
+        if pages == 0 {
+            continue;
+        }
+        for i in 0..SAMPLES_PER_FILE.min(pages) {
+            let offset = (pages * i / SAMPLES_PER_FILE.min(pages)) * page.len() as u64;
+            looked += 1;
+            if read_cached(&file, &mut page, offset) {
+                cached += 1;
+            }
+        }
+    }
+    looked > 0 && cached * 10 >= looked * 9
+}
+
+/// Read `buf` at `offset` of `file` only from the page cache: true when it all was.
+fn read_cached(file: &std::fs::File, buf: &mut [u8], offset: u64) -> bool {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: the iovec points at `buf`, which lives and is not otherwise borrowed for
+    // the call; the descriptor is `file`'s, open for the call's length.
+    let n = unsafe {
+        libc::preadv2(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            &iov,
+            1,
+            offset as libc::off_t,
+            libc::RWF_NOWAIT,
+        )
+    };
+    n == buf.len() as isize
 }
 
 fn parse_quiet(text: &str) -> Result<Duration, LazyError> {
@@ -166,6 +228,25 @@ mod tests {
         let hold = StartupHold::new(Duration::ZERO, WINDOW);
         hold.restored();
         assert!(!hold.holds());
+    }
+
+    #[test]
+    fn pages_just_written_are_cached_and_dropped_ones_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!pages_cached(dir.path()), "no pages files: nothing to say");
+        let path = dir.path().join("pages-1.img");
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        assert!(pages_cached(dir.path()), "just written");
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        nix::fcntl::posix_fadvise(
+            &file,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+        assert!(!pages_cached(dir.path()), "dropped from the page cache");
     }
 
     #[test]

@@ -275,7 +275,7 @@ fn restore_in(
                     image_dir: opts.dir.clone(),
                     threads: opts.transfer.jobs.max(1),
                     guard: Some(Arc::new(guard)),
-                    quiet: crate::lazy::hold::quiet_from_env()?,
+                    quiet: crate::lazy::hold::quiet_for(&opts.dir)?,
                     remote: opts.lazy_remote.clone(),
                 },
                 &opts.cancel,
