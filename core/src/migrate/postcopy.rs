@@ -238,6 +238,15 @@ impl crate::lazy::RemoteBlocks for Puller {
             return Ok(());
         }
         ask(&mut state, file, block, urgent);
+        if !urgent {
+            // The background stream reads a file in order: the blocks after this one
+            // are asked for too, so that the link carries a window of them, not one
+            // block per waiting thread.
+            let blocks = state.files[file].blocks();
+            for k in block + 1..(block + 1 + WINDOW as u64).min(blocks) {
+                ask(&mut state, file, k, false);
+            }
+        }
         self.shared.1.notify_all();
         loop {
             if present(&state, file, block) {
@@ -452,6 +461,8 @@ pub enum Served {
         pid: i32,
         dir: String,
         resumed_at: Option<std::time::Instant>,
+        /// Bytes of blocks sent.
+        pulled: u64,
     },
     /// The destination gave up before the Commit: the job may run on here.
     Refused(String),
@@ -476,6 +487,7 @@ pub fn serve_blocks(
     let mut files: HashMap<String, File> = HashMap::new();
     let mut buffer = vec![0u8; BLOCK_SIZE as usize];
     let mut commit = false;
+    let mut pulled = 0u64;
     let mut resumed: Option<(i32, String, std::time::Instant)> = None;
     let fail = |commit: bool, why: String| ServeFailure {
         committed: commit,
@@ -514,6 +526,7 @@ pub fn serve_blocks(
                 }
                 link.send(&Control::FileEnd)
                     .map_err(|e| fail(commit, e.to_string()))?;
+                pulled += len as u64;
             }
             Control::Restored { pid } => {
                 committed(pid);
@@ -533,6 +546,7 @@ pub fn serve_blocks(
                     pid,
                     dir,
                     resumed_at: at,
+                    pulled,
                 });
             }
             Control::Failed { reason, .. } if !commit => return Ok(Served::Refused(reason)),

@@ -468,6 +468,7 @@ fn post_copy(
             pid: there,
             dir,
             resumed_at,
+            pulled,
         }) => {
             progress.event(
                 "all-in",
@@ -478,7 +479,7 @@ fn post_copy(
                 remote_pid: there,
                 remote_dir: dir,
                 files,
-                bytes,
+                bytes: bytes + pulled,
                 frozen: frozen_at.elapsed(),
                 sent: sending.elapsed(),
                 downtime: resumed_at.map(|at| at.duration_since(frozen_at)),
