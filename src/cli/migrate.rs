@@ -33,8 +33,8 @@ pub struct IdentityArgs {
 /// certificate), offers the job's GPU backend and this machine's GPU topology, and
 /// stops with exit 9, the job untouched, when the destination's GPUs cannot hold it.
 /// Then dumps the tree into a private staging directory (0700, removed at the end),
-/// the tree left stopped, and streams the image; the destination verifies it as
-/// `gpucr inspect --verify` does and restores it. Only once the destination has
+/// the tree left stopped, and streams the image; the destination restores it,
+/// verified as every restore verifies an image. Only once the destination has
 /// restored the tree does this side give its copy up (commit); it kills it when the
 /// destination says the job runs there.
 ///
@@ -99,9 +99,9 @@ pub struct MigrateArgs {
 /// anything is read), the source's GPU topology checked as a restore checks an image's
 /// (a mismatch is answered, and the source stops with exit 9), then the image, written
 /// into a fresh directory (0700) beneath --dir, every path confined to it and every
-/// chunk's checksum checked. The image is verified as `gpucr inspect --verify` does and
-/// restored, the tree left stopped; it runs once the source has given its copy up.
-/// The image directory is kept (its path is printed); on any failure nothing restored
+/// chunk's checksum checked. The image is restored, verified as every restore verifies
+/// an image (before any task runs), the tree left stopped; it runs once the source has
+/// given its copy up. The image directory is kept (its path is printed); on any failure nothing restored
 /// is left running and nothing received is kept.
 ///
 /// Returns once a migration runs here, printing the tree's root pid; a connection that

@@ -8,7 +8,7 @@
 //!         <-------------------------------   Accept | Mismatch (source: exit 9)
 //!   (dump, tree left stopped; Working while it runs)
 //!   File, Chunk..., FileEnd (each file) ->   written into a fresh 0700 directory
-//!   Done -------------------------------->   verified as `inspect --verify`, restored
+//!   Done -------------------------------->   restored, verified as any restore
 //!         <-------------------------------   Restored (tree left stopped) | Failed
 //!   Commit ------------------------------>   the restored tree let run
 //!         <-------------------------------   Resumed

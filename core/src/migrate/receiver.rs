@@ -11,8 +11,8 @@
 //!    check). Mismatch or Accept.
 //! 3. The files, into a fresh directory (0700) made beneath `dir`, each path confined
 //!    and each chunk checked ([`super::files`]).
-//! 4. The image verified as `gpucr inspect --verify` verifies it, then restored, the
-//!    tree left stopped. Restored.
+//! 4. The image restored, verified as every restore verifies it (before any task
+//!    runs), the tree left stopped. Restored.
 //! 5. On the source's Commit, the tree is let run: Resumed. The image directory stays.
 //!
 //! Any failure before the Commit kills what was restored and removes the directory,
@@ -34,8 +34,6 @@ use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
 use super::{hello, ProtocolError, BEAT};
 use crate::exit_code::{self, ExitCode};
-use crate::image::verify::default_threads;
-use crate::inspect::verify::Status;
 use crate::progress::Progress;
 use crate::restore::{RestoreError, RestoreOptions};
 
@@ -111,14 +109,6 @@ pub enum ReceiveError {
         #[source]
         source: FilesError,
     },
-    #[error("{peer}: the received image in {dir} is {status}: {problems}; nothing kept")]
-    Unverified {
-        peer: String,
-        dir: PathBuf,
-        status: &'static str,
-        problems: String,
-        code: u8,
-    },
     #[error("{peer}: restoring the received image: {source}; nothing kept")]
     Restore {
         peer: String,
@@ -152,7 +142,6 @@ impl ExitCode for ReceiveError {
                 source: FilesError::Corrupt { .. },
                 ..
             } => exit_code::IMAGE_DAMAGED,
-            ReceiveError::Unverified { code, .. } => *code,
             ReceiveError::Restore { source, .. } => source.exit_code(),
             ReceiveError::Topology { .. }
             | ReceiveError::Tls { .. }
@@ -292,13 +281,14 @@ fn serve(
         );
         return serve_post_copy(link, image, &later, opts, &peer, progress, (files, bytes));
     }
+    // Each chunk was checked as it came; the restore verifies the image as every
+    // restore does (sizes and small files before CRIU starts, the memory pages beside
+    // CRIU's restore, before any task runs): verifying it whole first would only add
+    // the time to read it once more to the job's downtime.
     progress.event(
         "received",
-        &format!("{files} files ({bytes} bytes) received; verifying"),
+        &format!("{files} files ({bytes} bytes) received; restoring"),
     );
-    if let Err(e) = verify(image.path(), &peer) {
-        return Err(refuse(&mut link, e));
-    }
     let restore = RestoreOptions {
         dir: image.path().to_path_buf(),
         leave_stopped: true,
@@ -633,34 +623,5 @@ fn serve_post_copy(
         dir,
         files,
         bytes: bytes + pulled,
-    })
-}
-
-/// Verify the image at `dir` as `gpucr inspect --verify` does.
-fn verify(dir: &Path, peer: &str) -> Result<(), ReceiveError> {
-    let page_size = crate::image::Manifest::read(dir)
-        .ok()
-        .map(|m| m.host.page_size)
-        .filter(|&size| size > 0)
-        .unwrap_or_else(crate::units::host_page_size);
-    let opts = crate::inspect::Options {
-        pid: None,
-        page_size,
-    };
-    let view_errors = crate::inspect::collect(dir, &opts)
-        .map(|report| report.errors)
-        .unwrap_or_default();
-    let (status, report) =
-        crate::inspect::verify::verify(dir, page_size, default_threads(), &view_errors);
-    if status == Status::Intact {
-        return Ok(());
-    }
-    let problems: Vec<String> = report.problems.iter().map(|p| p.message.clone()).collect();
-    Err(ReceiveError::Unverified {
-        peer: peer.to_owned(),
-        dir: dir.to_path_buf(),
-        status: status.name(),
-        problems: problems.join("; "),
-        code: status.exit_code(),
     })
 }
