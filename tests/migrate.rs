@@ -537,27 +537,25 @@ fn a_failed_restore_at_the_destination_lets_the_job_run_on_at_the_source() {
     std::fs::create_dir(&images).unwrap();
     let hosts = Hosts::new();
     let job = Job::start(&hosts, &tmp.path().join("state"), 16);
-    // The destination's restore cannot start CRIU: the whole image crossed by then.
-    let missing = tmp.path().join("no-criu-here");
+    // The destination's CRIU fails at once (a program that only exits 1): the whole
+    // image crossed by then.
+    let broken = tmp.path().join("broken-criu");
+    std::fs::write(&broken, "#!/bin/sh\nexit 1\n").unwrap();
+    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let receiver = start_receiver(
         &hosts,
         tmp.path(),
         &images,
-        &["--criu", missing.to_str().unwrap()],
+        &["--criu", broken.to_str().unwrap()],
     );
     let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
     let (status, _, receiver_err) = receiver.finish();
-    assert_eq!(
-        status.code(),
-        Some(i32::from(gpucr_core::exit_code::CRIU_UNAVAILABLE)),
-        "{receiver_err}"
-    );
+    assert!(!status.success(), "{receiver_err}");
     assert!(
         receiver_err.contains("restoring the received image"),
         "{receiver_err}"
     );
     assert_fails_with(&out, 12, "the job runs on here");
-    assert!(stderr(&out).contains("no-criu-here"), "{}", stderr(&out));
     assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
     job.runs_on_at_the_source();
 }
@@ -806,4 +804,33 @@ fn post_copy_moves_a_simulated_gpu_tree_with_its_device_memory() {
     job.wait_ticks(2);
     let image = kept_image(&images);
     assert!(image.join("gpu/index").exists());
+}
+
+#[test]
+fn a_receiver_without_criu_says_so_before_it_listens() {
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let missing = tmp.path().join("no-criu-here");
+    let out = gpucr(&[
+        "receive",
+        "--once",
+        "--listen",
+        "127.0.0.1:0",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--criu",
+        missing.to_str().unwrap(),
+        "--key",
+        tmp.path().join("receiver.key").to_str().unwrap(),
+        "--cert",
+        tmp.path().join("receiver.crt").to_str().unwrap(),
+        "--peer-cert",
+        tmp.path().join("source.crt").to_str().unwrap(),
+    ]);
+    assert_fails_with(
+        &out,
+        gpucr_core::exit_code::CRIU_UNAVAILABLE.into(),
+        "no-criu-here",
+    );
+    assert!(!stderr(&out).contains("listening on"), "{}", stderr(&out));
 }

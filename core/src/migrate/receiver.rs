@@ -109,6 +109,8 @@ pub enum ReceiveError {
         #[source]
         source: FilesError,
     },
+    #[error("{0}; no migration could be restored here, so none is awaited")]
+    Criu(#[source] crate::criu::CriuError),
     #[error("{peer}: restoring the received image: {source}; nothing kept")]
     Restore {
         peer: String,
@@ -143,6 +145,7 @@ impl ExitCode for ReceiveError {
                 ..
             } => exit_code::IMAGE_DAMAGED,
             ReceiveError::Restore { source, .. } => source.exit_code(),
+            ReceiveError::Criu(e) => e.exit_code(),
             ReceiveError::Topology { .. }
             | ReceiveError::Tls { .. }
             | ReceiveError::Protocol { .. }
@@ -165,6 +168,9 @@ pub fn receive(
     listening: &mut dyn FnMut(SocketAddr),
 ) -> Result<ReceiveOutcome, ReceiveError> {
     let identity = opts.identity.load()?;
+    // A CRIU that is not there would be found only once a job is frozen and its image
+    // has crossed.
+    crate::criu::locate(opts.restore.criu.as_deref()).map_err(ReceiveError::Criu)?;
     let dir_meta = std::fs::metadata(&opts.dir).and_then(|m| {
         if m.is_dir() {
             Ok(m)
