@@ -110,7 +110,7 @@ pub enum ReceiveError {
         source: FilesError,
     },
     #[error("{0}; no migration could be restored here, so none is awaited")]
-    Criu(#[source] crate::criu::CriuError),
+    Criu(#[source] RestoreError),
     #[error("{peer}: restoring the received image: {source}; nothing kept")]
     Restore {
         peer: String,
@@ -170,7 +170,7 @@ pub fn receive(
     let identity = opts.identity.load()?;
     // A CRIU that is not there would be found only once a job is frozen and its image
     // has crossed.
-    crate::criu::locate(opts.restore.criu.as_deref()).map_err(ReceiveError::Criu)?;
+    crate::restore::locate_criu(&opts.restore).map_err(ReceiveError::Criu)?;
     let dir_meta = std::fs::metadata(&opts.dir).and_then(|m| {
         if m.is_dir() {
             Ok(m)

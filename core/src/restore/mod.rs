@@ -95,6 +95,12 @@ pub struct RestoreOutcome {
     pub lazy: Option<crate::lazy::Serving>,
 }
 
+/// The CRIU binary a restore with `opts` would run: found, or why not (before anything
+/// is asked of a restore that would find out only then).
+pub fn locate_criu(opts: &RestoreOptions) -> Result<PathBuf, RestoreError> {
+    Ok(crate::criu::locate(opts.criu.as_deref())?)
+}
+
 /// Restore the image in `opts.dir`. The root of the restored tree is a child of this
 /// process: wait for it with [`wait_for_tree`], or leave it running.
 ///
