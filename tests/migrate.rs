@@ -93,13 +93,7 @@ impl Job {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: close_range is async-signal-safe and touches only the child's own table.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-                Ok(())
-            });
-        }
+        inherit_no_fds(&mut cmd);
         let unshare = cmd.spawn().expect("spawn the workload");
         let pid = first_child(unshare.id(), "the workload's root process");
         Job {
@@ -268,6 +262,21 @@ fn migrate_with(
         .expect("run gpucr migrate")
 }
 
+/// Wait until the first file of the image has arrived beneath `images`: the job is
+/// frozen and its image crossing.
+fn wait_for_the_image_to_cross(images: &Path) {
+    wait_for(
+        Duration::from_secs(60),
+        "the image to start crossing",
+        || {
+            entries(images)
+                .first()
+                .filter(|dir| !entries(&images.join(dir)).is_empty())
+                .map(|_| ())
+        },
+    );
+}
+
 /// The entries beneath `dir`.
 fn entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -370,16 +379,7 @@ fn a_link_cut_while_the_image_crosses_lets_the_job_run_on_at_the_source() {
             )
         });
         // The first file of the image has arrived: the job is frozen and crossing.
-        wait_for(
-            Duration::from_secs(60),
-            "the image to start crossing",
-            || {
-                entries(&images)
-                    .first()
-                    .filter(|dir| !entries(&images.join(dir)).is_empty())
-                    .map(|_| ())
-            },
-        );
+        wait_for_the_image_to_cross(&images);
         hosts.cut(Host::Source);
         migrating.join().unwrap()
     });
@@ -488,16 +488,7 @@ fn a_simulated_gpu_tree_moves_with_its_device_memory() {
     env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
     let out = std::thread::scope(|scope| {
         let migrating = scope.spawn(|| migrate(&hosts, tmp.path(), &job, "source", &env));
-        wait_for(
-            Duration::from_secs(60),
-            "the image to start crossing",
-            || {
-                entries(&images)
-                    .first()
-                    .filter(|dir| !entries(&images.join(dir)).is_empty())
-                    .map(|_| ())
-            },
-        );
+        wait_for_the_image_to_cross(&images);
         assert!(!sim_contexts(&sim.0).is_empty(), "no device memory to wipe");
         std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
         migrating.join().unwrap()
@@ -773,16 +764,7 @@ fn post_copy_moves_a_simulated_gpu_tree_with_its_device_memory() {
     let out = std::thread::scope(|scope| {
         let migrating = scope
             .spawn(|| migrate_with(&hosts, tmp.path(), &job, "source", &env, &["--post-copy"]));
-        wait_for(
-            Duration::from_secs(60),
-            "the image to start crossing",
-            || {
-                entries(&images)
-                    .first()
-                    .filter(|dir| !entries(&images.join(dir)).is_empty())
-                    .map(|_| ())
-            },
-        );
+        wait_for_the_image_to_cross(&images);
         std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
         migrating.join().unwrap()
     });

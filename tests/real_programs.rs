@@ -92,13 +92,7 @@ impl ProgramTree {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: close_range is async-signal-safe and touches only the child's own table.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-                Ok(())
-            });
-        }
+        inherit_no_fds(&mut cmd);
         let unshare = cmd.spawn().expect("spawn unshare");
         let pid = first_child(unshare.id(), "the tree's root process");
         ProgramTree { unshare, pid }

@@ -181,13 +181,7 @@ fn start_in_namespaces(
             .args(["--pid", "--net", "--fork", "setsid"])
             .args(["sh", "-c", r#"ip link set lo up && exec "$@" </dev/null >/dev/null 2>&1"#, "sh"]),
     };
-    // SAFETY: close_range is async-signal-safe and touches only the child's own table.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-            Ok(())
-        });
-    }
+    inherit_no_fds(&mut cmd);
     let unshare = cmd
         .arg(bin)
         .arg("--state")
@@ -953,4 +947,15 @@ pub fn criu_calls_dump_devices_late(log: &str) -> bool {
         .into_iter()
         .filter(|abi| abi.dump_devices_late())
         .any(|abi| log.contains(&format!("hook ABI of {},", abi.releases())))
+}
+
+/// `cmd`'s child inherits no descriptor but its standard ones.
+pub fn inherit_no_fds(cmd: &mut Command) {
+    // SAFETY: close_range is async-signal-safe and touches only the child's own table.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            Ok(())
+        });
+    }
 }

@@ -160,6 +160,17 @@ pub struct Host {
     pub page_size: u64,
 }
 
+impl Host {
+    /// The page size of the image's pagemaps: the dumping host's, or this machine's
+    /// where the manifest predates the field.
+    pub fn page_size_or_here(&self) -> u64 {
+        match self.page_size {
+            0 => crate::units::host_page_size(),
+            n => n,
+        }
+    }
+}
+
 /// The checkpointed tree's root, as seen from the dumping host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Target {

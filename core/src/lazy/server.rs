@@ -606,13 +606,7 @@ fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
 
 impl Shared {
     fn new(manifest: Arc<Manifest>, options: ServeOptions, stop: Cancel) -> Arc<Shared> {
-        let page_size = match manifest.host.page_size {
-            0 => nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-                .ok()
-                .flatten()
-                .unwrap_or(4096) as u64,
-            n => n,
-        };
+        let page_size = manifest.host.page_size_or_here();
         let hold = StartupHold::new(options.quiet, super::hold::WINDOW);
         Arc::new(Shared {
             manifest,

@@ -206,22 +206,11 @@ impl ImageWriter {
     /// Receive the file `name` of `size` bytes (its File message already read): its
     /// chunks, checked, then FileEnd.
     pub fn receive(&mut self, link: &mut Link, name: &str, size: u64) -> Result<(), FilesError> {
-        let relative = confined(name)?;
-        let path = self.root.join(&relative);
+        let (path, mut file) = self.create(name)?;
         let write = |source| FilesError::Write {
             path: path.clone(),
             source,
         };
-        if let Some(parent) = relative.parent() {
-            self.make_dirs(parent)?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(write)?;
         let mut got = 0u64;
         loop {
             match link.receive()? {
@@ -261,27 +250,33 @@ impl ImageWriter {
     }
 
     /// Make the file `name` of `size` bytes, sparse, for its blocks to be written in
-    /// later (post-copy): confined and made as [`ImageWriter::receive`] makes a file.
+    /// later (post-copy).
     pub fn reserve(&mut self, name: &str, size: u64) -> Result<(), FilesError> {
+        let (path, file) = self.create(name)?;
+        file.set_len(size)
+            .map_err(|source| FilesError::Write { path, source })?;
+        self.files += 1;
+        Ok(())
+    }
+
+    /// Make the file `name` beneath the root, new (0600, never through a link), and the
+    /// directories above it: its path and the file, open for writing.
+    fn create(&self, name: &str) -> Result<(PathBuf, File), FilesError> {
         let relative = confined(name)?;
         let path = self.root.join(&relative);
-        let write = |source| FilesError::Write {
-            path: path.clone(),
-            source,
-        };
         if let Some(parent) = relative.parent() {
             self.make_dirs(parent)?;
         }
-        let file = std::fs::OpenOptions::new()
+        match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
-            .map_err(write)?;
-        file.set_len(size).map_err(write)?;
-        self.files += 1;
-        Ok(())
+        {
+            Ok(file) => Ok((path, file)),
+            Err(source) => Err(FilesError::Write { path, source }),
+        }
     }
 
     /// Make each directory of `relative` beneath the root that is not there yet (0700);

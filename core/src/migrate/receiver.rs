@@ -315,15 +315,7 @@ fn serve(
         }
     };
     let tree = StoppedTree { root: restored.pid };
-    let give_up = |why: String| {
-        tree.kill();
-        let _ = waitpid(Pid::from_raw(tree.root), None);
-        ReceiveError::NoCommit {
-            peer: peer.clone(),
-            pid: tree.root,
-            why,
-        }
-    };
+    let give_up = |why: String| no_commit(&tree, &peer, why);
     if let Err(e) = beat.and_then(|()| link.send(&Control::Restored { pid: tree.root })) {
         return Err(give_up(e.to_string()));
     }
@@ -373,6 +365,18 @@ fn serve(
         files,
         bytes,
     })
+}
+
+/// The source never committed (`why`): the restored tree, still stopped, is killed and
+/// reaped.
+fn no_commit(tree: &StoppedTree, peer: &str, why: String) -> ReceiveError {
+    tree.kill();
+    let _ = waitpid(Pid::from_raw(tree.root), None);
+    ReceiveError::NoCommit {
+        peer: peer.to_owned(),
+        pid: tree.root,
+        why,
+    }
 }
 
 /// Read and drop what the source sends, up to its Done (or the end of the link), for
@@ -518,11 +522,10 @@ fn serve_post_copy(
         puller.close();
         error
     };
-    let page_size = crate::image::Manifest::read(image.path())
-        .ok()
-        .map(|m| m.host.page_size)
-        .filter(|&size| size > 0)
-        .unwrap_or_else(crate::units::host_page_size);
+    let page_size = crate::image::Manifest::read(image.path()).map_or_else(
+        |_| crate::units::host_page_size(),
+        |m| m.host.page_size_or_here(),
+    );
     let eager: Vec<(String, u64)> = match crate::lazy::pages::eager_blocks(image.path(), page_size)
     {
         Ok(map) => map
@@ -550,14 +553,9 @@ fn serve_post_copy(
     };
     let tree = StoppedTree { root: restored.pid };
     let give_up = |why: String| {
-        tree.kill();
-        let _ = waitpid(Pid::from_raw(tree.root), None);
+        let error = no_commit(&tree, peer, why);
         puller.close();
-        ReceiveError::NoCommit {
-            peer: peer.to_owned(),
-            pid: tree.root,
-            why,
-        }
+        error
     };
     progress.event(
         "restored",

@@ -185,7 +185,7 @@ fn restore_in(
     if opts.lazy {
         // What CRIU reads itself is checked now; the server checks the rest block by
         // block before it places it, so nothing waits for the whole files' hashes.
-        crate::lazy::pages::verify_eager(&opts.dir, &manifest, lazy_page_size(&manifest))?;
+        crate::lazy::pages::verify_eager(&opts.dir, &manifest, manifest.host.page_size_or_here())?;
     }
     let staging = match opts.lazy {
         true => lazy_staging()?,
@@ -483,17 +483,6 @@ fn lazy_staging() -> Result<LazyStaging, RestoreError> {
             "lazy" => Ok(LazyStaging::Lazy),
             _ => Err(RestoreError::LazyStaging { value: v }),
         },
-    }
-}
-
-/// The page size of the image's pagemaps: the dumping host's, else this one's.
-fn lazy_page_size(manifest: &Manifest) -> u64 {
-    match manifest.host.page_size {
-        0 => nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-            .ok()
-            .flatten()
-            .unwrap_or(4096) as u64,
-        n => n,
     }
 }
 
