@@ -65,6 +65,9 @@ tests=(
     "gpu kfd_model_stopped_process_is_dumped_and_restored_stopped"
     # a GPU process in its own mount namespace (CRIU restores the mounts first)
     "gpu gpu_process_with_its_own_mount_namespace_restores"
+    # a file bind-mounted in the namespace the tree's own was copied from: CRIU 4.1 dumps
+    # it but cannot restore it, so gpucr refuses the dump first; later CRIU restores it
+    "gpu a_file_mount_older_criu_cannot_restore_is_refused_before_the_dump"
     # a damaged device chunk: the plugin fails the restore and CRIU leaves no process
     "gpu bad_gpu_chunk_aborts_the_restore_cleanly"
     # a fault injected at every dump and restore step of the KFD and NVIDIA models

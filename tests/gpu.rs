@@ -920,6 +920,107 @@ fn nvidia_model_sigkill_during_a_dump_is_undone_by_the_guard() {
 /// is hidden (as a container's /tmp hides the host's): the plugin inside the restored
 /// task reaches the helper through the inherited connector, not a path, and every byte
 /// comes back.
+/// A file bind-mounted in gpucr's mount namespace, and so in the copy the tree's own
+/// namespace was made from: CRIU before 4.2 dumps it but restores it as a directory and
+/// fails, so gpucr refuses such a dump before anything is frozen (exit 4, the mount and
+/// the CRIU named, the tree running on); a newer CRIU restores it.
+#[test]
+fn a_file_mount_older_criu_cannot_restore_is_refused_before_the_dump() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = SimRoot::new("filemnt");
+    let hidden = tmp.path().join("gpucr-tmp");
+    fs::create_dir(&hidden).unwrap();
+    let source = tmp.path().join("settings");
+    let target = tmp.path().join("settings-bound");
+    fs::write(&source, b"bound\n").unwrap();
+    fs::write(&target, b"").unwrap();
+    let _mount = BindMount::new(&source, &target);
+    let image = tmp.path().join("image");
+    let tree = SimTree::start_hiding(
+        &tmp.path().join("state"),
+        &sim.0,
+        &["--gpus", "1", "--parent-mib", "16", "--child-mib", "0"],
+        Some(&hidden),
+    );
+    let mountinfo = fs::read_to_string(format!("/proc/{}/mountinfo", tree.pid)).unwrap();
+    let target_text = target.to_str().unwrap();
+    assert!(mountinfo.contains(target_text), "{mountinfo}");
+    let env = [sim.env()[0], ("TMPDIR", hidden.to_str().unwrap())];
+    let out = gpucr_env(
+        &["dump", &tree.pid.to_string(), image.to_str().unwrap()],
+        &env,
+    );
+    if out.status.success() {
+        let criu = manifest_json(&image)["criu_version"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            criu_at_least_4_2(&criu),
+            "CRIU {criu} dumped a file mount it cannot restore"
+        );
+        kill_and_wait(tree.pid);
+        tree.wipe_device_memory();
+        let out = gpucr_env(&["restore", "-d", image.to_str().unwrap()], &env);
+        let restored = Restored::from_output(&out);
+        let mountinfo = fs::read_to_string(format!("/proc/{}/mountinfo", restored.0)).unwrap();
+        assert!(
+            mountinfo.contains(target_text),
+            "the file mount is back: {mountinfo}"
+        );
+        assert!(tree.verify(2), "every byte of every buffer is back");
+    } else {
+        assert_fails_with(&out, 4, "which cannot restore the file mount");
+        let message = stderr(&out);
+        assert!(
+            message.contains(target_text),
+            "the mount is named: {message}"
+        );
+        let criu = message
+            .split("is CRIU ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or_else(|| panic!("the CRIU is named: {message}"));
+        assert!(
+            !criu_at_least_4_2(criu),
+            "CRIU {criu} was refused: {message}"
+        );
+        assert!(alive(tree.pid), "the tree runs on");
+        assert!(tree.verify(1), "its device memory untouched");
+        assert!(!image.join("gpucr.json").exists(), "no image was written");
+        kill_and_wait(tree.pid);
+    }
+}
+
+/// "4.2.1", "4.3" -> true; "4.1.1" -> false.
+fn criu_at_least_4_2(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (4, 2)
+}
+
+/// `mount --bind SOURCE TARGET` in gpucr's namespace, undone when dropped.
+struct BindMount(std::path::PathBuf);
+
+impl BindMount {
+    fn new(source: &Path, target: &Path) -> BindMount {
+        let out = Command::new("mount")
+            .arg("--bind")
+            .arg(source)
+            .arg(target)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "mount --bind: {out:?}");
+        BindMount(target.to_path_buf())
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+    }
+}
+
 #[test]
 fn gpu_process_with_its_own_mount_namespace_restores() {
     let _lock = criu_lock();

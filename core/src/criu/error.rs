@@ -16,6 +16,20 @@ pub enum CriuError {
          scripts/install-criu.sh, or name the binary with --criu PATH or GPUCR_CRIU"
     )]
     NotFound { searched: String },
+    #[error(
+        "{path} is CRIU {found}, which cannot restore {} of pid {pid}'s mount namespace \
+         (CRIU < 4.2 binds a file mount again as a directory); the tree was not frozen. \
+         Install CRIU >= 4.2 with scripts/install-criu.sh, or unmount {} in the tree's \
+         namespace",
+        file_mounts(mounts),
+        if mounts.len() > 1 { "them" } else { "it" }
+    )]
+    FileMounts {
+        path: PathBuf,
+        found: String,
+        pid: i32,
+        mounts: Vec<PathBuf>,
+    },
     #[error("cannot run {path}")]
     Spawn {
         path: PathBuf,
@@ -102,6 +116,13 @@ impl CriuError {
             _ => None,
         }
     }
+}
+
+/// "the file mount /a" or "the file mounts /a, /b".
+fn file_mounts(mounts: &[PathBuf]) -> String {
+    let names: Vec<String> = mounts.iter().map(|m| m.display().to_string()).collect();
+    let plural = if names.len() > 1 { "s" } else { "" };
+    format!("the file mount{plural} {}", names.join(", "))
 }
 
 fn failed_message(error: &CriuError) -> String {

@@ -11,6 +11,7 @@ pub mod action_script;
 mod binary;
 mod config;
 mod error;
+mod file_mounts;
 mod log_tail;
 mod notification;
 mod options;
@@ -26,6 +27,7 @@ pub use config::{
     CriuConfigError, CriuOption,
 };
 pub use error::CriuError;
+pub use file_mounts::{check_file_mounts, FILE_MOUNTS_OK_VERSION};
 pub use log_tail::{
     log_tail, plugin_failure, script_failure, LogStamp, PluginFailure, ScriptFailure,
 };

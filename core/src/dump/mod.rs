@@ -118,12 +118,16 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         progress,
     )
     .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
+    let own_mount_namespace = crate::criu::has_own_mount_namespace(opts.pid);
+    if own_mount_namespace {
+        crate::criu::check_file_mounts(swrk.path(), version, opts.pid)
+            .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
+    }
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
     let gpu = start_gpu(opts, backend, session, progress)?;
     let network_lock = opts
         .network_lock
         .unwrap_or_else(|| NetworkLock::default_for(opts.pid, opts.flags.tcp_established));
-    let own_mount_namespace = crate::criu::has_own_mount_namespace(opts.pid);
     let request = DumpRequest {
         pid: opts.pid,
         images_dir: std::os::fd::AsFd::as_fd(&*dir_fd),
