@@ -467,19 +467,28 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
 
 #[test]
 fn a_simulated_gpu_tree_moves_with_its_device_memory() {
+    gpu_tree_moves_with_its_device_memory("migrate-gpu", &[]);
+}
+
+/// The NVIDIA driver model locks a process through a thread of its own, which cannot
+/// run while the process is stopped: the source is frozen by CRIU's dump, and stopped
+/// only once the plugin gave its devices back.
+#[test]
+fn a_simulated_nvidia_model_tree_moves_with_its_device_memory() {
+    gpu_tree_moves_with_its_device_memory("migrate-nv", &["--driver", "nvidia"]);
+}
+
+fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
     let hosts = Hosts::new();
-    let sim = SimRoot::new("migrate-gpu");
-    let job = Job::start_gpu(
-        &hosts,
-        &tmp.path().join("state"),
-        &sim,
-        &["--parent-mib", "24", "--child-mib", "8"],
-    );
+    let sim = SimRoot::new(name);
+    let mut args = vec!["--parent-mib", "24", "--child-mib", "8"];
+    args.extend_from_slice(driver);
+    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
     // While the image crosses (slowed to 200 ms a chunk), the source's job already
     // dumped and stopped, the simulated device memory is wiped, as if the destination
@@ -511,11 +520,22 @@ fn a_simulated_gpu_tree_moves_with_its_device_memory() {
     assert_eq!(kept.len(), 1, "{kept:?}");
     let image = images.join(&kept[0]);
     let manifest = manifest_json(&image);
-    let buffers = manifest["gpu"]["stats"]["buffers"].as_u64().unwrap();
-    assert!(buffers >= 2, "{}", manifest["gpu"]);
-    let raw = manifest["gpu"]["stats"]["raw_bytes"].as_u64().unwrap();
-    assert!(raw >= 32 << 20, "{}", manifest["gpu"]);
-    assert!(image.join("gpu/index").exists());
+    if driver.is_empty() {
+        // The KFD model: device memory in the image's buffers.
+        let buffers = manifest["gpu"]["stats"]["buffers"].as_u64().unwrap();
+        assert!(buffers >= 2, "{}", manifest["gpu"]);
+        let raw = manifest["gpu"]["stats"]["raw_bytes"].as_u64().unwrap();
+        assert!(raw >= 32 << 20, "{}", manifest["gpu"]);
+        assert!(image.join("gpu/index").exists());
+    } else {
+        // The NVIDIA model: each task's device state, its memory staged in the host's.
+        let tasks = manifest["gpu"]["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), 2, "{}", manifest["gpu"]);
+        for task in tasks {
+            let state = task["state"]["file"].as_str().unwrap();
+            assert!(image.join(state).exists(), "{state}");
+        }
+    }
     assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
 }
 
@@ -743,19 +763,25 @@ fn a_link_cut_during_post_copy_kills_the_destination_tree_and_the_source_says_so
 
 #[test]
 fn post_copy_moves_a_simulated_gpu_tree_with_its_device_memory() {
+    post_copy_moves_a_gpu_tree("migrate-gpu-post-copy", &[]);
+}
+
+#[test]
+fn post_copy_moves_a_simulated_nvidia_model_tree_with_its_device_memory() {
+    post_copy_moves_a_gpu_tree("migrate-nv-post-copy", &["--driver", "nvidia"]);
+}
+
+fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     keys(tmp.path());
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
     let hosts = Hosts::new();
-    let sim = SimRoot::new("migrate-gpu-post-copy");
-    let job = Job::start_gpu(
-        &hosts,
-        &tmp.path().join("state"),
-        &sim,
-        &["--parent-mib", "24", "--child-mib", "8", "--cpu-mib", "32"],
-    );
+    let sim = SimRoot::new(name);
+    let mut args = vec!["--parent-mib", "24", "--child-mib", "8", "--cpu-mib", "32"];
+    args.extend_from_slice(driver);
+    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
     // Once the image crosses (the source's job dumped and stopped), the simulated
     // device memory is wiped, as if the destination were another machine.

@@ -356,6 +356,13 @@ pub const VARIABLES: &[Variable] = &[
         Internal,
         "set by gpucr for its plugin: the backend the plugin serves",
     ),
+    variable(
+        crate::ENV_STOP_AFTER_DUMP,
+        false,
+        Internal,
+        "set by `gpucr migrate` for its plugin: the root of the tree the plugin stops at \
+         the end of the dump, once its devices are given back",
+    ),
 ];
 
 /// The entry for `name`: the variable of that name, else the family it belongs to.

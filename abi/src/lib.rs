@@ -39,6 +39,12 @@ pub const HELPER_INHERIT_KEY: &str = "gpucr-helper";
 /// Environment variable naming the backend whose plugin half serves this CRIU ("sim",
 /// "amdgpu", "cuda"; set by gpucr on the `criu swrk` child).
 pub const ENV_BACKEND: &str = "GPUCR_BACKEND";
+/// Environment variable holding the pid of a tree's root that gpucr's plugin stops
+/// (SIGSTOP to every process) at the end of a dump that succeeded, after the devices are
+/// given back and before CRIU lets the tree go: the tree never runs between the dump and
+/// the stop (`gpucr migrate`, with CRIU's `leave_running`). Set on the `criu swrk` child
+/// only.
+pub const ENV_STOP_AFTER_DUMP: &str = "GPUCR_STOP_AFTER_DUMP";
 /// The name gpucr's plugin registers in CRIU's inventory and descriptor.
 pub const PLUGIN_NAME: &str = "gpucr";
 /// The plugin's file name inside the directory gpucr gives CRIU as CRIU_LIBS_DIR.

@@ -47,6 +47,18 @@ pub fn tree_pids(pid: i32) -> Vec<i32> {
     out
 }
 
+/// Send SIGSTOP to every process of the tree rooted at `root` ([`tree_pids`]); how many
+/// were sent it. A tree held frozen (by CRIU, under ptrace) takes the signal pending, and
+/// stops as it is let go, before it runs an instruction of its own.
+pub fn stop_tree(root: i32) -> usize {
+    let pids = tree_pids(root);
+    for pid in &pids {
+        // SAFETY: kill(2) with a pid and a signal number touches no memory of ours.
+        unsafe { libc::kill(*pid, libc::SIGSTOP) };
+    }
+    pids.len()
+}
+
 /// A task of a tree that a process traces (a debugger, `strace -p`). CRIU must trace
 /// every task it dumps itself, and a task has one tracer: CRIU's own failure to seize
 /// it says nothing about why, so gpucr (and its plugin in a CRIU gpucr did not start)

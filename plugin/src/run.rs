@@ -283,12 +283,14 @@ impl PluginRun {
             engine,
             dump,
             restore,
+            settings,
             ..
         } = self;
         if let Ok(Some(served)) = &served {
             exit_served(served, dump, restore, stage, ret);
         }
         engine.finish(stage, ret);
+        stop_after_dump(&settings, stage, ret);
     }
 
     /// PAUSE_DEVICES(pid). In a CRIU gpucr did not start, engine mode's first look at
@@ -590,6 +592,19 @@ fn served(
         helper,
         half: Arc::from(half),
     }))
+}
+
+/// At the end of a dump that succeeded, with its devices given back, stop the tree
+/// `GPUCR_STOP_AFTER_DUMP` names: CRIU still holds it, so each process takes SIGSTOP
+/// pending and stops as CRIU lets it go (`gpucr migrate`). Not earlier: a restore thread
+/// let run to give a device back would take the stop with it.
+fn stop_after_dump(settings: &Settings, stage: c_int, ret: c_int) {
+    if let (stage::DUMP, 0, Some(root)) = (stage, ret, settings.stop_after_dump) {
+        let stopped = gpucr_abi::procfs::stop_tree(root);
+        criu::info(&format!(
+            "stopped the tree of pid {root} ({stopped} processes)"
+        ));
+    }
 }
 
 /// The plugin half's and the helper's part of the `exit` hook.

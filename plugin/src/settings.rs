@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use gpucr_abi::engine::{ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG};
 use gpucr_abi::fault::{FaultStep, ENV_FAULT};
 use gpucr_abi::sim::ENV_ROOT as ENV_SIM_ROOT;
-use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD};
+use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD, ENV_STOP_AFTER_DUMP};
 use gpucr_cuda_driver::ENV_LIBRARY as ENV_CUDA_LIBRARY;
 
 /// One CRIU run's settings. `Default` is a CRIU gpucr did not start, with nothing set.
@@ -34,6 +34,9 @@ pub struct Settings {
     /// `GPUCR_CUDA_LIBRARY`: a CUDA driver library engine mode recognises a CUDA
     /// process by (not empty).
     pub cuda_library: Option<PathBuf>,
+    /// `GPUCR_STOP_AFTER_DUMP`: the root of the tree to stop at the end of a dump that
+    /// succeeded (a pid; anything else is no pid).
+    pub stop_after_dump: Option<i32>,
     /// The settings file's lines whose names CRIU's environment does not have, in
     /// order: the environment engine mode adds for the helper it starts.
     pub from_file: Vec<(String, String)>,
@@ -91,6 +94,9 @@ impl Settings {
             bin: not_empty(ENV_BIN).map(PathBuf::from),
             engine_log: not_empty(ENV_ENGINE_LOG).map(PathBuf::from),
             cuda_library: not_empty(ENV_CUDA_LIBRARY).map(PathBuf::from),
+            stop_after_dump: lookup(ENV_STOP_AFTER_DUMP)
+                .and_then(|v| v.to_str()?.trim().parse().ok())
+                .filter(|pid: &i32| *pid > 0),
             from_file: Vec::new(),
         }
     }
@@ -123,7 +129,9 @@ mod tests {
             (ENV_FAULT, "plugin-pause"),
             (ENV_ENGINE, " 0 "),
             (ENV_BIN, "/g"),
+            (ENV_STOP_AFTER_DUMP, " 42"),
         ]));
+        assert_eq!(s.stop_after_dump, Some(42));
         assert_eq!(s.helper_fd.as_deref(), Some("7"));
         assert_eq!(s.backend, Some("sim".into()));
         assert_eq!(s.sim_root, None);
@@ -133,6 +141,10 @@ mod tests {
         assert!(!s.injects(FaultStep::PluginCheckpoint));
         assert_eq!(Settings::read(vars(&[])), Settings::default());
         assert!(!Settings::read(vars(&[(ENV_ENGINE, "1")])).engine_off);
+        for not_a_pid in ["", "0", "-1", "x"] {
+            let s = Settings::read(vars(&[(ENV_STOP_AFTER_DUMP, not_a_pid)]));
+            assert_eq!(s.stop_after_dump, None, "{not_a_pid:?}");
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
         cuda_staging: args.cuda_staging.map(CudaStagingArg::staging),
         criu_config: args.criu.criu_config.clone(),
         no_page_checksums: args.no_page_checksums,
+        stop_after: false,
         cancel,
     };
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);

@@ -55,6 +55,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             cuda_staging: None,
             criu_config: args.criu.criu_config.clone(),
             no_page_checksums: false,
+            stop_after: true,
             cancel,
         },
         post_copy: args.post_copy,

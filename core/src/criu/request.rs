@@ -153,13 +153,6 @@ pub struct CommonOptions {
     /// (auto_ext_mnt, ext_sharing, ext_masters), at restore they are bound again from
     /// the restoring host's tree, with "/" as the root.
     pub own_mount_namespace: bool,
-    /// Leave the tree stopped (SIGSTOP) when CRIU lets it go, instead of killing it
-    /// (dump) or letting it run (restore): `leave_stopped`. A migration's destination
-    /// keeps the job stopped this way until the source has given its copy up. (A dump
-    /// that leaves the tree stopped also leaves its network locked and its TCP sockets
-    /// in repair mode, which only a restore undoes: a migration's source stops the tree
-    /// itself instead, and dumps it with `leave_running`.)
-    pub leave_stopped: bool,
 }
 
 /// A DUMP request.
@@ -218,7 +211,6 @@ impl CommonOptions {
             auto_ext_mnt: self.own_mount_namespace.then_some(true),
             ext_sharing: self.own_mount_namespace.then_some(true),
             ext_masters: self.own_mount_namespace.then_some(true),
-            leave_stopped: self.leave_stopped.then_some(true),
             ..Default::default()
         }
     }
@@ -288,7 +280,6 @@ mod tests {
 
     fn common() -> CommonOptions {
         CommonOptions {
-            leave_stopped: false,
             flags: CriuFlags {
                 tcp_established: true,
                 shell_job: false,
@@ -299,33 +290,6 @@ mod tests {
             log_level: 2,
             own_mount_namespace: false,
         }
-    }
-
-    /// A restore that leaves the tree stopped asks CRIU for it (field 69); a plain one
-    /// leaves the field out, so CRIU's default (let it run) holds.
-    #[test]
-    fn leave_stopped_is_sent_only_when_asked_for() {
-        let dir = File::open("/").unwrap();
-        let request = |leave_stopped| {
-            let mut common = common();
-            common.leave_stopped = leave_stopped;
-            RestoreRequest {
-                images_dir: dir.as_fd(),
-                log_file: "restore.log",
-                common,
-                inherit: vec![],
-                config_file: None,
-                config_origin: None,
-                work_dir: None,
-                lazy_pages: false,
-            }
-            .to_rpc()
-            .opts
-            .unwrap()
-            .leave_stopped
-        };
-        assert_eq!(request(true), Some(true));
-        assert_eq!(request(false), None);
     }
 
     #[test]

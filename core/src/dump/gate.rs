@@ -36,6 +36,8 @@ pub(super) struct Gate<'a> {
     /// post-dump.
     tree_pages: Option<TreePages>,
     page_digests: TreePagesOutcome,
+    /// The root of the tree to stop as CRIU lets it go ([`Gate::stopping`]).
+    stop: Option<i32>,
 }
 
 /// What the gate gathered at post-dump, for the manifest.
@@ -59,7 +61,15 @@ impl<'a> Gate<'a> {
             dir,
             tree_pages,
             page_digests: TreePagesOutcome::default(),
+            stop: None,
         }
+    }
+
+    /// The gate, stopping the tree rooted at `root` (if any) at the end of a post-dump
+    /// it lets through: CRIU, which holds the tree, lets it go stopped.
+    pub(super) fn stopping(mut self, root: Option<i32>) -> Gate<'a> {
+        self.stop = root;
+        self
     }
 
     /// Answer one of CRIU's notifications: Err refuses it, and CRIU rolls the dump back
@@ -100,6 +110,13 @@ impl<'a> Gate<'a> {
         let dir = self.dir;
         self.post
             .take_room(|gpu_bytes| room::needed(dir, gpu_bytes))?;
+        if let Some(root) = self.stop {
+            let stopped = gpucr_abi::procfs::stop_tree(root);
+            progress.event(
+                "stop-after-dump",
+                &format!("the tree of pid {root} stops as CRIU lets it go ({stopped} processes)"),
+            );
+        }
         Ok(())
     }
 

@@ -61,6 +61,11 @@ pub struct DumpOptions {
     /// Record the memory pages files by size only (`--no-page-checksums`): nothing
     /// reads the pages a second time while the tree is frozen.
     pub no_page_checksums: bool,
+    /// With `leave_running`: stop the tree (SIGSTOP to every process) as CRIU lets it go
+    /// after a dump that succeeded, so that it never runs between its image and the
+    /// stop (`gpucr migrate`'s freeze is the dump's own). gpucr's plugin stops it after
+    /// the devices are given back; without a GPU backend, gpucr does at post-dump.
+    pub stop_after: bool,
     /// The command's token, cancelled at Ctrl-C (`interrupt::cancels`): it stops the
     /// GPU copy and the helper's steps that carry the dump forward at once (the next
     /// CRIU notification is then refused, and CRIU lets the tree go).
@@ -104,7 +109,21 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         }
         None => None,
     };
-    let env = session.as_ref().map(Session::criu_env).unwrap_or_default();
+    let mut env = session.as_ref().map(Session::criu_env).unwrap_or_default();
+    // With a GPU backend the plugin stops the tree, once the devices are given back
+    // (a restore thread let run to give one back would take the stop with it); without
+    // one, the gate does at post-dump.
+    let stop_at_post_dump = match (opts.stop_after, &session) {
+        (true, Some(_)) => {
+            env.push((
+                gpucr_abi::ENV_STOP_AFTER_DUMP.into(),
+                opts.pid.to_string().into(),
+            ));
+            None
+        }
+        (true, None) => Some(opts.pid),
+        (false, _) => None,
+    };
     let handover = criu_config.as_ref().map(CriuConfig::handover).transpose()?;
     let inherit = session
         .as_ref()
@@ -141,7 +160,6 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
             own_mount_namespace,
-            leave_stopped: false,
         },
     };
     let log = opts.dir.join(DUMP_LOG);
@@ -150,7 +168,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     // `tree_pages`), laid out at post-dump.
     let tree_pages =
         (!opts.no_page_checksums).then(|| TreePages::start(opts.pid, opts.dir.clone()));
-    let mut gate = Gate::new(&opts.dir, devices, tree_pages);
+    let mut gate = Gate::new(&opts.dir, devices, tree_pages).stopping(stop_at_post_dump);
     // A signal cancels the command's token, which stops the GPU copy at once; the next
     // notification fails the dump.
     let answered = swrk.dump(&request, &log, &mut |n| gate.notify(n, progress));

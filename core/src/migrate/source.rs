@@ -4,12 +4,15 @@
 //! 2. Offer the job's GPU backend and this machine's GPU topology; the receiver checks
 //!    it as a restore would. A mismatch ends the migration here (exit 9), the job
 //!    untouched.
-//! 3. Stop the tree (SIGSTOP to every task, [`StoppedTree::stop`]): the job is frozen
-//!    from here on. Dump it into a private 0700 staging directory with CRIU's
-//!    `leave_running`: CRIU gives the tasks back in the state it found them, stopped,
-//!    with their network unlocked. (CRIU's own `leave_stopped` would leave the network
-//!    locked and the TCP sockets in repair mode, which only a restore undoes: the job
-//!    could not run on here after a failure.)
+//! 3. Dump the tree into a private 0700 staging directory: CRIU's freeze is the job's
+//!    from here on. The dump runs with CRIU's `leave_running` and gpucr's `stop_after`:
+//!    every process takes SIGSTOP while CRIU still holds it (gpucr's plugin sends it
+//!    once the devices are given back, or gpucr at post-dump without a GPU), so CRIU
+//!    lets the tasks go stopped, with their network unlocked, and they never run between
+//!    the image and the stop. (CRIU's own `leave_stopped` would leave the network locked
+//!    and the TCP sockets in repair mode, which only a restore undoes: the job could not
+//!    run on here after a failure. A SIGSTOP before the dump would keep a driver that
+//!    locks a process through a thread of its own, as CUDA's, from locking it.)
 //! 4. Send every file of the image (the manifest last), then Done.
 //! 5. The receiver verifies and restores, its tree left stopped, and answers Restored.
 //!    The source answers Commit, the receiver lets its tree run and answers Resumed, and
@@ -258,6 +261,22 @@ pub fn migrate(
         ..opts.dump.clone()
     };
     let frozen_at = Instant::now();
+    progress.event("freeze", "dumping the job (CRIU freezes it)");
+    let (dumped, beat) = link.beating_while(BEAT, || crate::dump::dump(&dump, progress));
+    // The dump stopped the tree as CRIU let it go (`stop_after`); a dump that failed
+    // after post-dump may have too, and CRIU gave the tree back running otherwise.
+    let stopped = StoppedTree { root: pid };
+    if let Err(error) = dumped {
+        // The job runs on, and the receiver is told and keeps nothing.
+        stopped.resume();
+        let _ = link.send(&Control::Failed {
+            code: error.exit_code(),
+            reason: error.to_string(),
+        });
+        return Err(error.into());
+    }
+    // Every task is stopped, or stops now: the plugin's or the gate's SIGSTOP came
+    // while CRIU held them, and this waits for each (and stops any it missed).
     let tree = match StoppedTree::stop(pid) {
         Ok(tree) => tree,
         Err(error) => {
@@ -268,18 +287,6 @@ pub fn migrate(
             return Err(error.into());
         }
     };
-    progress.event("freeze", "the job stopped; dumping it");
-    let (dumped, beat) = link.beating_while(BEAT, || crate::dump::dump(&dump, progress));
-    if let Err(error) = dumped {
-        // CRIU gave the tree back, stopped as it found it: it runs on, and the
-        // receiver is told and keeps nothing.
-        tree.resume();
-        let _ = link.send(&Control::Failed {
-            code: error.exit_code(),
-            reason: error.to_string(),
-        });
-        return Err(error.into());
-    }
     let abort = |link: &mut Link, during: &'static str, why: String| {
         let _ = link.send(&Control::Failed {
             code: exit_code::MIGRATION_FAILED,

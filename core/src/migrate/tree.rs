@@ -1,5 +1,5 @@
-//! A stopped tree, on either side of a migration: the source's, stopped before its
-//! dump, the destination's, left stopped by CRIU's restore (`leave_stopped`). It is let
+//! A stopped tree, on either side of a migration: the source's, stopped as its dump
+//! let it go, the destination's, left stopped by CRIU's restore (`leave_stopped`). It is let
 //! run (SIGCONT to every task) or killed once the migration knows which copy lives.
 
 use nix::sys::signal::{kill, Signal};

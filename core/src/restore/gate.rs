@@ -40,6 +40,9 @@ pub(super) struct Gate<'a> {
     /// post-restore was answered: the tree is whole and verified, and a later signal is
     /// for the restored tree.
     past_gate: bool,
+    /// Leave the tree stopped: SIGSTOP to every task at pre-resume, once the devices are
+    /// back, so that it stops as CRIU lets it go ([`Gate::leaving_stopped`]).
+    stop_at_resume: bool,
 }
 
 /// Why the gate refused one of CRIU's notifications. The gate keeps the details itself
@@ -85,7 +88,17 @@ impl<'a> Gate<'a> {
             to_kill: None,
             gpu_error: None,
             past_gate: false,
+            stop_at_resume: false,
         }
+    }
+
+    /// The gate, leaving the tree stopped when `stopped`. Not CRIU's own `leave_stopped`:
+    /// CRIU sends that SIGSTOP before RESUME_DEVICES_LATE, and a restore thread the
+    /// plugin then lets run to bring a device back (CUDA's) would take the stop and
+    /// never bring it.
+    pub(super) fn leaving_stopped(mut self, stopped: bool) -> Gate<'a> {
+        self.stop_at_resume = stopped;
+        self
     }
 
     /// Answer one of CRIU's notifications: Err refuses it, and CRIU kills what it
@@ -115,6 +128,20 @@ impl<'a> Gate<'a> {
                 }
                 self.gpu_error = Some(e);
                 return Err(Refusal::Unresumed);
+            }
+        }
+        if self.stop_at_resume && *n == Notification::PreResume {
+            match self.restored_root {
+                Some(root) => {
+                    signal_tree(root, Signal::SIGSTOP);
+                    progress.event(
+                        "left-stopped",
+                        &format!("the tree of pid {root} stops as CRIU lets it go"),
+                    );
+                }
+                None => {
+                    progress.warn("CRIU did not name the restored tree: it cannot be left stopped")
+                }
             }
         }
         if self.past_gate {

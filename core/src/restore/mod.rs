@@ -354,7 +354,6 @@ fn restore_in(
             network_lock,
             log_level: criu_log_level(opts.verbose, gpu.is_some()),
             own_mount_namespace: dumped.mount_namespace,
-            leave_stopped: opts.leave_stopped,
         },
         inherit: inherit_fds,
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
@@ -376,7 +375,8 @@ fn restore_in(
             None
         }
     });
-    let mut gate = Gate::new(gpu.as_ref(), guard.as_ref(), bulk);
+    let mut gate =
+        Gate::new(gpu.as_ref(), guard.as_ref(), bulk).leaving_stopped(opts.leave_stopped);
     // The gate keeps why it refused a notification, for its verdict.
     let result = swrk
         .restore(&request, &log, &mut |n| gate.notify(n, progress))
