@@ -21,13 +21,13 @@
 # the image over the time they took to cross the link (for `gpucr migrate`, its
 # `sent_ms`: from the image's first byte sent to its end). The link's own rate is measured
 # once with iperf3 (5 s, one stream, destination to source as a migration sends), and
-# the rate of a TLS stream on it without disk (openssl, 4 GiB): the ceiling a migration,
-# which must run through TLS, can reach on this machine.
+# the rate of gpucr's own link on it without disk (examples/link_rate.rs, 4 GiB): the
+# ceiling a migration, which must run through TLS, can reach on this machine.
 # Every round ends with the server checking all its memory ("all" must answer "ok").
 #
 #   scripts/bench-migrate.sh                 (SIZES="1024 4096" RUNS=3 MODES=baseline)
 #
-# Needs iperf3, socat and openssl (Debian's packages of those names). Results: docs/benchmarks.md
+# Needs iperf3 and socat (Debian's packages of those names). Results: docs/benchmarks.md
 # ("Live migration").
 set -euo pipefail
 # shellcheck source=bench-session.sh source-path=SCRIPTDIR
@@ -47,10 +47,11 @@ CLIENT=10.201.0.1
 PORT=7000
 gpucr=$root/target/release/gpucr
 server=$root/target/release/examples/serve_memory
-for tool in iperf3 socat openssl; do
+link_rate=$root/target/release/examples/link_rate
+for tool in iperf3 socat; do
     command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install --no-install-recommends $tool" >&2; exit 1; }
 done
-cargo build --release --bin gpucr --example serve_memory -q
+cargo build --release --bin gpucr --example serve_memory --example link_rate -q
 rm -rf "$WORK" && mkdir -p "$WORK"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
@@ -176,22 +177,18 @@ sleep 0.5
 link=$(on "$dst" iperf3 -c 10.201.0.11 -B 10.201.0.12 -t 5 -J \
     | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8e6))')
 echo "LINK $link MB/s (iperf3, one stream, 5 s)"
-# The ceiling a TLS stream has on this link and these cores, with no disk on either
-# side: 4 GiB of zeros from the destination to the source through TLS 1.3 (openssl
-# s_client to s_server, AES-256-GCM, as gpucr's links negotiate), timed to the server's
-# exit.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=bench \
-    -keyout "$WORK/tls.key" -out "$WORK/tls.crt" -days 1 2>/dev/null
-on "$src" openssl s_server -accept 10.201.0.11:5202 -cert "$WORK/tls.crt" \
-    -key "$WORK/tls.key" -naccept 1 -quiet >/dev/null 2>&1 &
-tls_server=$!
+# The ceiling of gpucr's link on this machine, with no disk and no CRIU on either side:
+# 4 GiB of 1 MiB chunks with their xxh3, through the same mutual TLS and framing as
+# `gpucr migrate` (examples/link_rate.rs), destination to source.
+keys=(--key "$WORK/keys/src.key" --cert "$WORK/keys/src.crt" --peer-cert "$WORK/keys/dst.crt")
+on "$src" "$link_rate" receive 10.201.0.11:5202 "${keys[@]}" > "$WORK/link-rate" &
+rate_receiver=$!
 sleep 0.5
-t0=$(ms)
-head -c 4G /dev/zero | on "$dst" openssl s_client -connect 10.201.0.11:5202 -quiet \
-    -no_ign_eof >/dev/null 2>&1 || true
-wait "$tls_server" || true
-tls=$(( 4294967296 / 1000 / ( $(ms) - t0 ) ))
-echo "TLS $tls MB/s (TLS 1.3 through openssl, one stream, 4 GiB, no disk): $(( tls * 100 / link ))% of the link"
+on "$dst" "$link_rate" send 10.201.0.11:5202 --mib 4096 --key "$WORK/keys/dst.key" \
+    --cert "$WORK/keys/dst.crt" --peer-cert "$WORK/keys/src.crt"
+wait "$rate_receiver"
+tls=$(sed -n 's/.*: \([0-9]*\) MB\/s$/\1/p' "$WORK/link-rate")
+echo "TLS $tls MB/s (gpucr's link, one connection, 4 GiB, no disk): $(( tls * 100 / link ))% of the link"
 for mib in $SIZES; do
     echo "# $mib MiB server, $RUNS rounds, modes: $MODES"
     for round in $(seq "$RUNS"); do
