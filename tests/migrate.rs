@@ -262,8 +262,9 @@ fn migrate_with(
         .expect("run gpucr migrate")
 }
 
-/// Wait until the first file of the image has arrived beneath `images`: the job is
-/// frozen and its image crossing.
+/// Wait until the first file of the image but the memory pages (which cross while
+/// CRIU still dumps) has arrived beneath `images`: the dump is over, the job stopped,
+/// and its image crossing.
 fn wait_for_the_image_to_cross(images: &Path) {
     wait_for(
         Duration::from_secs(60),
@@ -271,7 +272,11 @@ fn wait_for_the_image_to_cross(images: &Path) {
         || {
             entries(images)
                 .first()
-                .filter(|dir| !entries(&images.join(dir)).is_empty())
+                .filter(|dir| {
+                    entries(&images.join(dir))
+                        .iter()
+                        .any(|name| !name.starts_with("pages-"))
+                })
                 .map(|_| ())
         },
     );

@@ -76,6 +76,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             "sent_ms": outcome.sent.as_secs_f64() * 1e3,
             "post_copy": args.post_copy,
             "downtime_ms": outcome.downtime.map(|d| d.as_secs_f64() * 1e3),
+            "streamed_bytes": outcome.streamed,
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
@@ -86,7 +87,11 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
                 down.as_secs_f64() * 1e3,
                 outcome.frozen.as_secs_f64() * 1e3
             ),
-            None => format!("frozen {:.1} ms", outcome.frozen.as_secs_f64() * 1e3),
+            None => format!(
+                "frozen {:.1} ms, {} of it sent while CRIU dumped",
+                outcome.frozen.as_secs_f64() * 1e3,
+                size(outcome.streamed)
+            ),
         };
         report_out(format!(
             "migrated pid {} to {}: pid {} there, image {} ({} in {} files), {frozen}\n",

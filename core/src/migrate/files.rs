@@ -48,6 +48,16 @@ pub enum FilesError {
     },
     #[error("a chunk with no file announced before it")]
     StrayChunk,
+    #[error("{path}: a part at offset {got} where the file ends at {expected}")]
+    OutOfOrder {
+        path: PathBuf,
+        expected: u64,
+        got: u64,
+    },
+    #[error("{path:?}: said whole, but no part of it was sent")]
+    NoParts { path: String },
+    #[error("{path:?}: sent in parts, but never said whole")]
+    NotWhole { path: String },
     #[error("{message} while a file was being received")]
     Unexpected { message: &'static str },
     #[error(transparent)]
@@ -186,6 +196,16 @@ pub struct ImageWriter {
     root: PathBuf,
     files: u64,
     bytes: u64,
+    /// The pages files being received in parts ([`ImageWriter::part`]), by name.
+    streams: std::collections::BTreeMap<String, Stream>,
+}
+
+/// A pages file being received in parts: where it is, and its length so far.
+#[derive(Debug)]
+struct Stream {
+    path: PathBuf,
+    file: File,
+    written: u64,
 }
 
 impl ImageWriter {
@@ -195,6 +215,7 @@ impl ImageWriter {
             root: root.to_path_buf(),
             files: 0,
             bytes: 0,
+            streams: Default::default(),
         }
     }
 
@@ -246,6 +267,76 @@ impl ImageWriter {
         file.sync_all().map_err(write)?;
         self.files += 1;
         self.bytes += got;
+        Ok(())
+    }
+
+    /// Receive a part of the pages file `name` (its Part message already read): the
+    /// next chunk, checked, appended. The file is made at its first part, and each part
+    /// must start where the last ended (`offset`).
+    pub fn part(&mut self, link: &mut Link, name: &str, offset: u64) -> Result<(), FilesError> {
+        if !self.streams.contains_key(name) {
+            let (path, file) = self.create(name)?;
+            let stream = Stream {
+                path,
+                file,
+                written: 0,
+            };
+            self.streams.insert(name.to_owned(), stream);
+        }
+        let Some(stream) = self.streams.get_mut(name) else {
+            return Err(FilesError::NoParts { path: name.into() });
+        };
+        if offset != stream.written {
+            return Err(FilesError::OutOfOrder {
+                path: stream.path.clone(),
+                expected: stream.written,
+                got: offset,
+            });
+        }
+        match link.receive()? {
+            super::link::Incoming::Chunk { digest, data } => {
+                if twox_hash::XxHash3_64::oneshot(data) != digest {
+                    return Err(FilesError::Corrupt {
+                        path: stream.path.clone(),
+                        offset,
+                    });
+                }
+                stream
+                    .file
+                    .write_all(data)
+                    .map_err(|source| FilesError::Write {
+                        path: stream.path.clone(),
+                        source,
+                    })?;
+                stream.written += data.len() as u64;
+                self.bytes += data.len() as u64;
+                Ok(())
+            }
+            super::link::Incoming::Control(other) => Err(FilesError::Unexpected {
+                message: other.name(),
+            }),
+        }
+    }
+
+    /// The pages file `name`, received in parts, is whole at `size` bytes: checked, and
+    /// put on disk.
+    pub fn whole(&mut self, name: &str, size: u64) -> Result<(), FilesError> {
+        let stream = self
+            .streams
+            .remove(name)
+            .ok_or_else(|| FilesError::NoParts { path: name.into() })?;
+        if stream.written != size {
+            return Err(FilesError::WrongSize {
+                path: stream.path,
+                announced: size,
+                got: stream.written,
+            });
+        }
+        stream.file.sync_all().map_err(|source| FilesError::Write {
+            path: stream.path.clone(),
+            source,
+        })?;
+        self.files += 1;
         Ok(())
     }
 
@@ -303,8 +394,12 @@ impl ImageWriter {
         Ok(())
     }
 
-    /// Sync the root directory, so the files' names are on disk too.
+    /// Every file is in: none left unfinished in parts, and the root directory synced,
+    /// so the files' names are on disk too.
     pub fn finish(&self) -> Result<(), FilesError> {
+        if let Some(name) = self.streams.keys().next() {
+            return Err(FilesError::NotWhole { path: name.clone() });
+        }
         File::open(&self.root)
             .and_then(|d| d.sync_all())
             .map_err(|source| FilesError::Write {

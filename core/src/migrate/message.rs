@@ -6,8 +6,12 @@
 //!         <-------------------------------   Hello
 //!   Offer (backend, GPU topology) ------->   same check as restore
 //!         <-------------------------------   Accept | Mismatch (source: exit 9)
-//!   (dump, tree left stopped; Working while it runs)
-//!   File, Chunk..., FileEnd (each file) ->   written into a fresh 0700 directory
+//!   (dump; Working while it runs, and
+//!    Part, Chunk ... as CRIU writes pages) ->  appended to the pages files
+//!   Part, Chunk..., Whole (each pages file
+//!    streamed: the rest of it) ---------->   each checked at its size
+//!   File, Chunk..., FileEnd (each other
+//!    file) ------------------------------>   written into a fresh 0700 directory
 //!   Done -------------------------------->   restored, verified as any restore
 //!         <-------------------------------   Restored (tree left stopped) | Failed
 //!   Commit ------------------------------>   the restored tree let run
@@ -37,7 +41,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol's version: both sides must speak the same.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A control message, sent as JSON in a frame of its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +71,18 @@ pub enum Control {
         size: u64,
     },
     FileEnd,
+    /// Stop-and-copy, while CRIU dumps: the next chunk is the bytes of the pages file
+    /// `path` from `offset` on (the file made at its first part; each part follows the
+    /// last), until [`Control::Whole`].
+    Part {
+        path: String,
+        offset: u64,
+    },
+    /// The pages file `path`, sent in parts, is whole at `size` bytes.
+    Whole {
+        path: String,
+        size: u64,
+    },
     /// Post-copy: a pages file of `size` bytes whose blocks come when asked for.
     Later {
         path: String,
@@ -111,6 +127,8 @@ impl Control {
             Control::Mismatch { .. } => "mismatch",
             Control::File { .. } => "file",
             Control::FileEnd => "file_end",
+            Control::Part { .. } => "part",
+            Control::Whole { .. } => "whole",
             Control::Later { .. } => "later",
             Control::Fetch { .. } => "fetch",
             Control::AllIn => "all_in",

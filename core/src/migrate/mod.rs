@@ -18,6 +18,7 @@ pub mod message;
 pub mod postcopy;
 pub mod receiver;
 pub mod source;
+pub mod stream;
 pub mod tls;
 pub mod tree;
 

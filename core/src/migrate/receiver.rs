@@ -458,6 +458,12 @@ fn receive_files(link: &mut Link, dir: &Path, peer: &str) -> Result<Received, Re
             Ok(Control::File { path, size }) => {
                 writer.receive(link, &path, size).map_err(files)?;
             }
+            Ok(Control::Part { path, offset }) => {
+                writer.part(link, &path, offset).map_err(files)?;
+            }
+            Ok(Control::Whole { path, size }) => {
+                writer.whole(&path, size).map_err(files)?;
+            }
             Ok(Control::Later { path, size }) => {
                 writer.reserve(&path, size).map_err(files)?;
                 later.push((path, size));

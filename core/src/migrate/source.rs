@@ -32,6 +32,7 @@ use super::identity::{IdentityError, IdentityFiles};
 use super::link::{Link, LinkError};
 use super::message::{Control, PROTOCOL_VERSION};
 use super::postcopy;
+use super::stream;
 use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
 use super::{hello, ProtocolError, BEAT, DEFAULT_PORT};
@@ -77,6 +78,8 @@ pub struct MigrateOutcome {
     /// Post-copy: from the freeze until the destination said it runs the job (`frozen`
     /// then lasts until every page was in there).
     pub downtime: Option<Duration>,
+    /// Stop-and-copy: the bytes of memory pages sent while CRIU was still dumping.
+    pub streamed: u64,
 }
 
 /// Why a migration failed.
@@ -254,15 +257,27 @@ pub fn migrate(
             source,
         })?;
     let image = staging.path().join("image");
+    // Stop-and-copy streams the memory pages as CRIU writes them and punches them out
+    // of the staging files behind it (`stream`), so the dump records them by size
+    // only: each chunk's xxh3 checks them on arrival. Post-copy serves them from the
+    // staging image later.
     let dump = DumpOptions {
         dir: image.clone(),
         leave_running: true,
         force: false,
+        no_page_checksums: opts.dump.no_page_checksums || !opts.post_copy,
         ..opts.dump.clone()
     };
     let frozen_at = Instant::now();
     progress.event("freeze", "dumping the job (CRIU freezes it)");
-    let (dumped, beat) = link.beating_while(BEAT, || crate::dump::dump(&dump, progress));
+    let dumping = || crate::dump::dump(&dump, progress);
+    let (dumped, beat) = if opts.post_copy {
+        let (dumped, beat) = link.beating_while(BEAT, dumping);
+        (dumped, beat.map(|()| None).map_err(|e| e.to_string()))
+    } else {
+        let (dumped, streamed) = stream::streaming_while(&mut link, &image, BEAT, dumping);
+        (dumped, streamed.map(Some).map_err(|e| e.to_string()))
+    };
     // The dump stopped the tree as CRIU let it go (`stop_after`); a dump that failed
     // after post-dump may have too, and CRIU gave the tree back running otherwise.
     let stopped = StoppedTree { root: pid };
@@ -304,10 +319,14 @@ pub fn migrate(
             resumed,
         }
     };
-    if let Err(e) = beat {
-        return Err(abort(&mut link, "dumping", e.to_string()));
-    }
-    let sending = Instant::now();
+    let mut streamed = match beat {
+        Ok(streamed) => streamed,
+        Err(e) => return Err(abort(&mut link, "dumping", e)),
+    };
+    let sending = streamed
+        .as_ref()
+        .and_then(|s| s.first_sent)
+        .unwrap_or_else(Instant::now);
     if opts.post_copy {
         return post_copy(&mut link, &image, &tree, &peer, frozen_at, progress).map_err(
             |failure| match failure {
@@ -320,7 +339,7 @@ pub fn migrate(
             },
         );
     }
-    let (files, bytes) = match send_image(&mut link, &image, &[]) {
+    let (files, bytes) = match send_image(&mut link, &image, &[], streamed.as_mut()) {
         Ok(sent) => sent,
         Err(e) => return Err(abort(&mut link, "sending the image", e.to_string())),
     };
@@ -382,6 +401,7 @@ pub fn migrate(
                 frozen: frozen_at.elapsed(),
                 sent,
                 downtime: None,
+                streamed: streamed.as_ref().map_or(0, |s| s.while_dumping),
             })
         }
         // The receiver kills its copy before it says so: this one runs on.
@@ -451,7 +471,7 @@ fn post_copy(
         .filter(|(name, size)| is_pulled(name, *size))
         .map(|(name, _)| name)
         .collect();
-    let (files, bytes) = send_image(link, image, &later)
+    let (files, bytes) = send_image(link, image, &later, None)
         .map_err(|e| PostCopyFailure::Before("sending the image", e.to_string()))?;
     progress.event(
         "sent",
@@ -490,6 +510,7 @@ fn post_copy(
                 frozen: frozen_at.elapsed(),
                 sent: sending.elapsed(),
                 downtime: resumed_at.map(|at| at.duration_since(frozen_at)),
+                streamed: 0,
             })
         }
         Ok(postcopy::Served::Refused(why)) => Err(PostCopyFailure::Before(
@@ -518,11 +539,30 @@ fn is_pulled(name: &str, size: u64) -> bool {
 
 /// Send the image at `dir`, the manifest last, then Done; the files and bytes sent.
 /// The files named in `later` are announced (Later, with their size) but not sent.
-fn send_image(link: &mut Link, dir: &Path, later: &[String]) -> Result<(u64, u64), FilesError> {
+fn send_image(
+    link: &mut Link,
+    dir: &Path,
+    later: &[String],
+    mut streamed: Option<&mut stream::Streamed>,
+) -> Result<(u64, u64), FilesError> {
     let list = files::list(dir, MANIFEST_FILE)?;
     let throttle = throttle();
     let mut bytes = 0u64;
+    let mut pause = |n| {
+        bytes += n;
+        if let Some(pause) = throttle {
+            std::thread::sleep(pause);
+        }
+    };
+    // The pages files streamed while CRIU dumped: the rest of each, then Whole.
+    let while_dumping = streamed.as_ref().map_or(0, |s| s.while_dumping);
+    if let Some(streamed) = streamed.as_deref_mut() {
+        streamed.finish(link, dir, &mut pause)?;
+    }
     for (name, size) in &list {
+        if streamed.as_ref().is_some_and(|s| s.has(name)) {
+            continue;
+        }
         if later.contains(name) {
             link.send(&Control::Later {
                 path: name.clone(),
@@ -539,15 +579,10 @@ fn send_image(link: &mut Link, dir: &Path, later: &[String]) -> Result<(u64, u64
                 )),
             });
         }
-        files::send(link, dir, name, &mut |n| {
-            bytes += n;
-            if let Some(pause) = throttle {
-                std::thread::sleep(pause);
-            }
-        })?;
+        files::send(link, dir, name, &mut pause)?;
     }
     link.send(&Control::Done)?;
-    Ok((list.len() as u64, bytes))
+    Ok((list.len() as u64, bytes + while_dumping))
 }
 
 /// The test-only pause after each chunk sent (`GPUCR_TEST_MIGRATE_THROTTLE_MS`), so
