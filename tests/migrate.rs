@@ -483,6 +483,73 @@ fn a_simulated_nvidia_model_tree_moves_with_its_device_memory() {
     gpu_tree_moves_with_its_device_memory("migrate-nv", &["--driver", "nvidia"]);
 }
 
+/// The cuda backend against the fake CUDA driver: each process locked and checkpointed
+/// by the driver through its restore thread, which the plugin lets run, the tree stopped
+/// only once the devices are given back; restored at the destination with its device
+/// memory, which was wiped at the source meanwhile.
+#[test]
+fn a_cuda_tree_moves_with_its_device_memory() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let hosts = Hosts::new();
+    let fake = common::fake_cuda::FakeCuda::new();
+    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
+    let job = Job::start_program(
+        &hosts,
+        &bin,
+        &tmp.path().join("state"),
+        &["--procs", "2", "--mib", "24"],
+        &fake.env(),
+        vec!["parent", "child"],
+    );
+    wait_for(
+        Duration::from_secs(120),
+        "the CUDA workload to be ready",
+        || {
+            ["parent", "child"]
+                .iter()
+                .all(|r| job.state.join(format!("ready-{r}")).exists())
+                .then_some(())
+        },
+    );
+    job.wait_ticks(2);
+    assert!(job.verify_gpu_memory(1));
+    let sim_root = tmp.path().join("sim");
+    std::fs::create_dir(&sim_root).unwrap();
+    let mut env = fake.env();
+    env.push(("GPUCR_SIM_ROOT", sim_root.to_str().unwrap()));
+    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &env);
+    env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
+    let out = std::thread::scope(|scope| {
+        let migrating = scope.spawn(|| migrate(&hosts, tmp.path(), &job, "source", &env));
+        wait_for_the_image_to_cross(&images);
+        // The source's copy is stopped with its devices given back: its device memory
+        // goes, as if the destination were another machine.
+        assert!(fake.wipe_device_memory() > 0, "no device memory to wipe");
+        migrating.join().unwrap()
+    });
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(&out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let _restored = Restored(received.trim().parse().unwrap());
+    wait_for(Duration::from_secs(10), "the source's copy to die", || {
+        (!alive(job.pid)).then_some(())
+    });
+    assert!(
+        job.verify_gpu_memory(2),
+        "device memory differs after the move"
+    );
+    job.wait_ticks(2);
+    let image = kept_image(&images);
+    let manifest = manifest_json(&image);
+    assert_eq!(manifest["gpu"]["backend"], "cuda", "{}", manifest["gpu"]);
+    assert_eq!(manifest["gpu"]["tasks"].as_array().unwrap().len(), 2);
+    assert_success(&gpucr(&["inspect", "--verify", image.to_str().unwrap()]));
+}
+
 fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod fake_cuda;
 pub mod hosts;
 mod lock;
 
