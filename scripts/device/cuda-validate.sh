@@ -26,11 +26,14 @@
 #      (the timeline up to criu-done), time until all memory is in, bytes on fault,
 #      checksums after each; whether the driver copes with memory registered with a
 #      userfaultfd is recorded in the summary;
-#   7. scripts/bench-parallel-restore.sh and scripts/bench-dump-restore.sh on this
+#   7. live migration (`gpucr migrate`, stop-and-copy and --post-copy) of the PyTorch
+#      process between two network namespaces of this machine, checksums compared on
+#      the destination, the figures of `migrate --json` recorded;
+#   8. scripts/bench-parallel-restore.sh and scripts/bench-dump-restore.sh on this
 #      machine's cores (RUNS each, default 9; RUNS=0 skips them).
 #
 # LAUNCH (auto, pidns, plain) says how workloads start; see below. STEPS picks steps
-# (default "driver criu e2e byhand versus faults guard engine tree4 lazy parallel cpu"; versus:
+# (default "driver criu e2e byhand versus faults guard engine tree4 lazy migrate parallel cpu"; versus:
 # gpucr against the by-hand route, ROUNDS rounds interleaved; guard: gpucr killed with
 # SIGKILL during a dump and during a restore; engine: engine mode, CRIU run by hand as
 # runc runs it). Each step has
@@ -54,7 +57,7 @@ TENSOR_GIB=${TENSOR_GIB:-8}
 TREE_GIB=${TREE_GIB:-2}
 ROUNDS=${ROUNDS:-3}
 RUNS=${RUNS:-9}
-STEPS=${STEPS:-driver criu e2e byhand versus faults guard engine tree4 lazy parallel cpu}
+STEPS=${STEPS:-driver criu e2e byhand versus faults guard engine tree4 lazy migrate parallel cpu}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-480}
 # Images go to disk (/var/tmp), as a user's would; each is removed after its step.
@@ -157,9 +160,12 @@ fi
 note "workloads start as: $LAUNCH"
 
 # Start the workload with PROCS processes in its own PID namespace; prints the root's pid.
+# WORKLOAD_NETNS names a network namespace (/run/netns) to start it in.
 start_workload() {
     local state=$1 procs=$2 up pid="" ns=(unshare --pid --fork)
     [ "$LAUNCH" = plain ] && ns=()
+    [ "$LAUNCH" = pidns-proc ] && ns=(unshare --pid --fork --mount-proc)
+    [ -n "${WORKLOAD_NETNS:-}" ] && ns=(nsenter --net="/run/netns/$WORKLOAD_NETNS" "${ns[@]}")
     rm -rf "$state"; mkdir -p "$state"
     if [ "$WORKLOAD" = fake ]; then
         "${ns[@]}" setsid "$root/target/release/examples/cuda_workload" \
@@ -810,7 +816,63 @@ PY
     save_details
 fi
 
-# --- 7. benchmarks on this machine's cores --------------------------------------------
+# --- 7. live migration ---------------------------------------------------------------
+# `gpucr migrate` of the 1-process workload (TENSOR_GIB) between two network namespaces
+# of this machine joined by a veth pair, once stop-and-copy and once --post-copy: the
+# receiver restores it while the source's stopped copy still holds its pids, so the job
+# runs in a PID namespace of its own, with its own /proc (CUDA does not start in one
+# that shares the host's). Checksums compared on the destination; frozen_ms,
+# downtime_ms (post-copy), sent_ms and the bytes streamed while CRIU dumped recorded.
+# MIGRATE_LAUNCH (pidns-proc; pidns for WORKLOAD=fake) says how the job starts.
+if wanted migrate; then
+    section "live migration of 1 process ($TENSOR_GIB GiB of tensors) between two network namespaces"
+    src=gpucr-validate-src dst=gpucr-validate-dst keys=$work/keys
+    for n in $src $dst; do ip netns del "$n" 2>/dev/null; ip netns add "$n"; ip -n "$n" link set lo up; done
+    ip -n "$src" link add eth0 type veth peer name eth0 netns "$dst"
+    ip -n "$src" addr add 10.203.0.1/24 dev eth0 && ip -n "$dst" addr add 10.203.0.2/24 dev eth0
+    ip -n "$src" link set eth0 up && ip -n "$dst" link set eth0 up
+    mkdir -p "$keys" && (cd "$keys" && "$gpucr" keygen src >/dev/null && "$gpucr" keygen dst >/dev/null)
+    saved_launch=$LAUNCH
+    if [ "$WORKLOAD" = fake ]; then LAUNCH=${MIGRATE_LAUNCH:-pidns}; else LAUNCH=${MIGRATE_LAUNCH:-pidns-proc}; fi
+    note "migrate: the job starts as $LAUNCH"
+    for mode in stop-and-copy post-copy; do
+        state=$work/migrate-$mode received=$work/received-$mode
+        if ! pid=$(WORKLOAD_NETNS=$src start_workload "$state" 1); then
+            fail "migrate $mode: the workload did not start ($LAUNCH)"
+            continue
+        fi
+        check_intact "$state" 1 || fail "migrate $mode: checksums before the move"
+        mkdir -p "$received"
+        nsenter --net="/run/netns/$dst" timeout --kill-after=10 "$STEP_TIMEOUT" "$gpucr" receive \
+            --once --listen 10.203.0.2:7431 --dir "$received" --key "$keys/dst.key" \
+            --cert "$keys/dst.crt" --peer-cert "$keys/src.crt" \
+            > "$details/receive-$mode.out" 2> "$details/receive-$mode.err" &
+        receiver=$!
+        sleep 1
+        flags=(); [ "$mode" = post-copy ] && flags=(--post-copy)
+        t=$(date +%s%N)
+        nsenter --net="/run/netns/$src" timeout --kill-after=10 "$STEP_TIMEOUT" "$gpucr" migrate \
+            --json "${flags[@]}" "$pid" 10.203.0.2 --key "$keys/src.key" \
+            --cert "$keys/src.crt" --peer-cert "$keys/dst.crt" \
+            > "$details/migrate-$mode.json" 2> "$details/migrate-$mode.err"
+        rc=$? ms=$(ms_since "$t")
+        wait "$receiver"; receiver_rc=$?
+        restored=$(head -1 "$details/receive-$mode.out" 2>/dev/null)
+        if [ "$rc" = 0 ] && [ "$receiver_rc" = 0 ] && check_intact "$state" 2; then
+            note "PASS migrate $mode in $ms ms: $(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(", ".join(f"{k} {j.get(k)}" for k in ("frozen_ms","downtime_ms","sent_ms","bytes","streamed_bytes")))' "$details/migrate-$mode.json")"
+        else
+            fail "migrate $mode: gpucr migrate exit $rc, receive exit $receiver_rc: $(grep -h 'error' "$details/migrate-$mode.err" "$details/receive-$mode.err" | head -2 | tr '\n' ' ')"
+        fi
+        kill_tree "$restored"; kill_tree "$pid"
+        cp "$received"/*/gpucr.json "$details/manifest-migrate-$mode.json" 2>/dev/null
+        rm -rf "$received" "$state"
+    done
+    LAUNCH=$saved_launch
+    for n in $src $dst; do ip netns del "$n" 2>/dev/null; done
+    save_details
+fi
+
+# --- 8. benchmarks on this machine's cores --------------------------------------------
 if [ "$RUNS" -gt 0 ] && wanted parallel; then
     section "parallel restore benchmark ($(nproc) cores, RUNS=$RUNS)"
     RUNS=$RUNS STEP_TIMEOUT=$BENCH_TIMEOUT limit scripts/bench-parallel-restore.sh > "$details/bench-parallel-restore.txt" 2>&1 ||
