@@ -159,13 +159,29 @@ if [ "$LAUNCH" = auto ]; then
 fi
 note "workloads start as: $LAUNCH"
 
+# Run COMMAND with no descriptor open but 0, 1 and 2 (for nsenter: it runs COMMAND).
+without_fds() {
+    local fd
+    for fd in /proc/"$BASHPID"/fd/*; do
+        fd=${fd##*/}
+        [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec "$@"
+}
+
 # Start the workload with PROCS processes in its own PID namespace; prints the root's pid.
 # WORKLOAD_NETNS names a network namespace (/run/netns) to start it in.
 start_workload() {
     local state=$1 procs=$2 up pid="" ns=(unshare --pid --fork)
     [ "$LAUNCH" = plain ] && ns=()
-    [ "$LAUNCH" = pidns-proc ] && ns=(unshare --pid --fork --mount-proc)
+    # With a mount namespace of its own, the job holds no descriptor of the script's,
+    # and its standard ones are opened again inside: CRIU refuses a file on a mount the
+    # tree's namespace does not have.
+    [ "$LAUNCH" = pidns-proc ] && ns=(unshare --pid --fork --mount-proc
+        sh -c 'exec "$@" </dev/null >/dev/null 2>&1' sh)
     [ -n "${WORKLOAD_NETNS:-}" ] && ns=(nsenter --net="/run/netns/$WORKLOAD_NETNS" "${ns[@]}")
+    # (a function run with & is a subshell, which exec makes the command: $! stays its pid)
+    [ "$LAUNCH" = pidns-proc ] && ns=(without_fds "${ns[@]}")
     rm -rf "$state"; mkdir -p "$state"
     if [ "$WORKLOAD" = fake ]; then
         "${ns[@]}" setsid "$root/target/release/examples/cuda_workload" \
