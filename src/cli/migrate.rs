@@ -33,8 +33,10 @@ pub struct IdentityArgs {
 /// certificate), offers the job's GPU backend and this machine's GPU topology, and
 /// stops with exit 9, the job untouched, when the destination's GPUs cannot hold it.
 /// Then dumps the tree into a private staging directory (0700, removed at the end),
-/// the tree left stopped, and streams the image; the destination restores it,
-/// verified as every restore verifies an image. Only once the destination has
+/// the tree left stopped. Stop-and-copy sends the memory pages as CRIU writes them,
+/// each part punched out of the staging file once sent, then the rest of the image;
+/// every chunk is checked on arrival, and the destination restores the image as every
+/// restore does. Only once the destination has
 /// restored the tree does this side give its copy up (commit); it kills it when the
 /// destination says the job runs there.
 ///
@@ -42,7 +44,8 @@ pub struct IdentityArgs {
 /// receiver refusing, its disk full, its restore failing) lets the job run on here
 /// (exit 12). A link lost after the commit leaves this side's copy stopped and exits
 /// 13: the job runs on the destination if the commit arrived. The staging directory
-/// holds a full image while it is sent (docs/migration.md, "Limits").
+/// holds the image but its memory pages (all of it with --post-copy) while it is sent
+/// (docs/migration.md, "Limits").
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct MigrateArgs {
