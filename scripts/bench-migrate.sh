@@ -16,6 +16,8 @@
 #     moved to the destination as the move starts (the server's first answer must come
 #     from the destination while its memory is still being pulled), and the client
 #     asks while `gpucr migrate` runs (it returns once every page is in there).
+# Then the simulator's GPU tree (SIM_TREE, default 1 GiB of device memory), whose "first
+# answer" is its parent's journal growing on the destination (a line every 100 ms).
 # Figures per round, in ms: the downtime, from the start of the move (the freeze) to the
 # server's first answer on the destination to a client on the bridge; and the bytes of
 # the image over the time they took to cross the link (for `gpucr migrate`, its
@@ -38,20 +40,27 @@ bench_session_start "$@"
 bench_session_nice
 cd "$(dirname "$0")/.."
 root=$PWD
-SIZES=${SIZES:-1024 4096}
+SIZES=${SIZES-1024 4096}
 RUNS=${RUNS:-3}
 MODES=${MODES:-baseline}
+# The simulator's GPU tree moved after the servers (examples/sim_workload with these
+# options; SIM_TREE="" skips it): 1 GiB of device memory by default.
+SIM_TREE=${SIM_TREE---gpus 2 --parent-mib 768 --child-mib 256 --cpu-mib 64}
+export GPUCR_SIM_ROOT=${GPUCR_SIM_ROOT:-/dev/shm/gpucr-bench-migrate-sim}
+JOB_KIND=server
 WORK=${WORK:-/var/tmp/gpucr-bench-migrate}
 JOB=10.201.0.100
 CLIENT=10.201.0.1
 PORT=7000
 gpucr=$root/target/release/gpucr
 server=$root/target/release/examples/serve_memory
+sim_workload=$root/target/release/examples/sim_workload
 link_rate=$root/target/release/examples/link_rate
 for tool in iperf3 socat; do
     command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install --no-install-recommends $tool" >&2; exit 1; }
 done
-cargo build --release --bin gpucr --example serve_memory --example link_rate -q
+cargo build --release --bin gpucr --example serve_memory --example link_rate \
+    --example sim_workload -q
 rm -rf "$WORK" && mkdir -p "$WORK"
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
@@ -110,9 +119,70 @@ start_server() {
     echo "$pid" > "$WORK/pid"
 }
 
+# The simulator's GPU tree ($SIM_TREE) on the source, in a sim root of its own.
+start_gpu_tree() {
+    local up pid=""
+    place_job "$src"
+    rm -rf "$WORK/state" "$GPUCR_SIM_ROOT" && mkdir -p "$WORK/state"
+    # shellcheck disable=SC2086 # the options, split
+    nsenter --net="/run/netns/$src" unshare --pid --fork setsid "$sim_workload" \
+        --state "$WORK/state" $SIM_TREE </dev/null >/dev/null 2>&1 &
+    up=$!
+    for _ in $(seq 1200); do
+        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
+        [ -n "$pid" ] && [ -f "$WORK/state/ready-parent" ] && break
+        sleep 0.05
+    done
+    [ -f "$WORK/state/ready-parent" ] || { echo "the GPU tree did not start" >&2; exit 1; }
+    sleep 1
+    echo "$pid" > "$WORK/pid"
+}
+
+# The GPU tree's "first answer": the milliseconds since the epoch when the parent's
+# journal (a line every 100 ms, so up to 100 ms late) grows past $1 bytes.
+journal_grows() {
+    python3 - "$WORK/state/journal-parent" "$1" <<'PY'
+import os, sys, time
+path, size = sys.argv[1], int(sys.argv[2])
+deadline = time.time() + 300
+while time.time() < deadline:
+    if os.stat(path).st_size > size:
+        print(int(time.time() * 1000))
+        sys.exit(0)
+    time.sleep(0.002)
+sys.exit("the journal did not grow")
+PY
+}
+
+# Once the tree is frozen (the dump done: a file but the pages is in $1), the journal's
+# size, which grows again only once the tree runs on the destination.
+journal_at_freeze() {
+    for _ in $(seq 6000); do
+        find "$1" -type f ! -name 'pages-*' 2>/dev/null | grep -q . && break
+        sleep 0.005
+    done
+    stat -c %s "$WORK/state/journal-parent"
+}
+
+# Every process of the GPU tree checks every byte of its buffers and CPU memory.
+gpu_tree_intact() {
+    local j
+    echo 1 > "$WORK/state/verify"
+    for _ in $(seq 1200); do
+        local all=1
+        for j in "$WORK"/state/journal-*; do
+            tail -1 "$j" | grep -q 'bad=1' && return 1
+            tail -1 "$j" | grep -q 'verified=1 ' || all=0
+        done
+        [ $all = 1 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # One move in mode $1; prints "mode downtime_ms bytes transfer_ms".
 move_once() {
-    local mode=$1 t0 t1 t2 reply bytes
+    local mode=$1 t0 t1 t2 reply bytes at_freeze
     rm -rf "$WORK/src-image" "$WORK/dst-image"
     case $mode in
     baseline)
@@ -131,9 +201,10 @@ move_once() {
         t2=$(ms)
         bytes=$(du -sb "$WORK/src-image" | cut -f1)
         place_job "$dst"
+        [ "$JOB_KIND" = gpu ] && at_freeze=$(stat -c %s "$WORK/state/journal-parent")
         on "$dst" "$gpucr" restore --detach "$WORK/dst-image" > "$WORK/restored" 2>"$WORK/err" &
         local restoring=$!
-        reply=$(ask hot)
+        if [ "$JOB_KIND" = gpu ]; then reply="hot ok"$'\n'"first $(journal_grows "$at_freeze")"; else reply=$(ask hot); fi
         wait "$restoring" || { cat "$WORK/err" >&2; exit 1; } ;;
     stop-and-copy|post-copy)
         local flags=()
@@ -150,11 +221,16 @@ move_once() {
             --key "$WORK/keys/src.key" --cert "$WORK/keys/src.crt" \
             --peer-cert "$WORK/keys/dst.crt" > "$WORK/migrated" 2>"$WORK/err" &
         local migrating=$!
-        [ "$mode" = post-copy ] && reply=$(ask hot)
+        if [ "$JOB_KIND" = gpu ]; then
+            at_freeze=$(journal_at_freeze "$WORK/in")
+            reply="hot ok"$'\n'"first $(journal_grows "$at_freeze")"
+        elif [ "$mode" = post-copy ]; then
+            reply=$(ask hot)
+        fi
         wait "$migrating" || { cat "$WORK/err" "$WORK/err-receive" >&2; exit 1; }
         wait "$receiving" || { cat "$WORK/err-receive" >&2; exit 1; }
         rm -f "$WORK/pid"
-        if [ "$mode" = stop-and-copy ]; then
+        if [ "$mode" = stop-and-copy ] && [ "$JOB_KIND" = server ]; then
             place_job "$dst"
             reply=$(ask hot)
         fi
@@ -164,8 +240,12 @@ move_once() {
     esac
     grep -q '^hot ok' <<<"$reply" || { echo "$mode: hot set answered: $reply" >&2; exit 1; }
     local downtime=$(( $(sed -n 's/^first //p' <<<"$reply") - t0 ))
-    reply=$(ask all)
-    grep -q '^all ok' <<<"$reply" || { echo "$mode: the moved memory differs: $reply" >&2; exit 1; }
+    if [ "$JOB_KIND" = gpu ]; then
+        gpu_tree_intact || { echo "$mode: the GPU tree's memory differs after the move" >&2; exit 1; }
+    else
+        reply=$(ask all)
+        grep -q '^all ok' <<<"$reply" || { echo "$mode: the moved memory differs: $reply" >&2; exit 1; }
+    fi
     echo "$mode $downtime $bytes $(( t2 - t1 ))"
 }
 
@@ -202,6 +282,20 @@ for mib in $SIZES; do
         done
     done | tee "$WORK/runs-$mib.txt"
 done
+if [ -n "$SIM_TREE" ]; then
+    JOB_KIND=gpu
+    echo "# simulator GPU tree ($SIM_TREE), $RUNS rounds, modes: $MODES"
+    for round in $(seq "$RUNS"); do
+        read -ra modes <<<"$MODES"
+        shift_by=$(( round % ${#modes[@]} ))
+        for mode in "${modes[@]:shift_by}" "${modes[@]:0:shift_by}"; do
+            start_gpu_tree
+            result=$(move_once "$mode")
+            kill_tree
+            echo "RUN 0 $result"
+        done
+    done | tee "$WORK/runs-gpu.txt"
+fi
 
 python3 - "$WORK" "$link" <<'PY'
 import glob, statistics, sys
@@ -217,6 +311,7 @@ print("|---|---|---|---|---|")
 for (mib, mode), values in sorted(runs.items()):
     downs = [v[0] for v in values]
     rate = statistics.median(v[1] / 1e6 / max(v[2], 1) * 1e3 for v in values)
-    print("| %d MiB | %s | %d (%d-%d) | %d | %.2f |" % (
-        mib, mode, statistics.median(downs), min(downs), max(downs), rate, rate / link))
+    print("| %s | %s | %d (%d-%d) | %d | %.2f |" % (
+        "%d MiB" % mib if mib else "GPU tree", mode, statistics.median(downs), min(downs),
+        max(downs), rate, rate / link))
 PY
