@@ -4,9 +4,9 @@
 //! machine and link (`scripts/bench-migrate.sh` runs it beside iperf3).
 //!
 //! * `receive ADDR:PORT --key K --cert C --peer-cert P`: accept one connection, read
-//!   chunks until the sender's Done, print the bytes and the rate.
+//!   chunks until the sender's Done, print the bytes and the rate, answer Done.
 //! * `send ADDR:PORT --mib N --key K --cert C --peer-cert P`: send N MiB of chunks, then
-//!   Done.
+//!   Done, and wait for the receiver's.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -94,6 +94,9 @@ fn receive(address: &str, identity: &Identity) -> Result<(), Box<dyn std::error:
         }
     }
     let seconds = started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    // The sender waits for this before it closes: a socket closed with data unread (the
+    // TLS session tickets) is reset, and what it sent last could be lost.
+    link.send(&Control::Done)?;
     println!(
         "{bytes} bytes in {seconds:.3} s: {:.0} MB/s",
         bytes as f64 / 1e6 / seconds.max(1e-9)
@@ -117,7 +120,10 @@ fn send(address: &str, mib: u64, identity: &Identity) -> Result<(), Box<dyn std:
         link.send_chunk(&chunk)?;
     }
     link.send(&Control::Done)?;
-    Ok(())
+    match link.receive_control()? {
+        Control::Done => Ok(()),
+        other => Err(format!("unexpected {other:?}").into()),
+    }
 }
 
 fn main() -> ExitCode {

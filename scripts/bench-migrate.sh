@@ -154,11 +154,11 @@ sys.exit("the journal did not grow")
 PY
 }
 
-# Once the tree is frozen (the dump done: a file but the pages is in $1), the journal's
-# size, which grows again only once the tree runs on the destination.
+# Once the tree is frozen (the dump done: a file but the pages and GPU data is in $1),
+# the journal's size, which grows again only once the tree runs on the destination.
 journal_at_freeze() {
     for _ in $(seq 6000); do
-        find "$1" -type f ! -name 'pages-*' 2>/dev/null | grep -q . && break
+        find "$1" -type f ! -name 'pages-*' ! -path '*/gpu/*' 2>/dev/null | grep -q . && break
         sleep 0.005
     done
     stat -c %s "$WORK/state/journal-parent"

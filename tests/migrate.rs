@@ -262,9 +262,9 @@ fn migrate_with(
         .expect("run gpucr migrate")
 }
 
-/// Wait until the first file of the image but the memory pages (which cross while
-/// CRIU still dumps) has arrived beneath `images`: the dump is over, the job stopped,
-/// and its image crossing.
+/// Wait until the first file of the image but the memory pages and the GPU data (which
+/// cross while the job is still dumped) has arrived beneath `images`: the dump is over,
+/// the job stopped, and its image crossing.
 fn wait_for_the_image_to_cross(images: &Path) {
     wait_for(
         Duration::from_secs(60),
@@ -275,7 +275,7 @@ fn wait_for_the_image_to_cross(images: &Path) {
                 .filter(|dir| {
                     entries(&images.join(dir))
                         .iter()
-                        .any(|name| !name.starts_with("pages-"))
+                        .any(|name| !name.starts_with("pages-") && name != "gpu")
                 })
                 .map(|_| ())
         },

@@ -40,6 +40,7 @@ const BOUNDARIES: &[(&str, &[&str])] = &[
             "progress",
             "restore",
             "target",
+            "transfer",
             "units",
             "wait",
         ],

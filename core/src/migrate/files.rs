@@ -196,11 +196,11 @@ pub struct ImageWriter {
     root: PathBuf,
     files: u64,
     bytes: u64,
-    /// The pages files being received in parts ([`ImageWriter::part`]), by name.
+    /// The files being received in parts ([`ImageWriter::part`]), by name.
     streams: std::collections::BTreeMap<String, Stream>,
 }
 
-/// A pages file being received in parts: where it is, and its length so far.
+/// A file being received in parts: where it is, and its length so far.
 #[derive(Debug)]
 struct Stream {
     path: PathBuf,
@@ -270,7 +270,7 @@ impl ImageWriter {
         Ok(())
     }
 
-    /// Receive a part of the pages file `name` (its Part message already read): the
+    /// Receive a part of the file `name` (its Part message already read): the
     /// next chunk, checked, appended. The file is made at its first part, and each part
     /// must start where the last ended (`offset`).
     pub fn part(&mut self, link: &mut Link, name: &str, offset: u64) -> Result<(), FilesError> {
@@ -318,7 +318,7 @@ impl ImageWriter {
         }
     }
 
-    /// The pages file `name`, received in parts, is whole at `size` bytes: checked, and
+    /// The file `name`, received in parts, is whole at `size` bytes: checked, and
     /// put on disk.
     pub fn whole(&mut self, name: &str, size: u64) -> Result<(), FilesError> {
         let stream = self

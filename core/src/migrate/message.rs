@@ -71,14 +71,15 @@ pub enum Control {
         size: u64,
     },
     FileEnd,
-    /// Stop-and-copy, while CRIU dumps: the next chunk is the bytes of the pages file
-    /// `path` from `offset` on (the file made at its first part; each part follows the
-    /// last), until [`Control::Whole`].
+    /// Stop-and-copy, while the job is dumped: the next chunk is the bytes of `path` (a
+    /// pages file or a GPU data file, each written from start to end) from `offset` on
+    /// (the file made at its first part; each part follows the last), until
+    /// [`Control::Whole`].
     Part {
         path: String,
         offset: u64,
     },
-    /// The pages file `path`, sent in parts, is whole at `size` bytes.
+    /// The file `path`, sent in parts, is whole at `size` bytes.
     Whole {
         path: String,
         size: u64,

@@ -1,17 +1,19 @@
-//! Stop-and-copy's stream of the memory pages while CRIU writes them.
+//! Stop-and-copy's stream of the memory pages and the GPU memory while they are dumped.
 //!
-//! CRIU writes each `pages-N.img` from start to end and never rewrites a byte of it. So
-//! while the dump runs, a thread watches the staging directory and sends every whole
-//! chunk of a pages file that has landed (Part, then the chunk), and punches it out of
-//! the staging file once it is sent: the memory crosses the link as it is dumped, and
-//! the source's disk never holds a full copy of it. Once CRIU is done, the rest of each
+//! CRIU writes each `pages-N.img` from start to end and never rewrites a byte of it, and
+//! so does each pack thread of the transfer engine its `gpu/data-NNNN`. So while the
+//! dump runs, a thread watches the staging directory and sends every whole chunk of such
+//! a file that has landed (Part, then the chunk), and punches it out of the staging file
+//! once it is sent: the memory crosses the link as it is dumped, and the source's disk
+//! never holds a full copy of it. Once CRIU is done, the rest of each
 //! file follows the same way, then Whole with its size. When nothing has landed for a
 //! heartbeat's interval, the thread sends Working instead, as
 //! [`Link::beating_while`] does.
 //!
 //! The staging files are punched out, so their contents are not read back after the
-//! dump: the migration's dump records the pages files by size only, and each chunk's
-//! xxh3 is what the receiver checks them against.
+//! dump: the migration's dump records the pages files by size only (the GPU data files'
+//! chunks are checked against `gpu/index` at restore anyway), and each chunk's xxh3 is
+//! what the receiver checks them against on arrival.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -27,11 +29,12 @@ use super::files::FilesError;
 use super::link::{Link, CHUNK_SIZE};
 use super::message::Control;
 use crate::image::checksum::is_pages_file;
+use crate::transfer::{is_data_file_name, GPU_DIR};
 
 /// How long the thread waits for CRIU to write more when it found nothing to send.
 const LOOK_AGAIN: Duration = Duration::from_millis(2);
 
-/// The pages files streamed so far: each one open, and how much of it was sent.
+/// The files streamed so far: each one open, and how much of it was sent.
 #[derive(Debug, Default)]
 pub struct Streamed {
     files: BTreeMap<String, Sent>,
@@ -54,8 +57,8 @@ impl Streamed {
         self.files.contains_key(name)
     }
 
-    /// Send what is left of every pages file of `dir` (those not streamed yet too),
-    /// each followed by Whole: once CRIU is done with them. `sent` is called with the
+    /// Send what is left of every streamed file of `dir` (those not begun yet too),
+    /// each followed by Whole: once the dump is done with them. `sent` is called with the
     /// bytes of each chunk once it is sent. The bytes sent.
     pub fn finish(
         &mut self,
@@ -87,21 +90,19 @@ impl Streamed {
         Ok(bytes)
     }
 
-    /// Open the pages files of `dir` not open yet.
+    /// Open the streamed files of `dir` not open yet: its pages files, and the GPU data
+    /// files in its `gpu/`.
     fn open_new(&mut self, dir: &Path) -> Result<(), FilesError> {
-        let read = |source| FilesError::Read {
-            path: dir.to_path_buf(),
-            source,
-        };
-        for entry in std::fs::read_dir(dir).map_err(read)? {
-            let name = entry.map_err(read)?.file_name();
-            let Some(name) = name.to_str().filter(|n| is_pages_file(n)) else {
-                continue;
-            };
-            if self.files.contains_key(name) {
+        let mut names = appended_files(dir, "", is_pages_file)?;
+        let gpu = dir.join(GPU_DIR);
+        if gpu.is_dir() {
+            names.extend(appended_files(&gpu, GPU_DIR, is_data_file_name)?);
+        }
+        for name in names {
+            if self.files.contains_key(&name) {
                 continue;
             }
-            let path = dir.join(name);
+            let path = dir.join(&name);
             // Written to only by the holes punched behind the sender.
             let file = std::fs::OpenOptions::new()
                 .read(true)
@@ -112,7 +113,7 @@ impl Streamed {
                     source,
                 })?;
             self.files.insert(
-                name.to_owned(),
+                name,
                 Sent {
                     path,
                     file,
@@ -123,7 +124,7 @@ impl Streamed {
         Ok(())
     }
 
-    /// Send every whole chunk that has landed in the pages files of `dir` since the
+    /// Send every whole chunk that has landed in the streamed files of `dir` since the
     /// last look; the bytes sent.
     fn send_landed(&mut self, link: &mut Link, dir: &Path) -> Result<u64, FilesError> {
         self.open_new(dir)?;
@@ -140,6 +141,29 @@ impl Streamed {
         self.while_dumping += bytes;
         Ok(bytes)
     }
+}
+
+/// The names (below `prefix`) of the files of `dir` that `appended` picks.
+fn appended_files(
+    dir: &Path,
+    prefix: &str,
+    appended: fn(&str) -> bool,
+) -> Result<Vec<String>, FilesError> {
+    let read = |source| FilesError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read)? {
+        let name = entry.map_err(read)?.file_name();
+        if let Some(name) = name.to_str().filter(|n| appended(n)) {
+            names.push(match prefix {
+                "" => name.to_owned(),
+                _ => format!("{prefix}/{name}"),
+            });
+        }
+    }
+    Ok(names)
 }
 
 impl Sent {
@@ -173,7 +197,7 @@ impl Sent {
 }
 
 /// Run `work` (the dump into `dir`) on this thread while another streams the pages
-/// files CRIU writes into `dir` over `link`, and sends Working whenever nothing was
+/// and GPU data files the dump writes into `dir` over `link`, and sends Working whenever nothing was
 /// sent for `interval`. The first failure stops the stream and is returned beside
 /// `work`'s result; else what was streamed, for [`Streamed::finish`].
 pub fn streaming_while<T>(
@@ -266,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn pages_written_while_the_work_runs_cross_and_are_punched_out_behind() {
+    fn files_written_while_the_work_runs_cross_and_are_punched_out_behind() {
         let staging = tempfile::tempdir().unwrap();
         let received = tempfile::tempdir().unwrap();
         let (mut a, b) = pair();
@@ -285,14 +309,23 @@ mod tests {
             std::thread::sleep(Duration::from_millis(200));
             file.write_all(&content[2 * CHUNK_SIZE..]).unwrap();
             std::fs::write(dir.join("core-1.img"), b"not a pages file").unwrap();
+            std::fs::create_dir(dir.join("gpu")).unwrap();
+            std::fs::write(dir.join("gpu/data-0000"), &content[..100]).unwrap();
+            std::fs::write(dir.join("gpu/index"), b"not a data file").unwrap();
         });
         let mut streamed = streamed.unwrap();
         assert!(streamed.while_dumping >= 2 * CHUNK_SIZE as u64);
-        assert!(streamed.has("pages-1.img") && !streamed.has("core-1.img"));
         let rest = streamed.finish(&mut a, &dir, &mut |_| {}).unwrap();
-        assert_eq!(streamed.while_dumping + rest, content.len() as u64);
+        assert!(streamed.has("pages-1.img") && streamed.has("gpu/data-0000"));
+        assert!(!streamed.has("core-1.img") && !streamed.has("gpu/index"));
+        assert_eq!(streamed.while_dumping + rest, content.len() as u64 + 100);
         a.send(&Control::Done).unwrap();
-        assert_eq!(receiver.join().unwrap().unwrap(), (1, content.len() as u64));
+        let written = receiver.join().unwrap().unwrap();
+        assert_eq!(written, (2, content.len() as u64 + 100));
+        assert_eq!(
+            std::fs::read(received.path().join("gpu/data-0000")).unwrap(),
+            &content[..100]
+        );
         assert_eq!(
             std::fs::read(received.path().join("pages-1.img")).unwrap(),
             content

@@ -50,6 +50,13 @@ pub fn data_file_name(n: usize) -> String {
     format!("data-{n:04}")
 }
 
+/// Whether `name` (within `gpu/`) is a data file's: written from start to end by one
+/// pack thread, never rewritten.
+pub fn is_data_file_name(name: &str) -> bool {
+    name.strip_prefix("data-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The header of data file `n`.
 pub fn data_header(n: u32) -> [u8; DATA_HEADER_LEN as usize] {
     let mut h = [0u8; DATA_HEADER_LEN as usize];
@@ -168,6 +175,10 @@ mod tests {
     #[test]
     fn data_file_names_sort() {
         assert_eq!(data_file_name(3), "data-0003");
+        assert!(is_data_file_name(&data_file_name(12)));
+        for other in ["index", "index.tmp", "data-", "data-1x", "xdata-1"] {
+            assert!(!is_data_file_name(other), "{other}");
+        }
         assert!(data_file_name(9) < data_file_name(10));
     }
 }

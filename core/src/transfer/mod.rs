@@ -35,7 +35,7 @@ mod tests;
 
 pub use config::{Compression, ParseCompressionError, TransferConfig};
 pub use error::{Canceller, ChunkProblem, ProblemKind, TransferError};
-pub use format::{data_file_name, INDEX_FILE};
+pub use format::{data_file_name, is_data_file_name, INDEX_FILE};
 pub use index::{read_index, BufferEntry, ChunkEntry, DataFileEntry, Encoding, GpuIndex};
 pub use restorer::{Restorer, QUEUE_DEPTH};
 pub use source::{BufferKey, BufferSink, BufferSource, FileRange};
