@@ -33,8 +33,9 @@ pub struct IdentityArgs {
 /// certificate), offers the job's GPU backend and this machine's GPU topology, and
 /// stops with exit 9, the job untouched, when the destination's GPUs cannot hold it.
 /// Then dumps the tree into a private staging directory (0700, removed at the end),
-/// the tree left stopped. Stop-and-copy sends the memory pages as CRIU writes them,
-/// each part punched out of the staging file once sent, then the rest of the image;
+/// the tree left stopped. Stop-and-copy sends the memory pages and the GPU data as
+/// they are dumped, each part punched out of the staging file once sent, then the
+/// rest of the image;
 /// every chunk is checked on arrival, and the destination restores the image as every
 /// restore does. Only once the destination has
 /// restored the tree does this side give its copy up (commit); it kills it when the
@@ -44,7 +45,8 @@ pub struct IdentityArgs {
 /// receiver refusing, its disk full, its restore failing) lets the job run on here
 /// (exit 12). A link lost after the commit leaves this side's copy stopped and exits
 /// 13: the job runs on the destination if the commit arrived. The staging directory
-/// holds the image but its memory pages (all of it with --post-copy) while it is sent
+/// holds the image but its memory pages and GPU data (all of it with --post-copy)
+/// while it is sent
 /// (docs/migration.md, "Limits").
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
