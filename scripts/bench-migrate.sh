@@ -71,6 +71,7 @@ on() { local host=$1; shift; nsenter --net="/run/netns/$host" "$@"; }
 cleanup() {
     kill_tree
     for n in $src $dst $cli; do ip netns del "$n" 2>/dev/null || true; done
+    rm -rf "$GPUCR_SIM_ROOT"
 }
 trap cleanup EXIT
 for n in $src $dst $cli; do ip netns add "$n"; ip -n "$n" link set lo up; done
