@@ -84,7 +84,7 @@ fn receive(address: &str, identity: &Identity) -> Result<(), Box<dyn std::error:
         match link.receive()? {
             Incoming::Chunk { digest, data } => {
                 started.get_or_insert_with(Instant::now);
-                if twox_hash::XxHash3_64::oneshot(data) != digest {
+                if !Link::chunk_intact(digest, data) {
                     return Err(format!("chunk at byte {bytes} damaged").into());
                 }
                 bytes += data.len() as u64;

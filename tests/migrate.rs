@@ -50,18 +50,23 @@ impl Job {
 
     /// The simulator's GPU workload (a parent and a child), its devices under `sim`.
     fn start_gpu(hosts: &Hosts, state: &Path, sim: &SimRoot, args: &[&str]) -> Job {
-        let bin = gpucr_bin().parent().unwrap().join("examples/sim_workload");
-        let job = Job::start_program(
-            hosts,
-            &bin,
-            state,
-            args,
-            &sim.env(),
-            vec!["parent", "child"],
-        );
+        Job::start_device_workload(hosts, "sim_workload", state, args, &sim.env())
+    }
+
+    /// The example `name`, a GPU workload of a parent and a child (the simulator's, or
+    /// the fake CUDA driver's) with `env`, once both are ready and have ticked twice.
+    fn start_device_workload(
+        hosts: &Hosts,
+        name: &str,
+        state: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Job {
+        let bin = gpucr_bin().parent().unwrap().join("examples").join(name);
+        let job = Job::start_program(hosts, &bin, state, args, env, vec!["parent", "child"]);
         wait_for(
             Duration::from_secs(120),
-            "the sim workload to be ready",
+            &format!("{name} to be ready"),
             || {
                 job.roles
                     .iter()
@@ -282,6 +287,40 @@ fn wait_for_the_image_to_cross(images: &Path) {
     );
 }
 
+/// Move `job` with `env` and `flags` to the destination `receiver` listens on, the
+/// image's crossing slowed to 200 ms a chunk. Once the dump is over and the image
+/// crosses, `wipe` takes the job's device memory away at the source, as if the
+/// destination were another machine. Both sides must succeed and the source's copy
+/// die: the restored tree (killed when dropped) and the receiver's stderr.
+#[allow(clippy::too_many_arguments)]
+fn move_wiping_the_source(
+    hosts: &Hosts,
+    keys: &Path,
+    images: &Path,
+    job: &Job,
+    receiver: Receiver,
+    env: &[(&str, &str)],
+    flags: &[&str],
+    wipe: impl FnOnce(),
+) -> (Restored, String) {
+    let mut env = env.to_vec();
+    env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
+    let out = std::thread::scope(|scope| {
+        let migrating = scope.spawn(|| migrate_with(hosts, keys, job, "source", &env, flags));
+        wait_for_the_image_to_cross(images);
+        wipe();
+        migrating.join().unwrap()
+    });
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(&out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let restored = Restored(received.trim().parse().unwrap());
+    wait_for(Duration::from_secs(10), "the source's copy to die", || {
+        (!alive(job.pid)).then_some(())
+    });
+    (restored, receiver_err)
+}
+
 /// The entries beneath `dir`.
 fn entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -496,48 +535,32 @@ fn a_cuda_tree_moves_with_its_device_memory() {
     std::fs::create_dir(&images).unwrap();
     let hosts = Hosts::new();
     let fake = common::fake_cuda::FakeCuda::new();
-    let bin = gpucr_bin().parent().unwrap().join("examples/cuda_workload");
-    let job = Job::start_program(
+    let job = Job::start_device_workload(
         &hosts,
-        &bin,
+        "cuda_workload",
         &tmp.path().join("state"),
         &["--procs", "2", "--mib", "24"],
         &fake.env(),
-        vec!["parent", "child"],
     );
-    wait_for(
-        Duration::from_secs(120),
-        "the CUDA workload to be ready",
-        || {
-            ["parent", "child"]
-                .iter()
-                .all(|r| job.state.join(format!("ready-{r}")).exists())
-                .then_some(())
-        },
-    );
-    job.wait_ticks(2);
     assert!(job.verify_gpu_memory(1));
     let sim_root = tmp.path().join("sim");
     std::fs::create_dir(&sim_root).unwrap();
     let mut env = fake.env();
     env.push(("GPUCR_SIM_ROOT", sim_root.to_str().unwrap()));
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &env);
-    env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
-    let out = std::thread::scope(|scope| {
-        let migrating = scope.spawn(|| migrate(&hosts, tmp.path(), &job, "source", &env));
-        wait_for_the_image_to_cross(&images);
-        // The source's copy is stopped with its devices given back: its device memory
-        // goes, as if the destination were another machine.
-        assert!(fake.wipe_device_memory() > 0, "no device memory to wipe");
-        migrating.join().unwrap()
-    });
-    let (status, received, receiver_err) = receiver.finish();
-    assert_success(&out);
-    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
-    let _restored = Restored(received.trim().parse().unwrap());
-    wait_for(Duration::from_secs(10), "the source's copy to die", || {
-        (!alive(job.pid)).then_some(())
-    });
+    // The source's copy is stopped with its devices given back: its device memory goes.
+    let (_restored, _) = move_wiping_the_source(
+        &hosts,
+        tmp.path(),
+        &images,
+        &job,
+        receiver,
+        &env,
+        &[],
+        || {
+            assert!(fake.wipe_device_memory() > 0, "no device memory to wipe");
+        },
+    );
     assert!(
         job.verify_gpu_memory(2),
         "device memory differs after the move"
@@ -562,25 +585,20 @@ fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
     args.extend_from_slice(driver);
     let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
-    // While the image crosses (slowed to 200 ms a chunk), the source's job already
-    // dumped and stopped, the simulated device memory is wiped, as if the destination
-    // were another machine: the restored tree can only get it from the image.
-    let mut env = sim.env().to_vec();
-    env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
-    let out = std::thread::scope(|scope| {
-        let migrating = scope.spawn(|| migrate(&hosts, tmp.path(), &job, "source", &env));
-        wait_for_the_image_to_cross(&images);
-        assert!(!sim_contexts(&sim.0).is_empty(), "no device memory to wipe");
-        std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
-        migrating.join().unwrap()
-    });
-    let (status, received, receiver_err) = receiver.finish();
-    assert_success(&out);
-    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
-    let _restored = Restored(received.trim().parse().unwrap());
-    wait_for(Duration::from_secs(10), "the source's copy to die", || {
-        (!alive(job.pid)).then_some(())
-    });
+    // The restored tree can only get its device memory from the image.
+    let (_restored, _) = move_wiping_the_source(
+        &hosts,
+        tmp.path(),
+        &images,
+        &job,
+        receiver,
+        &sim.env(),
+        &[],
+        || {
+            assert!(!sim_contexts(&sim.0).is_empty(), "no device memory to wipe");
+            std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
+        },
+    );
     // The restored processes find every byte of their device buffers, and go on.
     assert!(
         job.verify_gpu_memory(1),
@@ -855,28 +873,23 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
     args.extend_from_slice(driver);
     let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
-    // Once the image crosses (the source's job dumped and stopped), the simulated
-    // device memory is wiped, as if the destination were another machine.
-    let mut env = sim.env().to_vec();
-    env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
-    let out = std::thread::scope(|scope| {
-        let migrating = scope
-            .spawn(|| migrate_with(&hosts, tmp.path(), &job, "source", &env, &["--post-copy"]));
-        wait_for_the_image_to_cross(&images);
-        std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
-        migrating.join().unwrap()
-    });
-    let (status, received, receiver_err) = receiver.finish();
-    assert_success(&out);
-    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let flags = ["--post-copy"];
+    let (_restored, receiver_err) = move_wiping_the_source(
+        &hosts,
+        tmp.path(),
+        &images,
+        &job,
+        receiver,
+        &sim.env(),
+        &flags,
+        || {
+            std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
+        },
+    );
     assert!(
         receiver_err.contains("its memory is pulled from"),
         "{receiver_err}"
     );
-    let _restored = Restored(received.trim().parse().unwrap());
-    wait_for(Duration::from_secs(10), "the source's copy to die", || {
-        (!alive(job.pid)).then_some(())
-    });
     assert!(
         job.verify_gpu_memory(1),
         "device memory differs after the move"

@@ -236,7 +236,7 @@ impl ImageWriter {
         loop {
             match link.receive()? {
                 super::link::Incoming::Chunk { digest, data } => {
-                    if twox_hash::XxHash3_64::oneshot(data) != digest {
+                    if !Link::chunk_intact(digest, data) {
                         return Err(FilesError::Corrupt { path, offset: got });
                     }
                     if got + data.len() as u64 > size {
@@ -295,7 +295,7 @@ impl ImageWriter {
         }
         match link.receive()? {
             super::link::Incoming::Chunk { digest, data } => {
-                if twox_hash::XxHash3_64::oneshot(data) != digest {
+                if !Link::chunk_intact(digest, data) {
                     return Err(FilesError::Corrupt {
                         path: stream.path.clone(),
                         offset,
@@ -411,9 +411,7 @@ impl ImageWriter {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::net::UnixStream;
-    use std::time::Duration;
-
+    use super::super::link::testing::{pair, with_a_damaged_chunk};
     use super::*;
 
     #[test]
@@ -435,16 +433,6 @@ mod tests {
         ] {
             assert!(confined(bad).is_err(), "{bad:?} accepted");
         }
-    }
-
-    fn pair() -> (Link, Link) {
-        let (a, b) = UnixStream::pair().unwrap();
-        let t = Duration::from_secs(5);
-        b.set_read_timeout(Some(t)).unwrap();
-        (
-            Link::new(Box::new(a), "a".into(), t),
-            Link::new(Box::new(b), "b".into(), t),
-        )
     }
 
     #[test]
@@ -490,16 +478,7 @@ mod tests {
     fn a_corrupt_chunk_and_an_escaping_path_are_refused() {
         let dst = tempfile::tempdir().unwrap();
         let (mut a, mut b) = pair();
-        // A chunk frame by hand: a digest that does not match.
-        let mut raw = Vec::new();
-        raw.extend_from_slice(&(1u32 + 8 + 4).to_be_bytes());
-        raw.push(2);
-        raw.extend_from_slice(&0u64.to_be_bytes());
-        raw.extend_from_slice(b"data");
-        let (x, y) = UnixStream::pair().unwrap();
-        let mut x = x;
-        x.write_all(&raw).unwrap();
-        let mut y = Link::new(Box::new(y), "y".into(), Duration::from_secs(5));
+        let mut y = with_a_damaged_chunk(b"data");
         let mut writer = ImageWriter::new(dst.path());
         let err = writer.receive(&mut y, "pages-1.img", 4).unwrap_err();
         assert!(

@@ -149,6 +149,12 @@ impl Link {
         self.write_frame(CHUNK, &[&digest, data])
     }
 
+    /// Whether a received chunk's `data` matches the `digest` its sender framed it with
+    /// ([`Link::send_chunk`]).
+    pub fn chunk_intact(digest: u64, data: &[u8]) -> bool {
+        twox_hash::XxHash3_64::oneshot(data) == digest
+    }
+
     /// The next frame, [`Control::Working`] skipped.
     pub fn receive(&mut self) -> Result<Incoming<'_>, LinkError> {
         loop {
@@ -251,13 +257,17 @@ impl Link {
     }
 }
 
+/// Links for the migration's unit tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
+    use std::io::Write;
     use std::os::unix::net::UnixStream;
+    use std::time::Duration;
 
-    use super::*;
+    use super::{Link, CHUNK};
 
-    fn pair() -> (Link, Link) {
+    /// Two ends of one link, each read with a time limit of 5 s.
+    pub(crate) fn pair() -> (Link, Link) {
         let (a, b) = UnixStream::pair().unwrap();
         let timeout = Duration::from_secs(5);
         for s in [&a, &b] {
@@ -268,6 +278,26 @@ mod tests {
             Link::new(Box::new(b), "b".into(), timeout),
         )
     }
+
+    /// A link whose next frame is a chunk of `data` with a digest that does not match.
+    pub(crate) fn with_a_damaged_chunk(data: &[u8]) -> Link {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&(1 + 8 + data.len() as u32).to_be_bytes());
+        raw.push(CHUNK);
+        raw.extend_from_slice(&0u64.to_be_bytes());
+        raw.extend_from_slice(data);
+        let (mut x, y) = UnixStream::pair().unwrap();
+        x.write_all(&raw).unwrap();
+        Link::new(Box::new(y), "y".into(), Duration::from_secs(5))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixStream;
+
+    use super::testing::pair;
+    use super::*;
 
     #[test]
     fn messages_and_chunks_arrive_as_sent_and_working_is_skipped() {

@@ -426,7 +426,7 @@ fn receive_block(link: &mut Link, buffer: &mut [u8]) -> Result<usize, PullError>
     loop {
         match link.receive().map_err(lost)? {
             Incoming::Chunk { digest, data } => {
-                if twox_hash::XxHash3_64::oneshot(data) != digest {
+                if !Link::chunk_intact(digest, data) {
                     return Err(PullError::Lost(format!(
                         "a corrupt chunk at byte {got} of a block"
                     )));

@@ -254,23 +254,11 @@ pub fn streaming_while<T>(
 #[cfg(test)]
 mod tests {
     use std::io::Write;
-    use std::os::unix::net::UnixStream;
 
     use super::*;
     use crate::migrate::files::ImageWriter;
+    use crate::migrate::link::testing::{pair, with_a_damaged_chunk};
     use crate::migrate::link::Incoming;
-
-    fn pair() -> (Link, Link) {
-        let (a, b) = UnixStream::pair().unwrap();
-        let timeout = Duration::from_secs(5);
-        for s in [&a, &b] {
-            s.set_read_timeout(Some(timeout)).unwrap();
-        }
-        (
-            Link::new(Box::new(a), "a".into(), timeout),
-            Link::new(Box::new(b), "b".into(), timeout),
-        )
-    }
 
     /// What a receiver does with what the stream sends, until Done.
     fn receive_all(mut link: Link, root: &Path) -> Result<(u64, u64), FilesError> {
@@ -373,15 +361,7 @@ mod tests {
     #[test]
     fn a_damaged_part_is_refused() {
         let received = tempfile::tempdir().unwrap();
-        // A chunk frame by hand: a digest that does not match its bytes.
-        let mut raw = Vec::new();
-        raw.extend_from_slice(&(1u32 + 8 + 3).to_be_bytes());
-        raw.push(2);
-        raw.extend_from_slice(&0u64.to_be_bytes());
-        raw.extend_from_slice(b"abc");
-        let (mut x, y) = UnixStream::pair().unwrap();
-        x.write_all(&raw).unwrap();
-        let mut y = Link::new(Box::new(y), "y".into(), Duration::from_secs(5));
+        let mut y = with_a_damaged_chunk(b"abc");
         let mut writer = ImageWriter::new(received.path());
         let err = writer.part(&mut y, "pages-1.img", 0).unwrap_err();
         assert!(
