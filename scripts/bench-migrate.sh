@@ -27,7 +27,8 @@
 # ceiling a migration, which must run through TLS, can reach on this machine.
 # Every round ends with the server checking all its memory ("all" must answer "ok").
 #
-#   scripts/bench-migrate.sh                 (SIZES="1024 4096" RUNS=3 MODES=baseline)
+#   scripts/bench-migrate.sh                 (SIZES="1024 4096" RUNS=3 MODES=baseline
+#                                             LANES= for gpucr migrate's --lanes)
 #
 # Needs iperf3 and socat (Debian's packages of those names). Results: docs/benchmarks.md
 # ("Live migration").
@@ -42,6 +43,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 SIZES=${SIZES-1024 4096}
 RUNS=${RUNS:-3}
+# gpucr migrate's --lanes (empty: its default).
+LANES=${LANES:-}
 MODES=${MODES:-baseline}
 # The simulator's GPU tree moved after the servers (examples/sim_workload with these
 # options; SIM_TREE="" skips it): 1 GiB of device memory by default.
@@ -209,6 +212,7 @@ move_once() {
         wait "$restoring" || { cat "$WORK/err" >&2; exit 1; } ;;
     stop-and-copy|post-copy)
         local flags=()
+        [ -n "$LANES" ] && flags+=(--lanes "$LANES")
         rm -rf "$WORK/in" && mkdir -p "$WORK/in"
         ip -n "$dst" addr add "$JOB/24" dev eth0
         on "$dst" "$gpucr" receive --listen 10.201.0.12:7431 --dir "$WORK/in" --once \
@@ -217,7 +221,7 @@ move_once() {
         local receiving=$!
         for _ in $(seq 200); do on "$dst" ss -ltn | grep -q ':7431 ' && break; sleep 0.01; done
         t0=$(ms)
-        [ "$mode" = post-copy ] && { flags=(--post-copy); place_job "$dst"; }
+        [ "$mode" = post-copy ] && { flags+=(--post-copy); place_job "$dst"; }
         on "$src" "$gpucr" migrate --json "${flags[@]}" "$(cat "$WORK/pid")" 10.201.0.12:7431 \
             --key "$WORK/keys/src.key" --cert "$WORK/keys/src.crt" \
             --peer-cert "$WORK/keys/dst.crt" > "$WORK/migrated" 2>"$WORK/err" &
@@ -270,6 +274,13 @@ on "$dst" "$link_rate" send 10.201.0.11:5202 --mib 4096 --key "$WORK/keys/dst.ke
 wait "$rate_receiver"
 tls=$(sed -n 's/.*: \([0-9]*\) MB\/s$/\1/p' "$WORK/link-rate")
 echo "TLS $tls MB/s (gpucr's link, one connection, 4 GiB, no disk): $(( tls * 100 / link ))% of the link"
+# The destination's disk, where the receiver writes: 2 GiB written and synced as a
+# received image's files are (the rate a migration that keeps its image can reach).
+rm -f "$WORK/disk-probe"
+disk=$(dd if=/dev/zero of="$WORK/disk-probe" bs=1M count=2048 conv=fdatasync 2>&1 \
+    | sed -n 's/.*copied, \([0-9.]*\) s.*/\1/p' | python3 -c 'import sys; print(int(2048 * 1048576 / 1e6 / float(sys.stdin.read())))')
+rm -f "$WORK/disk-probe"
+echo "DISK $disk MB/s (2 GiB written and synced beneath $WORK): $(( disk * 100 / link ))% of the link"
 for mib in $SIZES; do
     echo "# $mib MiB server, $RUNS rounds, modes: $MODES"
     for round in $(seq "$RUNS"); do

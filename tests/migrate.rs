@@ -339,10 +339,11 @@ fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
     let hosts = Hosts::new();
     let job = Job::start(&hosts, &tmp.path().join("state"), 64);
     let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
-    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
+    let out = migrate_with(&hosts, tmp.path(), &job, "source", &[], &["--lanes", "3"]);
     let (status, received, receiver_err) = receiver.finish();
     assert_success(&out);
     assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    assert!(stdout(&out).contains("over 3 lanes"), "{}", stdout(&out));
     let remote: i32 = received
         .trim()
         .parse()

@@ -84,6 +84,13 @@ pub struct MigrateArgs {
     #[arg(long)]
     pub post_copy: bool,
 
+    /// Carry the memory pages and the GPU data on N connections in parallel beside
+    /// the control connection (each authenticated as it is; the receiver grants at
+    /// most 8). Each connection sends, checks and writes its own chunks, so more of
+    /// them keep more cores busy on a fast link.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub lanes: u32,
+
     #[command(flatten)]
     pub tree: TreeDumpArgs,
 

@@ -59,6 +59,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             cancel,
         },
         post_copy: args.post_copy,
+        lanes: args.lanes,
     };
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = crate::migrate::migrate(&opts, &mut progress);
@@ -77,6 +78,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             "post_copy": args.post_copy,
             "downtime_ms": outcome.downtime.map(|d| d.as_secs_f64() * 1e3),
             "streamed_bytes": outcome.streamed,
+            "lanes": outcome.lanes,
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
@@ -94,13 +96,15 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             ),
         };
         report_out(format!(
-            "migrated pid {} to {}: pid {} there, image {} ({} in {} files), {frozen}\n",
+            "migrated pid {} to {}: pid {} there, image {} ({} in {} files, over {} lanes), \
+             {frozen}\n",
             args.pid,
             outcome.peer,
             outcome.remote_pid,
             outcome.remote_dir,
             size(outcome.bytes),
             outcome.files,
+            outcome.lanes,
         ));
     }
     Ok(exit_code::SUCCESS)

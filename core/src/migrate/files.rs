@@ -48,16 +48,16 @@ pub enum FilesError {
     },
     #[error("a chunk with no file announced before it")]
     StrayChunk,
-    #[error("{path}: a part at offset {got} where the file ends at {expected}")]
-    OutOfOrder {
-        path: PathBuf,
-        expected: u64,
-        got: u64,
-    },
+    #[error("{path}: a part at offset {offset} overlaps one received")]
+    Overlap { path: PathBuf, offset: u64 },
+    #[error("{path}: parts scattered into more than {most} ranges")]
+    Scattered { path: PathBuf, most: usize },
     #[error("{path:?}: said whole, but no part of it was sent")]
     NoParts { path: String },
     #[error("{path:?}: sent in parts, but never said whole")]
     NotWhole { path: String },
+    #[error("the receiver refused: {reason}")]
+    Refused { reason: String },
     #[error("{message} while a file was being received")]
     Unexpected { message: &'static str },
     #[error(transparent)]
@@ -196,16 +196,6 @@ pub struct ImageWriter {
     root: PathBuf,
     files: u64,
     bytes: u64,
-    /// The files being received in parts ([`ImageWriter::part`]), by name.
-    streams: std::collections::BTreeMap<String, Stream>,
-}
-
-/// A file being received in parts: where it is, and its length so far.
-#[derive(Debug)]
-struct Stream {
-    path: PathBuf,
-    file: File,
-    written: u64,
 }
 
 impl ImageWriter {
@@ -215,7 +205,6 @@ impl ImageWriter {
             root: root.to_path_buf(),
             files: 0,
             bytes: 0,
-            streams: Default::default(),
         }
     }
 
@@ -227,7 +216,7 @@ impl ImageWriter {
     /// Receive the file `name` of `size` bytes (its File message already read): its
     /// chunks, checked, then FileEnd.
     pub fn receive(&mut self, link: &mut Link, name: &str, size: u64) -> Result<(), FilesError> {
-        let (path, mut file) = self.create(name)?;
+        let (path, mut file) = create_confined(&self.root, name)?;
         let write = |source| FilesError::Write {
             path: path.clone(),
             source,
@@ -270,136 +259,19 @@ impl ImageWriter {
         Ok(())
     }
 
-    /// Receive a part of the file `name` (its Part message already read): the
-    /// next chunk, checked, appended. The file is made at its first part, and each part
-    /// must start where the last ended (`offset`).
-    pub fn part(&mut self, link: &mut Link, name: &str, offset: u64) -> Result<(), FilesError> {
-        if !self.streams.contains_key(name) {
-            let (path, file) = self.create(name)?;
-            let stream = Stream {
-                path,
-                file,
-                written: 0,
-            };
-            self.streams.insert(name.to_owned(), stream);
-        }
-        let Some(stream) = self.streams.get_mut(name) else {
-            return Err(FilesError::NoParts { path: name.into() });
-        };
-        if offset != stream.written {
-            return Err(FilesError::OutOfOrder {
-                path: stream.path.clone(),
-                expected: stream.written,
-                got: offset,
-            });
-        }
-        match link.receive()? {
-            super::link::Incoming::Chunk { digest, data } => {
-                if !Link::chunk_intact(digest, data) {
-                    return Err(FilesError::Corrupt {
-                        path: stream.path.clone(),
-                        offset,
-                    });
-                }
-                stream
-                    .file
-                    .write_all(data)
-                    .map_err(|source| FilesError::Write {
-                        path: stream.path.clone(),
-                        source,
-                    })?;
-                stream.written += data.len() as u64;
-                self.bytes += data.len() as u64;
-                Ok(())
-            }
-            super::link::Incoming::Control(other) => Err(FilesError::Unexpected {
-                message: other.name(),
-            }),
-        }
-    }
-
-    /// The file `name`, received in parts, is whole at `size` bytes: checked, and
-    /// put on disk.
-    pub fn whole(&mut self, name: &str, size: u64) -> Result<(), FilesError> {
-        let stream = self
-            .streams
-            .remove(name)
-            .ok_or_else(|| FilesError::NoParts { path: name.into() })?;
-        if stream.written != size {
-            return Err(FilesError::WrongSize {
-                path: stream.path,
-                announced: size,
-                got: stream.written,
-            });
-        }
-        stream.file.sync_all().map_err(|source| FilesError::Write {
-            path: stream.path.clone(),
-            source,
-        })?;
-        self.files += 1;
-        Ok(())
-    }
-
     /// Make the file `name` of `size` bytes, sparse, for its blocks to be written in
     /// later (post-copy).
     pub fn reserve(&mut self, name: &str, size: u64) -> Result<(), FilesError> {
-        let (path, file) = self.create(name)?;
+        let (path, file) = create_confined(&self.root, name)?;
         file.set_len(size)
             .map_err(|source| FilesError::Write { path, source })?;
         self.files += 1;
         Ok(())
     }
 
-    /// Make the file `name` beneath the root, new (0600, never through a link), and the
-    /// directories above it: its path and the file, open for writing.
-    fn create(&self, name: &str) -> Result<(PathBuf, File), FilesError> {
-        let relative = confined(name)?;
-        let path = self.root.join(&relative);
-        if let Some(parent) = relative.parent() {
-            self.make_dirs(parent)?;
-        }
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-        {
-            Ok(file) => Ok((path, file)),
-            Err(source) => Err(FilesError::Write { path, source }),
-        }
-    }
-
-    /// Make each directory of `relative` beneath the root that is not there yet (0700);
-    /// one that is there must be a directory this writer made, never a link.
-    fn make_dirs(&self, relative: &Path) -> Result<(), FilesError> {
-        let mut path = self.root.clone();
-        for part in relative.components() {
-            path.push(part);
-            let write = |source| FilesError::Write {
-                path: path.clone(),
-                source,
-            };
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let meta = std::fs::symlink_metadata(&path).map_err(write)?;
-                    if !meta.is_dir() {
-                        return Err(FilesError::NotRegular { path });
-                    }
-                }
-                Err(e) => return Err(write(e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Every file is in: none left unfinished in parts, and the root directory synced,
-    /// so the files' names are on disk too.
+    /// Every file is in: the root directory synced, so the files' names are on disk
+    /// too.
     pub fn finish(&self) -> Result<(), FilesError> {
-        if let Some(name) = self.streams.keys().next() {
-            return Err(FilesError::NotWhole { path: name.clone() });
-        }
         File::open(&self.root)
             .and_then(|d| d.sync_all())
             .map_err(|source| FilesError::Write {
@@ -407,6 +279,51 @@ impl ImageWriter {
                 source,
             })
     }
+}
+
+/// Make the file `name` beneath `root` (a directory the receiver made), new (0600,
+/// never through a link), and the directories above it: its path and the file, open
+/// for writing.
+pub fn create_confined(root: &Path, name: &str) -> Result<(PathBuf, File), FilesError> {
+    let relative = confined(name)?;
+    let path = root.join(&relative);
+    if let Some(parent) = relative.parent() {
+        make_dirs(root, parent)?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+    {
+        Ok(file) => Ok((path, file)),
+        Err(source) => Err(FilesError::Write { path, source }),
+    }
+}
+
+/// Make each directory of `relative` beneath `root` that is not there yet (0700); one
+/// that is there must be a directory, never a link.
+fn make_dirs(root: &Path, relative: &Path) -> Result<(), FilesError> {
+    let mut path = root.to_path_buf();
+    for part in relative.components() {
+        path.push(part);
+        let write = |source| FilesError::Write {
+            path: path.clone(),
+            source,
+        };
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let meta = std::fs::symlink_metadata(&path).map_err(write)?;
+                if !meta.is_dir() {
+                    return Err(FilesError::NotRegular { path });
+                }
+            }
+            Err(e) => return Err(write(e)),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

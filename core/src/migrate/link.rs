@@ -157,6 +157,22 @@ impl Link {
 
     /// The next frame, [`Control::Working`] skipped.
     pub fn receive(&mut self) -> Result<Incoming<'_>, LinkError> {
+        self.receive_frame(true)
+    }
+
+    /// The next control message, [`Control::Working`] included: for a reader that has
+    /// more to watch than this link, and looks at it between messages.
+    pub fn receive_control_or_beat(&mut self) -> Result<Control, LinkError> {
+        match self.receive_frame(false)? {
+            Incoming::Control(message) => Ok(message),
+            Incoming::Chunk { .. } => Err(LinkError::Malformed {
+                peer: self.peer.clone(),
+                detail: "a chunk where a control message was due".into(),
+            }),
+        }
+    }
+
+    fn receive_frame(&mut self, skip_beats: bool) -> Result<Incoming<'_>, LinkError> {
         loop {
             self.read_frame()?;
             let (kind, payload) = (self.frame[0], &self.frame[1..]);
@@ -166,7 +182,7 @@ impl Link {
                         peer: self.peer.clone(),
                         detail: format!("control message: {e}"),
                     })?;
-                if message == Control::Working {
+                if skip_beats && message == Control::Working {
                     continue;
                 }
                 return Ok(Incoming::Control(message));
@@ -303,9 +319,9 @@ mod tests {
     fn messages_and_chunks_arrive_as_sent_and_working_is_skipped() {
         let (mut a, mut b) = pair();
         a.send(&Control::Working).unwrap();
-        a.send(&Control::Accept).unwrap();
+        a.send(&Control::AllIn).unwrap();
         a.send_chunk(b"some bytes").unwrap();
-        assert_eq!(b.receive_control().unwrap(), Control::Accept);
+        assert_eq!(b.receive_control().unwrap(), Control::AllIn);
         match b.receive().unwrap() {
             Incoming::Chunk { digest, data } => {
                 assert_eq!(data, b"some bytes");

@@ -4,12 +4,15 @@
 //! source                                   receiver
 //!   Hello ------------------------------->   (versions)
 //!         <-------------------------------   Hello
-//!   Offer (backend, GPU topology) ------->   same check as restore
-//!         <-------------------------------   Accept | Mismatch (source: exit 9)
-//!   (dump; Working while it runs, and
-//!    Part, Chunk ... as CRIU writes pages) ->  appended to the pages files
-//!   Part, Chunk..., Whole (each pages file
-//!    streamed: the rest of it) ---------->   each checked at its size
+//!   Offer (backend, GPU topology, lanes) ->  same check as restore
+//!         <-------------------------------   Accept (lanes, ticket) | Mismatch (exit 9)
+//!   each lane: its own TLS connection,
+//!    Hello, Join (ticket, number) ------->   (a wrong ticket: the connection dropped)
+//!   (dump; Working on this link while it
+//!    runs; on the lanes, Part, Chunk ...
+//!    as CRIU writes the pages) ---------->   written where each part says
+//!   lanes: the rest of the parts, Done -->   lanes: Done once written
+//!   Whole (each file sent in parts) ----->   each checked whole at its size
 //!   File, Chunk..., FileEnd (each other
 //!    file) ------------------------------>   written into a fresh 0700 directory
 //!   Done -------------------------------->   restored, verified as any restore
@@ -19,8 +22,9 @@
 //!   (the source's stopped tree killed)
 //! ```
 //!
-//! Post-copy (the Offer's `post_copy`) sends each large pages file as Later (its name
-//! and size) instead of its bytes, and the destination asks for its blocks:
+//! Post-copy (the Offer's `post_copy`) streams only the GPU data on the lanes, and sends
+//! each large pages file as Later (its name and size) instead of its bytes; the
+//! destination asks for its blocks over this link:
 //!
 //! ```text
 //!   File..., Later..., Done ------------->   the blocks CRIU reads itself fetched
@@ -41,7 +45,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol's version: both sides must speak the same.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A control message, sent as JSON in a frame of its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,8 +63,20 @@ pub enum Control {
         /// Post-copy: the destination resumes the job before its memory is there.
         #[serde(default)]
         post_copy: bool,
+        /// How many lanes (connections beside this one) the source would open.
+        lanes: u32,
     },
-    Accept,
+    /// The job fits: open `lanes` lanes, each joining with `ticket`.
+    Accept {
+        lanes: u32,
+        ticket: String,
+    },
+    /// The first message of a lane (after Hello): the migration it belongs to, by the
+    /// ticket its Accept gave, and its number.
+    Join {
+        ticket: String,
+        lane: u32,
+    },
     /// The destination's GPUs cannot hold the job: the topology report.
     Mismatch {
         report: String,
@@ -71,10 +87,10 @@ pub enum Control {
         size: u64,
     },
     FileEnd,
-    /// Stop-and-copy, while the job is dumped: the next chunk is the bytes of `path` (a
-    /// pages file or a GPU data file, each written from start to end) from `offset` on
-    /// (the file made at its first part; each part follows the last), until
-    /// [`Control::Whole`].
+    /// On a lane: the next chunk is the bytes of `path` (a pages file or a GPU data
+    /// file, each written from start to end) at `offset` (the file made at its first
+    /// part; parts come in any order, on any lane, and never overlap), until
+    /// [`Control::Whole`] on the control link.
     Part {
         path: String,
         offset: u64,
@@ -96,7 +112,8 @@ pub enum Control {
     },
     /// Post-copy: every page is in on the destination; the source may let its copy go.
     AllIn,
-    /// Every file was sent.
+    /// Every file was sent (on a lane: every part of this lane; the receiver answers
+    /// Done once they are written).
     Done,
     /// The sender is still working (dumping, restoring).
     Working,
@@ -124,7 +141,8 @@ impl Control {
         match self {
             Control::Hello { .. } => "hello",
             Control::Offer { .. } => "offer",
-            Control::Accept => "accept",
+            Control::Accept { .. } => "accept",
+            Control::Join { .. } => "join",
             Control::Mismatch { .. } => "mismatch",
             Control::File { .. } => "file",
             Control::FileEnd => "file_end",

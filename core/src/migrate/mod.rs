@@ -5,7 +5,9 @@
 //! The two sides talk over mutual TLS with pinned certificates ([`tls`], keys from
 //! [`identity`]), in framed messages of bounded size with a time limit on every read
 //! and write ([`link`], [`message`]). The image crosses as checksummed chunks into a
-//! fresh, confined directory on the destination ([`files`]). Both sides keep their copy
+//! fresh, confined directory on the destination ([`files`]); the memory pages and the
+//! GPU data on several connections in parallel as they are dumped ([`lanes`],
+//! [`stream`], [`parts`]). Both sides keep their copy
 //! of the job stopped until one of them may run ([`tree`]). docs/migration.md has the
 //! protocol, the failures and what each side does about them.
 
@@ -13,8 +15,10 @@ use std::time::Duration;
 
 pub mod files;
 pub mod identity;
+pub mod lanes;
 pub mod link;
 pub mod message;
+pub mod parts;
 pub mod postcopy;
 pub mod receiver;
 pub mod source;

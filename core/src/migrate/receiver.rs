@@ -8,12 +8,14 @@
 //!    before anything else is read.
 //! 2. Hello (versions), then the source's Offer: its GPU backend and topology, checked
 //!    against this machine's as a restore checks an image's (`gpucr check-topology`'s
-//!    check). Mismatch or Accept.
-//! 3. The files, into a fresh directory (0700) made beneath `dir`, each path confined
-//!    and each chunk checked ([`super::files`]).
-//! 4. The image restored, verified as every restore verifies it (before any task
+//!    check). Mismatch or Accept, with the lanes granted and their ticket.
+//! 3. The lanes join ([`super::lanes`]): connections to the same port, authenticated
+//!    the same way, that carry the memory pages and the GPU data in parallel.
+//! 4. The files, into a fresh directory (0700) made beneath `dir`, each path confined
+//!    and each chunk checked ([`super::files`], [`super::parts`]).
+//! 5. The image restored, verified as every restore verifies it (before any task
 //!    runs), the tree left stopped. Restored.
-//! 5. On the source's Commit, the tree is let run: Resumed. The image directory stays.
+//! 6. On the source's Commit, the tree is let run: Resumed. The image directory stays.
 //!
 //! Any failure before the Commit kills what was restored and removes the directory,
 //! and the source is told (Failed) when the link still carries it.
@@ -27,8 +29,10 @@ use nix::unistd::Pid;
 
 use super::files::{FilesError, ImageWriter};
 use super::identity::{Identity, IdentityError, IdentityFiles};
+use super::lanes::{self, JoinError, Readers, MAX_LANES};
 use super::link::{Link, LinkError};
 use super::message::Control;
+use super::parts::PartsWriter;
 use super::postcopy::Puller;
 use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
@@ -101,6 +105,18 @@ pub enum ReceiveError {
         #[source]
         source: gpucr_topology::TopologyError,
     },
+    #[error("{peer}: the migration's lanes: {source}; nothing kept")]
+    Lanes {
+        peer: String,
+        #[source]
+        source: JoinError,
+    },
+    #[error("{peer}: cannot make a ticket for the lanes: {source}")]
+    Ticket {
+        peer: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{peer}: the source gave up: {reason}; nothing kept")]
     SourceFailed { peer: String, reason: String },
     #[error("{peer}: receiving the image: {source}; nothing kept")]
@@ -150,6 +166,8 @@ impl ExitCode for ReceiveError {
             | ReceiveError::Tls { .. }
             | ReceiveError::Protocol { .. }
             | ReceiveError::SourceFailed { .. }
+            | ReceiveError::Lanes { .. }
+            | ReceiveError::Ticket { .. }
             | ReceiveError::Files { .. }
             | ReceiveError::NoCommit { .. }
             | ReceiveError::PostCopy { .. }
@@ -210,7 +228,7 @@ pub fn receive(
             });
         }
         let (tcp, _) = listener.accept().map_err(listen)?;
-        match serve(tcp, &identity, opts, progress) {
+        match serve(tcp, &listener, &identity, opts, progress) {
             Ok(outcome) => return Ok(outcome),
             Err(e) if opts.once => return Err(e),
             Err(e) => progress.warn(&e.to_string()),
@@ -218,9 +236,10 @@ pub fn receive(
     }
 }
 
-/// Serve one connection.
+/// Serve one connection (its lanes join on `listener`).
 fn serve(
     tcp: TcpStream,
+    listener: &TcpListener,
     identity: &Identity,
     opts: &ReceiveOptions,
     progress: &mut Progress,
@@ -246,7 +265,21 @@ fn serve(
     let mut link = Link::new(Box::new(stream), peer.clone(), opts.timeout);
     hello(&mut link).map_err(protocol)?;
     progress.event("authenticated", &format!("{peer} authenticated"));
-    let post_copy = check_offer(&mut link, opts, &peer)?;
+    let (post_copy, lanes) = check_offer(&mut link, opts, &peer)?;
+    let lanes = match lanes::join(listener, identity, &lanes.ticket, lanes.count, opts.timeout) {
+        Ok(links) => links,
+        Err(source) => {
+            let error = ReceiveError::Lanes {
+                peer: peer.clone(),
+                source,
+            };
+            let _ = link.send(&Control::Failed {
+                code: error.exit_code(),
+                reason: error.to_string(),
+            });
+            return Err(error);
+        }
+    };
     let image = tempfile::Builder::new()
         .prefix("migration-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
@@ -266,7 +299,7 @@ fn serve(
         files,
         bytes,
         later,
-    } = match receive_files(&mut link, image.path(), &peer) {
+    } = match receive_files(&mut link, lanes, image.path(), &peer) {
         Ok(written) => written,
         Err(e) => {
             let e = refuse(&mut link, e);
@@ -393,20 +426,32 @@ fn drain(link: &mut Link, limit: Duration) {
     }
 }
 
-/// Read the source's Offer and answer it: Accept when this machine's GPUs can hold
-/// the job's, else Mismatch with the report. Ok(whether it is post-copy).
-fn check_offer(link: &mut Link, opts: &ReceiveOptions, peer: &str) -> Result<bool, ReceiveError> {
+/// The lanes granted a migration, and the ticket they join with.
+struct Granted {
+    count: u32,
+    ticket: String,
+}
+
+/// Read the source's Offer and answer it: Accept (with the lanes granted) when this
+/// machine's GPUs can hold the job's, else Mismatch with the report. Ok(whether it is
+/// post-copy, and the lanes).
+fn check_offer(
+    link: &mut Link,
+    opts: &ReceiveOptions,
+    peer: &str,
+) -> Result<(bool, Granted), ReceiveError> {
     let protocol = |source| ReceiveError::Protocol {
         peer: peer.to_owned(),
         source,
     };
-    let (backend, topology, post_copy) = match link.receive_control() {
+    let (backend, topology, post_copy, lanes) = match link.receive_control() {
         Ok(Control::Offer {
             backend,
             topology,
             post_copy,
+            lanes,
             ..
-        }) => (backend, topology, post_copy),
+        }) => (backend, topology, post_copy, lanes),
         Ok(other) => return Err(protocol(ProtocolError::unexpected("offer", &other))),
         Err(e) => return Err(protocol(e.into())),
     };
@@ -439,30 +484,60 @@ fn check_offer(link: &mut Link, opts: &ReceiveOptions, peer: &str) -> Result<boo
             });
         }
     }
-    link.send(&Control::Accept)
-        .map_err(|e| protocol(ProtocolError::Link(e)))?;
-    Ok(post_copy)
+    let granted = Granted {
+        count: lanes.clamp(1, MAX_LANES),
+        ticket: lanes::new_ticket().map_err(|source| ReceiveError::Ticket {
+            peer: peer.to_owned(),
+            source,
+        })?,
+    };
+    link.send(&Control::Accept {
+        lanes: granted.count,
+        ticket: granted.ticket.clone(),
+    })
+    .map_err(|e| protocol(ProtocolError::Link(e)))?;
+    Ok((post_copy, granted))
 }
 
-/// Receive the files into `dir` until Done; the files and bytes written, and the files
-/// announced to be pulled later (post-copy: name and size, made here, sparse).
-fn receive_files(link: &mut Link, dir: &Path, peer: &str) -> Result<Received, ReceiveError> {
+/// Receive the files into `dir` until Done: those sent whole on `link`, and those sent
+/// in parts on the `lanes`; the files and bytes written, and the files announced to be
+/// pulled later (post-copy: name and size, made here, sparse). A lane that fails ends
+/// it at the next message on `link` (Working comes every heartbeat).
+fn receive_files(
+    link: &mut Link,
+    lanes: Vec<Link>,
+    dir: &Path,
+    peer: &str,
+) -> Result<Received, ReceiveError> {
     let files = |source| ReceiveError::Files {
         peer: peer.to_owned(),
         source,
     };
     let mut writer = ImageWriter::new(dir);
+    let parts = std::sync::Arc::new(PartsWriter::new(dir));
+    let mut readers = Some(Readers::start(lanes, &parts));
     let mut later = Vec::new();
     loop {
-        match link.receive_control() {
+        let message = link.receive_control_or_beat();
+        if let Some(failed) = readers.as_mut().and_then(Readers::failed) {
+            return Err(files(failed));
+        }
+        // Whatever follows the parts on this link comes once the lanes are done.
+        if let Ok(
+            Control::Whole { .. } | Control::File { .. } | Control::Later { .. } | Control::Done,
+        ) = &message
+        {
+            if let Some(readers) = readers.take() {
+                readers.finish().map_err(files)?;
+            }
+        }
+        match message {
+            Ok(Control::Working) => {}
             Ok(Control::File { path, size }) => {
                 writer.receive(link, &path, size).map_err(files)?;
             }
-            Ok(Control::Part { path, offset }) => {
-                writer.part(link, &path, offset).map_err(files)?;
-            }
             Ok(Control::Whole { path, size }) => {
-                writer.whole(&path, size).map_err(files)?;
+                parts.whole(&path, size).map_err(files)?;
             }
             Ok(Control::Later { path, size }) => {
                 writer.reserve(&path, size).map_err(files)?;
@@ -484,11 +559,15 @@ fn receive_files(link: &mut Link, dir: &Path, peer: &str) -> Result<Received, Re
             Err(e) => return Err(files(e.into())),
         }
     }
+    if let Some(name) = parts.unfinished() {
+        return Err(files(FilesError::NotWhole { path: name }));
+    }
     writer.finish().map_err(files)?;
+    let (whole, streamed) = parts.written();
     let (files, bytes) = writer.written();
     Ok(Received {
-        files,
-        bytes,
+        files: files + whole,
+        bytes: bytes + streamed,
         later,
     })
 }

@@ -3,7 +3,7 @@
 //! 1. Connect, authenticate (mutual TLS, pinned certificates), exchange versions.
 //! 2. Offer the job's GPU backend and this machine's GPU topology; the receiver checks
 //!    it as a restore would. A mismatch ends the migration here (exit 9), the job
-//!    untouched.
+//!    untouched. Else it grants lanes, and this side opens them ([`super::lanes`]).
 //! 3. Dump the tree into a private 0700 staging directory: CRIU's freeze is the job's
 //!    from here on. The dump runs with CRIU's `leave_running` and gpucr's `stop_after`:
 //!    every process takes SIGSTOP while CRIU still holds it (gpucr's plugin sends it
@@ -13,7 +13,9 @@
 //!    and the TCP sockets in repair mode, which only a restore undoes: the job could not
 //!    run on here after a failure. A SIGSTOP before the dump would keep a driver that
 //!    locks a process through a thread of its own, as CUDA's, from locking it.)
-//! 4. Send every file of the image (the manifest last), then Done.
+//!    Meanwhile the memory pages and the GPU data cross on the lanes as they are
+//!    written ([`stream`]).
+//! 4. Send every other file of the image (the manifest last), then Done.
 //! 5. The receiver verifies and restores, its tree left stopped, and answers Restored.
 //!    The source answers Commit, the receiver lets its tree run and answers Resumed, and
 //!    the source kills its stopped copy.
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use super::files::{self, FilesError};
 use super::identity::{IdentityError, IdentityFiles};
+use super::lanes::Lanes;
 use super::link::{Link, LinkError};
 use super::message::{Control, PROTOCOL_VERSION};
 use super::postcopy;
@@ -59,6 +62,9 @@ pub struct MigrateOptions {
     /// files are there, and pulls those as it needs them; this side keeps its stopped
     /// copy until every page is in there.
     pub post_copy: bool,
+    /// How many lanes (connections beside the control link) carry the memory pages
+    /// and the GPU data; the receiver may grant fewer.
+    pub lanes: u32,
 }
 
 /// A finished migration.
@@ -78,8 +84,11 @@ pub struct MigrateOutcome {
     /// Post-copy: from the freeze until the destination said it runs the job (`frozen`
     /// then lasts until every page was in there).
     pub downtime: Option<Duration>,
-    /// Stop-and-copy: the bytes of memory pages sent while CRIU was still dumping.
+    /// The bytes of memory pages (stop-and-copy) and GPU data given to the lanes while
+    /// CRIU was still dumping.
     pub streamed: u64,
+    /// The lanes the destination granted.
+    pub lanes: u32,
 }
 
 /// Why a migration failed.
@@ -196,13 +205,14 @@ pub fn resolve(to: &str) -> Result<Vec<SocketAddr>, MigrateError> {
     Ok(addrs)
 }
 
-/// Connect to the first of `addrs` that answers within `timeout`, authenticate.
+/// Connect to the first of `addrs` that answers within `timeout`, authenticate: the
+/// link, and the address it went to.
 fn connect(
     to: &str,
     addrs: &[SocketAddr],
     identity: &super::identity::Identity,
     timeout: Duration,
-) -> Result<Link, MigrateError> {
+) -> Result<(Link, SocketAddr), MigrateError> {
     let mut last = None;
     for addr in addrs {
         match TcpStream::connect_timeout(addr, timeout) {
@@ -219,7 +229,7 @@ fn connect(
                 let peer = tls::peer_name(&tcp);
                 let stream =
                     tls::connect(tcp, identity).map_err(|source| MigrateError::Tls { source })?;
-                return Ok(Link::new(Box::new(stream), peer, timeout));
+                return Ok((Link::new(Box::new(stream), peer, timeout), *addr));
             }
             Err(e) => last = Some(e),
         }
@@ -241,12 +251,24 @@ pub fn migrate(
     crate::target::check_untraced(pid)?;
     let addrs = resolve(&opts.to)?;
     progress.event("connect", &format!("connecting to {}", opts.to));
-    let mut link = connect(&opts.to, &addrs, &identity, opts.timeout)?;
+    let (mut link, addr) = connect(&opts.to, &addrs, &identity, opts.timeout)?;
     let peer = link.peer().to_owned();
     hello(&mut link)?;
     progress.event("authenticated", &format!("{peer} authenticated"));
-    offer(&mut link, pid, &peer, opts.post_copy)?;
+    let (count, ticket) = offer(&mut link, pid, &peer, opts.post_copy, opts.lanes)?;
     progress.event("accepted", &format!("{peer} can hold the job"));
+    let mut links = Vec::new();
+    for lane in 0..count {
+        let (mut lane_link, _) = connect(&opts.to, &[addr], &identity, opts.timeout)?;
+        hello(&mut lane_link)?;
+        lane_link.send(&Control::Join {
+            ticket: ticket.clone(),
+            lane,
+        })?;
+        links.push(lane_link);
+    }
+    let mut lanes = Lanes::start(links, BEAT, throttle());
+    progress.event("lanes", &format!("{count} lanes open to {peer}"));
     let parent = opts.staging.clone().unwrap_or_else(std::env::temp_dir);
     let staging = tempfile::Builder::new()
         .prefix("gpucr-migrate-")
@@ -271,13 +293,12 @@ pub fn migrate(
     let frozen_at = Instant::now();
     progress.event("freeze", "dumping the job (CRIU freezes it)");
     let dumping = || crate::dump::dump(&dump, progress);
-    let (dumped, beat) = if opts.post_copy {
-        let (dumped, beat) = link.beating_while(BEAT, dumping);
-        (dumped, beat.map(|()| None).map_err(|e| e.to_string()))
-    } else {
-        let (dumped, streamed) = stream::streaming_while(&mut link, &image, BEAT, dumping);
-        (dumped, streamed.map(Some).map_err(|e| e.to_string()))
+    let pick = match opts.post_copy {
+        true => stream::Pick::GpuData,
+        false => stream::Pick::PagesAndGpuData,
     };
+    let (dumped, beat) =
+        stream::streaming_while(&mut link, &mut lanes, &image, pick, BEAT, dumping);
     // The dump stopped the tree as CRIU let it go (`stop_after`); a dump that failed
     // after post-dump may have too, and CRIU gave the tree back running otherwise.
     let stopped = StoppedTree { root: pid };
@@ -321,27 +342,34 @@ pub fn migrate(
     };
     let mut streamed = match beat {
         Ok(streamed) => streamed,
-        Err(e) => return Err(abort(&mut link, "dumping", e)),
+        Err(e) => {
+            let why = receiver_reason(&mut link, &e).unwrap_or_else(|| e.to_string());
+            return Err(abort(&mut link, "dumping", why));
+        }
     };
-    let sending = streamed
-        .as_ref()
-        .and_then(|s| s.first_sent)
-        .unwrap_or_else(Instant::now);
+    let sending = streamed.first_sent.unwrap_or_else(Instant::now);
     if opts.post_copy {
-        return post_copy(&mut link, &image, &tree, &peer, frozen_at, progress).map_err(
-            |failure| match failure {
+        let sent = (&mut streamed, lanes);
+        return post_copy(&mut link, &image, sent, &tree, &peer, frozen_at, progress)
+            .map(|outcome| MigrateOutcome {
+                lanes: count,
+                ..outcome
+            })
+            .map_err(|failure| match failure {
                 PostCopyFailure::Before(during, why) => abort(&mut link, during, why),
                 PostCopyFailure::After(why) => MigrateError::Uncertain {
                     pid,
                     peer: peer.clone(),
                     why,
                 },
-            },
-        );
+            });
     }
-    let (files, bytes) = match send_image(&mut link, &image, &[], streamed.as_mut()) {
+    let (files, bytes) = match send_image(&mut link, &image, &[], (&mut streamed, lanes)) {
         Ok(sent) => sent,
-        Err(e) => return Err(abort(&mut link, "sending the image", e.to_string())),
+        Err(e) => {
+            let why = receiver_reason(&mut link, &e).unwrap_or_else(|| e.to_string());
+            return Err(abort(&mut link, "sending the image", why));
+        }
     };
     let sent = sending.elapsed();
     progress.event(
@@ -401,7 +429,8 @@ pub fn migrate(
                 frozen: frozen_at.elapsed(),
                 sent,
                 downtime: None,
-                streamed: streamed.as_ref().map_or(0, |s| s.while_dumping),
+                streamed: streamed.while_dumping,
+                lanes: count,
             })
         }
         // The receiver kills its copy before it says so: this one runs on.
@@ -416,7 +445,14 @@ pub fn migrate(
 /// Offer the job to the receiver: its backend and this machine's GPU topology (every
 /// GPU the backend sees: which of them the job uses is known only once it is dumped,
 /// and the restore checks the image's own again). Ok when accepted.
-fn offer(link: &mut Link, pid: i32, peer: &str, post_copy: bool) -> Result<(), MigrateError> {
+/// Ok: the lanes granted, and the ticket they join with.
+fn offer(
+    link: &mut Link,
+    pid: i32,
+    peer: &str,
+    post_copy: bool,
+    lanes: u32,
+) -> Result<(u32, String), MigrateError> {
     let setup = gpu::DumpSetup {
         freeze_timeout: None,
         cuda_staging: None,
@@ -432,9 +468,10 @@ fn offer(link: &mut Link, pid: i32, peer: &str, post_copy: bool) -> Result<(), M
         backend: backend.as_ref().map(|b| b.name().to_owned()),
         topology,
         post_copy,
+        lanes,
     })?;
     match link.receive_control()? {
-        Control::Accept => Ok(()),
+        Control::Accept { lanes, ticket } => Ok((lanes, ticket)),
         Control::Mismatch { report } => Err(MigrateError::Mismatch {
             peer: peer.to_owned(),
             report,
@@ -459,20 +496,24 @@ enum PostCopyFailure {
 fn post_copy(
     link: &mut Link,
     image: &Path,
+    streamed: (&mut stream::Streamed, Lanes),
     tree: &StoppedTree,
     peer: &str,
     frozen_at: Instant,
     progress: &mut Progress,
 ) -> Result<MigrateOutcome, PostCopyFailure> {
     let sending = Instant::now();
+    let while_dumping = streamed.0.while_dumping;
     let later: Vec<String> = files::list(image, MANIFEST_FILE)
         .map_err(|e| PostCopyFailure::Before("sending the image", e.to_string()))?
         .into_iter()
         .filter(|(name, size)| is_pulled(name, *size))
         .map(|(name, _)| name)
         .collect();
-    let (files, bytes) = send_image(link, image, &later, None)
-        .map_err(|e| PostCopyFailure::Before("sending the image", e.to_string()))?;
+    let (files, bytes) = send_image(link, image, &later, streamed).map_err(|e| {
+        let why = receiver_reason(link, &e).unwrap_or_else(|| e.to_string());
+        PostCopyFailure::Before("sending the image", why)
+    })?;
     progress.event(
         "sent",
         &format!(
@@ -510,7 +551,8 @@ fn post_copy(
                 frozen: frozen_at.elapsed(),
                 sent: sending.elapsed(),
                 downtime: resumed_at.map(|at| at.duration_since(frozen_at)),
-                streamed: 0,
+                streamed: while_dumping,
+                lanes: 0,
             })
         }
         Ok(postcopy::Served::Refused(why)) => Err(PostCopyFailure::Before(
@@ -538,12 +580,14 @@ fn is_pulled(name: &str, size: u64) -> bool {
 }
 
 /// Send the image at `dir`, the manifest last, then Done; the files and bytes sent.
-/// The files named in `later` are announced (Later, with their size) but not sent.
+/// The files streamed while CRIU dumped go first: the rest of each on the `lanes`, then
+/// Whole. The files named in `later` are announced (Later, with their size) but not
+/// sent.
 fn send_image(
     link: &mut Link,
     dir: &Path,
     later: &[String],
-    mut streamed: Option<&mut stream::Streamed>,
+    (streamed, lanes): (&mut stream::Streamed, Lanes),
 ) -> Result<(u64, u64), FilesError> {
     let list = files::list(dir, MANIFEST_FILE)?;
     let throttle = throttle();
@@ -554,13 +598,9 @@ fn send_image(
             std::thread::sleep(pause);
         }
     };
-    // The pages files streamed while CRIU dumped: the rest of each, then Whole.
-    let while_dumping = streamed.as_ref().map_or(0, |s| s.while_dumping);
-    if let Some(streamed) = streamed.as_deref_mut() {
-        streamed.finish(link, dir, &mut pause)?;
-    }
+    let in_parts = streamed.finish(link, lanes, dir, BEAT)?;
     for (name, size) in &list {
-        if streamed.as_ref().is_some_and(|s| s.has(name)) {
+        if streamed.has(name) {
             continue;
         }
         if later.contains(name) {
@@ -582,7 +622,23 @@ fn send_image(
         files::send(link, dir, name, &mut pause)?;
     }
     link.send(&Control::Done)?;
-    Ok((list.len() as u64, bytes + while_dumping))
+    Ok((list.len() as u64, bytes + in_parts))
+}
+
+/// The receiver's own account of a failure that reached this side as `error`: when it
+/// closed a lane, it says why (Failed) on the control link first.
+fn receiver_reason(link: &mut Link, error: &FilesError) -> Option<String> {
+    let closed = matches!(
+        error,
+        FilesError::Link(LinkError::Disconnected { .. }) | FilesError::Refused { .. }
+    );
+    if !closed {
+        return None;
+    }
+    match link.receive_control() {
+        Ok(Control::Failed { reason, .. }) => Some(reason),
+        _ => None,
+    }
 }
 
 /// The test-only pause after each chunk sent (`GPUCR_TEST_MIGRATE_THROTTLE_MS`), so

@@ -1,14 +1,18 @@
-//! Stop-and-copy's stream of the memory pages and the GPU memory while they are dumped.
+//! The stream of the memory pages and the GPU memory while they are dumped, over the
+//! lanes ([`super::lanes`]).
 //!
 //! CRIU writes each `pages-N.img` from start to end and never rewrites a byte of it, and
 //! so does each pack thread of the transfer engine its `gpu/data-NNNN`. So while the
-//! dump runs, a thread watches the staging directory and sends every whole chunk of such
-//! a file that has landed (Part, then the chunk), and punches it out of the staging file
-//! once it is sent: the memory crosses the link as it is dumped, and the source's disk
-//! never holds a full copy of it. Once CRIU is done, the rest of each
-//! file follows the same way, then Whole with its size. When nothing has landed for a
-//! heartbeat's interval, the thread sends Working instead, as
-//! [`Link::beating_while`] does.
+//! dump runs, a thread watches the staging directory and gives every whole chunk of such
+//! a file that has landed to the next lane, which sends it (Part, then the chunk) and
+//! punches it out of the staging file: the memory crosses the link as it is dumped, in
+//! parallel, and the source's disk never holds a full copy of it. Once CRIU is done, the
+//! rest of each file follows the same way, the lanes end, and Whole with each file's
+//! size goes on the control link. Meanwhile the control link carries Working every
+//! heartbeat, as [`Link::beating_while`] does.
+//!
+//! Stop-and-copy streams the pages files and the GPU data files; post-copy only the GPU
+//! data (the pages are served from the staging image later).
 //!
 //! The staging files are punched out, so their contents are not read back after the
 //! dump: the migration's dump records the pages files by size only (the GPU data files'
@@ -17,15 +21,12 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::fd::AsFd;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{fallocate, FallocateFlags};
-
 use super::files::FilesError;
+use super::lanes::{Lanes, Piece};
 use super::link::{Link, CHUNK_SIZE};
 use super::message::Control;
 use crate::image::checksum::is_pages_file;
@@ -34,66 +35,92 @@ use crate::transfer::{is_data_file_name, GPU_DIR};
 /// How long the thread waits for CRIU to write more when it found nothing to send.
 const LOOK_AGAIN: Duration = Duration::from_millis(2);
 
-/// The files streamed so far: each one open, and how much of it was sent.
-#[derive(Debug, Default)]
+/// Which files of the dump stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// The memory pages files and the GPU data files (stop-and-copy).
+    PagesAndGpuData,
+    /// The GPU data files only (post-copy).
+    GpuData,
+}
+
+/// The files streamed so far: each one open, and how much of it was given to a lane.
+#[derive(Debug)]
 pub struct Streamed {
+    pick: Pick,
     files: BTreeMap<String, Sent>,
-    /// Bytes sent while CRIU dumped.
+    /// Bytes given to the lanes while CRIU dumped.
     pub while_dumping: u64,
-    /// When the first of them was sent.
+    /// When the first of them was.
     pub first_sent: Option<Instant>,
 }
 
 #[derive(Debug)]
 struct Sent {
     path: PathBuf,
-    file: File,
+    file: Arc<File>,
     offset: u64,
 }
 
 impl Streamed {
+    fn new(pick: Pick) -> Streamed {
+        Streamed {
+            pick,
+            files: BTreeMap::new(),
+            while_dumping: 0,
+            first_sent: None,
+        }
+    }
+
     /// Whether the file `name` went (or goes) in parts.
     pub fn has(&self, name: &str) -> bool {
         self.files.contains_key(name)
     }
 
     /// Send what is left of every streamed file of `dir` (those not begun yet too),
-    /// each followed by Whole: once the dump is done with them. `sent` is called with the
-    /// bytes of each chunk once it is sent. The bytes sent.
+    /// end the lanes, then Whole for each file on `link`, which carries Working every
+    /// `beat` meanwhile: once the dump is done with them. The bytes the lanes sent.
     pub fn finish(
         &mut self,
         link: &mut Link,
+        mut lanes: Lanes,
         dir: &Path,
-        sent: &mut dyn FnMut(u64),
+        beat: Duration,
     ) -> Result<u64, FilesError> {
-        self.open_new(dir)?;
-        let mut bytes = 0;
-        for (name, file) in &mut self.files {
-            let size = file
-                .file
-                .metadata()
-                .map_err(|source| FilesError::Read {
-                    path: file.path.clone(),
-                    source,
-                })?
-                .len();
-            while file.offset < size {
-                let n = file.send_part(link, name, size - file.offset)?;
-                bytes += n;
-                sent(n);
+        let (sent, beats) = link.beating_while(beat, || {
+            self.open_new(dir)?;
+            let mut sizes = Vec::new();
+            for (name, file) in &mut self.files {
+                let size = file
+                    .file
+                    .metadata()
+                    .map_err(|source| FilesError::Read {
+                        path: file.path.clone(),
+                        source,
+                    })?
+                    .len();
+                while file.offset < size {
+                    lanes.send(file.piece(name, size - file.offset))?;
+                }
+                sizes.push((name.clone(), size));
             }
-            link.send(&Control::Whole {
-                path: name.clone(),
-                size,
-            })?;
+            Ok::<_, FilesError>((lanes.finish()?, sizes))
+        });
+        let (sent, sizes) = sent?;
+        beats?;
+        for (name, size) in sizes {
+            link.send(&Control::Whole { path: name, size })?;
         }
-        Ok(bytes)
+        Ok(sent)
     }
 
-    /// Open the streamed files of `dir` not open yet: its pages files, and the GPU data
-    /// files in its `gpu/`.
+    /// Open the streamed files of `dir` not open yet: its pages files (when picked),
+    /// and the GPU data files in its `gpu/`.
     fn open_new(&mut self, dir: &Path) -> Result<(), FilesError> {
-        let mut names = appended_files(dir, "", is_pages_file)?;
+        let mut names = match self.pick {
+            Pick::PagesAndGpuData => appended_files(dir, "", is_pages_file)?,
+            Pick::GpuData => Vec::new(),
+        };
         let gpu = dir.join(GPU_DIR);
         if gpu.is_dir() {
             names.extend(appended_files(&gpu, GPU_DIR, is_data_file_name)?);
@@ -103,7 +130,7 @@ impl Streamed {
                 continue;
             }
             let path = dir.join(&name);
-            // Written to only by the holes punched behind the sender.
+            // Written to only by the holes punched behind the lanes.
             let file = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -116,7 +143,7 @@ impl Streamed {
                 name,
                 Sent {
                     path,
-                    file,
+                    file: Arc::new(file),
                     offset: 0,
                 },
             );
@@ -124,15 +151,17 @@ impl Streamed {
         Ok(())
     }
 
-    /// Send every whole chunk that has landed in the streamed files of `dir` since the
-    /// last look; the bytes sent.
-    fn send_landed(&mut self, link: &mut Link, dir: &Path) -> Result<u64, FilesError> {
+    /// Give every whole chunk that has landed in the streamed files of `dir` since the
+    /// last look to the lanes; the bytes given.
+    fn send_landed(&mut self, lanes: &mut Lanes, dir: &Path) -> Result<u64, FilesError> {
         self.open_new(dir)?;
         let mut bytes = 0;
         for (name, file) in &mut self.files {
             let size = file.file.metadata().map(|m| m.len()).unwrap_or(0);
             while size.saturating_sub(file.offset) >= CHUNK_SIZE as u64 {
-                bytes += file.send_part(link, name, CHUNK_SIZE as u64)?;
+                let piece = file.piece(name, CHUNK_SIZE as u64);
+                bytes += piece.len as u64;
+                lanes.send(piece)?;
             }
         }
         if bytes > 0 && self.first_sent.is_none() {
@@ -167,63 +196,49 @@ fn appended_files(
 }
 
 impl Sent {
-    /// Send up to `most` bytes (at most a chunk) from the file's offset as a Part, and
-    /// punch them out of the staging file; the bytes sent.
-    fn send_part(&mut self, link: &mut Link, name: &str, most: u64) -> Result<u64, FilesError> {
+    /// The next piece of the file, up to `most` bytes (at most a chunk), for a lane.
+    fn piece(&mut self, name: &str, most: u64) -> Piece {
         let len = most.min(CHUNK_SIZE as u64) as usize;
-        let mut buf = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buf, self.offset)
-            .map_err(|source| FilesError::Read {
-                path: self.path.clone(),
-                source,
-            })?;
-        link.send(&Control::Part {
-            path: name.to_owned(),
+        let piece = Piece {
+            name: name.to_owned(),
+            path: self.path.clone(),
+            file: self.file.clone(),
             offset: self.offset,
-        })?;
-        link.send_chunk(&buf)?;
-        // The bytes are on their way: the staging file need not keep them. A file
-        // system without hole punching keeps them until the staging directory goes.
-        let _ = fallocate(
-            self.file.as_fd(),
-            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
-            self.offset as i64,
-            len as i64,
-        );
+            len,
+        };
         self.offset += len as u64;
-        Ok(len as u64)
+        piece
     }
 }
 
-/// Run `work` (the dump into `dir`) on this thread while another streams the pages
-/// and GPU data files the dump writes into `dir` over `link`, and sends Working whenever nothing was
-/// sent for `interval`. The first failure stops the stream and is returned beside
+/// Run `work` (the dump into `dir`) on this thread while another gives the files `pick`
+/// names, as the dump writes them into `dir`, to the `lanes`, and sends Working on
+/// `link` every `interval`. The first failure stops the stream and is returned beside
 /// `work`'s result; else what was streamed, for [`Streamed::finish`].
 pub fn streaming_while<T>(
     link: &mut Link,
+    lanes: &mut Lanes,
     dir: &Path,
+    pick: Pick,
     interval: Duration,
     work: impl FnOnce() -> T,
 ) -> (T, Result<Streamed, FilesError>) {
     let stop = (Mutex::new(false), Condvar::new());
     std::thread::scope(|scope| {
         let streamer = scope.spawn(|| {
-            let mut streamed = Streamed::default();
-            let mut last_sent = Instant::now();
+            let mut streamed = Streamed::new(pick);
+            let mut last_beat = Instant::now();
             let (stopped, wake) = &stop;
             loop {
                 // The staging directory exists once the dump has made it.
                 let landed = if dir.is_dir() {
-                    streamed.send_landed(link, dir)?
+                    streamed.send_landed(lanes, dir)?
                 } else {
                     0
                 };
-                if landed > 0 {
-                    last_sent = Instant::now();
-                } else if last_sent.elapsed() >= interval {
+                if last_beat.elapsed() >= interval {
                     link.send(&Control::Working)?;
-                    last_sent = Instant::now();
+                    last_beat = Instant::now();
                 }
                 let guard = stopped.lock().unwrap_or_else(|e| e.into_inner());
                 if *guard {
@@ -256,25 +271,38 @@ mod tests {
     use std::io::Write;
 
     use super::*;
-    use crate::migrate::files::ImageWriter;
-    use crate::migrate::link::testing::{pair, with_a_damaged_chunk};
-    use crate::migrate::link::Incoming;
+    use crate::migrate::lanes::Readers;
+    use crate::migrate::link::testing::pair;
+    use crate::migrate::parts::PartsWriter;
 
-    /// What a receiver does with what the stream sends, until Done.
-    fn receive_all(mut link: Link, root: &Path) -> Result<(u64, u64), FilesError> {
-        let mut writer = ImageWriter::new(root);
+    /// What a receiver does with what the stream sends: the lanes' parts written, each
+    /// file checked at Whole, until Done on the control link.
+    fn receive_all(
+        mut control: Link,
+        lanes: Vec<Link>,
+        root: &Path,
+    ) -> Result<(u64, u64), FilesError> {
+        let writer = Arc::new(PartsWriter::new(root));
+        let mut readers = Some(Readers::start(lanes, &writer));
         loop {
-            match link.receive()? {
-                Incoming::Control(Control::Part { path, offset }) => {
-                    writer.part(&mut link, &path, offset)?
+            match control.receive_control()? {
+                Control::Whole { path, size } => {
+                    if let Some(readers) = readers.take() {
+                        readers.finish()?;
+                    }
+                    writer.whole(&path, size)?
                 }
-                Incoming::Control(Control::Whole { path, size }) => writer.whole(&path, size)?,
-                Incoming::Control(Control::Done) => break,
-                other => panic!("{:?}", matches!(other, Incoming::Chunk { .. })),
+                Control::Done => break,
+                other => panic!("{other:?}"),
             }
         }
-        writer.finish()?;
+        assert_eq!(writer.unfinished(), None);
         Ok(writer.written())
+    }
+
+    fn lanes(count: usize) -> (Lanes, Vec<Link>) {
+        let (ours, theirs): (Vec<Link>, Vec<Link>) = (0..count).map(|_| pair()).unzip();
+        (Lanes::start(ours, Duration::from_millis(5), None), theirs)
     }
 
     #[test]
@@ -282,31 +310,41 @@ mod tests {
         let staging = tempfile::tempdir().unwrap();
         let received = tempfile::tempdir().unwrap();
         let (mut a, b) = pair();
+        let (mut lanes, theirs) = lanes(3);
         let receiver = std::thread::spawn({
             let root = received.path().to_path_buf();
-            move || receive_all(b, &root)
+            move || receive_all(b, theirs, &root)
         });
-        let content: Vec<u8> = (0..(3 * CHUNK_SIZE + 100))
+        let content: Vec<u8> = (0..(5 * CHUNK_SIZE + 100))
             .map(|i| (i % 253) as u8)
             .collect();
         let dir = staging.path().to_path_buf();
-        let ((), streamed) = streaming_while(&mut a, &dir, Duration::from_millis(5), || {
-            // "CRIU" writes two chunks, waits for them to cross, then the rest.
-            let mut file = File::create(dir.join("pages-1.img")).unwrap();
-            file.write_all(&content[..2 * CHUNK_SIZE]).unwrap();
-            std::thread::sleep(Duration::from_millis(200));
-            file.write_all(&content[2 * CHUNK_SIZE..]).unwrap();
-            std::fs::write(dir.join("core-1.img"), b"not a pages file").unwrap();
-            std::fs::create_dir(dir.join("gpu")).unwrap();
-            std::fs::write(dir.join("gpu/data-0000"), &content[..100]).unwrap();
-            std::fs::write(dir.join("gpu/index"), b"not a data file").unwrap();
-        });
+        let ((), streamed) = streaming_while(
+            &mut a,
+            &mut lanes,
+            &dir,
+            Pick::PagesAndGpuData,
+            Duration::from_millis(5),
+            || {
+                // "CRIU" writes four chunks, waits for them to cross, then the rest.
+                let mut file = File::create(dir.join("pages-1.img")).unwrap();
+                file.write_all(&content[..4 * CHUNK_SIZE]).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                file.write_all(&content[4 * CHUNK_SIZE..]).unwrap();
+                std::fs::write(dir.join("core-1.img"), b"not a pages file").unwrap();
+                std::fs::create_dir(dir.join("gpu")).unwrap();
+                std::fs::write(dir.join("gpu/data-0000"), &content[..100]).unwrap();
+                std::fs::write(dir.join("gpu/index"), b"not a data file").unwrap();
+            },
+        );
         let mut streamed = streamed.unwrap();
-        assert!(streamed.while_dumping >= 2 * CHUNK_SIZE as u64);
-        let rest = streamed.finish(&mut a, &dir, &mut |_| {}).unwrap();
+        assert!(streamed.while_dumping >= 4 * CHUNK_SIZE as u64);
+        let sent = streamed
+            .finish(&mut a, lanes, &dir, Duration::from_millis(5))
+            .unwrap();
         assert!(streamed.has("pages-1.img") && streamed.has("gpu/data-0000"));
         assert!(!streamed.has("core-1.img") && !streamed.has("gpu/index"));
-        assert_eq!(streamed.while_dumping + rest, content.len() as u64 + 100);
+        assert_eq!(sent, content.len() as u64 + 100);
         a.send(&Control::Done).unwrap();
         let written = receiver.join().unwrap().unwrap();
         assert_eq!(written, (2, content.len() as u64 + 100));
@@ -330,45 +368,72 @@ mod tests {
     }
 
     #[test]
-    fn a_part_out_of_order_or_a_file_not_whole_is_refused() {
+    fn post_copy_streams_the_gpu_data_only() {
+        let staging = tempfile::tempdir().unwrap();
         let received = tempfile::tempdir().unwrap();
-        let (mut a, mut b) = pair();
-        let mut writer = ImageWriter::new(received.path());
-        a.send_chunk(b"abc").unwrap();
-        writer.part(&mut b, "pages-1.img", 0).unwrap();
-        let err = writer.part(&mut b, "pages-1.img", 7).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                FilesError::OutOfOrder {
-                    expected: 3,
-                    got: 7,
-                    ..
-                }
-            ),
-            "{err}"
+        let (mut a, b) = pair();
+        let (mut lanes, theirs) = lanes(2);
+        let receiver = std::thread::spawn({
+            let root = received.path().to_path_buf();
+            move || receive_all(b, theirs, &root)
+        });
+        let dir = staging.path().to_path_buf();
+        let ((), streamed) = streaming_while(
+            &mut a,
+            &mut lanes,
+            &dir,
+            Pick::GpuData,
+            Duration::from_millis(5),
+            || {
+                std::fs::write(dir.join("pages-1.img"), vec![1u8; 2 * CHUNK_SIZE]).unwrap();
+                std::fs::create_dir(dir.join("gpu")).unwrap();
+                std::fs::write(dir.join("gpu/data-0001"), vec![2u8; 2 * CHUNK_SIZE]).unwrap();
+            },
         );
-        assert!(matches!(
-            writer.finish().unwrap_err(),
-            FilesError::NotWhole { .. }
-        ));
-        let err = writer.whole("pages-1.img", 4).unwrap_err();
-        assert!(matches!(err, FilesError::WrongSize { .. }), "{err}");
-        let err = writer.whole("pages-2.img", 0).unwrap_err();
-        assert!(matches!(err, FilesError::NoParts { .. }), "{err}");
+        let mut streamed = streamed.unwrap();
+        streamed
+            .finish(&mut a, lanes, &dir, Duration::from_millis(5))
+            .unwrap();
+        assert!(streamed.has("gpu/data-0001") && !streamed.has("pages-1.img"));
+        a.send(&Control::Done).unwrap();
+        assert_eq!(
+            receiver.join().unwrap().unwrap(),
+            (1, 2 * CHUNK_SIZE as u64)
+        );
+        // The pages stay whole in the staging image, to be served from.
+        assert_eq!(
+            std::fs::read(dir.join("pages-1.img")).unwrap(),
+            vec![1u8; 2 * CHUNK_SIZE]
+        );
     }
 
     #[test]
-    fn a_damaged_part_is_refused() {
-        let received = tempfile::tempdir().unwrap();
-        let mut y = with_a_damaged_chunk(b"abc");
-        let mut writer = ImageWriter::new(received.path());
-        let err = writer.part(&mut y, "pages-1.img", 0).unwrap_err();
+    fn a_lane_that_fails_stops_the_stream_with_its_error() {
+        let staging = tempfile::tempdir().unwrap();
+        let (mut a, _b) = pair();
+        let (mut lanes, theirs) = lanes(2);
+        drop(theirs);
+        let dir = staging.path().to_path_buf();
+        let ((), streamed) = streaming_while(
+            &mut a,
+            &mut lanes,
+            &dir,
+            Pick::PagesAndGpuData,
+            Duration::from_millis(5),
+            || std::fs::write(dir.join("pages-1.img"), vec![1u8; 16 * CHUNK_SIZE]).unwrap(),
+        );
+        let err = match streamed {
+            Err(e) => e,
+            Ok(mut streamed) => streamed
+                .finish(&mut a, lanes, &dir, Duration::from_millis(5))
+                .unwrap_err(),
+        };
         assert!(
-            matches!(err, FilesError::Corrupt { offset: 0, .. }),
+            matches!(
+                err,
+                FilesError::Link(crate::migrate::link::LinkError::Disconnected { .. })
+            ),
             "{err}"
         );
-        let err = writer.part(&mut y, "../escape", 0).unwrap_err();
-        assert!(matches!(err, FilesError::Unconfined { .. }), "{err}");
     }
 }
