@@ -395,7 +395,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__migrate)
-            opts="-v -h -V --key --cert --peer-cert --link-timeout --staging --post-copy --lanes --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --jobs --device-timeout --criu --criu-config --verbose --json --help --version"
+            opts="-v -h -V --key --cert --peer-cert --link-timeout --staging --post-copy --lanes --compress --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --jobs --device-timeout --criu --criu-config --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -422,6 +422,10 @@ _gpucr() {
                     return 0
                     ;;
                 --lanes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --compress)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

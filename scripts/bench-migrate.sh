@@ -5,6 +5,9 @@
 # memory) listens on the job's address 10.201.0.100, which moves with it.
 #
 # Modes (MODES, rotated from round to round):
+#   * in-place: `gpucr dump` and `gpucr restore --detach` on the source, no copy: the
+#     floor a move reaches unless the source's dump and the destination's restore
+#     overlap.
 #   * baseline: `gpucr dump` on the source, the image copied over the link (tar through
 #     socat, plain TCP), the job's address moved, `gpucr restore --detach` on the
 #     destination.
@@ -28,7 +31,9 @@
 # Every round ends with the server checking all its memory ("all" must answer "ok").
 #
 #   scripts/bench-migrate.sh                 (SIZES="1024 4096" RUNS=3 MODES=baseline
-#                                             LANES= for gpucr migrate's --lanes)
+#                                             LANES=, COMPRESS=, STAGING= for
+#                                             gpucr migrate's --lanes, --compress
+#                                             and --staging)
 #
 # Needs iperf3 and socat (Debian's packages of those names). Results: docs/benchmarks.md
 # ("Live migration").
@@ -43,8 +48,12 @@ cd "$(dirname "$0")/.."
 root=$PWD
 SIZES=${SIZES-1024 4096}
 RUNS=${RUNS:-3}
-# gpucr migrate's --lanes (empty: its default).
+# gpucr migrate's --lanes (empty: its default), and the GPU memory's --compress of both
+# gpucr dump (baseline) and gpucr migrate (empty: their default, zstd).
 LANES=${LANES:-}
+COMPRESS=${COMPRESS:-}
+# Where gpucr migrate stages the image (--staging; empty: the temporary directory).
+STAGING=${STAGING:-}
 MODES=${MODES:-baseline}
 # The simulator's GPU tree moved after the servers (examples/sim_workload with these
 # options; SIM_TREE="" skips it): 1 GiB of device memory by default.
@@ -189,9 +198,22 @@ move_once() {
     local mode=$1 t0 t1 t2 reply bytes at_freeze
     rm -rf "$WORK/src-image" "$WORK/dst-image"
     case $mode in
+    in-place)
+        # What a move cannot go below without overlapping the two: the dump and the
+        # restore alone, on the source, with no copy.
+        t0=$(ms)
+        on "$src" "$gpucr" dump ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >/dev/null 2>"$WORK/err" \
+            || { cat "$WORK/err" >&2; exit 1; }
+        rm -f "$WORK/pid"
+        [ "$JOB_KIND" = gpu ] && at_freeze=$(stat -c %s "$WORK/state/journal-parent")
+        on "$src" "$gpucr" restore --detach "$WORK/src-image" > "$WORK/restored" 2>"$WORK/err" &
+        local restoring=$!
+        if [ "$JOB_KIND" = gpu ]; then reply="hot ok"$'\n'"first $(journal_grows "$at_freeze")"; else reply=$(ask hot); fi
+        wait "$restoring" || { cat "$WORK/err" >&2; exit 1; }
+        bytes=0 t1=0 t2=1 ;;
     baseline)
         t0=$(ms)
-        on "$src" "$gpucr" dump "$(cat "$WORK/pid")" "$WORK/src-image" >/dev/null 2>"$WORK/err" \
+        on "$src" "$gpucr" dump ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >/dev/null 2>"$WORK/err" \
             || { cat "$WORK/err" >&2; exit 1; }
         rm -f "$WORK/pid"
         mkdir -m 0700 "$WORK/dst-image"
@@ -213,6 +235,8 @@ move_once() {
     stop-and-copy|post-copy)
         local flags=()
         [ -n "$LANES" ] && flags+=(--lanes "$LANES")
+        [ -n "$COMPRESS" ] && flags+=(--compress "$COMPRESS")
+        [ -n "$STAGING" ] && flags+=(--staging "$STAGING")
         rm -rf "$WORK/in" && mkdir -p "$WORK/in"
         ip -n "$dst" addr add "$JOB/24" dev eth0
         on "$dst" "$gpucr" receive --listen 10.201.0.12:7431 --dir "$WORK/in" --once \

@@ -594,7 +594,12 @@ fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
         &job,
         receiver,
         &sim.env(),
-        &[],
+        // The KFD model crosses uncompressed, on two lanes.
+        if driver.is_empty() {
+            &["--compress", "none", "--lanes", "2"]
+        } else {
+            &[]
+        },
         || {
             assert!(!sim_contexts(&sim.0).is_empty(), "no device memory to wipe");
             std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
@@ -617,6 +622,8 @@ fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
         assert!(buffers >= 2, "{}", manifest["gpu"]);
         let raw = manifest["gpu"]["stats"]["raw_bytes"].as_u64().unwrap();
         assert!(raw >= 32 << 20, "{}", manifest["gpu"]);
+        let compressed = manifest["gpu"]["stats"]["compressed_chunks"].as_u64();
+        assert_eq!(compressed, Some(0), "{}", manifest["gpu"]);
         assert!(image.join("gpu/index").exists());
     } else {
         // The NVIDIA model: each task's device state, its memory staged in the host's.

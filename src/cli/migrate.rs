@@ -91,6 +91,13 @@ pub struct MigrateArgs {
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub lanes: u32,
 
+    /// How the GPU memory crosses: none, zstd (level 1) or zstd:LEVEL, as `gpucr dump
+    /// --compress` stores it (the image on the destination keeps it so). zstd sends
+    /// fewer bytes at the cost of the source's and the destination's CPU: on a link
+    /// faster than the cores compress, none moves the job sooner.
+    #[arg(long, value_name = "METHOD", env = gpucr_abi::engine::ENV_COMPRESS, default_value = "zstd")]
+    pub compress: crate::transfer::Compression,
+
     #[command(flatten)]
     pub tree: TreeDumpArgs,
 

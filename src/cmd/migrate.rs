@@ -49,6 +49,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             verbose: args.criu.verbose > 0,
             transfer: TransferConfig {
                 jobs: jobs(&args.transfer),
+                compression: args.compress,
                 ..TransferConfig::default()
             },
             device_timeout: Duration::from_secs(args.transfer.device_timeout.into()),
