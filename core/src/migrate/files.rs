@@ -6,7 +6,8 @@
 //! it made (0700) and nobody else writes: directories with `mkdir` (0700), files with
 //! `O_CREAT | O_EXCL | O_NOFOLLOW` (0600), so no path can lead through a link or onto
 //! a file it did not create. Every chunk's xxh3 is checked before it is written, and a
-//! file must end at the size announced.
+//! file must end at the size announced. The files are put on disk ([`Unsynced`]) on a
+//! thread of their own while the restore reads them from the page cache.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -196,6 +197,7 @@ pub struct ImageWriter {
     root: PathBuf,
     files: u64,
     bytes: u64,
+    unsynced: Vec<(PathBuf, File)>,
 }
 
 impl ImageWriter {
@@ -205,6 +207,7 @@ impl ImageWriter {
             root: root.to_path_buf(),
             files: 0,
             bytes: 0,
+            unsynced: Vec::new(),
         }
     }
 
@@ -253,7 +256,7 @@ impl ImageWriter {
                 got,
             });
         }
-        file.sync_all().map_err(write)?;
+        self.unsynced.push((path, file));
         self.files += 1;
         self.bytes += got;
         Ok(())
@@ -269,15 +272,57 @@ impl ImageWriter {
         Ok(())
     }
 
-    /// Every file is in: the root directory synced, so the files' names are on disk
-    /// too.
-    pub fn finish(&self) -> Result<(), FilesError> {
+    /// Every file is in: what is left to put on disk, its files and `more` (those
+    /// written in parts), and the root directory, so that their names are too.
+    pub fn finish(self, more: Vec<(PathBuf, File)>) -> Unsynced {
+        let mut files = self.unsynced;
+        files.extend(more);
+        Unsynced {
+            files,
+            root: self.root,
+        }
+    }
+}
+
+/// Received files not yet put on disk, and the directory they are in.
+#[derive(Debug)]
+pub struct Unsynced {
+    files: Vec<(PathBuf, File)>,
+    root: PathBuf,
+}
+
+/// The files being put on disk, on a thread of their own.
+#[derive(Debug)]
+pub struct Syncing(std::thread::JoinHandle<Result<(), FilesError>>);
+
+impl Unsynced {
+    /// Put every file on disk, then the directory.
+    pub fn sync(self) -> Result<(), FilesError> {
+        for (path, file) in self.files {
+            file.sync_all()
+                .map_err(|source| FilesError::Write { path, source })?;
+        }
         File::open(&self.root)
             .and_then(|d| d.sync_all())
             .map_err(|source| FilesError::Write {
-                path: self.root.clone(),
+                path: self.root,
                 source,
             })
+    }
+
+    /// [`Unsynced::sync`] on a thread of its own: the restore reads the files from
+    /// the page cache meanwhile, and need not wait for the disk.
+    pub fn start(self) -> Syncing {
+        Syncing(std::thread::spawn(move || self.sync()))
+    }
+}
+
+impl Syncing {
+    /// Wait until every file is on disk.
+    pub fn wait(self) -> Result<(), FilesError> {
+        self.0.join().unwrap_or(Err(FilesError::Unexpected {
+            message: "a panic of the thread putting the image on disk",
+        }))
     }
 }
 

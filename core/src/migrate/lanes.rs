@@ -332,6 +332,20 @@ impl Readers {
         None
     }
 
+    /// The failure of a lane that ends with one within `limit`, if any.
+    pub fn failed_within(&mut self, limit: Duration) -> Option<FilesError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(failure) = self.failed() {
+                return Some(failure);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Wait for every lane's Done; the first failure, if any.
     pub fn finish(mut self) -> Result<(), FilesError> {
         let mut first = Ok(());

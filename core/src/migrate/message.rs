@@ -112,6 +112,11 @@ pub enum Control {
     },
     /// Post-copy: every page is in on the destination; the source may let its copy go.
     AllIn,
+    /// The source lost a lane (`why`): the receiver answers Failed with its own reason
+    /// (it closed the lane: a full disk, a corrupt chunk), or the source's.
+    LaneLost {
+        why: String,
+    },
     /// Every file was sent (on a lane: every part of this lane; the receiver answers
     /// Done once they are written).
     Done,
@@ -151,6 +156,7 @@ impl Control {
             Control::Later { .. } => "later",
             Control::Fetch { .. } => "fetch",
             Control::AllIn => "all_in",
+            Control::LaneLost { .. } => "lane_lost",
             Control::Done => "done",
             Control::Working => "working",
             Control::Restored { .. } => "restored",

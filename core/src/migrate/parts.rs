@@ -28,6 +28,8 @@ pub struct PartsWriter {
     files: Mutex<BTreeMap<String, Arc<PartFile>>>,
     bytes: AtomicU64,
     whole: AtomicU64,
+    /// The files made whole, to be put on disk.
+    unsynced: Mutex<Vec<(PathBuf, File)>>,
 }
 
 /// A file being received in parts: where it is, and the ranges received (start to end).
@@ -46,6 +48,7 @@ impl PartsWriter {
             files: Mutex::new(BTreeMap::new()),
             bytes: AtomicU64::new(0),
             whole: AtomicU64::new(0),
+            unsynced: Mutex::new(Vec::new()),
         }
     }
 
@@ -109,8 +112,8 @@ impl PartsWriter {
         Ok(())
     }
 
-    /// The file `name`, received in parts, is whole at `size` bytes: checked, and
-    /// put on disk. An empty file has no parts, and is made here.
+    /// The file `name`, received in parts, is whole at `size` bytes: checked (and put
+    /// among the files to put on disk). An empty file has no parts, and is made here.
     pub fn whole(&self, name: &str, size: u64) -> Result<(), FilesError> {
         let part = self.files().remove(name);
         let part = match part {
@@ -132,12 +135,21 @@ impl PartsWriter {
                 got,
             });
         }
-        part.file.sync_all().map_err(|source| FilesError::Write {
+        let file = part.file.try_clone().map_err(|source| FilesError::Write {
             path: part.path.clone(),
             source,
         })?;
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((part.path.clone(), file));
         self.whole.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The files made whole so far, to be put on disk ([`super::files::Unsynced`]).
+    pub fn take_unsynced(&self) -> Vec<(PathBuf, File)> {
+        std::mem::take(&mut *self.unsynced.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// A file some parts of which came but that was never said whole.

@@ -27,7 +27,7 @@ use std::time::Duration;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
-use super::files::{FilesError, ImageWriter};
+use super::files::{FilesError, ImageWriter, Syncing};
 use super::identity::{Identity, IdentityError, IdentityFiles};
 use super::lanes::{self, JoinError, Readers, MAX_LANES};
 use super::link::{Link, LinkError};
@@ -299,6 +299,7 @@ fn serve(
         files,
         bytes,
         later,
+        syncing,
     } = match receive_files(&mut link, lanes, image.path(), &peer) {
         Ok(written) => written,
         Err(e) => {
@@ -318,7 +319,8 @@ fn serve(
                 later.len()
             ),
         );
-        return serve_post_copy(link, image, &later, opts, &peer, progress, (files, bytes));
+        let received = (files, bytes, syncing);
+        return serve_post_copy(link, image, &later, opts, &peer, progress, received);
     }
     // Each chunk was checked as it came; the restore verifies the image as every
     // restore does (sizes and small files before CRIU starts, the memory pages beside
@@ -373,6 +375,7 @@ fn serve(
     if std::env::var_os("GPUCR_TEST_MIGRATE_NO_RESUMED").is_some() {
         // The link lost right after the Commit, as a test makes it.
         drop(link);
+        on_disk(syncing, tree.root, &dir, progress);
         return Ok(ReceiveOutcome {
             peer,
             pid: tree.root,
@@ -391,6 +394,7 @@ fn serve(
             tree.root
         ));
     }
+    on_disk(syncing, tree.root, &dir, progress);
     Ok(ReceiveOutcome {
         peer,
         pid: tree.root,
@@ -398,6 +402,17 @@ fn serve(
         files,
         bytes,
     })
+}
+
+/// Wait until the image the job running here as `pid` was restored from is on disk
+/// (its files were put there while it was restored); say so if it cannot be.
+fn on_disk(syncing: Syncing, pid: i32, dir: &Path, progress: &mut Progress) {
+    if let Err(e) = syncing.wait() {
+        progress.warn(&format!(
+            "pid {pid} runs here, but its image in {} may not be whole on disk: {e}",
+            dir.display()
+        ));
+    }
 }
 
 /// The source never committed (`why`): the restored tree, still stopped, is killed and
@@ -544,6 +559,19 @@ fn receive_files(
                 later.push((path, size));
             }
             Ok(Control::Done) => break,
+            Ok(Control::LaneLost { why }) => {
+                // The lane this side closed, if it did: its reason is the one to give.
+                let failed = readers
+                    .as_mut()
+                    .and_then(|r| r.failed_within(Duration::from_secs(2)));
+                return Err(match failed {
+                    Some(failure) => files(failure),
+                    None => ReceiveError::SourceFailed {
+                        peer: peer.to_owned(),
+                        reason: format!("it lost a lane: {why}"),
+                    },
+                });
+            }
             Ok(Control::Failed { reason, .. }) => {
                 return Err(ReceiveError::SourceFailed {
                     peer: peer.to_owned(),
@@ -562,13 +590,13 @@ fn receive_files(
     if let Some(name) = parts.unfinished() {
         return Err(files(FilesError::NotWhole { path: name }));
     }
-    writer.finish().map_err(files)?;
     let (whole, streamed) = parts.written();
     let (files, bytes) = writer.written();
     Ok(Received {
         files: files + whole,
         bytes: bytes + streamed,
         later,
+        syncing: writer.finish(parts.take_unsynced()).start(),
     })
 }
 
@@ -578,6 +606,8 @@ struct Received {
     files: u64,
     bytes: u64,
     later: Vec<(String, u64)>,
+    /// The files being put on disk meanwhile.
+    syncing: Syncing,
 }
 
 /// The rest of a post-copy migration, once the files but those in `later` are in
@@ -592,7 +622,7 @@ fn serve_post_copy(
     opts: &ReceiveOptions,
     peer: &str,
     progress: &mut Progress,
-    (files, bytes): (u64, u64),
+    (files, bytes, syncing): (u64, u64, Syncing),
 ) -> Result<ReceiveOutcome, ReceiveError> {
     let lost = |why: String| ReceiveError::PostCopy {
         peer: peer.to_owned(),
@@ -706,6 +736,14 @@ fn serve_post_copy(
     }
     let pulled = puller.bytes();
     puller.close();
+    // The pulled pages files too.
+    for (name, _) in later {
+        let path = dir.join(name);
+        if let Err(e) = std::fs::File::open(&path).and_then(|f| f.sync_all()) {
+            progress.warn(&format!("{}: not put on disk: {e}", path.display()));
+        }
+    }
+    on_disk(syncing, tree.root, &dir, progress);
     Ok(ReceiveOutcome {
         peer: peer.to_owned(),
         pid: tree.root,

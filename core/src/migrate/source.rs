@@ -625,14 +625,21 @@ fn send_image(
     Ok((list.len() as u64, bytes + in_parts))
 }
 
-/// The receiver's own account of a failure that reached this side as `error`: when it
-/// closed a lane, it says why (Failed) on the control link first.
+/// The receiver's own account of a failure that reached this side as `error`: a lane
+/// it closed (a full disk, a corrupt chunk) is asked about (LaneLost), and it answers
+/// why (Failed).
 fn receiver_reason(link: &mut Link, error: &FilesError) -> Option<String> {
     let closed = matches!(
         error,
         FilesError::Link(LinkError::Disconnected { .. }) | FilesError::Refused { .. }
     );
     if !closed {
+        return None;
+    }
+    let asked = link.send(&Control::LaneLost {
+        why: error.to_string(),
+    });
+    if asked.is_err() {
         return None;
     }
     match link.receive_control() {
