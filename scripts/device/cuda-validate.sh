@@ -47,7 +47,7 @@
 # of PyTorch: the same flow on a machine without a GPU (to check this script).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 dev=$root/.device
 out=${OUT:-$root/gpu-validation-out}
 mkdir -p "$out"
@@ -638,9 +638,9 @@ if wanted engine; then
     section "engine mode: CRIU run by hand with the installed plugin ($TREE_GIB GiB)"
     libs=$work/criu-libs state=$work/engine img=$work/img-engine
     if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
-        cg=/sys/fs/cgroup/gpucr-validate-$$ cgname=/gpucr-validate-$$
+        cg=/sys/fs/cgroup/gpucr-validate-$$
     else
-        cg=/sys/fs/cgroup/freezer/gpucr-validate-$$ cgname=/gpucr-validate-$$
+        cg=/sys/fs/cgroup/freezer/gpucr-validate-$$
     fi
     settings=()
     [ "$WORKLOAD" = fake ] && settings=(--setting "GPUCR_CUDA_LIBRARY=$GPUCR_CUDA_LIBRARY")
