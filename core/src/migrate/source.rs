@@ -63,7 +63,7 @@ pub struct MigrateOptions {
     /// copy until every page is in there.
     pub post_copy: bool,
     /// How many lanes (connections beside the control link) carry the memory pages
-    /// and the GPU data; the receiver may grant fewer.
+    /// and the GPU data (taken as 1 to 8); the receiver may grant fewer, never none.
     pub lanes: u32,
 }
 
@@ -255,7 +255,8 @@ pub fn migrate(
     let peer = link.peer().to_owned();
     hello(&mut link)?;
     progress.event("authenticated", &format!("{peer} authenticated"));
-    let (count, ticket) = offer(&mut link, pid, &peer, opts.post_copy, opts.lanes)?;
+    let wanted = opts.lanes.clamp(1, super::lanes::MAX_LANES);
+    let (count, ticket) = offer(&mut link, pid, &peer, opts.post_copy, wanted)?;
     progress.event("accepted", &format!("{peer} can hold the job"));
     let mut links = Vec::new();
     for lane in 0..count {
@@ -471,7 +472,14 @@ fn offer(
         lanes,
     })?;
     match link.receive_control()? {
-        Control::Accept { lanes, ticket } => Ok((lanes, ticket)),
+        Control::Accept {
+            lanes: granted,
+            ticket,
+        } if (1..=lanes).contains(&granted) => Ok((granted, ticket)),
+        Control::Accept { lanes: granted, .. } => Err(MigrateError::Refused {
+            peer: peer.to_owned(),
+            reason: format!("it granted {granted} lanes where 1 to {lanes} were asked for"),
+        }),
         Control::Mismatch { report } => Err(MigrateError::Mismatch {
             peer: peer.to_owned(),
             report,
