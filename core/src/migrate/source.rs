@@ -678,6 +678,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_grant_of_no_lanes_or_more_than_asked_is_refused() {
+        for (granted, ok) in [(0, false), (2, true), (3, true), (4, false)] {
+            let (mut source, mut receiver) = super::super::link::testing::pair();
+            let answering = std::thread::spawn(move || {
+                let offer = receiver.receive_control().unwrap();
+                assert!(
+                    matches!(offer, Control::Offer { lanes: 3, .. }),
+                    "{offer:?}"
+                );
+                receiver
+                    .send(&Control::Accept {
+                        lanes: granted,
+                        ticket: "t".into(),
+                    })
+                    .unwrap();
+            });
+            let got = offer(&mut source, std::process::id() as i32, "peer", false, 3);
+            answering.join().unwrap();
+            match got {
+                Ok((lanes, ticket)) => {
+                    assert!(ok, "{granted} lanes taken");
+                    assert_eq!((lanes, ticket.as_str()), (granted, "t"));
+                }
+                Err(e) => {
+                    assert!(!ok, "{granted} lanes refused: {e}");
+                    assert!(e.to_string().contains("lanes"), "{e}");
+                    assert_eq!(e.exit_code(), exit_code::MIGRATION_FAILED);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn addresses_take_the_default_port_and_bad_ports_are_named() {
         let addrs = resolve("127.0.0.1").unwrap();
         assert_eq!(addrs[0].port(), DEFAULT_PORT);
