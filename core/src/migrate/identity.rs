@@ -160,6 +160,24 @@ fn write_new(path: &Path, mode: u32, text: &str) -> Result<(), IdentityError> {
     file.sync_all().map_err(write)
 }
 
+/// Identities for the migration's unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// `me`'s identity, pinning `peer`'s certificate, from the `NAME.key` and `NAME.crt`
+    /// files `keygen` wrote into `dir`.
+    pub(crate) fn identity(dir: &Path, me: &str, peer: &str) -> Identity {
+        IdentityFiles {
+            key: dir.join(format!("{me}.key")),
+            cert: dir.join(format!("{me}.crt")),
+            peer_cert: dir.join(format!("{peer}.crt")),
+        }
+        .load()
+        .unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

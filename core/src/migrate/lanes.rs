@@ -85,11 +85,6 @@ impl Lanes {
         }
     }
 
-    /// How many lanes there are.
-    pub fn count(&self) -> usize {
-        self.queues.len()
-    }
-
     /// The bytes the lanes have sent so far.
     pub fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
@@ -108,8 +103,8 @@ impl Lanes {
 
     /// Why the lane `lane`, whose thread ended, failed.
     fn failure(&mut self, lane: usize) -> FilesError {
-        match self.threads[lane].take().map(JoinHandle::join) {
-            Some(Ok(Err(e))) => e,
+        match self.threads[lane].take().map(join_lane) {
+            Some(Err(e)) => e,
             _ => FilesError::Unexpected {
                 message: "the end of a lane's thread",
             },
@@ -121,16 +116,11 @@ impl Lanes {
     pub fn finish(mut self) -> Result<u64, FilesError> {
         self.queues.clear();
         let mut first = Ok(());
-        for lane in 0..self.threads.len() {
-            let ended = match self.threads[lane].take().map(JoinHandle::join) {
-                Some(Ok(ended)) => ended,
-                Some(Err(_)) => Err(FilesError::Unexpected {
-                    message: "a panic of a lane's thread",
-                }),
-                None => Ok(()),
-            };
-            if first.is_ok() {
-                first = ended;
+        for thread in &mut self.threads {
+            if let Some(ended) = thread.take().map(join_lane) {
+                if first.is_ok() {
+                    first = ended;
+                }
             }
         }
         first.map(|()| self.sent())
@@ -265,12 +255,7 @@ fn accept_lane(
     timeout: Duration,
 ) -> Result<(usize, Link), String> {
     let peer = tls::peer_name(&tcp);
-    let set = |tcp: &std::net::TcpStream| {
-        tcp.set_read_timeout(Some(timeout))?;
-        tcp.set_write_timeout(Some(timeout))?;
-        tcp.set_nodelay(true)
-    };
-    set(&tcp).map_err(|e| format!("{peer}: {e}"))?;
+    tls::limit(&tcp, timeout).map_err(|e| format!("{peer}: {e}"))?;
     let stream = tls::accept(tcp, identity).map_err(|e| e.to_string())?;
     let mut link = Link::new(Box::new(stream), peer.clone(), timeout);
     super::hello(&mut link).map_err(|e| format!("{peer}: {e}"))?;
@@ -360,6 +345,7 @@ impl Readers {
     }
 }
 
+/// A lane's thread's end: its own, or its panic as a failure.
 fn join_lane(thread: JoinHandle<Result<(), FilesError>>) -> Result<(), FilesError> {
     thread.join().unwrap_or(Err(FilesError::Unexpected {
         message: "a panic of a lane's thread",
@@ -397,17 +383,8 @@ mod tests {
     use std::net::TcpStream;
 
     use super::*;
-    use crate::migrate::identity::{keygen, IdentityFiles};
-
-    fn identity(dir: &std::path::Path, me: &str, peer: &str) -> Identity {
-        IdentityFiles {
-            key: dir.join(format!("{me}.key")),
-            cert: dir.join(format!("{me}.crt")),
-            peer_cert: dir.join(format!("{peer}.crt")),
-        }
-        .load()
-        .unwrap()
-    }
+    use crate::migrate::identity::keygen;
+    use crate::migrate::identity::testing::identity;
 
     /// A lane's connection from the source's side: the handshake, Hello, Join.
     fn open(addr: std::net::SocketAddr, source: &Identity, ticket: &str, lane: u32) -> Link {

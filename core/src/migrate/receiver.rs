@@ -250,12 +250,7 @@ fn serve(
         source,
     };
     let link_error = |source: LinkError| protocol(ProtocolError::Link(source));
-    let set = |tcp: &TcpStream| {
-        tcp.set_read_timeout(Some(opts.timeout))?;
-        tcp.set_write_timeout(Some(opts.timeout))?;
-        tcp.set_nodelay(true)
-    };
-    set(&tcp).map_err(|e| {
+    tls::limit(&tcp, opts.timeout).map_err(|e| {
         link_error(LinkError::Io {
             peer: peer.clone(),
             source: e,

@@ -217,12 +217,7 @@ fn connect(
     for addr in addrs {
         match TcpStream::connect_timeout(addr, timeout) {
             Ok(tcp) => {
-                let set = |tcp: &TcpStream| {
-                    tcp.set_read_timeout(Some(timeout))?;
-                    tcp.set_write_timeout(Some(timeout))?;
-                    tcp.set_nodelay(true)
-                };
-                set(&tcp).map_err(|source| MigrateError::Connect {
+                tls::limit(&tcp, timeout).map_err(|source| MigrateError::Connect {
                     to: to.to_owned(),
                     source,
                 })?;

@@ -246,6 +246,14 @@ pub fn accept(mut tcp: TcpStream, identity: &Identity) -> Result<ReceiverStream,
     Ok(StreamOwned::new(conn, tcp))
 }
 
+/// Give every read and write on `tcp` the link's time limit (the TLS handshake's
+/// too), and send each frame as soon as it is written.
+pub fn limit(tcp: &TcpStream, timeout: std::time::Duration) -> std::io::Result<()> {
+    tcp.set_read_timeout(Some(timeout))?;
+    tcp.set_write_timeout(Some(timeout))?;
+    tcp.set_nodelay(true)
+}
+
 /// The peer's address, for messages.
 pub fn peer_name(tcp: &TcpStream) -> String {
     tcp.peer_addr()
@@ -259,17 +267,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::migrate::identity::{keygen, IdentityFiles};
-
-    fn identity(dir: &std::path::Path, me: &str, peer: &str) -> Identity {
-        IdentityFiles {
-            key: dir.join(format!("{me}.key")),
-            cert: dir.join(format!("{me}.crt")),
-            peer_cert: dir.join(format!("{peer}.crt")),
-        }
-        .load()
-        .unwrap()
-    }
+    use crate::migrate::identity::keygen;
+    use crate::migrate::identity::testing::identity;
 
     /// The receiver's handshake result and what it read, for a source presenting
     /// `source` (a key/cert pair name) and pinning `pinned` as the receiver's.
