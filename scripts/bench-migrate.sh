@@ -29,6 +29,16 @@
 # the rate of gpucr's own link on it without disk (examples/link_rate.rs, 4 GiB): the
 # ceiling a migration, which must run through TLS, can reach on this machine.
 # Every round ends with the server checking all its memory ("all" must answer "ok").
+# Beside each downtime: the dump's and the restore's own milliseconds (from the --json
+# reports' events: for a move, the source's freeze to CRIU's end, and the receiver's
+# restore), and the CPU time both hosts spent from the freeze to the first answer (all
+# cores, /proc/stat), with how many of the cores that kept busy on average.
+#
+# NICE defaults to 0 here (bench-session.sh): the job restored on the destination runs
+# in a session of its own, which the kernel gives a scheduler group at nice 0, while
+# the commands of the move run in this script's session; raising this session above
+# the job's measured gpucr's restore against the job it restores (docs/migration.md,
+# "Figures"). Run it on a machine with nothing else to do.
 #
 #   scripts/bench-migrate.sh                 (SIZES="1024 4096" RUNS=3 MODES=baseline
 #                                             LANES=, COMPRESS=, STAGING= for
@@ -38,6 +48,7 @@
 # Needs iperf3 and socat (Debian's packages of those names). Results: docs/benchmarks.md
 # ("Live migration").
 set -euo pipefail
+NICE=${NICE:-0}
 # shellcheck source=bench-session.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-session.sh"
 # shellcheck source=bench-serve-memory.sh source-path=SCRIPTDIR
@@ -110,6 +121,29 @@ place_job() { # the job's address on host $1 only
 # print the replies and the milliseconds since the epoch when the first reply came.
 ask() {
     on "$cli" python3 "$serve_memory_client" "$JOB:$PORT" 300 "$@"
+}
+
+# The CPU time both hosts spent so far (every core, user and system), in ms.
+cpu_busy_ms() {
+    awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print int(($2+$3+$4+$7+$8) * 1000 / hz)}' /proc/stat
+}
+
+# The milliseconds between the events $2 and $3 of a gpucr --json report $1 (its
+# "events"; the report's "total_ms" for $3 = total).
+span_ms() {
+    python3 - "$@" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+at = {e["name"]: e["at_ms"] for e in report.get("events", [])}
+at["total"] = report.get("total_ms", 0)
+start, end = at.get(sys.argv[2]), at.get(sys.argv[3])
+print(-1 if start is None or end is None else int(end - start))
+PY
+}
+
+# The pid a `gpucr restore --detach --json` or `gpucr receive --json` report $1 names.
+report_pid() {
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$1"
 }
 
 kill_tree() {
@@ -195,25 +229,29 @@ gpu_tree_intact() {
 
 # One move in mode $1; prints "mode downtime_ms bytes transfer_ms".
 move_once() {
-    local mode=$1 t0 t1 t2 reply bytes at_freeze
+    local mode=$1 t0 t1 t2 reply bytes at_freeze busy0 busy dumped restored
     rm -rf "$WORK/src-image" "$WORK/dst-image"
     case $mode in
     in-place)
         # What a move cannot go below without overlapping the two: the dump and the
         # restore alone, on the source, with no copy.
-        t0=$(ms)
-        on "$src" "$gpucr" dump ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >/dev/null 2>"$WORK/err" \
+        t0=$(ms) busy0=$(cpu_busy_ms)
+        on "$src" "$gpucr" dump --json ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
             || { cat "$WORK/err" >&2; exit 1; }
         rm -f "$WORK/pid"
         [ "$JOB_KIND" = gpu ] && at_freeze=$(stat -c %s "$WORK/state/journal-parent")
-        on "$src" "$gpucr" restore --detach "$WORK/src-image" > "$WORK/restored" 2>"$WORK/err" &
+        on "$src" "$gpucr" restore --detach --json "$WORK/src-image" > "$WORK/restored.json" 2>"$WORK/err" &
         local restoring=$!
         if [ "$JOB_KIND" = gpu ]; then reply="hot ok"$'\n'"first $(journal_grows "$at_freeze")"; else reply=$(ask hot); fi
+        busy=$(( $(cpu_busy_ms) - busy0 ))
         wait "$restoring" || { cat "$WORK/err" >&2; exit 1; }
+        report_pid "$WORK/restored.json" > "$WORK/restored"
+        dumped=$(span_ms "$WORK/dumped.json" start total)
+        restored=$(span_ms "$WORK/restored.json" start criu-done)
         bytes=0 t1=0 t2=1 ;;
     baseline)
-        t0=$(ms)
-        on "$src" "$gpucr" dump ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >/dev/null 2>"$WORK/err" \
+        t0=$(ms) busy0=$(cpu_busy_ms)
+        on "$src" "$gpucr" dump --json ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
             || { cat "$WORK/err" >&2; exit 1; }
         rm -f "$WORK/pid"
         mkdir -m 0700 "$WORK/dst-image"
@@ -228,10 +266,14 @@ move_once() {
         bytes=$(du -sb "$WORK/src-image" | cut -f1)
         place_job "$dst"
         [ "$JOB_KIND" = gpu ] && at_freeze=$(stat -c %s "$WORK/state/journal-parent")
-        on "$dst" "$gpucr" restore --detach "$WORK/dst-image" > "$WORK/restored" 2>"$WORK/err" &
+        on "$dst" "$gpucr" restore --detach --json "$WORK/dst-image" > "$WORK/restored.json" 2>"$WORK/err" &
         local restoring=$!
         if [ "$JOB_KIND" = gpu ]; then reply="hot ok"$'\n'"first $(journal_grows "$at_freeze")"; else reply=$(ask hot); fi
-        wait "$restoring" || { cat "$WORK/err" >&2; exit 1; } ;;
+        busy=$(( $(cpu_busy_ms) - busy0 ))
+        wait "$restoring" || { cat "$WORK/err" >&2; exit 1; }
+        report_pid "$WORK/restored.json" > "$WORK/restored"
+        dumped=$(span_ms "$WORK/dumped.json" start total)
+        restored=$(span_ms "$WORK/restored.json" start criu-done) ;;
     stop-and-copy|post-copy)
         local flags=()
         [ -n "$LANES" ] && flags+=(--lanes "$LANES")
@@ -239,12 +281,12 @@ move_once() {
         [ -n "$STAGING" ] && flags+=(--staging "$STAGING")
         rm -rf "$WORK/in" && mkdir -p "$WORK/in"
         ip -n "$dst" addr add "$JOB/24" dev eth0
-        on "$dst" "$gpucr" receive --listen 10.201.0.12:7431 --dir "$WORK/in" --once \
+        on "$dst" "$gpucr" receive --json --listen 10.201.0.12:7431 --dir "$WORK/in" --once \
             --key "$WORK/keys/dst.key" --cert "$WORK/keys/dst.crt" \
-            --peer-cert "$WORK/keys/src.crt" > "$WORK/restored" 2>"$WORK/err-receive" &
+            --peer-cert "$WORK/keys/src.crt" > "$WORK/received.json" 2>"$WORK/err-receive" &
         local receiving=$!
         for _ in $(seq 200); do on "$dst" ss -ltn | grep -q ':7431 ' && break; sleep 0.01; done
-        t0=$(ms)
+        t0=$(ms) busy0=$(cpu_busy_ms)
         [ "$mode" = post-copy ] && { flags+=(--post-copy); place_job "$dst"; }
         on "$src" "$gpucr" migrate --json "${flags[@]}" "$(cat "$WORK/pid")" 10.201.0.12:7431 \
             --key "$WORK/keys/src.key" --cert "$WORK/keys/src.crt" \
@@ -253,16 +295,22 @@ move_once() {
         if [ "$JOB_KIND" = gpu ]; then
             at_freeze=$(journal_at_freeze "$WORK/in")
             reply="hot ok"$'\n'"first $(journal_grows "$at_freeze")"
+            busy=$(( $(cpu_busy_ms) - busy0 ))
         elif [ "$mode" = post-copy ]; then
             reply=$(ask hot)
+            busy=$(( $(cpu_busy_ms) - busy0 ))
         fi
         wait "$migrating" || { cat "$WORK/err" "$WORK/err-receive" >&2; exit 1; }
         wait "$receiving" || { cat "$WORK/err-receive" >&2; exit 1; }
+        report_pid "$WORK/received.json" > "$WORK/restored"
         rm -f "$WORK/pid"
         if [ "$mode" = stop-and-copy ] && [ "$JOB_KIND" = server ]; then
             place_job "$dst"
             reply=$(ask hot)
+            busy=$(( $(cpu_busy_ms) - busy0 ))
         fi
+        dumped=$(span_ms "$WORK/migrated" freeze criu-done)
+        restored=$(span_ms "$WORK/received.json" start criu-done)
         read -r bytes sent < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["bytes"], int(j["sent_ms"]))' "$WORK/migrated")
         t1=0 t2=$sent ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
@@ -275,7 +323,7 @@ move_once() {
         reply=$(ask all)
         grep -q '^all ok' <<<"$reply" || { echo "$mode: the moved memory differs: $reply" >&2; exit 1; }
     fi
-    echo "$mode $downtime $bytes $(( t2 - t1 ))"
+    echo "$mode $downtime $bytes $(( t2 - t1 )) $dumped $restored $busy"
 }
 
 mkdir -p "$WORK/keys"
@@ -333,21 +381,25 @@ if [ -n "$SIM_TREE" ]; then
     done | tee "$WORK/runs-gpu.txt"
 fi
 
-python3 - "$WORK" "$link" <<'PY'
+python3 - "$WORK" "$link" "$(nproc)" <<'PY'
 import glob, statistics, sys
-link = int(sys.argv[2])
+link, cores = int(sys.argv[2]), int(sys.argv[3])
 runs = {}
 for path in sorted(glob.glob(sys.argv[1] + "/runs-*.txt")):
     for line in open(path):
         if line.startswith("RUN "):
-            _, mib, mode, down, size, took = line.split()
-            runs.setdefault((int(mib), mode), []).append((int(down), int(size), int(took)))
-print("| size | mode | downtime, ms (median, min-max) | transfer, MB/s (median) | of the link (%d MB/s) |" % link)
-print("|---|---|---|---|---|")
+            _, mib, mode, *fields = line.split()
+            runs.setdefault((int(mib), mode), []).append([int(f) for f in fields])
+med = lambda values, i: statistics.median(v[i] for v in values)
+print("| size | mode | downtime, ms (median, min-max) | transfer, MB/s (median) | of the link (%d MB/s) "
+      "| dump, ms | restore, ms | CPU busy, ms (cores busy of %d) |" % (link, cores))
+print("|---|---|---|---|---|---|---|---|")
 for (mib, mode), values in sorted(runs.items()):
     downs = [v[0] for v in values]
     rate = statistics.median(v[1] / 1e6 / max(v[2], 1) * 1e3 for v in values)
-    print("| %s | %s | %d (%d-%d) | %d | %.2f |" % (
+    busy = med(values, 5)
+    print("| %s | %s | %d (%d-%d) | %d | %.2f | %d | %d | %d (%.2f) |" % (
         "%d MiB" % mib if mib else "GPU tree", mode, statistics.median(downs), min(downs),
-        max(downs), rate, rate / link))
+        max(downs), rate, rate / link, med(values, 3), med(values, 4), busy,
+        busy / max(statistics.median(downs), 1)))
 PY

@@ -791,6 +791,23 @@ fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
         downtime <= report["frozen_ms"].as_f64().unwrap(),
         "{report}"
     );
+    // The record of the move: the source's steps, its dump's among them, in order.
+    let events: Vec<(&str, f64)> = report["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no events: {report}"))
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["at_ms"].as_f64().unwrap()))
+        .collect();
+    let at = |name: &str| {
+        events
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no {name} event: {report}"))
+            .1
+    };
+    assert!(at("authenticated") <= at("freeze"), "{report}");
+    assert!(at("freeze") <= at("criu-done"), "{report}");
+    assert!(events.windows(2).all(|w| w[0].1 <= w[1].1), "{report}");
     wait_for(Duration::from_secs(10), "the source's copy to die", || {
         (!alive(job.pid)).then_some(())
     });

@@ -64,7 +64,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
     };
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = crate::migrate::migrate(&opts, &mut progress);
-    progress.finish();
+    let events = progress.finish();
     let outcome = result?;
     if args.output.json {
         let value = json!({
@@ -80,6 +80,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             "downtime_ms": outcome.downtime.map(|d| d.as_secs_f64() * 1e3),
             "streamed_bytes": outcome.streamed,
             "lanes": outcome.lanes,
+            "events": events,
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
@@ -142,7 +143,7 @@ pub fn receive(args: &ReceiveArgs) -> Result<u8, crate::cmd::Failure> {
     let result = crate::migrate::receive(&opts, &mut progress, &mut |addr| {
         crate::errln!("gpucr: listening on {addr}");
     });
-    progress.finish();
+    let events = progress.finish();
     let outcome = result?;
     if args.output.json {
         let value = json!({
@@ -151,6 +152,7 @@ pub fn receive(args: &ReceiveArgs) -> Result<u8, crate::cmd::Failure> {
             "dir": outcome.dir,
             "files": outcome.files,
             "bytes": outcome.bytes,
+            "events": events,
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {
