@@ -199,9 +199,19 @@ pub struct JoinError {
     pub last: String,
 }
 
+/// At most this many connections are in their handshake at once while lanes join; more
+/// wait in the listener's backlog.
+const HANDSHAKES_AT_ONCE: usize = 2 * MAX_LANES as usize;
+
+/// How often the joining loop looks at the handshakes that ended.
+const JOIN_TICK: Duration = Duration::from_millis(20);
+
 /// Accept `count` lanes on `listener` for the migration whose Accept gave `ticket`,
 /// within `timeout`: the links, in lane order. A connection that fails the handshake,
-/// or does not join with the ticket, is dropped and told why.
+/// or does not join with the ticket, is dropped and told why. Each connection's
+/// handshake runs on a thread of its own (at most [`HANDSHAKES_AT_ONCE`] at once), so a
+/// peer that connects and stalls holds up no lane behind it; those still in their
+/// handshake when the lanes are all in (or the time is up) are shut down.
 pub fn join(
     listener: &TcpListener,
     identity: &Identity,
@@ -213,34 +223,69 @@ pub fn join(
     let mut lanes: Vec<Option<Link>> = (0..count).map(|_| None).collect();
     let mut joined = 0;
     let mut last = String::from("none came");
-    while joined < count {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ready = crate::wait::readable([listener.as_fd()], Some(left));
-        if !matches!(ready, Ok(Some(_))) {
-            return Err(JoinError {
-                wanted: count,
-                joined,
-                within: timeout,
-                last,
+    let (ended, outcomes) = std::sync::mpsc::channel::<(u64, Result<(usize, Link), String>)>();
+    std::thread::scope(|scope| {
+        // A second handle on each connection still in its handshake, to end it.
+        let mut shaking: std::collections::HashMap<u64, std::net::TcpStream> = Default::default();
+        let mut next = 0u64;
+        while joined < count {
+            for (id, outcome) in outcomes.try_iter() {
+                shaking.remove(&id);
+                match outcome {
+                    Ok((lane, link)) if lanes[lane].is_none() => {
+                        lanes[lane] = Some(link);
+                        joined += 1;
+                    }
+                    Ok((lane, mut link)) => {
+                        last = format!("lane {lane} joined twice");
+                        let _ = link.send(&Control::Failed {
+                            code: crate::exit_code::MIGRATION_FAILED,
+                            reason: last.clone(),
+                        });
+                    }
+                    Err(why) => last = why,
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if joined == count || left.is_zero() {
+                break;
+            }
+            if shaking.len() >= HANDSHAKES_AT_ONCE {
+                std::thread::sleep(JOIN_TICK.min(left));
+                continue;
+            }
+            if !matches!(
+                crate::wait::readable([listener.as_fd()], Some(JOIN_TICK.min(left))),
+                Ok(Some(_))
+            ) {
+                continue;
+            }
+            let Ok((tcp, _)) = listener.accept() else {
+                continue;
+            };
+            let Ok(handle) = tcp.try_clone() else {
+                continue;
+            };
+            let id = next;
+            next += 1;
+            shaking.insert(id, handle);
+            let ended = ended.clone();
+            scope.spawn(move || {
+                let outcome = accept_lane(tcp, identity, ticket, count, left);
+                let _ = ended.send((id, outcome));
             });
         }
-        let Ok((tcp, _)) = listener.accept() else {
-            continue;
-        };
-        match accept_lane(tcp, identity, ticket, count, timeout) {
-            Ok((lane, link)) if lanes[lane].is_none() => {
-                lanes[lane] = Some(link);
-                joined += 1;
-            }
-            Ok((lane, mut link)) => {
-                last = format!("lane {lane} joined twice");
-                let _ = link.send(&Control::Failed {
-                    code: crate::exit_code::MIGRATION_FAILED,
-                    reason: last.clone(),
-                });
-            }
-            Err(why) => last = why,
+        for connection in shaking.values() {
+            let _ = connection.shutdown(std::net::Shutdown::Both);
         }
+    });
+    if joined < count {
+        return Err(JoinError {
+            wanted: count,
+            joined,
+            within: timeout,
+            last,
+        });
     }
     Ok(lanes.into_iter().flatten().collect())
 }
@@ -444,6 +489,30 @@ mod tests {
             matches!(first, Control::Part { ref path, .. } if path == "lane-1"),
             "{first:?}"
         );
+
+        // A peer that connects and says nothing holds up no lane behind it: the
+        // lanes join within a time limit its handshake would use up on its own.
+        let stalled = TcpStream::connect(addr).unwrap();
+        let opener = std::thread::spawn({
+            let ticket = ticket.clone();
+            let source = identity(keys.path(), "source", "receiver");
+            move || {
+                std::thread::sleep(Duration::from_millis(100));
+                vec![
+                    open(addr, &source, &ticket, 0),
+                    open(addr, &source, &ticket, 1),
+                ]
+            }
+        });
+        let joined = join(&listener, &receiver, &ticket, 2, Duration::from_secs(5)).unwrap();
+        assert_eq!(joined.len(), 2);
+        let _lanes = opener.join().unwrap();
+        // ... and it was shut down once the lanes were in.
+        let mut byte = [0u8; 1];
+        stalled
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        assert_eq!(std::io::Read::read(&mut &stalled, &mut byte).unwrap(), 0);
 
         // Too few: the time limit names what came last.
         let err = join(&listener, &receiver, &ticket, 1, Duration::from_millis(200)).unwrap_err();

@@ -249,8 +249,10 @@ impl Link {
                 let (stopped, wake) = &stop;
                 let mut stopped = stopped.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
+                    // The work may be done before this thread first waits: its wake-up
+                    // is then already gone, and only the flag says so.
                     let (now, _) = wake
-                        .wait_timeout(stopped, interval)
+                        .wait_timeout_while(stopped, interval, |done| !*done)
                         .unwrap_or_else(|e| e.into_inner());
                     stopped = now;
                     if *stopped {
@@ -328,6 +330,22 @@ mod tests {
                 assert_eq!(digest, twox_hash::XxHash3_64::oneshot(b"some bytes"));
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn work_done_before_the_heartbeat_first_waits_ends_it_at_once() {
+        // Before 2026-11-28 the heartbeat missed a wake-up that came before it first
+        // waited, and the work's caller waited out a whole interval (2 s in a move).
+        let (mut a, _b) = pair();
+        let interval = Duration::from_secs(5);
+        for round in 0..50 {
+            let started = std::time::Instant::now();
+            let (out, beat) = a.beating_while(interval, || round);
+            assert_eq!(out, round);
+            beat.unwrap();
+            let took = started.elapsed();
+            assert!(took < interval / 2, "round {round}: {took:?}");
         }
     }
 
