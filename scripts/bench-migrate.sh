@@ -34,7 +34,8 @@
 # restore), and the CPU time both hosts spent from the freeze to the first answer (all
 # cores, /proc/stat), with how many of the cores that kept busy on average; for `gpucr
 # migrate`, how long the image still crossed once CRIU was done (its "sent" less its
-# dump's "criu-done").
+# dump's "criu-done"), and the rate of that part (the bytes not streamed while CRIU
+# dumped, over that time): the link's rate when gpucr has the cores to itself.
 #
 # NICE defaults to 0 here (bench-session.sh): the job restored on the destination runs
 # in a session of its own, which the kernel gives a scheduler group at nice 0, while
@@ -231,7 +232,7 @@ gpu_tree_intact() {
 
 # One move in mode $1; prints "mode downtime_ms bytes transfer_ms".
 move_once() {
-    local mode=$1 t0 t1 t2 reply bytes at_freeze busy0 busy dumped restored tail=-1
+    local mode=$1 t0 t1 t2 reply bytes at_freeze busy0 busy dumped restored tail=-1 late=0
     rm -rf "$WORK/src-image" "$WORK/dst-image"
     case $mode in
     in-place)
@@ -314,7 +315,8 @@ move_once() {
         dumped=$(span_ms "$WORK/migrated" freeze criu-done)
         tail=$(span_ms "$WORK/migrated" criu-done sent)
         restored=$(span_ms "$WORK/received.json" start criu-done)
-        read -r bytes sent < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["bytes"], int(j["sent_ms"]))' "$WORK/migrated")
+        read -r bytes sent streamed < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["bytes"], int(j["sent_ms"]), j["streamed_bytes"])' "$WORK/migrated")
+        late=$(( bytes - streamed ))
         t1=0 t2=$sent ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
     esac
@@ -326,7 +328,7 @@ move_once() {
         reply=$(ask all)
         grep -q '^all ok' <<<"$reply" || { echo "$mode: the moved memory differs: $reply" >&2; exit 1; }
     fi
-    echo "$mode $downtime $bytes $(( t2 - t1 )) $dumped $restored $busy $tail"
+    echo "$mode $downtime $bytes $(( t2 - t1 )) $dumped $restored $busy $tail $late"
 }
 
 mkdir -p "$WORK/keys"
@@ -395,15 +397,17 @@ for path in sorted(glob.glob(sys.argv[1] + "/runs-*.txt")):
             runs.setdefault((int(mib), mode), []).append([int(f) for f in fields])
 med = lambda values, i: statistics.median(v[i] for v in values)
 print("| size | mode | downtime, ms (median, min-max) | transfer, MB/s (median) | of the link (%d MB/s) "
-      "| dump, ms | restore, ms | CPU busy, ms (cores busy of %d) | image sent after CRIU's end, ms |" % (link, cores))
+      "| dump, ms | restore, ms | CPU busy, ms (cores busy of %d) | sent after CRIU's end: ms, MB/s |" % (link, cores))
 print("|---|---|---|---|---|---|---|---|---|")
 for (mib, mode), values in sorted(runs.items()):
     downs = [v[0] for v in values]
     rate = statistics.median(v[1] / 1e6 / max(v[2], 1) * 1e3 for v in values)
     busy = med(values, 5)
     tail = med(values, 6)
+    late = statistics.median(v[7] / 1e6 / v[6] * 1e3 for v in values) if tail > 0 else 0
     print("| %s | %s | %d (%d-%d) | %d | %.2f | %d | %d | %d (%.2f) | %s |" % (
         "%d MiB" % mib if mib else "GPU tree", mode, statistics.median(downs), min(downs),
         max(downs), rate, rate / link, med(values, 3), med(values, 4), busy,
-        busy / max(statistics.median(downs), 1), "%d" % tail if tail >= 0 else ""))
+        busy / max(statistics.median(downs), 1),
+        "%d, %d" % (tail, late) if tail > 0 else "%d" % tail if tail == 0 else ""))
 PY
