@@ -35,7 +35,8 @@
 # cores, /proc/stat), with how many of the cores that kept busy on average; for `gpucr
 # migrate`, how long the image still crossed once CRIU was done (its "sent" less its
 # dump's "criu-done"), and the rate of that part (the bytes not streamed while CRIU
-# dumped, over that time): the link's rate when gpucr has the cores to itself.
+# dumped, over that time), and for stop-and-copy the share of the image that crossed
+# while CRIU was still dumping (1 when the stream kept pace with the dump).
 #
 # NICE defaults to 0 here (bench-session.sh): the job restored on the destination runs
 # in a session of its own, which the kernel gives a scheduler group at nice 0, while
@@ -365,6 +366,8 @@ for mib in $SIZES; do
         shift_by=$(( round % ${#modes[@]} ))
         for mode in "${modes[@]:shift_by}" "${modes[@]:0:shift_by}"; do
             start_server "$mib"
+            # Each round starts with nothing of the last one still going to disk.
+            sync
             result=$(move_once "$mode")
             kill_tree
             echo "RUN $mib $result"
@@ -379,6 +382,7 @@ if [ -n "$SIM_TREE" ]; then
         shift_by=$(( round % ${#modes[@]} ))
         for mode in "${modes[@]:shift_by}" "${modes[@]:0:shift_by}"; do
             start_gpu_tree
+            sync
             result=$(move_once "$mode")
             kill_tree
             echo "RUN 0 $result"
@@ -397,17 +401,21 @@ for path in sorted(glob.glob(sys.argv[1] + "/runs-*.txt")):
             runs.setdefault((int(mib), mode), []).append([int(f) for f in fields])
 med = lambda values, i: statistics.median(v[i] for v in values)
 print("| size | mode | downtime, ms (median, min-max) | transfer, MB/s (median) | of the link (%d MB/s) "
-      "| dump, ms | restore, ms | CPU busy, ms (cores busy of %d) | sent after CRIU's end: ms, MB/s |" % (link, cores))
-print("|---|---|---|---|---|---|---|---|---|")
+      "| dump, ms | restore, ms | CPU busy, ms (cores busy of %d) | sent after CRIU's end: ms, MB/s "
+      "| of the image, crossed while CRIU dumped |" % (link, cores))
+print("|---|---|---|---|---|---|---|---|---|---|")
 for (mib, mode), values in sorted(runs.items()):
     downs = [v[0] for v in values]
     rate = statistics.median(v[1] / 1e6 / max(v[2], 1) * 1e3 for v in values)
     busy = med(values, 5)
     tail = med(values, 6)
     late = statistics.median(v[7] / 1e6 / v[6] * 1e3 for v in values) if tail > 0 else 0
-    print("| %s | %s | %d (%d-%d) | %d | %.2f | %d | %d | %d (%.2f) | %s |" % (
+    early = ("%.3f" % statistics.median(1 - v[7] / v[1] for v in values)
+             if mode == "stop-and-copy" else "")
+    print("| %s | %s | %d (%d-%d) | %d | %.2f | %d | %d | %d (%.2f) | %s | %s |" % (
         "%d MiB" % mib if mib else "GPU tree", mode, statistics.median(downs), min(downs),
         max(downs), rate, rate / link, med(values, 3), med(values, 4), busy,
         busy / max(statistics.median(downs), 1),
-        "%d, %d" % (tail, late) if tail > 0 else "%d" % tail if tail == 0 else ""))
+        "%d, %d" % (tail, late) if tail > 0 and early else "%d" % tail if tail >= 0 else "",
+        early))
 PY
