@@ -198,6 +198,8 @@ pub struct ImageWriter {
     files: u64,
     bytes: u64,
     unsynced: Vec<(PathBuf, File)>,
+    /// The files reserved for blocks written in later (post-copy).
+    reserved: Vec<(PathBuf, File)>,
 }
 
 impl ImageWriter {
@@ -208,6 +210,7 @@ impl ImageWriter {
             files: 0,
             bytes: 0,
             unsynced: Vec::new(),
+            reserved: Vec::new(),
         }
     }
 
@@ -266,21 +269,29 @@ impl ImageWriter {
     /// later (post-copy).
     pub fn reserve(&mut self, name: &str, size: u64) -> Result<(), FilesError> {
         let (path, file) = create_confined(&self.root, name)?;
-        file.set_len(size)
-            .map_err(|source| FilesError::Write { path, source })?;
+        if let Err(source) = file.set_len(size) {
+            return Err(FilesError::Write { path, source });
+        }
+        self.reserved.push((path, file));
         self.files += 1;
         Ok(())
     }
 
     /// Every file is in: what is left to put on disk, its files and `more` (those
-    /// written in parts), and the root directory, so that their names are too.
-    pub fn finish(self, more: Vec<(PathBuf, File)>) -> Unsynced {
+    /// written in parts), and the root directory, so that their names are too; and,
+    /// apart, the files reserved for later blocks, to be put on disk once those are in.
+    pub fn finish(self, more: Vec<(PathBuf, File)>) -> (Unsynced, Unsynced) {
         let mut files = self.unsynced;
         files.extend(more);
-        Unsynced {
+        let reserved = Unsynced {
+            files: self.reserved,
+            root: self.root.clone(),
+        };
+        let written = Unsynced {
             files,
             root: self.root,
-        }
+        };
+        (written, reserved)
     }
 }
 

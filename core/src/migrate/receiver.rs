@@ -27,7 +27,7 @@ use std::time::Duration;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
-use super::files::{FilesError, ImageWriter, Syncing};
+use super::files::{FilesError, ImageWriter, Syncing, Unsynced};
 use super::identity::{Identity, IdentityError, IdentityFiles};
 use super::lanes::{self, JoinError, Readers, MAX_LANES};
 use super::link::{Link, LinkError};
@@ -295,6 +295,7 @@ fn serve(
         bytes,
         later,
         syncing,
+        reserved,
     } = match receive_files(&mut link, lanes, image.path(), &peer) {
         Ok(written) => written,
         Err(e) => {
@@ -314,7 +315,7 @@ fn serve(
                 later.len()
             ),
         );
-        let received = (files, bytes, syncing);
+        let received = (files, bytes, syncing, reserved);
         return serve_post_copy(link, image, &later, opts, &peer, progress, received);
     }
     // Each chunk was checked as it came; the restore verifies the image as every
@@ -587,11 +588,13 @@ fn receive_files(
     }
     let (whole, streamed) = parts.written();
     let (files, bytes) = writer.written();
+    let (written, reserved) = writer.finish(parts.take_unsynced());
     Ok(Received {
         files: files + whole,
         bytes: bytes + streamed,
         later,
-        syncing: writer.finish(parts.take_unsynced()).start(),
+        syncing: written.start(),
+        reserved,
     })
 }
 
@@ -603,6 +606,8 @@ struct Received {
     later: Vec<(String, u64)>,
     /// The files being put on disk meanwhile.
     syncing: Syncing,
+    /// The files in `later`, to be put on disk once their blocks are in.
+    reserved: Unsynced,
 }
 
 /// The rest of a post-copy migration, once the files but those in `later` are in
@@ -617,7 +622,7 @@ fn serve_post_copy(
     opts: &ReceiveOptions,
     peer: &str,
     progress: &mut Progress,
-    (files, bytes, syncing): (u64, u64, Syncing),
+    (files, bytes, syncing, reserved): (u64, u64, Syncing, Unsynced),
 ) -> Result<ReceiveOutcome, ReceiveError> {
     let lost = |why: String| ReceiveError::PostCopy {
         peer: peer.to_owned(),
@@ -732,11 +737,8 @@ fn serve_post_copy(
     let pulled = puller.bytes();
     puller.close();
     // The pulled pages files too.
-    for (name, _) in later {
-        let path = dir.join(name);
-        if let Err(e) = std::fs::File::open(&path).and_then(|f| f.sync_all()) {
-            progress.warn(&format!("{}: not put on disk: {e}", path.display()));
-        }
+    if let Err(e) = reserved.sync() {
+        progress.warn(&format!("a pulled pages file is not put on disk: {e}"));
     }
     on_disk(syncing, tree.root, &dir, progress);
     Ok(ReceiveOutcome {
