@@ -133,7 +133,7 @@ _gpucr() {
             return 0
             ;;
         gpucr__subcmd__dump)
-            opts="-v -h -V --leave-running --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --no-page-checksums --force --compress --cuda-staging --jobs --device-timeout --criu --criu-config --verbose --json --help --version"
+            opts="-v -h -V --leave-running --leave-stopped --tcp-established --shell-job --ext-unix-sk --file-locks --network-lock --timeout --no-page-checksums --force --compress --cuda-staging --jobs --device-timeout --criu --criu-config --verbose --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -5,12 +5,14 @@
 # memory) listens on the job's address 10.201.0.100, which moves with it.
 #
 # Modes (MODES, rotated from round to round):
-#   * in-place: `gpucr dump` and `gpucr restore --detach` on the source, no copy: the
-#     floor a move reaches unless the source's dump and the destination's restore
-#     overlap.
-#   * baseline: `gpucr dump` on the source, the image copied over the link (tar through
-#     socat, plain TCP), the job's address moved, `gpucr restore --detach` on the
-#     destination.
+#   * in-place: `gpucr dump --leave-stopped` on the source and `gpucr restore --detach`
+#     of its image on the destination, no copy: the floor a move reaches unless the
+#     source's dump and the destination's restore overlap.
+#   * in-place-killed: `gpucr dump` (the job killed) and `gpucr restore --detach` on the
+#     source.
+#   * baseline: `gpucr dump --leave-stopped` on the source, the image copied over the
+#     link (tar through socat, plain TCP), the job's address moved, `gpucr restore
+#     --detach` on the destination.
 #   * stop-and-copy: `gpucr migrate PID 10.201.0.12` on the source, `gpucr receive --once`
 #     on the destination (mutual TLS); the job's address is given to the destination
 #     before the move (the source's copy is frozen; CRIU binds the restored listener
@@ -69,6 +71,15 @@ LANES=${LANES:-}
 COMPRESS=${COMPRESS:-}
 # Where gpucr migrate stages the image (--staging; empty: the temporary directory).
 STAGING=${STAGING:-}
+# HOLD_SOURCE=1 (the default): in-place and baseline keep the source's copy of the job
+# stopped until the round ends, as a move must (`gpucr dump --leave-stopped`), and
+# in-place restores on the destination. Their restores then write the job's memory into
+# memory nothing has just freed, as a move's destination does. HOLD_SOURCE=0: their
+# dump kills the job first, and the restore takes the pages the dump freed, which on a
+# VM that hands free memory back to its host are much faster to write than others
+# (docs/migration.md, "Figures"). The mode in-place-killed is in-place with the job
+# killed by its dump whatever HOLD_SOURCE says, to show the difference in one run.
+HOLD_SOURCE=${HOLD_SOURCE:-1}
 MODES=${MODES:-baseline}
 # The simulator's GPU tree moved after the servers (examples/sim_workload with these
 # options; SIM_TREE="" skips it): 1 GiB of device memory by default.
@@ -208,11 +219,22 @@ PY
 # Once the tree is frozen (the dump done: a file but the pages and GPU data is in $1),
 # the journal's size, which grows again only once the tree runs on the destination.
 journal_at_freeze() {
-    for _ in $(seq 6000); do
-        find "$1" -type f ! -name 'pages-*' ! -path '*/gpu/*' 2>/dev/null | grep -q . && break
-        sleep 0.005
-    done
-    stat -c %s "$WORK/state/journal-parent"
+    # One process polling, not a find per try: what polls takes no core from the dump.
+    python3 - "$1" "$WORK/state/journal-parent" <<'PY'
+import os, sys, time
+top, journal = sys.argv[1], sys.argv[2]
+def cpu_image_file():
+    for parent, dirs, files in os.walk(top):
+        if "/gpu" in parent[len(top):]:
+            continue
+        if any(not name.startswith("pages-") for name in files):
+            return True
+    return False
+deadline = time.time() + 30
+while time.time() < deadline and not cpu_image_file():
+    time.sleep(0.005)
+print(os.stat(journal).st_size)
+PY
 }
 
 # Every process of the GPU tree checks every byte of its buffers and CPU memory.
@@ -231,20 +253,33 @@ gpu_tree_intact() {
     return 1
 }
 
+# After in-place's or baseline's dump: the source's copy, left stopped (HOLD_SOURCE=1),
+# is killed with the round's restored job; or it went with the dump.
+forget_source() {
+    if [ "$hold" != 1 ]; then rm -f "$WORK/pid"; fi
+}
+
 # One move in mode $1; prints "mode downtime_ms bytes transfer_ms".
 move_once() {
     local mode=$1 t0 t1 t2 reply bytes at_freeze busy0 busy dumped restored tail=-1 late=0
+    local held=() hold=$HOLD_SOURCE
+    [ "$mode" = in-place-killed ] && hold=0
+    [ "$hold" = 1 ] && held=(--leave-stopped)
     rm -rf "$WORK/src-image" "$WORK/dst-image"
     case $mode in
-    in-place)
+    in-place|in-place-killed)
         # What a move cannot go below without overlapping the two: the dump and the
-        # restore alone, on the source, with no copy.
+        # restore alone, no copy (the destination restores the source's image; with
+        # HOLD_SOURCE=0 the source restores it).
+        local there=$dst
+        [ "$hold" = 1 ] || there=$src
         t0=$(ms) busy0=$(cpu_busy_ms)
-        on "$src" "$gpucr" dump --json ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
+        on "$src" "$gpucr" dump --json "${held[@]}" ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
             || { cat "$WORK/err" >&2; exit 1; }
-        rm -f "$WORK/pid"
+        forget_source
+        [ "$there" = "$dst" ] && place_job "$dst"
         [ "$JOB_KIND" = gpu ] && at_freeze=$(stat -c %s "$WORK/state/journal-parent")
-        on "$src" "$gpucr" restore --detach --json "$WORK/src-image" > "$WORK/restored.json" 2>"$WORK/err" &
+        on "$there" "$gpucr" restore --detach --json "$WORK/src-image" > "$WORK/restored.json" 2>"$WORK/err" &
         local restoring=$!
         if [ "$JOB_KIND" = gpu ]; then reply="hot ok"$'\n'"first $(journal_grows "$at_freeze")"; else reply=$(ask hot); fi
         busy=$(( $(cpu_busy_ms) - busy0 ))
@@ -255,9 +290,9 @@ move_once() {
         bytes=0 t1=0 t2=1 ;;
     baseline)
         t0=$(ms) busy0=$(cpu_busy_ms)
-        on "$src" "$gpucr" dump --json ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
+        on "$src" "$gpucr" dump --json "${held[@]}" ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
             || { cat "$WORK/err" >&2; exit 1; }
-        rm -f "$WORK/pid"
+        forget_source
         mkdir -m 0700 "$WORK/dst-image"
         on "$dst" socat -u TCP-LISTEN:7100,bind=10.201.0.12,reuseaddr \
             EXEC:"tar -C $WORK/dst-image -xf -" &
@@ -329,6 +364,15 @@ move_once() {
         reply=$(ask all)
         grep -q '^all ok' <<<"$reply" || { echo "$mode: the moved memory differs: $reply" >&2; exit 1; }
     fi
+    # Each round's --json reports, kept for a closer look (reports/KIND-SIZE-MODE-ROUND.*).
+    local report size=${mib:-0}
+    if [ "$JOB_KIND" = gpu ]; then size=0; fi
+    mkdir -p "$WORK/reports"
+    for report in dumped.json restored.json migrated received.json; do
+        if [ -f "$WORK/$report" ]; then
+            mv "$WORK/$report" "$WORK/reports/$JOB_KIND-$size-$mode-$round.$report"
+        fi
+    done
     echo "$mode $downtime $bytes $(( t2 - t1 )) $dumped $restored $busy $tail $late"
 }
 

@@ -120,6 +120,81 @@ fn leave_running_keeps_the_tree_running() {
     assert!(stdout(&out).contains("intact"), "{}", stdout(&out));
 }
 
+/// The pids of every process in the PID namespace of `root` (the tree's init).
+fn tasks_in_namespace_of(root: i32) -> Vec<i32> {
+    let ns = fs::read_link(format!("/proc/{root}/ns/pid")).unwrap();
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref() == Some(&ns))
+        .collect()
+}
+
+/// A task's state letter (`T`: stopped).
+fn task_state(pid: i32) -> char {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')')
+        .next()
+        .and_then(|s| s.trim_start().chars().next())
+        .unwrap_or('?')
+}
+
+/// --leave-stopped: every task is stopped when the dump returns, the tree does nothing
+/// until it gets SIGCONT, then goes on where it was; the image is whole.
+#[test]
+fn leave_stopped_keeps_the_tree_stopped_until_it_is_let_run() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let image = tmp.path().join("image");
+    let tree = Tree::start(&state, &[]);
+    let out = gpucr(&[
+        "dump",
+        "--leave-stopped",
+        "--tcp-established",
+        "--json",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("--json output");
+    assert_eq!(json["left_stopped"], true);
+    assert_eq!(json["left_running"], false);
+    let tasks = tasks_in_namespace_of(tree.pid);
+    assert!(tasks.len() >= 3, "{tasks:?}");
+    for pid in &tasks {
+        assert_eq!(
+            task_state(*pid),
+            'T',
+            "task {pid} of the tree is not stopped"
+        );
+    }
+    let at_dump: Vec<usize> = ROLES.iter().map(|r| tree.journal(r).len()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let later: Vec<usize> = ROLES.iter().map(|r| tree.journal(r).len()).collect();
+    assert_eq!(at_dump, later, "the stopped tree wrote to its journals");
+    for pid in &tasks {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::SIGCONT)
+            .unwrap();
+    }
+    tree.wait_ticks(3);
+    for role in ROLES {
+        assert_journal_continuous(&state, role);
+    }
+    assert!(tree.last("parent").healthy());
+    let out = gpucr(&["inspect", "--verify", image.to_str().unwrap()]);
+    assert_success(&out);
+    // Both at once make no sense: refused as a usage error.
+    let out = gpucr(&[
+        "dump",
+        "--leave-stopped",
+        "--leave-running",
+        "1",
+        "/nonexistent",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
 /// A workload tree dumped into `tmp/image` (and killed), with its state files as they
 /// were at the dump kept in `tmp/snapshot` (CRIU checks their sizes at restore).
 struct Dumped {

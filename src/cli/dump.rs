@@ -13,7 +13,8 @@ use crate::transfer::Compression;
 /// manifest `DIR/gpucr.json` last. DIR is created with mode 0700 (it holds process
 /// memory); an existing DIR must be empty unless --force is given, and no other dump may
 /// be writing into it (refused with exit 6, even with --force). Unless
-/// --leave-running is given, the tree is killed after a successful dump. If the dump
+/// --leave-running or --leave-stopped is given, the tree is killed after a successful
+/// dump. If the dump
 /// fails, the tree keeps running and DIR is marked incomplete (`gpucr-incomplete.json`).
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
@@ -31,6 +32,14 @@ pub struct DumpArgs {
     /// gpucr exits 10 naming the task and the failure.
     #[arg(long)]
     pub leave_running: bool,
+
+    /// Keep the tree after the dump, stopped: every task takes SIGSTOP while CRIU still
+    /// holds it, so none runs an instruction between the image and the stop, and CRIU
+    /// lets it go with its network unlocked. `kill -CONT` to each task lets it run on
+    /// (as after --leave-running); kill it once its image is restored elsewhere. A
+    /// failed dump leaves the tree running.
+    #[arg(long, conflicts_with = "leave_running")]
+    pub leave_stopped: bool,
 
     #[command(flatten)]
     pub tree: TreeDumpArgs,

@@ -8,6 +8,7 @@ use crate::cli::{CudaStagingArg, DumpArgs};
 use crate::cmd::common::{print_timeline, report_out, size, tree_dump};
 use crate::dump::{dump, DumpOptions};
 use crate::exit_code;
+use crate::migrate::tree::StoppedTree;
 use crate::transfer::TransferConfig;
 
 pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
@@ -20,7 +21,7 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
     let opts = DumpOptions {
         pid: args.pid,
         dir: args.dir.clone(),
-        leave_running: args.leave_running,
+        leave_running: args.leave_running || args.leave_stopped,
         flags,
         network_lock,
         timeout,
@@ -39,13 +40,31 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
         cuda_staging: args.cuda_staging.map(CudaStagingArg::staging),
         criu_config: args.criu.criu_config.clone(),
         no_page_checksums: args.no_page_checksums,
-        stop_after: false,
+        stop_after: args.leave_stopped,
         cancel,
     };
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);
     progress.finish();
-    let outcome = result?;
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            if args.leave_stopped {
+                // A dump that failed after CRIU's post-dump may have stopped the tree.
+                StoppedTree { root: args.pid }.resume();
+            }
+            return Err(error.into());
+        }
+    };
+    if args.leave_stopped {
+        // The SIGSTOPs came while CRIU held the tasks: wait until each is stopped.
+        StoppedTree::stop(args.pid).map_err(|e| {
+            anyhow::anyhow!(
+                "the image in {} is complete, but {e}; the tree runs on",
+                args.dir.display()
+            )
+        })?;
+    }
     let m = &outcome.manifest;
     if args.output.json {
         let value = json!({
@@ -53,7 +72,8 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
             "comm": m.target.comm,
             "dir": args.dir,
             "criu_version": m.criu_version,
-            "left_running": m.options.leave_running,
+            "left_running": m.options.leave_running && !args.leave_stopped,
+            "left_stopped": args.leave_stopped,
             "image_bytes": outcome.image_bytes,
             "pages_bytes": outcome.pages_bytes,
             "files": m.files.len(),
@@ -76,7 +96,9 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
             size(outcome.image_bytes),
             m.files.len(),
             size(outcome.pages_bytes),
-            if m.options.leave_running {
+            if args.leave_stopped {
+                "left stopped"
+            } else if m.options.leave_running {
                 "left running"
             } else {
                 "tree killed"
