@@ -292,17 +292,19 @@ fn wait_for_the_image_to_cross(images: &Path) {
 /// crosses, `wipe` takes the job's device memory away at the source, as if the
 /// destination were another machine. Both sides must succeed and the source's copy
 /// die: the restored tree (killed when dropped) and the receiver's stderr.
-#[allow(clippy::too_many_arguments)]
 fn move_wiping_the_source(
-    hosts: &Hosts,
-    keys: &Path,
-    images: &Path,
+    places: Places,
     job: &Job,
     receiver: Receiver,
     env: &[(&str, &str)],
     flags: &[&str],
     wipe: impl FnOnce(),
-) -> (Restored, String) {
+) -> Moved {
+    let Places {
+        hosts,
+        keys,
+        images,
+    } = places;
     let mut env = env.to_vec();
     env.push(("GPUCR_TEST_MIGRATE_THROTTLE_MS", "200"));
     let out = std::thread::scope(|scope| {
@@ -314,11 +316,36 @@ fn move_wiping_the_source(
     let (status, received, receiver_err) = receiver.finish();
     assert_success(&out);
     assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
-    let restored = Restored(received.trim().parse().unwrap());
+    // The pid alone, or `gpucr receive --json`'s report.
+    let pid = match serde_json::from_str::<serde_json::Value>(&received) {
+        Ok(report) if report.is_object() => report["pid"].as_i64().unwrap() as i32,
+        _ => received.trim().parse().unwrap(),
+    };
     wait_for(Duration::from_secs(10), "the source's copy to die", || {
         (!alive(job.pid)).then_some(())
     });
-    (restored, receiver_err)
+    Moved {
+        _restored: Restored(pid),
+        received,
+        log: receiver_err,
+    }
+}
+
+/// Where a move runs: the two hosts, the directory with the keys, the destination's
+/// image directory.
+#[derive(Clone, Copy)]
+struct Places<'a> {
+    hosts: &'a Hosts,
+    keys: &'a Path,
+    images: &'a Path,
+}
+
+/// A finished move: the tree restored on the destination (killed when dropped), and
+/// what the receiver printed (its stdout and its stderr).
+struct Moved {
+    _restored: Restored,
+    received: String,
+    log: String,
 }
 
 /// The entries beneath `dir`.
@@ -550,10 +577,12 @@ fn a_cuda_tree_moves_with_its_device_memory() {
     env.push(("GPUCR_SIM_ROOT", sim_root.to_str().unwrap()));
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &env);
     // The source's copy is stopped with its devices given back: its device memory goes.
-    let (_restored, _) = move_wiping_the_source(
-        &hosts,
-        tmp.path(),
-        &images,
+    let _moved = move_wiping_the_source(
+        Places {
+            hosts: &hosts,
+            keys: tmp.path(),
+            images: &images,
+        },
         &job,
         receiver,
         &env,
@@ -585,12 +614,14 @@ fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
     let mut args = vec!["--parent-mib", "24", "--child-mib", "8"];
     args.extend_from_slice(driver);
     let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
-    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
+    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &["--json"], &sim.env());
     // The restored tree can only get its device memory from the image.
-    let (_restored, _) = move_wiping_the_source(
-        &hosts,
-        tmp.path(),
-        &images,
+    let moved = move_wiping_the_source(
+        Places {
+            hosts: &hosts,
+            keys: tmp.path(),
+            images: &images,
+        },
         &job,
         receiver,
         &sim.env(),
@@ -625,6 +656,21 @@ fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
         let compressed = manifest["gpu"]["stats"]["compressed_chunks"].as_u64();
         assert_eq!(compressed, Some(0), "{}", manifest["gpu"]);
         assert!(image.join("gpu/index").exists());
+        // The receiver's report has the restore's GPU transfer, as `gpucr restore`'s.
+        let report: serde_json::Value = serde_json::from_str(&moved.received).unwrap();
+        let filled = &report["gpu"];
+        for field in ["buffers", "raw_bytes"] {
+            assert_eq!(
+                filled["stats"][field], manifest["gpu"]["stats"][field],
+                "{report}"
+            );
+        }
+        let timings = filled["timings"].as_array().expect("the fill of each task");
+        assert_eq!(timings.len(), 2, "{report}");
+        assert!(
+            timings.iter().all(|t| t["bytes"].as_u64() > Some(0)),
+            "{report}"
+        );
     } else {
         // The NVIDIA model: each task's device state, its memory staged in the host's.
         let tasks = manifest["gpu"]["tasks"].as_array().unwrap();
@@ -899,10 +945,12 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
     let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
     let flags = ["--post-copy"];
-    let (_restored, receiver_err) = move_wiping_the_source(
-        &hosts,
-        tmp.path(),
-        &images,
+    let moved = move_wiping_the_source(
+        Places {
+            hosts: &hosts,
+            keys: tmp.path(),
+            images: &images,
+        },
         &job,
         receiver,
         &sim.env(),
@@ -912,8 +960,9 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
         },
     );
     assert!(
-        receiver_err.contains("its memory is pulled from"),
-        "{receiver_err}"
+        moved.log.contains("its memory is pulled from"),
+        "{}",
+        moved.log
     );
     assert!(
         job.verify_gpu_memory(1),

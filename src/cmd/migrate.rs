@@ -153,6 +153,7 @@ pub fn receive(args: &ReceiveArgs) -> Result<u8, crate::cmd::Failure> {
             "files": outcome.files,
             "bytes": outcome.bytes,
             "events": events,
+            "gpu": outcome.gpu.as_ref().map(|(stats, timings)| json!({"stats": stats, "timings": timings})),
         });
         report_out(serde_json::to_string_pretty(&value)? + "\n");
     } else {

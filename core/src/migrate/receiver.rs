@@ -38,8 +38,10 @@ use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
 use super::{hello, ProtocolError, BEAT};
 use crate::exit_code::{self, ExitCode};
+use crate::gpu::TaskTiming;
 use crate::progress::Progress;
 use crate::restore::{RestoreError, RestoreOptions};
+use crate::transfer::GpuStats;
 
 /// Where to listen, where to keep images, and how to restore.
 #[derive(Debug, Clone)]
@@ -67,6 +69,9 @@ pub struct ReceiveOutcome {
     pub dir: PathBuf,
     pub files: u64,
     pub bytes: u64,
+    /// The restore's GPU transfer and each task's fill, as `gpucr restore` reports
+    /// them (milliseconds since the restore's start).
+    pub gpu: Option<(GpuStats, Vec<TaskTiming>)>,
 }
 
 /// Why a migration was not received.
@@ -346,6 +351,7 @@ fn serve(
         }
     };
     let tree = StoppedTree { root: restored.pid };
+    let gpu = restored.gpu.clone();
     let give_up = |why: String| no_commit(&tree, &peer, why);
     if let Err(e) = beat.and_then(|()| link.send(&Control::Restored { pid: tree.root })) {
         return Err(give_up(e.to_string()));
@@ -378,6 +384,7 @@ fn serve(
             dir,
             files,
             bytes,
+            gpu,
         });
     }
     // The tree runs here now, whatever becomes of the link.
@@ -397,6 +404,7 @@ fn serve(
         dir,
         files,
         bytes,
+        gpu,
     })
 }
 
@@ -747,5 +755,6 @@ fn serve_post_copy(
         dir,
         files,
         bytes: bytes + pulled,
+        gpu: restored.gpu.clone(),
     })
 }
