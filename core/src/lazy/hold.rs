@@ -77,6 +77,11 @@ impl StartupHold {
         Filling(self)
     }
 
+    /// Whether a step waits for a fill now.
+    pub fn filling_now(&self) -> bool {
+        self.fills.load(Ordering::Acquire) > 0
+    }
+
     /// True while the stream should start no block: inside the window, no fill waited
     /// for, and a fault (or the restore's end) less than `quiet` ago.
     pub fn holds(&self) -> bool {

@@ -12,4 +12,12 @@ pub trait RemoteBlocks: Send + Sync + std::fmt::Debug {
     /// is there. A file that was never remote is there already. An error says why the
     /// block will not come (the link is lost): the task that needs it must not wait.
     fn fetch(&self, file: &str, block: u64, urgent: bool) -> Result<(), String>;
+
+    /// True while the link the blocks come over is better left to other traffic (a
+    /// post-copy destination whose tree waits, stopped, for the source's word): the
+    /// background stream then starts no block, unless a step waits for a fill
+    /// (`TaskMemory::fill_task`). Faults are served as ever.
+    fn holds_background(&self) -> bool {
+        false
+    }
 }

@@ -501,6 +501,17 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether the remote the blocks come from holds the background stream back
+    /// ([`super::RemoteBlocks::holds_background`]); never while a step waits for a fill.
+    fn remote_holds(&self) -> bool {
+        !self.hold.filling_now()
+            && self
+                .options
+                .remote
+                .as_ref()
+                .is_some_and(|remote| remote.holds_background())
+    }
+
     fn fail(&self, error: LazyError) {
         let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
         if failure.is_none() {
@@ -821,12 +832,14 @@ fn worker(shared: &Arc<Shared>) {
                     return;
                 }
                 let faulting = shared.faulting.load(Ordering::Acquire) > 0 || shared.hold.holds();
-                if shared.restored.load(Ordering::Acquire) && !faulting {
+                let held = shared.remote_holds();
+                if shared.restored.load(Ordering::Acquire) && !faulting && !held {
                     if let Some(job) = queue.pop_front() {
                         break job;
                     }
                 }
-                let pause = if faulting { 1 } else { 20 };
+                // A remote's hold lasts until a message crosses: no need to look often.
+                let pause = if faulting && !held { 1 } else { 20 };
                 queue = shared
                     .ready
                     .wait_timeout(queue, Duration::from_millis(pause))

@@ -103,6 +103,8 @@ struct State {
 pub struct Puller {
     shared: Arc<(Mutex<State>, Condvar)>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The restore's background stream is held back ([`Puller::hold_background`]).
+    background_held: std::sync::atomic::AtomicBool,
 }
 
 impl Puller {
@@ -144,6 +146,7 @@ impl Puller {
         Ok(Arc::new(Puller {
             shared,
             thread: Mutex::new(Some(thread)),
+            background_held: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -216,6 +219,22 @@ impl Puller {
         self.shared.1.notify_all();
     }
 
+    /// Hold the restore's background stream back until [`Puller::release_background`]:
+    /// while the restored tree waits, stopped, for the Commit, the blocks it asks for
+    /// would go ahead of the Restored on the link (a window of them, each answered
+    /// before the source reads on), and delay the Commit by their time. Faults, and
+    /// fills a step waits for, are pulled meanwhile.
+    pub fn hold_background(&self) {
+        self.background_held
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Let the restore's background stream pull again.
+    pub fn release_background(&self) {
+        self.background_held
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
     /// Bytes received so far.
     pub fn bytes(&self) -> u64 {
         self.lock().bytes
@@ -232,6 +251,11 @@ impl Puller {
 }
 
 impl crate::lazy::RemoteBlocks for Puller {
+    fn holds_background(&self) -> bool {
+        self.background_held
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn fetch(&self, file: &str, block: u64, urgent: bool) -> Result<(), String> {
         let mut state = self.lock();
         if !state.files.contains_key(file) {

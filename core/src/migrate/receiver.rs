@@ -658,6 +658,8 @@ fn serve_post_copy(
         Err(e) => return Err(refuse(lost(e.to_string()))),
     };
     puller.fetch_all(&eager).map_err(|e| lost(e.to_string()))?;
+    // Until the tree runs, the link is the Restored's and the Commit's.
+    puller.hold_background();
     let restore = RestoreOptions {
         dir: image.path().to_path_buf(),
         leave_stopped: true,
@@ -702,6 +704,7 @@ fn serve_post_copy(
         pid: tree.root,
         dir: dir.display().to_string(),
     });
+    puller.release_background();
     progress.event("resumed", &format!("pid {} runs", tree.root));
     progress.note(&format!(
         "pid {} runs here; its memory is pulled from {peer} as it needs it",
