@@ -253,9 +253,12 @@ gpu_tree_intact() {
     return 1
 }
 
-# After in-place's or baseline's dump: the source's copy, left stopped (HOLD_SOURCE=1),
-# is killed with the round's restored job; or it went with the dump.
-forget_source() {
+# In-place's and baseline's `gpucr dump` of the job into src-image (with move_once's
+# `held` flags). The source's copy, left stopped (HOLD_SOURCE=1), is killed with the
+# round's restored job; or it went with the dump.
+dump_on_source() {
+    on "$src" "$gpucr" dump --json "${held[@]}" ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
+        || { cat "$WORK/err" >&2; exit 1; }
     if [ "$hold" != 1 ]; then rm -f "$WORK/pid"; fi
 }
 
@@ -274,9 +277,7 @@ move_once() {
         local there=$dst
         [ "$hold" = 1 ] || there=$src
         t0=$(ms) busy0=$(cpu_busy_ms)
-        on "$src" "$gpucr" dump --json "${held[@]}" ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
-            || { cat "$WORK/err" >&2; exit 1; }
-        forget_source
+        dump_on_source
         [ "$there" = "$dst" ] && place_job "$dst"
         [ "$JOB_KIND" = gpu ] && at_freeze=$(stat -c %s "$WORK/state/journal-parent")
         on "$there" "$gpucr" restore --detach --json "$WORK/src-image" > "$WORK/restored.json" 2>"$WORK/err" &
@@ -290,9 +291,7 @@ move_once() {
         bytes=0 t1=0 t2=1 ;;
     baseline)
         t0=$(ms) busy0=$(cpu_busy_ms)
-        on "$src" "$gpucr" dump --json "${held[@]}" ${COMPRESS:+--compress "$COMPRESS"} "$(cat "$WORK/pid")" "$WORK/src-image" >"$WORK/dumped.json" 2>"$WORK/err" \
-            || { cat "$WORK/err" >&2; exit 1; }
-        forget_source
+        dump_on_source
         mkdir -m 0700 "$WORK/dst-image"
         on "$dst" socat -u TCP-LISTEN:7100,bind=10.201.0.12,reuseaddr \
             EXEC:"tar -C $WORK/dst-image -xf -" &

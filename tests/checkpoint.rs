@@ -84,16 +84,7 @@ fn leave_running_keeps_the_tree_running() {
     let state = tmp.path().join("state");
     let image = tmp.path().join("image");
     let tree = Tree::start(&state, &[]);
-    let out = gpucr(&[
-        "dump",
-        "--leave-running",
-        "--tcp-established",
-        "--json",
-        &tree.pid.to_string(),
-        image.to_str().unwrap(),
-    ]);
-    assert_success(&out);
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("--json output");
+    let json = dump_keeping(&tree, &image, "--leave-running");
     assert_eq!(json["pid"], tree.pid);
     assert_eq!(json["left_running"], true);
     assert!(json["pages_bytes"].as_u64().unwrap() > 64 << 20);
@@ -120,23 +111,19 @@ fn leave_running_keeps_the_tree_running() {
     assert!(stdout(&out).contains("intact"), "{}", stdout(&out));
 }
 
-/// The pids of every process in the PID namespace of `root` (the tree's init).
-fn tasks_in_namespace_of(root: i32) -> Vec<i32> {
-    let ns = fs::read_link(format!("/proc/{root}/ns/pid")).unwrap();
-    fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref() == Some(&ns))
-        .collect()
-}
-
-/// A task's state letter (`T`: stopped).
-fn task_state(pid: i32) -> char {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(')')
-        .next()
-        .and_then(|s| s.trim_start().chars().next())
-        .unwrap_or('?')
+/// `gpucr dump --json` of `tree` into `image` with the flag `keep` (`--leave-running`
+/// or `--leave-stopped`): its report.
+fn dump_keeping(tree: &Tree, image: &Path, keep: &str) -> serde_json::Value {
+    let out = gpucr(&[
+        "dump",
+        keep,
+        "--tcp-established",
+        "--json",
+        &tree.pid.to_string(),
+        image.to_str().unwrap(),
+    ]);
+    assert_success(&out);
+    serde_json::from_str(&stdout(&out)).expect("--json output")
 }
 
 /// --leave-stopped: every task is stopped when the dump returns, the tree does nothing
@@ -148,24 +135,14 @@ fn leave_stopped_keeps_the_tree_stopped_until_it_is_let_run() {
     let state = tmp.path().join("state");
     let image = tmp.path().join("image");
     let tree = Tree::start(&state, &[]);
-    let out = gpucr(&[
-        "dump",
-        "--leave-stopped",
-        "--tcp-established",
-        "--json",
-        &tree.pid.to_string(),
-        image.to_str().unwrap(),
-    ]);
-    assert_success(&out);
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("--json output");
+    let json = dump_keeping(&tree, &image, "--leave-stopped");
     assert_eq!(json["left_stopped"], true);
     assert_eq!(json["left_running"], false);
-    let tasks = tasks_in_namespace_of(tree.pid);
+    let tasks = gpucr::lazy::kill::descendants(&[tree.pid]);
     assert!(tasks.len() >= 3, "{tasks:?}");
     for pid in &tasks {
-        assert_eq!(
-            task_state(*pid),
-            'T',
+        assert!(
+            gpucr_abi::procfs::is_stopped(*pid),
             "task {pid} of the tree is not stopped"
         );
     }

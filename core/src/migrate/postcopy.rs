@@ -19,6 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -104,7 +105,7 @@ pub struct Puller {
     shared: Arc<(Mutex<State>, Condvar)>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The restore's background stream is held back ([`Puller::hold_background`]).
-    background_held: std::sync::atomic::AtomicBool,
+    background_held: AtomicBool,
 }
 
 impl Puller {
@@ -146,7 +147,7 @@ impl Puller {
         Ok(Arc::new(Puller {
             shared,
             thread: Mutex::new(Some(thread)),
-            background_held: std::sync::atomic::AtomicBool::new(false),
+            background_held: AtomicBool::new(false),
         }))
     }
 
@@ -225,14 +226,12 @@ impl Puller {
     /// before the source reads on), and delay the Commit by their time. Faults, and
     /// fills a step waits for, are pulled meanwhile.
     pub fn hold_background(&self) {
-        self.background_held
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.background_held.store(true, Ordering::Release);
     }
 
     /// Let the restore's background stream pull again.
     pub fn release_background(&self) {
-        self.background_held
-            .store(false, std::sync::atomic::Ordering::Release);
+        self.background_held.store(false, Ordering::Release);
     }
 
     /// Bytes received so far.
@@ -252,8 +251,7 @@ impl Puller {
 
 impl crate::lazy::RemoteBlocks for Puller {
     fn holds_background(&self) -> bool {
-        self.background_held
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.background_held.load(Ordering::Acquire)
     }
 
     fn fetch(&self, file: &str, block: u64, urgent: bool) -> Result<(), String> {

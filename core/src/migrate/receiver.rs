@@ -351,7 +351,7 @@ fn serve(
         }
     };
     let tree = StoppedTree { root: restored.pid };
-    let gpu = restored.gpu.clone();
+    let gpu = restored.gpu;
     let give_up = |why: String| no_commit(&tree, &peer, why);
     if let Err(e) = beat.and_then(|()| link.send(&Control::Restored { pid: tree.root })) {
         return Err(give_up(e.to_string()));
@@ -758,6 +758,6 @@ fn serve_post_copy(
         dir,
         files,
         bytes: bytes + pulled,
-        gpu: restored.gpu.clone(),
+        gpu: restored.gpu,
     })
 }
