@@ -63,6 +63,14 @@ pub enum HelperError {
     Transfer(#[from] TransferError),
     #[error("device state: {0}")]
     Failed(String),
+    /// The task a plugin ran in died while its request `what` was being answered. In a
+    /// restore that CRIU failed for a reason of its own this is a consequence (CRIU kills
+    /// the tasks it made), not the cause: see [`HelperError::is_a_task_gone`].
+    #[error(
+        "device state: {what} (plugin in pid {peer}): {}",
+        crate::helper::control::Abandoned::PeerGone
+    )]
+    PluginGone { what: &'static str, peer: i32 },
     /// A task's device did not come back, or the plugin's part of a device step failed.
     #[error("{0}")]
     Device(String),
@@ -84,6 +92,15 @@ impl From<GpuError> for HelperError {
     }
 }
 
+impl HelperError {
+    /// Whether this is only a plugin's task gone mid-request: what follows when CRIU
+    /// gives up a restore and kills the tasks it made, so a cause CRIU names explains
+    /// the failure better.
+    pub fn is_a_task_gone(&self) -> bool {
+        matches!(self, HelperError::PluginGone { .. })
+    }
+}
+
 impl crate::exit_code::ExitCode for HelperError {
     /// A device or driver failure is [`crate::exit_code::DEVICE_FAILED`], damage found
     /// while moving device memory is the transfer's own code; anything else is
@@ -97,6 +114,7 @@ impl crate::exit_code::ExitCode for HelperError {
             | HelperError::Io { .. }
             | HelperError::Socket { .. }
             | HelperError::Failed(_)
+            | HelperError::PluginGone { .. }
             | HelperError::Lifecycle(_)
             | HelperError::Abandoned(_) => crate::exit_code::FAILURE,
         }

@@ -130,9 +130,12 @@ fn time_limit(shared: &Shared, req: &Request) -> Option<Duration> {
 fn abandoned(shared: &Shared, peer: i32, what: &'static str, why: Abandoned, cancel: &Cancel) {
     // Recorded first: the answer left running fails with "given up" once the token
     // is cancelled, and only the first failure is kept.
-    shared.fail(HelperError::Failed(format!(
-        "{what} (plugin in pid {peer}): {why}"
-    )));
+    shared.fail(match why {
+        Abandoned::PeerGone => HelperError::PluginGone { what, peer },
+        Abandoned::TimedOut(_) => {
+            HelperError::Failed(format!("{what} (plugin in pid {peer}): {why}"))
+        }
+    });
     cancel.cancel(why.to_string());
 }
 

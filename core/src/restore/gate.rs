@@ -183,10 +183,11 @@ impl<'a> Gate<'a> {
         }
     }
 
-    /// Once CRIU has answered (`criu_failed` if it failed the restore): what stopped the
-    /// restore on gpucr's side, if anything. Damage explains a failure best, even one
-    /// CRIU met before post-restore.
-    pub(super) fn verdict(mut self, criu_failed: bool) -> Verdict {
+    /// Once CRIU has answered (`criu_failed` if it failed the restore,
+    /// `plugin_named_a_cause` if its log holds a hook failure of gpucr's plugin): what
+    /// stopped the restore on gpucr's side, if anything. Damage explains a failure best,
+    /// even one CRIU met before post-restore.
+    pub(super) fn verdict(mut self, criu_failed: bool, plugin_named_a_cause: bool) -> Verdict {
         if let Some(handle) = self.bulk.take() {
             self.bulk_problems = join_bulk(handle);
         }
@@ -204,14 +205,22 @@ impl<'a> Gate<'a> {
         }
         // A failure the GPU side met on its own (not in answering a notification)
         // explains CRIU's failure; taken only then, it is reported once.
-        match self
+        let failure = self
             .gpu
             .filter(|_| criu_failed)
-            .and_then(GpuRestore::take_failure)
-        {
-            Some(error) => Verdict::Gpu(error),
-            None => Verdict::Criu,
-        }
+            .and_then(GpuRestore::take_failure);
+        failure_verdict(failure, plugin_named_a_cause)
+    }
+}
+
+/// The verdict on a failure the GPU side met on its own while CRIU failed. A plugin
+/// whose task went away mid-request does not explain it when the plugin of another task
+/// named why CRIU gave up: CRIU killed the tasks it had made for that.
+fn failure_verdict(failure: Option<HelperError>, plugin_named_a_cause: bool) -> Verdict {
+    match failure {
+        Some(error) if error.is_a_task_gone() && plugin_named_a_cause => Verdict::Criu,
+        Some(error) => Verdict::Gpu(error),
+        None => Verdict::Criu,
     }
 }
 
@@ -243,5 +252,44 @@ fn join_bulk(handle: BulkVerification) -> Vec<Problem> {
             file: "(pages)".into(),
             kind: ProblemKind::Unreadable("the verification thread panicked".into()),
         }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gone() -> HelperError {
+        HelperError::PluginGone {
+            what: "RESTORE_EXT_FILE",
+            peer: 42,
+        }
+    }
+
+    #[test]
+    fn a_task_gone_gives_way_to_the_cause_a_plugin_named() {
+        assert!(matches!(failure_verdict(Some(gone()), true), Verdict::Criu));
+    }
+
+    #[test]
+    fn a_task_gone_is_the_reason_when_no_plugin_named_one() {
+        match failure_verdict(Some(gone()), false) {
+            Verdict::Gpu(error) => assert_eq!(
+                error.to_string(),
+                "device state: RESTORE_EXT_FILE (plugin in pid 42): the plugin went away \
+                 before it was answered"
+            ),
+            _ => panic!("a vanished plugin with nothing else named is the GPU side's failure"),
+        }
+    }
+
+    #[test]
+    fn a_failure_of_the_gpu_side_explains_the_restore_even_beside_a_named_cause() {
+        let failure = HelperError::Device("the copy engine stopped".into());
+        assert!(matches!(
+            failure_verdict(Some(failure), true),
+            Verdict::Gpu(HelperError::Device(_))
+        ));
+        assert!(matches!(failure_verdict(None, true), Verdict::Criu));
     }
 }

@@ -401,7 +401,11 @@ fn restore_in(
             _ => RestoreError::Lazy(crate::lazy::LazyError::Protocol(criu)),
         });
     }
-    match gate.verdict(result.is_err()) {
+    let plugin_named_a_cause = result
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.plugin_failure().is_some());
+    match gate.verdict(result.is_err(), plugin_named_a_cause) {
         Verdict::Criu => {}
         Verdict::Damaged(problems) => {
             return Err(RestoreError::Damaged {
