@@ -57,11 +57,30 @@ fn podman_ok(args: &[&str]) -> String {
     let out = podman(args);
     assert!(
         out.status.success(),
-        "podman {args:?} failed\nstdout: {}\nstderr: {}",
+        "podman {args:?} failed\nstdout: {}\nstderr: {}{}",
         stdout(&out),
-        stderr(&out)
+        stderr(&out),
+        criu_errors_of(args)
     );
     stdout(&out)
+}
+
+/// For a failed `podman container checkpoint|restore ... NAME`: CRIU's errors and
+/// gpucr's lines in the container's log of it (podman names the log only by path).
+fn criu_errors_of(args: &[&str]) -> String {
+    let which = match args {
+        ["container", "checkpoint", ..] => "dump",
+        ["container", "restore", ..] => "restore",
+        _ => return String::new(),
+    };
+    let Some(name) = args.last().filter(|_| !args.contains(&"--import")) else {
+        return String::new();
+    };
+    let out = podman(&["inspect", "--format", "{{.Id}}", name]);
+    format!(
+        "\nCRIU's {which}.log (errors and gpucr's lines):\n{}",
+        log_lines_of(stdout(&out).trim(), which)
+    )
 }
 
 /// The test's files: the image root, the plugin directory and CRIU's configuration

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use common::hosts::{Host, Hosts};
 use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
 const PORT: &str = "7431";
 
@@ -400,6 +402,58 @@ fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
         "{}",
         stdout(&out)
     );
+}
+
+/// A tree with a task its owner stopped (job control's SIGSTOP), moved: at the
+/// destination that task is still stopped and the others run, as on the source.
+#[test]
+fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let script = tmp.path().join("two-sleeps.sh");
+    std::fs::write(&script, "#!/bin/sh\nsleep 600 &\nsleep 600 &\nwait\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hosts = Hosts::new();
+    let job = Job::start_program(&hosts, &script, &tmp.path().join("state"), &[], &[], vec![]);
+    let tasks = || gpucr_abi::procfs::tree_pids(job.pid);
+    wait_for(Duration::from_secs(30), "both sleeps to start", || {
+        (tasks().len() == 3).then_some(())
+    });
+    let held = tasks()[1];
+    kill(Pid::from_raw(held), Signal::SIGSTOP).unwrap();
+    wait_for(Duration::from_secs(10), "the sleep to stop", || {
+        gpucr_abi::procfs::is_stopped(held).then_some(())
+    });
+    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
+    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(&out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let remote: i32 = received
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a pid: {received:?}\n{receiver_err}"));
+    let _restored = Restored(remote);
+    let there = gpucr_abi::procfs::tree_pids(remote);
+    assert_eq!(there.len(), 3, "restored tasks: {there:?}");
+    let stopped = |pids: &[i32]| -> Vec<i32> {
+        pids.iter()
+            .copied()
+            .filter(|p| gpucr_abi::procfs::is_stopped(*p))
+            .collect()
+    };
+    // The receiver's SIGCONTs went before it exited; give them a moment to land.
+    std::thread::sleep(Duration::from_millis(200));
+    let held_there = stopped(&there);
+    assert_eq!(
+        held_there.len(),
+        1,
+        "stopped at the destination: {held_there:?} of {there:?}"
+    );
+    assert_ne!(held_there[0], remote, "the root was left stopped");
 }
 
 #[test]

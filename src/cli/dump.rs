@@ -37,7 +37,7 @@ pub struct DumpArgs {
     /// holds it, so none runs an instruction between the image and the stop, and CRIU
     /// lets it go with its network unlocked. `kill -CONT` to each task lets it run on
     /// (as after --leave-running); kill it once its image is restored elsewhere. A
-    /// failed dump leaves the tree running.
+    /// failed dump leaves the tree running, but for tasks already stopped before it.
     #[arg(long, conflicts_with = "leave_running")]
     pub leave_stopped: bool,
 

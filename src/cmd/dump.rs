@@ -43,6 +43,8 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
         stop_after: args.leave_stopped,
         cancel,
     };
+    // Tasks stopped by their owner stay stopped whatever happens.
+    let tree = StoppedTree::before_freeze(args.pid);
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);
     progress.finish();
@@ -51,14 +53,14 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
         Err(error) => {
             if args.leave_stopped {
                 // A dump that failed after CRIU's post-dump may have stopped the tree.
-                StoppedTree { root: args.pid }.resume();
+                tree.resume();
             }
             return Err(error.into());
         }
     };
     if args.leave_stopped {
         // The SIGSTOPs came while CRIU held the tasks: wait until each is stopped.
-        StoppedTree::stop(args.pid).map_err(|e| {
+        tree.stop().map_err(|e| {
             anyhow::anyhow!(
                 "the image in {} is complete, but {e}; the tree runs on",
                 args.dir.display()

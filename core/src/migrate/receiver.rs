@@ -350,7 +350,11 @@ fn serve(
             ))
         }
     };
-    let tree = StoppedTree { root: restored.pid };
+    let tree = StoppedTree::restored(
+        restored.pid,
+        image.path(),
+        restored.manifest.host.page_size_or_here(),
+    );
     let gpu = restored.gpu;
     let give_up = |why: String| no_commit(&tree, &peer, why);
     if let Err(e) = beat.and_then(|()| link.send(&Control::Restored { pid: tree.root })) {
@@ -676,7 +680,11 @@ fn serve_post_copy(
             }))
         }
     };
-    let tree = StoppedTree { root: restored.pid };
+    let tree = StoppedTree::restored(
+        restored.pid,
+        image.path(),
+        restored.manifest.host.page_size_or_here(),
+    );
     let give_up = |why: String| {
         let error = no_commit(&tree, peer, why);
         puller.close();

@@ -286,6 +286,8 @@ pub fn migrate(
         no_page_checksums: opts.dump.no_page_checksums || !opts.post_copy,
         ..opts.dump.clone()
     };
+    // Tasks stopped by their owner stay stopped should the job run on here.
+    let stopped = StoppedTree::before_freeze(pid);
     let frozen_at = Instant::now();
     progress.event("freeze", "dumping the job (CRIU freezes it)");
     let dumping = || crate::dump::dump(&dump, progress);
@@ -297,7 +299,6 @@ pub fn migrate(
         stream::streaming_while(&mut link, &mut lanes, &image, pick, BEAT, dumping);
     // The dump stopped the tree as CRIU let it go (`stop_after`); a dump that failed
     // after post-dump may have too, and CRIU gave the tree back running otherwise.
-    let stopped = StoppedTree { root: pid };
     if let Err(error) = dumped {
         // The job runs on, and the receiver is told and keeps nothing.
         stopped.resume();
@@ -309,7 +310,7 @@ pub fn migrate(
     }
     // Every task is stopped, or stops now: the plugin's or the gate's SIGSTOP came
     // while CRIU held them, and this waits for each (and stops any it missed).
-    let tree = match StoppedTree::stop(pid) {
+    let tree = match stopped.stop() {
         Ok(tree) => tree,
         Err(error) => {
             let _ = link.send(&Control::Failed {

@@ -2,6 +2,11 @@
 //! let it go, the destination's, left stopped by CRIU's restore (`leave_stopped`). It is let
 //! run (SIGCONT to every task) or killed once the migration knows which copy lives.
 
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use gpucr_criu_image::explore::{ProcessTree, TaskState};
+
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -18,19 +23,73 @@ pub enum StopError {
 }
 
 /// A stopped tree, by its root's pid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoppedTree {
     pub root: i32,
+    /// Tasks that were stopped before gpucr stopped the tree (job control, their
+    /// owner's SIGSTOP): [`StoppedTree::resume`] leaves them stopped.
+    stopped_before: BTreeSet<i32>,
 }
 
 impl StoppedTree {
-    /// Stop every task of the tree rooted at `root` (SIGSTOP), walking it again until
-    /// no task was missed (one forked while it was walked), and wait until each is
-    /// stopped. On failure the tree is let run again.
-    pub fn stop(root: i32) -> Result<StoppedTree, StopError> {
-        let tree = StoppedTree { root };
+    /// The tree rooted at `root` before gpucr freezes it: which of its tasks are already
+    /// stopped, so that a failure lets run only what gpucr stopped.
+    pub fn before_freeze(root: i32) -> StoppedTree {
+        let stopped_before = descendants(&[root])
+            .into_iter()
+            .filter(|pid| gpucr_abi::procfs::is_stopped(*pid))
+            .collect();
+        StoppedTree {
+            root,
+            stopped_before,
+        }
+    }
+
+    /// A tree a restore left stopped (`leave_stopped`), from the image in `dir`: the
+    /// tasks the image records as stopped (their owner had stopped them on the source,
+    /// and CRIU restores them stopped) stay stopped on resume; every other task runs.
+    /// An image whose process tree cannot be read lets every task run, as before.
+    pub fn restored(root: i32, dir: &Path, page_size: u64) -> StoppedTree {
+        let images = gpucr_criu_image::ImageDir::new(dir, page_size);
+        let stopped_in_image: BTreeSet<u32> = match ProcessTree::load(&images) {
+            Ok(tree) => tree
+                .processes()
+                .iter()
+                .filter(|p| p.state == TaskState::Stopped)
+                .map(|p| p.pid)
+                .collect(),
+            Err(_) => BTreeSet::new(),
+        };
+        StoppedTree::restored_keeping(root, &stopped_in_image)
+    }
+
+    /// A restored tree whose tasks with these pids (as the image, the tree's innermost
+    /// PID namespace, numbers them) stay stopped on resume.
+    fn restored_keeping(root: i32, stopped_in_image: &BTreeSet<u32>) -> StoppedTree {
+        let stopped_before = if stopped_in_image.is_empty() {
+            BTreeSet::new()
+        } else {
+            descendants(&[root])
+                .into_iter()
+                .filter(|pid| {
+                    crate::gpu::ns_pid(*pid).is_ok_and(|ns| stopped_in_image.contains(&ns))
+                })
+                .collect()
+        };
+        StoppedTree {
+            root,
+            stopped_before,
+        }
+    }
+
+    /// Stop every task of the tree (SIGSTOP), walking it again until no task was
+    /// missed (one forked while it was walked), and wait until each is stopped. On
+    /// failure the tree is let run again.
+    pub fn stop(self) -> Result<StoppedTree, StopError> {
+        let tree = self;
+        let root = tree.root;
         let deadline = std::time::Instant::now() + STOP_LIMIT;
-        let mut stopped = std::collections::BTreeSet::new();
+        let mut stopped = BTreeSet::new();
         loop {
             let all = descendants(&[root]);
             for pid in all.difference(&stopped) {
@@ -55,13 +114,16 @@ impl StoppedTree {
         }
     }
 
-    /// Let every task of the tree run again; how many were sent SIGCONT.
+    /// Let every task of the tree run again, but those stopped before gpucr stopped
+    /// it; how many were sent SIGCONT.
     pub fn resume(&self) -> usize {
         let all = descendants(&[self.root]);
-        for pid in &all {
+        let mut resumed = 0;
+        for pid in all.difference(&self.stopped_before) {
             let _ = kill(Pid::from_raw(*pid), Signal::SIGCONT);
+            resumed += 1;
         }
-        all.len()
+        resumed
     }
 
     /// Kill every task of the tree; how many were sent SIGKILL.
@@ -106,7 +168,7 @@ mod tests {
             .unwrap();
         let root = child.id() as i32;
         until("the sleep to start", || descendants(&[root]).len() == 2);
-        let tree = StoppedTree::stop(root).unwrap();
+        let tree = StoppedTree::before_freeze(root).stop().unwrap();
         assert!(descendants(&[root]).iter().all(|p| state(*p) == 'T'));
         assert_eq!(tree.resume(), 2);
         until("the tree to run", || {
@@ -114,6 +176,68 @@ mod tests {
         });
         assert!(tree.alive());
         assert_eq!(tree.kill(), 2);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_task_stopped_before_the_freeze_stays_stopped_on_resume() {
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let root = child.id() as i32;
+        until("the sleeps to start", || descendants(&[root]).len() == 3);
+        let held = *descendants(&[root]).iter().find(|p| **p != root).unwrap();
+        kill(Pid::from_raw(held), Signal::SIGSTOP).unwrap();
+        until("the first sleep to stop", || state(held) == 'T');
+        let tree = StoppedTree::before_freeze(root).stop().unwrap();
+        assert_eq!(tree.resume(), 2);
+        until("the others to run", || {
+            descendants(&[root])
+                .iter()
+                .all(|p| *p == held || state(*p) != 'T')
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            state(held),
+            'T',
+            "the task stopped by its owner was let run"
+        );
+        assert_eq!(tree.kill(), 3);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_restored_task_the_image_records_stopped_stays_stopped_on_resume() {
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let root = child.id() as i32;
+        until("the sleeps to start", || descendants(&[root]).len() == 3);
+        let held = *descendants(&[root]).iter().find(|p| **p != root).unwrap();
+        // As a restore leaves it: every task stopped.
+        for pid in descendants(&[root]) {
+            kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
+        }
+        until("the tree to stop", || {
+            descendants(&[root]).iter().all(|p| state(*p) == 'T')
+        });
+        let in_image = BTreeSet::from([crate::gpu::ns_pid(held).unwrap()]);
+        let tree = StoppedTree::restored_keeping(root, &in_image);
+        assert_eq!(tree.resume(), 2);
+        until("the others to run", || {
+            descendants(&[root])
+                .iter()
+                .all(|p| *p == held || state(*p) != 'T')
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            state(held),
+            'T',
+            "the task stopped in the image was let run"
+        );
+        assert_eq!(tree.kill(), 3);
         child.wait().unwrap();
     }
 }
