@@ -34,7 +34,6 @@ use super::identity::Identity;
 use super::link::{Incoming, Link, CHUNK_SIZE};
 use super::message::Control;
 use super::parts::PartsWriter;
-use super::tls;
 
 /// The most lanes a receiver grants one migration.
 pub const MAX_LANES: u32 = 8;
@@ -299,11 +298,8 @@ fn accept_lane(
     count: u32,
     timeout: Duration,
 ) -> Result<(usize, Link), String> {
-    let peer = tls::peer_name(&tcp);
-    tls::limit(&tcp, timeout).map_err(|e| format!("{peer}: {e}"))?;
-    let stream = tls::accept(tcp, identity).map_err(|e| e.to_string())?;
-    let mut link = Link::new(Box::new(stream), peer.clone(), timeout);
-    super::hello(&mut link).map_err(|e| format!("{peer}: {e}"))?;
+    let mut link = super::accept(tcp, identity, timeout).map_err(|e| e.to_string())?;
+    let peer = link.peer().to_owned();
     let refuse = |link: &mut Link, why: String| {
         let _ = link.send(&Control::Failed {
             code: crate::exit_code::MIGRATION_FAILED,
@@ -430,6 +426,7 @@ mod tests {
     use super::*;
     use crate::migrate::identity::keygen;
     use crate::migrate::identity::testing::identity;
+    use crate::migrate::tls;
 
     /// A lane's connection from the source's side: the handshake, Hello, Join.
     fn open(addr: std::net::SocketAddr, source: &Identity, ticket: &str, lane: u32) -> Link {

@@ -63,6 +63,45 @@ impl ProtocolError {
     }
 }
 
+/// Why a connection the receiver accepted did not become a link: its time limits could
+/// not be set, its TLS handshake failed (a peer without the pinned key), or its Hello.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    #[error("{peer}: cannot set the connection's time limits: {source}")]
+    Limit {
+        peer: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("{peer}: {source}")]
+    Hello {
+        peer: String,
+        #[source]
+        source: ProtocolError,
+    },
+}
+
+/// The receiver's side of every connection, the control one and each lane: the time
+/// limits set, the mutual TLS handshake (nothing is read of an unauthenticated peer),
+/// then the Hellos: the link, each read and write within `timeout`.
+pub fn accept(
+    tcp: std::net::TcpStream,
+    identity: &identity::Identity,
+    timeout: Duration,
+) -> Result<link::Link, AcceptError> {
+    let peer = tls::peer_name(&tcp);
+    tls::limit(&tcp, timeout).map_err(|source| AcceptError::Limit {
+        peer: peer.clone(),
+        source,
+    })?;
+    let stream = tls::accept(tcp, identity)?;
+    let mut link = link::Link::new(Box::new(stream), peer.clone(), timeout);
+    hello(&mut link).map_err(|source| AcceptError::Hello { peer, source })?;
+    Ok(link)
+}
+
 /// Exchange Hellos (each side sends its own first) and check the versions match.
 pub fn hello(link: &mut link::Link) -> Result<(), ProtocolError> {
     link.send(&source::own_hello())?;

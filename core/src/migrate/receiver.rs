@@ -34,9 +34,9 @@ use super::link::{Link, LinkError};
 use super::message::Control;
 use super::parts::PartsWriter;
 use super::postcopy::Puller;
-use super::tls::{self, TlsError};
+use super::tls::TlsError;
 use super::tree::StoppedTree;
-use super::{hello, ProtocolError, BEAT};
+use super::{AcceptError, ProtocolError, BEAT};
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::TaskTiming;
 use crate::progress::Progress;
@@ -249,21 +249,15 @@ fn serve(
     opts: &ReceiveOptions,
     progress: &mut Progress,
 ) -> Result<ReceiveOutcome, ReceiveError> {
-    let peer = tls::peer_name(&tcp);
-    let protocol = |source: ProtocolError| ReceiveError::Protocol {
-        peer: peer.clone(),
-        source,
-    };
-    let link_error = |source: LinkError| protocol(ProtocolError::Link(source));
-    tls::limit(&tcp, opts.timeout).map_err(|e| {
-        link_error(LinkError::Io {
+    let mut link = super::accept(tcp, identity, opts.timeout).map_err(|e| match e {
+        AcceptError::Tls(source) => ReceiveError::Tls { source },
+        AcceptError::Limit { peer, source } => ReceiveError::Protocol {
             peer: peer.clone(),
-            source: e,
-        })
+            source: ProtocolError::Link(LinkError::Io { peer, source }),
+        },
+        AcceptError::Hello { peer, source } => ReceiveError::Protocol { peer, source },
     })?;
-    let stream = tls::accept(tcp, identity).map_err(|source| ReceiveError::Tls { source })?;
-    let mut link = Link::new(Box::new(stream), peer.clone(), opts.timeout);
-    hello(&mut link).map_err(protocol)?;
+    let peer = link.peer().to_owned();
     progress.event("authenticated", &format!("{peer} authenticated"));
     let (post_copy, lanes) = check_offer(&mut link, opts, &peer)?;
     let lanes = match lanes::join(listener, identity, &lanes.ticket, lanes.count, opts.timeout) {
