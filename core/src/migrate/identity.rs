@@ -5,6 +5,8 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use rustls::sign::CertifiedKey;
+use rustls::InconsistentKeys;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -27,6 +29,13 @@ pub enum IdentityError {
     CertificateCount { path: PathBuf, count: usize },
     #[error("{path}: the private key may be read by others (mode {mode:o}); make it 0600")]
     KeyReadable { path: PathBuf, mode: u32 },
+    #[error(
+        "{key} does not belong to {cert}: the certificate holds another key's public half \
+         (give the certificate `gpucr keygen` wrote beside this key)"
+    )]
+    KeyMismatch { key: PathBuf, cert: PathBuf },
+    #[error("{path}: cannot sign with this private key: {detail}")]
+    KeyUnusable { path: PathBuf, detail: String },
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -81,11 +90,44 @@ impl IdentityFiles {
             path: self.key.clone(),
             detail: e.to_string(),
         })?;
+        let cert = one_certificate(&self.cert)?;
+        self.check_pair(&key, &cert)?;
         Ok(Identity {
             key,
-            cert: one_certificate(&self.cert)?,
+            cert,
             peer_cert: one_certificate(&self.peer_cert)?,
         })
+    }
+
+    /// The key must be one TLS can sign with, and `cert` must hold its public half:
+    /// otherwise every handshake would fail, and only once a peer came.
+    fn check_pair(
+        &self,
+        key: &PrivateKeyDer<'static>,
+        cert: &CertificateDer<'static>,
+    ) -> Result<(), IdentityError> {
+        let provider = rustls::crypto::ring::default_provider();
+        let signing = provider
+            .key_provider
+            .load_private_key(key.clone_key())
+            .map_err(|e| IdentityError::KeyUnusable {
+                path: self.key.clone(),
+                detail: e.to_string(),
+            })?;
+        match CertifiedKey::new(vec![cert.clone()], signing).keys_match() {
+            Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(()),
+            Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
+                Err(IdentityError::KeyMismatch {
+                    key: self.key.clone(),
+                    cert: self.cert.clone(),
+                })
+            }
+            Err(e) => Err(IdentityError::NotPem {
+                what: "certificate",
+                path: self.cert.clone(),
+                detail: e.to_string(),
+            }),
+        }
     }
 }
 
@@ -225,5 +267,22 @@ mod tests {
             .unwrap();
         let err = files.load().unwrap_err();
         assert!(err.to_string().contains("0600"), "{err}");
+    }
+
+    #[test]
+    fn a_certificate_of_another_key_is_refused_naming_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = keygen(dir.path(), "a").unwrap();
+        let b = keygen(dir.path(), "b").unwrap();
+        let err = IdentityFiles {
+            key: a.key.clone(),
+            cert: b.cert.clone(),
+            peer_cert: b.cert.clone(),
+        }
+        .load()
+        .unwrap_err();
+        assert!(matches!(err, IdentityError::KeyMismatch { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("a.key") && text.contains("b.crt"), "{text}");
     }
 }

@@ -314,20 +314,66 @@ mod tests {
         assert!(err.contains("handshake"), "{err}");
     }
 
+    /// A client that presents `cert` and signs its handshake with `key` (no check that
+    /// they belong together: an attacker's own client, not gpucr's).
+    #[derive(Debug)]
+    struct Presents(Arc<rustls::sign::CertifiedKey>);
+
+    impl rustls::client::ResolvesClientCert for Presents {
+        fn resolve(
+            &self,
+            _: &[&[u8]],
+            _: &[SignatureScheme],
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            Some(self.0.clone())
+        }
+
+        fn has_certs(&self) -> bool {
+            true
+        }
+    }
+
     #[test]
     fn a_certificate_presented_with_another_key_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["source", "receiver", "intruder"] {
             keygen(dir.path(), name).unwrap();
         }
-        // The source's certificate, signed for with the intruder's key.
-        std::fs::copy(dir.path().join("source.crt"), dir.path().join("thief.crt")).unwrap();
-        std::fs::copy(
-            dir.path().join("intruder.key"),
-            dir.path().join("thief.key"),
-        )
-        .unwrap();
-        let (read, _) = exchange(dir.path(), "thief", "source");
-        assert!(read.is_err(), "{read:?}");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let receiver = identity(dir.path(), "receiver", "source");
+        let receiver_cert = receiver.cert.clone();
+        let server = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            accept(tcp, &receiver)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        // The source's pinned certificate, the handshake signed with the intruder's key.
+        let intruder = identity(dir.path(), "intruder", "receiver");
+        let source = identity(dir.path(), "source", "receiver");
+        let signing = provider()
+            .key_provider
+            .load_private_key(intruder.key.clone_key())
+            .unwrap();
+        let presented = rustls::sign::CertifiedKey::new(vec![source.cert.clone()], signing);
+        let config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Pinned::new(&receiver_cert, provider())))
+            .with_client_cert_resolver(Arc::new(Presents(Arc::new(presented))));
+        let mut tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let name = ServerName::try_from(RECEIVER_NAME).unwrap();
+        let mut conn = ClientConnection::new(Arc::new(config), name).unwrap();
+        while conn.is_handshaking() {
+            if conn.complete_io(&mut tcp).is_err() {
+                break;
+            }
+        }
+        let refused = server.join().unwrap().unwrap_err();
+        assert!(refused.contains("handshake"), "{refused}");
     }
 }
