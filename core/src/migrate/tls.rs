@@ -36,6 +36,34 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "TLS handshake with {peer} failed: no answer within {} s (--link-timeout)",
+        after.as_secs_f64()
+    )]
+    Silent {
+        peer: String,
+        after: std::time::Duration,
+    },
+}
+
+/// The error of a handshake over `tcp` with `peer` that failed with `source`: a peer
+/// that stayed silent past the socket's time limit is named as such (the socket says
+/// only "Resource temporarily unavailable").
+fn handshake_failed(tcp: &TcpStream, peer: &str, source: std::io::Error) -> TlsError {
+    let silent = matches!(
+        source.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    );
+    match tcp.read_timeout() {
+        Ok(Some(after)) if silent => TlsError::Silent {
+            peer: peer.to_owned(),
+            after,
+        },
+        _ => TlsError::Handshake {
+            peer: peer.to_owned(),
+            source,
+        },
+    }
 }
 
 /// The source's end: a TLS client.
@@ -217,16 +245,16 @@ fn server_config(identity: &Identity) -> Result<ServerConfig, TlsError> {
 /// The source's handshake over `tcp` (whose read and write timeouts bound it).
 pub fn connect(mut tcp: TcpStream, identity: &Identity) -> Result<SourceStream, TlsError> {
     let peer = peer_name(&tcp);
-    let handshake = |source| TlsError::Handshake {
+    let name = ServerName::try_from(RECEIVER_NAME).map_err(|e| TlsError::Handshake {
         peer: peer.clone(),
-        source,
-    };
-    let name = ServerName::try_from(RECEIVER_NAME)
-        .map_err(|e| handshake(std::io::Error::other(e.to_string())))?;
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let mut conn = ClientConnection::new(Arc::new(client_config(identity)?), name)
         .map_err(TlsError::Config)?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut tcp).map_err(handshake)?;
+        if let Err(e) = conn.complete_io(&mut tcp) {
+            return Err(handshake_failed(&tcp, &peer, e));
+        }
     }
     Ok(StreamOwned::new(conn, tcp))
 }
@@ -234,14 +262,12 @@ pub fn connect(mut tcp: TcpStream, identity: &Identity) -> Result<SourceStream, 
 /// The receiver's handshake over `tcp` (whose read and write timeouts bound it).
 pub fn accept(mut tcp: TcpStream, identity: &Identity) -> Result<ReceiverStream, TlsError> {
     let peer = peer_name(&tcp);
-    let handshake = |source| TlsError::Handshake {
-        peer: peer.clone(),
-        source,
-    };
     let mut conn =
         ServerConnection::new(Arc::new(server_config(identity)?)).map_err(TlsError::Config)?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut tcp).map_err(handshake)?;
+        if let Err(e) = conn.complete_io(&mut tcp) {
+            return Err(handshake_failed(&tcp, &peer, e));
+        }
     }
     Ok(StreamOwned::new(conn, tcp))
 }
@@ -375,5 +401,22 @@ mod tests {
         }
         let refused = server.join().unwrap().unwrap_err();
         assert!(refused.contains("handshake"), "{refused}");
+    }
+
+    #[test]
+    fn a_peer_silent_through_the_handshake_is_named_so() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["source", "receiver"] {
+            keygen(dir.path(), name).unwrap();
+        }
+        // A listener that accepts and never answers.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tcp = TcpStream::connect(addr).unwrap();
+        let _held = listener.accept().unwrap();
+        limit(&tcp, Duration::from_millis(200)).unwrap();
+        let err = connect(tcp, &identity(dir.path(), "source", "receiver")).unwrap_err();
+        assert!(matches!(err, TlsError::Silent { .. }), "{err:?}");
+        assert!(err.to_string().contains("no answer within 0.2 s"), "{err}");
     }
 }
