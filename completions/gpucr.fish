@@ -153,7 +153,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -l json -d '
 complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpucr -n "__fish_gpucr_using_subcommand check-topology" -s V -l version -d 'Print version'
 complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l key -d 'This side\'s private key (PEM, mode 0600: a key others may read is refused), as `gpucr keygen` writes it' -r -F
-complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l cert -d 'This side\'s certificate (PEM), the one the other side was given as its --peer-cert' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l cert -d 'This side\'s certificate (PEM), the one the other side was given as its --peer-cert. It must hold --key\'s public half: a certificate of another key is refused (exit 2) before anything is connected or listened on' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l peer-cert -d 'The other side\'s certificate (PEM): the only one accepted. A peer that does not present it, or cannot sign with its key, is refused during the TLS handshake, before anything else is read' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l link-timeout -d 'Give up when the link stays silent for SECS seconds, or a connection takes longer (each side tells the other it is still working while it dumps or restores)' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -l staging -d 'Where the staging directory is made (default: the temporary directory)' -r -F
@@ -179,7 +179,7 @@ complete -c gpucr -n "__fish_gpucr_using_subcommand migrate" -s V -l version -d 
 complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l listen -d 'The address and port to listen on' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l dir -d 'The directory beneath which each migration\'s image directory is made' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l key -d 'This side\'s private key (PEM, mode 0600: a key others may read is refused), as `gpucr keygen` writes it' -r -F
-complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l cert -d 'This side\'s certificate (PEM), the one the other side was given as its --peer-cert' -r -F
+complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l cert -d 'This side\'s certificate (PEM), the one the other side was given as its --peer-cert. It must hold --key\'s public half: a certificate of another key is refused (exit 2) before anything is connected or listened on' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l peer-cert -d 'The other side\'s certificate (PEM): the only one accepted. A peer that does not present it, or cannot sign with its key, is refused during the TLS handshake, before anything else is read' -r -F
 complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l link-timeout -d 'Give up a migration when the link stays silent for SECS seconds' -r
 complete -c gpucr -n "__fish_gpucr_using_subcommand receive" -l sysfs-root -d 'Read the GPU topology under DIR instead of `/`: DIR/sys/class/kfd/kfd/topology/nodes, DIR/proc/driver/nvidia/gpus and DIR/sys/bus/pci/devices (NVML is not used). For the simulator\'s root, or a copy of another machine\'s files. An image of simulated GPUs is checked against GPUCR_SIM_ROOT when this is not given' -r -F

@@ -16,7 +16,8 @@ pub struct IdentityArgs {
     pub key: PathBuf,
 
     /// This side's certificate (PEM), the one the other side was given as its
-    /// --peer-cert.
+    /// --peer-cert. It must hold --key's public half: a certificate of another key is
+    /// refused (exit 2) before anything is connected or listened on.
     #[arg(long, value_name = "FILE")]
     pub cert: PathBuf,
 
