@@ -1055,3 +1055,50 @@ fn a_receiver_without_criu_says_so_before_it_listens() {
     );
     assert!(!stderr(&out).contains("listening on"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_certificate_of_another_key_is_refused_before_either_side_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let file = |name: &str| tmp.path().join(name).to_str().unwrap().to_owned();
+    // The receiver given the source's certificate beside its own key.
+    let out = gpucr(&[
+        "receive",
+        "--once",
+        "--listen",
+        "127.0.0.1:0",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--key",
+        &file("receiver.key"),
+        "--cert",
+        &file("source.crt"),
+        "--peer-cert",
+        &file("source.crt"),
+    ]);
+    assert_fails_with(
+        &out,
+        gpucr_core::exit_code::USAGE.into(),
+        "receiver.key does not belong to",
+    );
+    assert!(stderr(&out).contains("source.crt"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("listening on"), "{}", stderr(&out));
+    // The source the same way round, before it connects or touches the job.
+    let out = gpucr(&[
+        "migrate",
+        "1",
+        "127.0.0.1:9",
+        "--key",
+        &file("source.key"),
+        "--cert",
+        &file("receiver.crt"),
+        "--peer-cert",
+        &file("receiver.crt"),
+    ]);
+    assert_fails_with(
+        &out,
+        gpucr_core::exit_code::USAGE.into(),
+        "source.key does not belong to",
+    );
+    assert!(!stderr(&out).contains("connect"), "{}", stderr(&out));
+}
