@@ -38,7 +38,10 @@
 # migrate`, how long the image still crossed once CRIU was done (its "sent" less its
 # dump's "criu-done"), and the rate of that part (the bytes not streamed while CRIU
 # dumped, over that time), and for stop-and-copy the share of the image that crossed
-# while CRIU was still dumping (1 when the stream kept pace with the dump).
+# while CRIU was still dumping (1 when the stream kept pace with the dump). Last, a
+# RATIOS line per job with the targets' ratios: each move against the baseline, what it
+# adds to in-place against what the baseline's copy adds, and the least downtime its CPU
+# time allows on this machine's cores, against the baseline.
 #
 # NICE defaults to 0 here (bench-session.sh): the job restored on the destination runs
 # in a session of its own, which the kernel gives a scheduler group at nice 0, while
@@ -461,4 +464,28 @@ for (mib, mode), values in sorted(runs.items()):
         busy / max(statistics.median(downs), 1),
         "%d, %d" % (tail, late) if tail > 0 and early else "%d" % tail if tail >= 0 else "",
         early))
+# The targets' ratios (docs/benchmarks.md), from the medians above: each move's downtime
+# against the baseline's; what the move adds to the in-place floor against what the
+# baseline's copy adds to it (the proposed target where the floor alone misses); and the
+# least downtime its CPU time allows on this machine's cores, against the baseline's.
+down = {key: statistics.median(v[0] for v in values) for key, values in runs.items()}
+for mib in sorted({mib for mib, _ in runs}):
+    base, floor = down.get((mib, "baseline")), down.get((mib, "in-place"))
+    if not base:
+        continue
+    parts = []
+    for mode in ("stop-and-copy", "post-copy"):
+        move = down.get((mib, mode))
+        if move is None:
+            continue
+        part = "%s %.2f of the baseline" % (mode, move / base)
+        if floor is not None and base > floor:
+            part += ", adds %.2f of what the copy adds to in-place" % ((move - floor) / (base - floor))
+        # However its steps overlap, its CPU time needs at least this much of the cores.
+        busy = statistics.median(v[5] for v in runs[(mib, mode)])
+        part += ", its CPU time alone %.2f on %d cores" % (busy / cores / base, cores)
+        parts.append(part)
+    if floor is not None:
+        parts.append("in-place alone %.2f" % (floor / base))
+    print("RATIOS %s: %s" % ("%d MiB" % mib if mib else "GPU tree", "; ".join(parts)))
 PY
