@@ -269,6 +269,20 @@ fn migrate_with(
         .expect("run gpucr migrate")
 }
 
+/// Both sides of a move succeeded (`out`, the source's output; `receiver`, which has
+/// printed the restored tree's pid): that tree (killed when dropped) and the receiver's
+/// stderr.
+fn both_succeeded(out: &Output, receiver: Receiver) -> (Restored, String) {
+    let (status, received, receiver_err) = receiver.finish();
+    assert_success(out);
+    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let remote: i32 = received
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a pid: {received:?}\n{receiver_err}"));
+    (Restored(remote), receiver_err)
+}
+
 /// Wait until the first file of the image but the memory pages and the GPU data (which
 /// cross while the job is still dumped) has arrived beneath `images`: the dump is over,
 /// the job stopped, and its image crossing.
@@ -369,15 +383,9 @@ fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
     let job = Job::start(&hosts, &tmp.path().join("state"), 64);
     let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
     let out = migrate_with(&hosts, tmp.path(), &job, "source", &[], &["--lanes", "3"]);
-    let (status, received, receiver_err) = receiver.finish();
-    assert_success(&out);
-    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
+    let (restored, _) = both_succeeded(&out, receiver);
+    let remote = restored.0;
     assert!(stdout(&out).contains("over 3 lanes"), "{}", stdout(&out));
-    let remote: i32 = received
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("not a pid: {received:?}\n{receiver_err}"));
-    let _restored = Restored(remote);
     wait_for(Duration::from_secs(10), "the source's copy to die", || {
         (!alive(job.pid)).then_some(())
     });
@@ -429,15 +437,8 @@ fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
     });
     let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
     let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
-    let (status, received, receiver_err) = receiver.finish();
-    assert_success(&out);
-    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
-    let remote: i32 = received
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("not a pid: {received:?}\n{receiver_err}"));
-    let _restored = Restored(remote);
-    let there = gpucr_abi::procfs::tree_pids(remote);
+    let (restored, _) = both_succeeded(&out, receiver);
+    let there = gpucr_abi::procfs::tree_pids(restored.0);
     assert_eq!(there.len(), 3, "restored tasks: {there:?}");
     let stopped = |pids: &[i32]| -> Vec<i32> {
         pids.iter()
@@ -453,7 +454,7 @@ fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
         1,
         "stopped at the destination: {held_there:?} of {there:?}"
     );
-    assert_ne!(held_there[0], remote, "the root was left stopped");
+    assert_ne!(held_there[0], restored.0, "the root was left stopped");
 }
 
 #[test]
@@ -870,14 +871,8 @@ fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
         &[],
         &["--post-copy", "--json"],
     );
-    let (status, received, receiver_err) = receiver.finish();
-    assert_success(&out);
-    assert!(status.success(), "receiver: {status:?}\n{receiver_err}");
-    let remote: i32 = received
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("not a pid: {received:?}\n{receiver_err}"));
-    let _restored = Restored(remote);
+    let (restored, receiver_err) = both_succeeded(&out, receiver);
+    let remote = restored.0;
     // It ran there before its memory was in: the pages files crossed after the resume.
     let note = receiver_err
         .lines()
@@ -1027,27 +1022,32 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
     assert!(image.join("gpu/index").exists());
 }
 
+/// `gpucr receive --once` on the loopback, its images beneath `dir`, with `args`.
+fn receive_once_on_loopback(dir: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["receive", "--once", "--listen", "127.0.0.1:0", "--dir"];
+    all.push(dir.to_str().unwrap());
+    all.extend_from_slice(args);
+    gpucr(&all)
+}
+
 #[test]
 fn a_receiver_without_criu_says_so_before_it_listens() {
     let tmp = tempfile::tempdir().unwrap();
     keys(tmp.path());
     let missing = tmp.path().join("no-criu-here");
-    let out = gpucr(&[
-        "receive",
-        "--once",
-        "--listen",
-        "127.0.0.1:0",
-        "--dir",
-        tmp.path().to_str().unwrap(),
-        "--criu",
-        missing.to_str().unwrap(),
-        "--key",
-        tmp.path().join("receiver.key").to_str().unwrap(),
-        "--cert",
-        tmp.path().join("receiver.crt").to_str().unwrap(),
-        "--peer-cert",
-        tmp.path().join("source.crt").to_str().unwrap(),
-    ]);
+    let out = receive_once_on_loopback(
+        tmp.path(),
+        &[
+            "--criu",
+            missing.to_str().unwrap(),
+            "--key",
+            tmp.path().join("receiver.key").to_str().unwrap(),
+            "--cert",
+            tmp.path().join("receiver.crt").to_str().unwrap(),
+            "--peer-cert",
+            tmp.path().join("source.crt").to_str().unwrap(),
+        ],
+    );
     assert_fails_with(
         &out,
         gpucr_core::exit_code::CRIU_UNAVAILABLE.into(),
@@ -1062,20 +1062,17 @@ fn a_certificate_of_another_key_is_refused_before_either_side_starts() {
     keys(tmp.path());
     let file = |name: &str| tmp.path().join(name).to_str().unwrap().to_owned();
     // The receiver given the source's certificate beside its own key.
-    let out = gpucr(&[
-        "receive",
-        "--once",
-        "--listen",
-        "127.0.0.1:0",
-        "--dir",
-        tmp.path().to_str().unwrap(),
-        "--key",
-        &file("receiver.key"),
-        "--cert",
-        &file("source.crt"),
-        "--peer-cert",
-        &file("source.crt"),
-    ]);
+    let out = receive_once_on_loopback(
+        tmp.path(),
+        &[
+            "--key",
+            &file("receiver.key"),
+            "--cert",
+            &file("source.crt"),
+            "--peer-cert",
+            &file("source.crt"),
+        ],
+    );
     assert_fails_with(
         &out,
         gpucr_core::exit_code::USAGE.into(),

@@ -179,18 +179,22 @@ mod tests {
         child.wait().unwrap();
     }
 
-    #[test]
-    fn a_task_stopped_before_the_freeze_stays_stopped_on_resume() {
-        let mut child = Command::new("sh")
+    /// A shell with two sleeps, running: the shell, its pid, and one of the sleeps.
+    fn two_sleeps() -> (std::process::Child, i32, i32) {
+        let child = Command::new("sh")
             .args(["-c", "sleep 30 & sleep 30 & wait"])
             .spawn()
             .unwrap();
         let root = child.id() as i32;
         until("the sleeps to start", || descendants(&[root]).len() == 3);
         let held = *descendants(&[root]).iter().find(|p| **p != root).unwrap();
-        kill(Pid::from_raw(held), Signal::SIGSTOP).unwrap();
-        until("the first sleep to stop", || state(held) == 'T');
-        let tree = StoppedTree::before_freeze(root).stop().unwrap();
+        (child, root, held)
+    }
+
+    /// `tree` (the shell of [`two_sleeps`], every task stopped) resumed: all but `held`
+    /// run, `held` stays stopped; then the tree is killed.
+    fn resumes_all_but(tree: StoppedTree, mut child: std::process::Child, held: i32) {
+        let root = tree.root;
         assert_eq!(tree.resume(), 2);
         until("the others to run", || {
             descendants(&[root])
@@ -198,24 +202,23 @@ mod tests {
                 .all(|p| *p == held || state(*p) != 'T')
         });
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(
-            state(held),
-            'T',
-            "the task stopped by its owner was let run"
-        );
+        assert_eq!(state(held), 'T', "task {held}, stopped before, was let run");
         assert_eq!(tree.kill(), 3);
         child.wait().unwrap();
     }
 
     #[test]
+    fn a_task_stopped_before_the_freeze_stays_stopped_on_resume() {
+        let (child, root, held) = two_sleeps();
+        kill(Pid::from_raw(held), Signal::SIGSTOP).unwrap();
+        until("the first sleep to stop", || state(held) == 'T');
+        let tree = StoppedTree::before_freeze(root).stop().unwrap();
+        resumes_all_but(tree, child, held);
+    }
+
+    #[test]
     fn a_restored_task_the_image_records_stopped_stays_stopped_on_resume() {
-        let mut child = Command::new("sh")
-            .args(["-c", "sleep 30 & sleep 30 & wait"])
-            .spawn()
-            .unwrap();
-        let root = child.id() as i32;
-        until("the sleeps to start", || descendants(&[root]).len() == 3);
-        let held = *descendants(&[root]).iter().find(|p| **p != root).unwrap();
+        let (child, root, held) = two_sleeps();
         // As a restore leaves it: every task stopped.
         for pid in descendants(&[root]) {
             kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
@@ -224,20 +227,6 @@ mod tests {
             descendants(&[root]).iter().all(|p| state(*p) == 'T')
         });
         let in_image = BTreeSet::from([crate::gpu::ns_pid(held).unwrap()]);
-        let tree = StoppedTree::restored_keeping(root, &in_image);
-        assert_eq!(tree.resume(), 2);
-        until("the others to run", || {
-            descendants(&[root])
-                .iter()
-                .all(|p| *p == held || state(*p) != 'T')
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(
-            state(held),
-            'T',
-            "the task stopped in the image was let run"
-        );
-        assert_eq!(tree.kill(), 3);
-        child.wait().unwrap();
+        resumes_all_but(StoppedTree::restored_keeping(root, &in_image), child, held);
     }
 }
