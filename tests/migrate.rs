@@ -440,15 +440,13 @@ fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
     let (restored, _) = both_succeeded(&out, receiver);
     let there = gpucr_abi::procfs::tree_pids(restored.0);
     assert_eq!(there.len(), 3, "restored tasks: {there:?}");
-    let stopped = |pids: &[i32]| -> Vec<i32> {
-        pids.iter()
-            .copied()
-            .filter(|p| gpucr_abi::procfs::is_stopped(*p))
-            .collect()
-    };
     // The receiver's SIGCONTs went before it exited; give them a moment to land.
     std::thread::sleep(Duration::from_millis(200));
-    let held_there = stopped(&there);
+    let held_there: Vec<i32> = there
+        .iter()
+        .copied()
+        .filter(|p| gpucr_abi::procfs::is_stopped(*p))
+        .collect();
     assert_eq!(
         held_there.len(),
         1,

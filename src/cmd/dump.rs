@@ -43,22 +43,25 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
         stop_after: args.leave_stopped,
         cancel,
     };
-    // Tasks stopped by their owner stay stopped whatever happens.
-    let tree = StoppedTree::before_freeze(args.pid);
+    // With --leave-stopped, tasks stopped by their owner stay stopped whatever happens
+    // (the walk of the tree is only for that).
+    let tree = args
+        .leave_stopped
+        .then(|| StoppedTree::before_freeze(args.pid));
     let mut progress = crate::cmd::terminal::progress(args.output.json, args.criu.verbose > 0);
     let result = dump(&opts, &mut progress);
     progress.finish();
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(error) => {
-            if args.leave_stopped {
+            if let Some(tree) = &tree {
                 // A dump that failed after CRIU's post-dump may have stopped the tree.
                 tree.resume();
             }
             return Err(error.into());
         }
     };
-    if args.leave_stopped {
+    if let Some(tree) = tree {
         // The SIGSTOPs came while CRIU held the tasks: wait until each is stopped.
         tree.stop().map_err(|e| {
             anyhow::anyhow!(
