@@ -572,16 +572,13 @@ fn sigint_while_criu_hangs_at_its_start_ends_gpucr_at_once() {
     let tmp = tempfile::tempdir().unwrap();
     let script = tmp.path().join("hung-criu");
     let marker = tmp.path().join("hung-criu-started");
-    fs::write(
+    gpucr_abi::testing::write_script(
         &script,
-        format!(
+        &format!(
             "#!/bin/sh\nsleep 41 &\ntouch {}\nexec sleep 42\n",
             marker.display()
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     for signal in [
         nix::sys::signal::Signal::SIGINT,
         nix::sys::signal::Signal::SIGTERM,

@@ -422,8 +422,7 @@ fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
     let images = tmp.path().join("images");
     std::fs::create_dir(&images).unwrap();
     let script = tmp.path().join("two-sleeps.sh");
-    std::fs::write(&script, "#!/bin/sh\nsleep 600 &\nsleep 600 &\nwait\n").unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    gpucr_abi::testing::write_script(&script, "#!/bin/sh\nsleep 600 &\nsleep 600 &\nwait\n");
     let hosts = Hosts::new();
     let job = Job::start_program(&hosts, &script, &tmp.path().join("state"), &[], &[], vec![]);
     let tasks = || gpucr_abi::procfs::tree_pids(job.pid);
@@ -748,8 +747,7 @@ fn a_failed_restore_at_the_destination_lets_the_job_run_on_at_the_source() {
     // The destination's CRIU fails at once (a program that only exits 1): the whole
     // image crossed by then.
     let broken = tmp.path().join("broken-criu");
-    std::fs::write(&broken, "#!/bin/sh\nexit 1\n").unwrap();
-    std::fs::set_permissions(&broken, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    gpucr_abi::testing::write_script(&broken, "#!/bin/sh\nexit 1\n");
     let receiver = start_receiver(
         &hosts,
         tmp.path(),

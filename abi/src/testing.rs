@@ -5,9 +5,11 @@
 //! (`GPUCR_TESTS_MAY_SKIP=podman,root`): then the test is reported as not run, on
 //! stderr and in the not-run ledger ([`ledger_path`]) that `scripts/test.sh` clears at
 //! its start and lists at its end. Nothing passes without running.
+//!
+//! A test that runs a shell script it wrote makes it with [`write_script`].
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Environment variable listing, comma-separated, the requirements a test run may do
 /// without; a test that needs one of them is reported as not run instead of failing.
@@ -91,6 +93,26 @@ fn ledger_line(test: &str, what: &str, why: &str) -> String {
     format!("{test}: {what}: {}", why.join(" / "))
 }
 
+/// Writes `text` to `path` as a program (mode 0755) that runs at once, whatever the
+/// test's other threads do. A program this process wrote itself can fail to start with
+/// ETXTBSY ("Text file busy"): a child that another test's thread forked meanwhile holds
+/// the write descriptor until its own exec. So the text goes to `PATH.text`, which
+/// never runs, and `install`, a process of its own, copies it to `path`.
+pub fn write_script(path: &Path, text: &str) {
+    let mut source = path.as_os_str().to_owned();
+    source.push(".text");
+    let source = PathBuf::from(source);
+    std::fs::write(&source, text)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", source.display()));
+    let status = std::process::Command::new("install")
+        .args(["-m", "0755"])
+        .arg(&source)
+        .arg(path)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run install: {e}"));
+    assert!(status.success(), "install {}: {status}", path.display());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +167,29 @@ mod tests {
             Some(ledger.parent().unwrap()),
             exe.parent().unwrap().parent()
         );
+    }
+
+    #[test]
+    fn a_written_script_runs_while_other_threads_fork() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let forks = std::thread::spawn({
+            let done = done.clone();
+            move || {
+                while !done.load(Ordering::Relaxed) {
+                    std::process::Command::new("true").status().unwrap();
+                }
+            }
+        });
+        for n in 0..200 {
+            let script = dir.path().join(format!("s{n}"));
+            write_script(&script, &format!("#!/bin/sh\nexit {}\n", n % 7));
+            let status = std::process::Command::new(&script).status();
+            let status = status.unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+            assert_eq!(status.code(), Some(n % 7), "{}", script.display());
+        }
+        done.store(true, Ordering::Relaxed);
+        forks.join().unwrap();
     }
 }

@@ -826,17 +826,14 @@ pub fn used_bytes(path: &Path) -> u64 {
 /// An action script for CRIU (`action-script` of a --criu-config file) in `dir` that
 /// logs every stage and exits `status` at `stage`, and the config file that names it.
 pub fn failing_script(dir: &Path, stage: &str, status: u8) -> (PathBuf, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
     let script = dir.join(format!("fail-at-{stage}.sh"));
-    fs::write(
+    gpucr_abi::testing::write_script(
         &script,
-        format!(
+        &format!(
             "#!/bin/sh\necho \"hook: $CRTOOLS_SCRIPT_ACTION\"\n\
              [ \"$CRTOOLS_SCRIPT_ACTION\" != {stage} ] || exit {status}\n"
         ),
-    )
-    .unwrap();
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let config = dir.join(format!("fail-at-{stage}.conf"));
     fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
     (script, config)
@@ -853,19 +850,16 @@ pub struct HangingScript {
 
 impl HangingScript {
     pub fn new(dir: &Path, stage: &str) -> HangingScript {
-        use std::os::unix::fs::PermissionsExt;
         let started = dir.join(format!("hangs-at-{stage}.started"));
         let script = dir.join(format!("hangs-at-{stage}.sh"));
-        fs::write(
+        gpucr_abi::testing::write_script(
             &script,
-            format!(
+            &format!(
                 "#!/bin/sh\n[ \"$CRTOOLS_SCRIPT_ACTION\" = {stage} ] || exit 0\n\
                  sleep 120 &\necho $! > {}\nwait\n",
                 started.display()
             ),
-        )
-        .unwrap();
-        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+        );
         let config = dir.join(format!("hangs-at-{stage}.conf"));
         fs::write(&config, format!("action-script {}\n", script.display())).unwrap();
         HangingScript {

@@ -671,8 +671,6 @@ impl From<CriuError> for io::Error {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
     use crate::exit_code::{self, ExitCode};
 
@@ -681,15 +679,13 @@ mod tests {
     fn hung_criu(dir: &Path) -> (PathBuf, PathBuf) {
         let script = dir.join("hung-criu");
         let pids = dir.join("pids");
-        std::fs::write(
+        gpucr_abi::testing::write_script(
             &script,
-            format!(
+            &format!(
                 "#!/bin/sh\nsleep 30 &\necho $! $$ > {}.tmp\nmv {0}.tmp {0}\nexec sleep 31\n",
                 pids.display()
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
         (script, pids)
     }
 
