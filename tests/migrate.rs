@@ -877,6 +877,9 @@ fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
     assert_eq!(pulled_pid(note), remote);
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["post_copy"], true);
+    // The job's 64 MiB were served from its stopped copy, not from the source's disk.
+    let in_tree = report["pages_in_tree_bytes"].as_u64().unwrap();
+    assert!(in_tree >= 60 << 20, "{report}");
     let downtime = report["downtime_ms"].as_f64().unwrap();
     assert!(
         downtime <= report["frozen_ms"].as_f64().unwrap(),

@@ -78,6 +78,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             "sent_ms": outcome.sent.as_secs_f64() * 1e3,
             "post_copy": args.post_copy,
             "downtime_ms": outcome.downtime.map(|d| d.as_secs_f64() * 1e3),
+            "pages_in_tree_bytes": outcome.pages_in_tree,
             "streamed_bytes": outcome.streamed,
             "lanes": outcome.lanes,
             "events": events,

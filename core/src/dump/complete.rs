@@ -101,6 +101,7 @@ pub fn write_manifest(
         manifest,
         image_bytes,
         pages_bytes,
+        in_tree: Default::default(),
     })
 }
 

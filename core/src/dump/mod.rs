@@ -35,6 +35,7 @@ pub use error::DumpError;
 use gate::{Gate, Verdict};
 pub use post_dump::{DumpDevices, PostDump, PostDumpError};
 use tree_pages::TreePages;
+pub use tree_pages::{InTree, TreeRun};
 
 /// What to dump and how.
 #[derive(Debug, Clone)]
@@ -80,6 +81,9 @@ pub struct DumpOutcome {
     pub image_bytes: u64,
     /// Bytes of CPU memory pages (pages-*.img).
     pub pages_bytes: u64,
+    /// The pieces of each pages file whose digests were taken from the tree's memory,
+    /// and where they are in it (empty when the pages were not digested from the tree).
+    pub in_tree: std::collections::HashMap<String, InTree>,
 }
 
 /// Checkpoint `opts.pid` into `opts.dir`, phase by phase: check the target and start
@@ -218,7 +222,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         (Some(topology), Some(g)) => Some((topology, g)),
         _ => None,
     };
-    let written = write_manifest(
+    let mut written = write_manifest(
         &opts.dir,
         &gathered.page_digests.prefixes,
         ImageFacts {
@@ -243,6 +247,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         }
         progress.warn(&format!("after the dump, the tree killed: {error}"));
     }
+    written.in_tree = gathered.page_digests.in_tree;
     Ok(written)
 }
 

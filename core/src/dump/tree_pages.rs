@@ -79,6 +79,9 @@ const PIECES_PER_BLOCK: usize = BLOCK_SIZE as usize / PAGE_PIECE;
 /// The digests of one process's memory: runs of consecutive pieces.
 #[derive(Debug, Default)]
 struct TaskDigests {
+    /// The process, as this machine's pid (the digests are keyed by its pid in the
+    /// tree's own namespace, as CRIU names its images).
+    pid: i32,
     /// (address of the first piece, the digests of the pieces from there), in address
     /// order, not overlapping.
     runs: Vec<(u64, Vec<u64>)>,
@@ -120,6 +123,50 @@ pub struct TreePagesOutcome {
     pub from_tree: u64,
     /// Bytes of those blocks read back from the files.
     pub from_files: u64,
+    /// Where in the tree the pieces digested from it are, by pages file.
+    pub in_tree: HashMap<String, InTree>,
+}
+
+/// The pieces of one pages file whose digests were taken from the tree's memory, and
+/// where that memory is: while the tree stays stopped, those bytes of the file are the
+/// process's bytes at those addresses (post-copy's source serves them from there, and
+/// needs no copy of them on its disk).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InTree {
+    /// The process, as this machine's pid.
+    pub pid: i32,
+    /// Runs of the file, in file order, not overlapping.
+    pub runs: Vec<TreeRun>,
+}
+
+/// `len` bytes of a pages file from `offset` on: the process's memory from `addr` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeRun {
+    pub offset: u64,
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl InTree {
+    /// Add the piece at `offset` of the file, at `addr`, to the runs.
+    fn add_piece(&mut self, offset: u64, addr: u64) {
+        let piece = PAGE_PIECE as u64;
+        match self.runs.last_mut() {
+            Some(run) if run.offset + run.len == offset && run.addr + run.len == addr => {
+                run.len += piece
+            }
+            _ => self.runs.push(TreeRun {
+                offset,
+                addr,
+                len: piece,
+            }),
+        }
+    }
+
+    /// Bytes of the file in the tree.
+    pub fn bytes(&self) -> u64 {
+        self.runs.iter().map(|r| r.len).sum()
+    }
 }
 
 impl TreePages {
@@ -225,7 +272,8 @@ fn read_tree(
             if !criu_done.load(Ordering::SeqCst) && !infected() {
                 return true;
             }
-            let digests = read_task(pid, &maps, page_size, &mut buf, stop);
+            let mut digests = read_task(pid, &maps, page_size, &mut buf, stop);
+            digests.pid = pid;
             read.insert(vpid, digests);
             false
         });
@@ -387,11 +435,26 @@ fn assemble(dir: &Path, tasks: &HashMap<u32, TaskDigests>, page_size: u64) -> Tr
         if !claimed.insert(pages_name.clone()) {
             // Two pagemaps naming one pages file: not what CRIU writes for tasks.
             outcome.prefixes.remove(&pages_name);
+            outcome.in_tree.remove(&pages_name);
             continue;
         }
         let pages = dir.join(&pages_name);
-        if let Some(blocks) = lay_out(&pagemap, &pages, task, &changing, &mut outcome) {
-            outcome.prefixes.insert(pages_name, blocks);
+        let mut in_tree = InTree {
+            pid: task.pid,
+            runs: Vec::new(),
+        };
+        if let Some(blocks) = lay_out(
+            &pagemap,
+            &pages,
+            task,
+            &changing,
+            &mut outcome,
+            &mut in_tree,
+        ) {
+            outcome.prefixes.insert(pages_name.clone(), blocks);
+            if !in_tree.runs.is_empty() {
+                outcome.in_tree.insert(pages_name, in_tree);
+            }
         }
     }
     outcome
@@ -429,13 +492,15 @@ fn rseq_pieces(dir: &Path, entries: &[std::fs::DirEntry], page_size: u64) -> Opt
 /// where it was not read, from the file (the last, partial block is left to the final
 /// pass). None when the pagemap does not account for the whole file, or when the first
 /// piece of a block taken from the tree differs from the file's: a check on one piece
-/// in 1024 that the tree's digests are laid out where CRIU put those pages.
+/// in 1024 that the tree's digests are laid out where CRIU put those pages. The pieces
+/// whose digest came from the tree are added to `in_tree`.
 fn lay_out(
     pagemap: &Pagemap,
     pages: &Path,
     task: &TaskDigests,
     changing: &HashSet<u64>,
     outcome: &mut TreePagesOutcome,
+    in_tree: &mut InTree,
 ) -> Option<Vec<u64>> {
     let file = File::open(pages).ok()?;
     let size = file.metadata().ok()?.len();
@@ -479,6 +544,7 @@ fn lay_out(
                         }
                     }
                     from_tree += PAGE_PIECE as u64;
+                    in_tree.add_piece(start + at, vaddr + at);
                     digest
                 }
                 None => {
@@ -534,6 +600,7 @@ mod tests {
     #[test]
     fn a_piece_is_found_in_its_run_only() {
         let task = TaskDigests {
+            pid: 1,
             runs: vec![(0x1000, vec![1, 2]), (0x8000, vec![3])],
         };
         assert_eq!(task.lookup(0x1000), Some(1));
@@ -597,6 +664,7 @@ mod tests {
         // Read from the tree: the first run and part of the second; the rest is read
         // back from the file.
         let task = TaskDigests {
+            pid: 4242,
             runs: vec![
                 read_from_tree(0x10000, &first),
                 read_from_tree(0x400000, &second[..600 * PAGE_PIECE]),
@@ -609,6 +677,28 @@ mod tests {
         // Of the full block's 1024 pieces: 8 + 600 from the tree, the rest from the file.
         assert_eq!(outcome.from_tree, 608 * PAGE_PIECE as u64);
         assert_eq!(outcome.from_files, 416 * PAGE_PIECE as u64);
+        // Where those 608 pieces are: the first run whole, the second's first 600
+        // pieces, right after it in the file.
+        let piece = PAGE_PIECE as u64;
+        assert_eq!(
+            outcome.in_tree["pages-3.img"],
+            InTree {
+                pid: 4242,
+                runs: vec![
+                    TreeRun {
+                        offset: 0,
+                        addr: 0x10000,
+                        len: 8 * piece
+                    },
+                    TreeRun {
+                        offset: 8 * piece,
+                        addr: 0x400000,
+                        len: 600 * piece
+                    },
+                ],
+            }
+        );
+        assert_eq!(outcome.in_tree["pages-3.img"].bytes(), outcome.from_tree);
 
         // What the tree held is what counts: a piece that differs in the file gives a
         // block that does not match the file's own digest (the restore refuses it).
@@ -657,6 +747,7 @@ mod tests {
         let tasks = HashMap::from([(
             5,
             TaskDigests {
+                pid: 77,
                 runs: vec![read_from_tree(0x800000, &tree)],
             },
         )]);
@@ -664,6 +755,20 @@ mod tests {
         let whole = crate::image::checksum::digest_file(&pages).unwrap();
         assert_eq!(outcome.prefixes["pages-2.img"], whole.blocks);
         assert_eq!(outcome.from_files, 2 * PAGE_PIECE as u64);
+        // The two pieces holding the area are not the tree's: it is served around them.
+        let piece = PAGE_PIECE as u64;
+        let runs: Vec<_> = outcome.in_tree["pages-2.img"]
+            .runs
+            .iter()
+            .map(|r| (r.offset, r.addr, r.len))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (0, 0x800000, 2 * piece),
+                (4 * piece, 0x800000 + 4 * piece, 1020 * piece)
+            ]
+        );
 
         // A core image that cannot be read leaves every pages file to the final pass.
         std::fs::write(dir.path().join("core-7.img"), b"not an image").unwrap();
@@ -694,24 +799,28 @@ mod tests {
             (
                 1,
                 TaskDigests {
+                    pid: 1,
                     runs: vec![read_from_tree(0x10000, &data)],
                 },
             ),
             (
                 2,
                 TaskDigests {
+                    pid: 2,
                     runs: vec![read_from_tree(0x10000, &other)],
                 },
             ),
             (
                 9,
                 TaskDigests {
+                    pid: 1,
                     runs: vec![read_from_tree(0x10000, &data)],
                 },
             ),
         ]);
         let outcome = assemble(dir.path(), &tasks, 4096);
         assert!(outcome.prefixes.is_empty(), "{:?}", outcome.prefixes);
+        assert!(outcome.in_tree.is_empty(), "{:?}", outcome.in_tree);
         assert_eq!(outcome.from_tree + outcome.from_files, 0);
     }
 

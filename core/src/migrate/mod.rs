@@ -8,7 +8,8 @@
 //! fresh, confined directory on the destination ([`files`]); the memory pages and the
 //! GPU data on several connections in parallel as they are dumped ([`lanes`],
 //! [`stream`], [`parts`]). Both sides keep their copy
-//! of the job stopped until one of them may run ([`tree`]). docs/migration.md has the
+//! of the job stopped until one of them may run ([`tree`]); post-copy's source serves
+//! the pages from its stopped copy ([`tree_blocks`]). docs/migration.md has the
 //! protocol, the failures and what each side does about them.
 
 use std::time::Duration;
@@ -25,6 +26,7 @@ pub mod source;
 pub mod stream;
 pub mod tls;
 pub mod tree;
+pub mod tree_blocks;
 
 pub use identity::{keygen, IdentityError, IdentityFiles, KeyFiles};
 pub use receiver::{receive, ReceiveError, ReceiveOptions, ReceiveOutcome};

@@ -9,8 +9,8 @@
 //! the migration (Restored, Resumed, AllIn) go through the same thread, in order.
 //!
 //! On the source [`serve_blocks`] answers each message in the order it came: a block
-//! from the staging image, Commit for Restored, Done for AllIn once its stopped copy of
-//! the job is killed.
+//! from the staging image and the stopped tree ([`TreeBlocks`]), Commit for Restored,
+//! Done for AllIn once its stopped copy of the job is killed.
 //!
 //! A lost link fails every fetch at once: the destination's lazy-pages server then
 //! kills the tree, which would otherwise wait for ever on pages that will not come.
@@ -28,6 +28,7 @@ use std::time::Duration;
 use super::files::confined;
 use super::link::{Incoming, Link, LinkError, CHUNK_SIZE};
 use super::message::Control;
+use super::tree_blocks::TreeBlocks;
 use crate::image::checksum::BLOCK_SIZE;
 
 /// Blocks asked for and not yet answered, at most: enough to keep the link busy while
@@ -497,12 +498,14 @@ pub struct ServeFailure {
     pub why: String,
 }
 
-/// The source's side: answer the destination's messages from the image in `dir` until
-/// AllIn. `committed` is called when Commit is about to be sent (from then on the job
-/// may not run here again); `kill` when AllIn came, before Done is answered.
+/// The source's side: answer the destination's messages from the image in `dir` and
+/// the stopped tree (`tree`) until AllIn. `committed` is called when Commit is about to
+/// be sent (from then on the job may not run here again); `kill` when AllIn came,
+/// before Done is answered.
 pub fn serve_blocks(
     link: &mut Link,
     dir: &Path,
+    tree: &TreeBlocks,
     committed: &mut dyn FnMut(i32),
     kill: &mut dyn FnMut(),
 ) -> Result<Served, ServeFailure> {
@@ -542,6 +545,8 @@ pub fn serve_blocks(
                 let len = (size - lo).min(BLOCK_SIZE) as usize;
                 file.read_exact_at(&mut buffer[..len], lo)
                     .map_err(|e| fail(commit, format!("{path}: {e}")))?;
+                tree.fill(&path, lo, &mut buffer[..len])
+                    .map_err(|e| fail(commit, e.to_string()))?;
                 for chunk in buffer[..len].chunks(CHUNK_SIZE) {
                     link.send_chunk(chunk)
                         .map_err(|e| fail(commit, e.to_string()))?;

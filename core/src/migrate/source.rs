@@ -25,6 +25,7 @@
 //! source never lets its copy run again on its own: without Resumed it keeps it
 //! stopped and says so ([`MigrateError::Uncertain`]).
 
+use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -38,8 +39,9 @@ use super::postcopy;
 use super::stream;
 use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
+use super::tree_blocks::{TreeBlocks, TreeBlocksError};
 use super::{hello, ProtocolError, BEAT, DEFAULT_PORT};
-use crate::dump::{DumpError, DumpOptions};
+use crate::dump::{DumpError, DumpOptions, InTree};
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::{self, GpuError};
 use crate::image::MANIFEST_FILE;
@@ -89,6 +91,9 @@ pub struct MigrateOutcome {
     pub streamed: u64,
     /// The lanes the destination granted.
     pub lanes: u32,
+    /// Post-copy: the bytes of the pulled memory pages served from the stopped job,
+    /// dropped from the staging image as soon as the dump ended.
+    pub pages_in_tree: u64,
 }
 
 /// Why a migration failed.
@@ -299,15 +304,18 @@ pub fn migrate(
         stream::streaming_while(&mut link, &mut lanes, &image, pick, BEAT, dumping);
     // The dump stopped the tree as CRIU let it go (`stop_after`); a dump that failed
     // after post-dump may have too, and CRIU gave the tree back running otherwise.
-    if let Err(error) = dumped {
-        // The job runs on, and the receiver is told and keeps nothing.
-        stopped.resume();
-        let _ = link.send(&Control::Failed {
-            code: error.exit_code(),
-            reason: error.to_string(),
-        });
-        return Err(error.into());
-    }
+    let dumped = match dumped {
+        Ok(dumped) => dumped,
+        Err(error) => {
+            // The job runs on, and the receiver is told and keeps nothing.
+            stopped.resume();
+            let _ = link.send(&Control::Failed {
+                code: error.exit_code(),
+                reason: error.to_string(),
+            });
+            return Err(error.into());
+        }
+    };
     // Every task is stopped, or stops now: the plugin's or the gate's SIGSTOP came
     // while CRIU held them, and this waits for each (and stops any it missed).
     let tree = match stopped.stop() {
@@ -347,7 +355,15 @@ pub fn migrate(
     let sending = streamed.first_sent.unwrap_or_else(Instant::now);
     if opts.post_copy {
         let sent = (&mut streamed, lanes);
-        return post_copy(&mut link, &image, sent, &tree, &peer, frozen_at, progress)
+        // A GPU backend gives the tree its device state back as the dump ends, and may
+        // write its memory doing so (CUDA's checkpoint holds the device memory in the
+        // process's own): only a tree without GPU state is as CRIU dumped it.
+        let in_tree = match dumped.manifest.gpu {
+            None => dumped.in_tree,
+            Some(_) => HashMap::new(),
+        };
+        let dumped = (image.as_path(), in_tree);
+        return post_copy(&mut link, dumped, sent, &tree, &peer, frozen_at, progress)
             .map(|outcome| MigrateOutcome {
                 lanes: count,
                 ..outcome
@@ -428,6 +444,7 @@ pub fn migrate(
                 downtime: None,
                 streamed: streamed.while_dumping,
                 lanes: count,
+                pages_in_tree: 0,
             })
         }
         // The receiver kills its copy before it says so: this one runs on.
@@ -495,11 +512,13 @@ enum PostCopyFailure {
     After(String),
 }
 
-/// The post-copy half of a migration, once the job is dumped into `image`: every file
-/// but the large pages files, which the destination pulls ([`postcopy::serve_blocks`]).
+/// The post-copy half of a migration, once the job is dumped into `image` (its pages
+/// digested from the tree where `in_tree` says): every file but the large pages files,
+/// which the destination pulls ([`postcopy::serve_blocks`]), from the stopped tree
+/// where it can ([`TreeBlocks`]).
 fn post_copy(
     link: &mut Link,
-    image: &Path,
+    (image, in_tree): (&Path, HashMap<String, InTree>),
     streamed: (&mut stream::Streamed, Lanes),
     tree: &StoppedTree,
     peer: &str,
@@ -514,64 +533,98 @@ fn post_copy(
         .filter(|(name, size)| is_pulled(name, *size))
         .map(|(name, _)| name)
         .collect();
-    let (files, bytes) = send_image(link, image, &later, streamed).map_err(|e| {
-        let why = receiver_reason(link, &e).unwrap_or_else(|| e.to_string());
-        PostCopyFailure::Before("sending the image", why)
-    })?;
+    // The tree is stopped and stays so until every page is in: what it holds need not
+    // stay on the disk too, and leaves it while the image is sent and served.
+    let tree_blocks = TreeBlocks::new(&later, in_tree);
+    let pulled_bytes: u64 = later
+        .iter()
+        .filter_map(|name| std::fs::metadata(image.join(name)).ok())
+        .map(|m| m.len())
+        .sum();
     progress.event(
-        "sent",
+        "pages-in-tree",
         &format!(
-            "{files} files ({bytes} bytes) sent, {} pages files to be pulled; the \
-             destination restores",
-            later.len()
+            "{} of the {} of memory pages to be pulled are served from the stopped job, \
+             and leave the staging image",
+            crate::units::size(tree_blocks.bytes()),
+            crate::units::size(pulled_bytes)
         ),
     );
-    let mut on_commit = |there: i32| {
+    std::thread::scope(|scope| {
+        let punching = std::thread::Builder::new()
+            .name("gpucr-punch".into())
+            .spawn_scoped(scope, || tree_blocks.punch(image));
+        let (files, bytes) = send_image(link, image, &later, streamed).map_err(|e| {
+            let why = receiver_reason(link, &e).unwrap_or_else(|| e.to_string());
+            PostCopyFailure::Before("sending the image", why)
+        })?;
         progress.event(
-            "restored-there",
-            &format!("restored on {peer} as pid {there}, stopped; committing"),
-        )
-    };
-    let mut kill = || {
-        tree.kill();
-    };
-    match postcopy::serve_blocks(link, image, &mut on_commit, &mut kill) {
-        Ok(postcopy::Served::Finished {
-            pid: there,
-            dir,
-            resumed_at,
-            pulled,
-        }) => {
+            "sent",
+            &format!(
+                "{files} files ({bytes} bytes) sent, {} pages files to be pulled; the \
+                 destination restores",
+                later.len()
+            ),
+        );
+        let mut on_commit = |there: i32| {
             progress.event(
-                "all-in",
-                &format!("every page is in on {peer} (pid {there}); killed here"),
-            );
-            Ok(MigrateOutcome {
-                peer: peer.to_owned(),
-                remote_pid: there,
-                remote_dir: dir,
-                files,
-                bytes: bytes + pulled,
-                frozen: frozen_at.elapsed(),
-                sent: sending.elapsed(),
-                downtime: resumed_at.map(|at| at.duration_since(frozen_at)),
-                streamed: while_dumping,
-                lanes: 0,
-            })
+                "restored-there",
+                &format!("restored on {peer} as pid {there}, stopped; committing"),
+            )
+        };
+        let mut kill = || {
+            tree.kill();
+        };
+        let served = postcopy::serve_blocks(link, image, &tree_blocks, &mut on_commit, &mut kill);
+        // Pages the staging image kept only cost disk until it is removed.
+        let punched = match punching {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err(TreeBlocksError::Thread("panicked".into()))),
+            Err(e) => Err(TreeBlocksError::Thread(format!("did not start: {e}"))),
+        };
+        if let Err(e) = punched {
+            progress.warn(&format!("the staging image kept its pages: {e}"));
         }
-        Ok(postcopy::Served::Refused(why)) => Err(PostCopyFailure::Before(
-            "the destination verified and restored the image",
-            why,
-        )),
-        Err(failure) if failure.committed => Err(PostCopyFailure::After(format!(
-            "post-copy: {}; the destination kills its copy when it loses the link",
-            failure.why
-        ))),
-        Err(failure) => Err(PostCopyFailure::Before(
-            "the destination restored the image",
-            failure.why,
-        )),
-    }
+        match served {
+            Ok(postcopy::Served::Finished {
+                pid: there,
+                dir,
+                resumed_at,
+                pulled,
+            }) => {
+                progress.event(
+                    "all-in",
+                    &format!("every page is in on {peer} (pid {there}); killed here"),
+                );
+                Ok(MigrateOutcome {
+                    peer: peer.to_owned(),
+                    remote_pid: there,
+                    remote_dir: dir,
+                    files,
+                    bytes: bytes + pulled,
+                    frozen: frozen_at.elapsed(),
+                    sent: sending.elapsed(),
+                    downtime: resumed_at.map(|at| at.duration_since(frozen_at)),
+                    streamed: while_dumping,
+                    lanes: 0,
+                    pages_in_tree: tree_blocks.bytes(),
+                })
+            }
+            Ok(postcopy::Served::Refused(why)) => Err(PostCopyFailure::Before(
+                "the destination verified and restored the image",
+                why,
+            )),
+            Err(failure) if failure.committed => Err(PostCopyFailure::After(format!(
+                "post-copy: {}; the destination kills its copy when it loses the link",
+                failure.why
+            ))),
+            Err(failure) => Err(PostCopyFailure::Before(
+                "the destination restored the image",
+                failure.why,
+            )),
+        }
+    })
 }
 
 /// Whether post-copy leaves the file `name` of `size` bytes to be pulled: a memory
