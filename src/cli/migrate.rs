@@ -48,8 +48,8 @@ pub struct IdentityArgs {
 /// 13: the job runs on the destination if the commit arrived. The staging directory
 /// holds the image but its memory pages and GPU data while it is sent; with
 /// --post-copy, the memory pages too until they are pulled, but for a job without GPU
-/// state those the stopped copy holds, which leave the disk when the dump ends and
-/// are served from that copy (docs/migration.md, "Limits").
+/// state those the stopped copy holds, which are served from that copy and leave the
+/// disk once the job runs there (docs/migration.md, "Limits").
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct MigrateArgs {

@@ -12,6 +12,15 @@ use std::time::Duration;
 
 use super::message::Control;
 
+/// Whether a socket's error says only that the peer sent nothing within the socket's
+/// time limit (a read on a socket with `SO_RCVTIMEO` fails with EAGAIN).
+pub(super) fn is_silence(kind: std::io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 /// The most data one chunk frame carries.
 pub const CHUNK_SIZE: usize = 1 << 20;
 /// The largest control message (a topology report is a few KiB).
@@ -94,7 +103,7 @@ impl Link {
             UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe => {
                 LinkError::Disconnected { peer }
             }
-            WouldBlock | TimedOut => LinkError::Silent {
+            kind if is_silence(kind) => LinkError::Silent {
                 peer,
                 timeout: self.timeout,
             },

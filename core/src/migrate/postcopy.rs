@@ -498,16 +498,24 @@ pub struct ServeFailure {
     pub why: String,
 }
 
+/// What the source does at the turns of post-copy, as [`serve_blocks`] meets them.
+pub trait ServingTurns {
+    /// The destination restored the job as pid `there`: Commit is about to be sent,
+    /// and from then on the job may not run here again.
+    fn committing(&mut self, there: i32);
+    /// The destination runs the job.
+    fn resumed(&mut self);
+    /// Every page is in there: the source's copy must go before Done is answered.
+    fn all_in(&mut self);
+}
+
 /// The source's side: answer the destination's messages from the image in `dir` and
-/// the stopped tree (`tree`) until AllIn. `committed` is called when Commit is about to
-/// be sent (from then on the job may not run here again); `kill` when AllIn came,
-/// before Done is answered.
+/// the stopped tree (`tree`) until AllIn, telling `turns` of each turn.
 pub fn serve_blocks(
     link: &mut Link,
     dir: &Path,
     tree: &TreeBlocks,
-    committed: &mut dyn FnMut(i32),
-    kill: &mut dyn FnMut(),
+    turns: &mut dyn ServingTurns,
 ) -> Result<Served, ServeFailure> {
     let mut files: HashMap<String, File> = HashMap::new();
     let mut buffer = vec![0u8; BLOCK_SIZE as usize];
@@ -556,14 +564,17 @@ pub fn serve_blocks(
                 pulled += len as u64;
             }
             Control::Restored { pid } => {
-                committed(pid);
+                turns.committing(pid);
                 commit = true;
                 link.send(&Control::Commit)
                     .map_err(|e| fail(commit, e.to_string()))?;
             }
-            Control::Resumed { pid, dir } => resumed = Some((pid, dir, std::time::Instant::now())),
+            Control::Resumed { pid, dir } => {
+                resumed = Some((pid, dir, std::time::Instant::now()));
+                turns.resumed();
+            }
             Control::AllIn if commit => {
-                kill();
+                turns.all_in();
                 let _ = link.send(&Control::Done);
                 let (pid, dir, at) = match resumed {
                     Some((pid, dir, at)) => (pid, dir, Some(at)),

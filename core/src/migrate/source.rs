@@ -92,7 +92,7 @@ pub struct MigrateOutcome {
     /// The lanes the destination granted.
     pub lanes: u32,
     /// Post-copy: the bytes of the pulled memory pages served from the stopped job,
-    /// dropped from the staging image as soon as the dump ended.
+    /// dropped from the staging image once the job ran on the destination.
     pub pages_in_tree: u64,
 }
 
@@ -551,9 +551,6 @@ fn post_copy(
         ),
     );
     std::thread::scope(|scope| {
-        let punching = std::thread::Builder::new()
-            .name("gpucr-punch".into())
-            .spawn_scoped(scope, || tree_blocks.punch(image));
         let (files, bytes) = send_image(link, image, &later, streamed).map_err(|e| {
             let why = receiver_reason(link, &e).unwrap_or_else(|| e.to_string());
             PostCopyFailure::Before("sending the image", why)
@@ -566,22 +563,23 @@ fn post_copy(
                 later.len()
             ),
         );
-        let mut on_commit = |there: i32| {
-            progress.event(
-                "restored-there",
-                &format!("restored on {peer} as pid {there}, stopped; committing"),
-            )
+        let mut turns = SourceTurns {
+            scope,
+            progress: &mut *progress,
+            peer,
+            tree,
+            tree_blocks: &tree_blocks,
+            image,
+            punching: None,
         };
-        let mut kill = || {
-            tree.kill();
-        };
-        let served = postcopy::serve_blocks(link, image, &tree_blocks, &mut on_commit, &mut kill);
+        let served = postcopy::serve_blocks(link, image, &tree_blocks, &mut turns);
         // Pages the staging image kept only cost disk until it is removed.
-        let punched = match punching {
-            Ok(handle) => handle
+        let punched = match turns.punching.take() {
+            Some(Ok(handle)) => handle
                 .join()
                 .unwrap_or_else(|_| Err(TreeBlocksError::Thread("panicked".into()))),
-            Err(e) => Err(TreeBlocksError::Thread(format!("did not start: {e}"))),
+            Some(Err(e)) => Err(TreeBlocksError::Thread(format!("did not start: {e}"))),
+            None => Ok(0),
         };
         if let Err(e) = punched {
             progress.warn(&format!("the staging image kept its pages: {e}"));
@@ -625,6 +623,48 @@ fn post_copy(
             )),
         }
     })
+}
+
+/// The source's part in post-copy's turns: the events, the pages punched out of the
+/// staging image once the job runs there (not before: the punching would take from
+/// the downtime), the stopped copy killed once every page is in.
+struct SourceTurns<'scope, 'env, 'a> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    progress: &'a mut Progress,
+    peer: &'a str,
+    tree: &'a StoppedTree,
+    tree_blocks: &'env TreeBlocks,
+    image: &'env Path,
+    punching: Option<std::io::Result<std::thread::ScopedJoinHandle<'scope, PunchResult>>>,
+}
+
+type PunchResult = Result<u64, TreeBlocksError>;
+
+impl postcopy::ServingTurns for SourceTurns<'_, '_, '_> {
+    fn committing(&mut self, there: i32) {
+        let peer = self.peer;
+        self.progress.event(
+            "restored-there",
+            &format!("restored on {peer} as pid {there}, stopped; committing"),
+        );
+    }
+
+    fn resumed(&mut self) {
+        let (tree_blocks, image) = (self.tree_blocks, self.image);
+        self.punching = Some(
+            std::thread::Builder::new()
+                .name("gpucr-punch".into())
+                .spawn_scoped(self.scope, move || {
+                    // Beside the faults and the background stream served meanwhile.
+                    let _ = crate::niceness::run_in_background();
+                    tree_blocks.punch(image)
+                }),
+        );
+    }
+
+    fn all_in(&mut self) {
+        self.tree.kill();
+    }
 }
 
 /// Whether post-copy leaves the file `name` of `size` bytes to be pulled: a memory

@@ -20,6 +20,7 @@ use rustls::{
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
 use super::identity::Identity;
+use super::link::is_silence;
 
 /// The name the source asks for; the receiver's certificate is pinned, so the name
 /// is never checked.
@@ -50,12 +51,8 @@ pub enum TlsError {
 /// that stayed silent past the socket's time limit is named as such (the socket says
 /// only "Resource temporarily unavailable").
 fn handshake_failed(tcp: &TcpStream, peer: &str, source: std::io::Error) -> TlsError {
-    let silent = matches!(
-        source.kind(),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-    );
     match tcp.read_timeout() {
-        Ok(Some(after)) if silent => TlsError::Silent {
+        Ok(Some(after)) if is_silence(source.kind()) => TlsError::Silent {
             peer: peer.to_owned(),
             after,
         },

@@ -7,7 +7,8 @@
 //! until the tree is killed, the process's bytes at those addresses: [`TreeBlocks`]
 //! puts them into each block it serves, read with `process_vm_readv`, whatever the
 //! file holds there, so they can be punched out of the staging image
-//! ([`TreeBlocks::punch`]) while blocks are served. What the dump took
+//! ([`TreeBlocks::punch`]) while blocks are served: post-copy's source does so once the
+//! destination runs the job. What the dump took
 //! from the file (a thread's restartable sequences area, which the kernel rewrites,
 //! an executable mapping, the last partial block) stays in the file and is served from
 //! there. The destination checks every block against the manifest's digest, as ever.
