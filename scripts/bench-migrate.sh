@@ -62,6 +62,8 @@ NICE=${NICE:-0}
 source "$(dirname "$0")/bench-session.sh"
 # shellcheck source=bench-serve-memory.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-serve-memory.sh"
+# shellcheck source=bench-sim-tree.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/bench-sim-tree.sh"
 bench_session_start "$@"
 bench_session_nice
 cd "$(dirname "$0")/.."
@@ -186,21 +188,8 @@ start_server() {
 
 # The simulator's GPU tree ($SIM_TREE) on the source, in a sim root of its own.
 start_gpu_tree() {
-    local up pid=""
     place_job "$src"
-    rm -rf "$WORK/state" "$GPUCR_SIM_ROOT" && mkdir -p "$WORK/state"
-    # shellcheck disable=SC2086 # the options, split
-    nsenter --net="/run/netns/$src" unshare --pid --fork setsid "$sim_workload" \
-        --state "$WORK/state" $SIM_TREE </dev/null >/dev/null 2>&1 &
-    up=$!
-    for _ in $(seq 1200); do
-        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
-        [ -n "$pid" ] && [ -f "$WORK/state/ready-parent" ] && break
-        sleep 0.05
-    done
-    [ -f "$WORK/state/ready-parent" ] || { echo "the GPU tree did not start" >&2; exit 1; }
-    sleep 1
-    echo "$pid" > "$WORK/pid"
+    start_sim_tree_through 1 "$sim_workload" nsenter --net="/run/netns/$src"
 }
 
 # The GPU tree's "first answer": the milliseconds since the epoch when the parent's

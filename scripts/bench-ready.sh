@@ -29,6 +29,8 @@ set -euo pipefail
 source "$(dirname "$0")/bench-session.sh"
 # shellcheck source=bench-serve-memory.sh source-path=SCRIPTDIR
 source "$(dirname "$0")/bench-serve-memory.sh"
+# shellcheck source=bench-sim-tree.sh source-path=SCRIPTDIR
+source "$(dirname "$0")/bench-sim-tree.sh"
 bench_session_start "$@"
 bench_session_nice
 cd "$(dirname "$0")/.."
@@ -105,20 +107,7 @@ start_server() {
 # The simulator's GPU tree, started with options $SIM_TREE in a sim root of its own;
 # its state directory as at the dump is kept for each restore.
 start_sim_tree() {
-    local up pid=""
-    rm -rf "$WORK/state" "$GPUCR_SIM_ROOT" && mkdir -p "$WORK/state"
-    # shellcheck disable=SC2086 # the options, split
-    unshare --pid --fork setsid "$workload" --state "$WORK/state" $SIM_TREE \
-        </dev/null >/dev/null 2>&1 &
-    up=$!
-    for _ in $(seq 1200); do
-        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
-        [ -n "$pid" ] && [ -f "$WORK/state/ready-parent" ] && break
-        sleep 0.05
-    done
-    [ -f "$WORK/state/ready-parent" ] || { echo "the GPU tree did not start" >&2; exit 1; }
-    sleep 2
-    echo "$pid" > "$WORK/pid"
+    start_sim_tree_through 2 "$workload"
 }
 
 # Before each restore of the GPU tree: its files as at the dump, no device memory.
