@@ -62,13 +62,8 @@ start_workload() {
     rm -rf "$WORK/state" && mkdir -p "$WORK/state"
     unshare --pid --fork setsid "$workload" --state "$WORK/state" --memory-mib "$MEM_MIB" \
         </dev/null >/dev/null 2>&1 &
-    local up=$! pid=""
-    for _ in $(seq 600); do
-        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
-        [ -n "$pid" ] && [ -f "$WORK/state/ready" ] && break
-        sleep 0.05
-    done
-    [ -f "$WORK/state/ready" ] || { echo "workload did not start" >&2; exit 1; }
+    local pid
+    pid=$(tree_root_when_ready $! "$WORK/state/ready" "the workload")
     echo "$pid" > "$WORK/pid"
     sleep 0.3
 }

@@ -90,17 +90,11 @@ kill_tree() {
 }
 
 start_server() {
-    local mib=$1 up pid=""
+    local mib=$1 pid
     rm -rf "$WORK/state" && mkdir -p "$WORK/state"
     unshare --pid --fork setsid "$server" --state "$WORK/state" --memory-mib "$mib" \
         --hot-mib "$HOT_MIB" </dev/null >/dev/null 2>&1 &
-    up=$!
-    for _ in $(seq 1200); do
-        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
-        [ -n "$pid" ] && [ -f "$WORK/state/ready" ] && break
-        sleep 0.05
-    done
-    [ -f "$WORK/state/ready" ] || { echo "the server did not start" >&2; exit 1; }
+    pid=$(tree_root_when_ready $! "$WORK/state/ready" "the server")
     echo "$pid" > "$WORK/pid"
 }
 

@@ -18,3 +18,18 @@ bench_session_nice() {
         echo "$NICE" >/proc/self/autogroup 2>/dev/null || echo "note: cannot set the session's nice" >&2
     fi
 }
+
+# The root of a tree started as `unshare --pid --fork ... &` (whose pid is UP): wait up
+# to 60 s for unshare's child and the file READY the tree writes once it is ready, and
+# print the child's pid; exit 1 naming WHAT if it did not start.
+#   pid=$(tree_root_when_ready UP READY WHAT)
+tree_root_when_ready() {
+    local up=$1 ready=$2 what=$3 pid=""
+    for _ in $(seq 1200); do
+        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
+        [ -n "$pid" ] && [ -f "$ready" ] && break
+        sleep 0.05
+    done
+    [ -f "$ready" ] || { echo "$what did not start" >&2; exit 1; }
+    echo "$pid"
+}

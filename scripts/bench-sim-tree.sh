@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced by the benchmarks that run the simulator's GPU tree (bench-ready.sh,
-# bench-migrate.sh).
+# Sourced, after bench-session.sh, by the benchmarks that run the simulator's GPU tree
+# (bench-ready.sh, bench-migrate.sh).
 
 # Start the GPU tree of WORKLOAD (examples/sim_workload.rs) with the options $SIM_TREE,
 # its state in $WORK/state, in a PID namespace of its own, through the command words
@@ -8,19 +8,13 @@
 # ready, then SETTLE seconds more, and write its root's pid to $WORK/pid.
 #   start_sim_tree_through SETTLE WORKLOAD [COMMAND...]
 start_sim_tree_through() {
-    local settle=$1 workload=$2 up pid=""
+    local settle=$1 workload=$2 pid
     shift 2
     rm -rf "$WORK/state" "$GPUCR_SIM_ROOT" && mkdir -p "$WORK/state"
     # shellcheck disable=SC2086 # the options, split
     "$@" unshare --pid --fork setsid "$workload" --state "$WORK/state" $SIM_TREE \
         </dev/null >/dev/null 2>&1 &
-    up=$!
-    for _ in $(seq 1200); do
-        pid=$(awk '{print $1}' "/proc/$up/task/$up/children" 2>/dev/null || true)
-        [ -n "$pid" ] && [ -f "$WORK/state/ready-parent" ] && break
-        sleep 0.05
-    done
-    [ -f "$WORK/state/ready-parent" ] || { echo "the GPU tree did not start" >&2; exit 1; }
+    pid=$(tree_root_when_ready $! "$WORK/state/ready-parent" "the GPU tree")
     sleep "$settle"
     echo "$pid" > "$WORK/pid"
 }
