@@ -7,7 +7,8 @@
 //!   GPUCR_SIM_ROOT=/dev/shm/sim unshare --pid --fork setsid sim_workload --state DIR
 //!
 //! Options: --state DIR (required), --gpus N (default 3; creates the sim topology when
-//! the root has none), --parent-mib N (default 768), --child-mib N (default 320, 0: no
+//! the root has none), --use-gpus N (default: all; the buffers go on the topology's first
+//! N GPUs only), --parent-mib N (default 768), --child-mib N (default 320, 0: no
 //! child), --children N (default 1: how many children, "child", "child2", ...; each gets
 //! --child-mib), --cpu-mib N (each process also holds N MiB of ordinary anonymous memory,
 //! which CRIU carries), --cpu-bounds own|parent (default own: each process maps that memory
@@ -66,6 +67,7 @@ const MIB: u64 = 1 << 20;
 struct Options {
     state: PathBuf,
     gpus: usize,
+    use_gpus: Option<usize>,
     parent_mib: u64,
     child_mib: u64,
     children: usize,
@@ -83,6 +85,7 @@ fn parse_args() -> Options {
     let mut opts = Options {
         state: PathBuf::new(),
         gpus: 3,
+        use_gpus: None,
         parent_mib: 768,
         child_mib: 320,
         children: 1,
@@ -108,6 +111,7 @@ fn parse_args() -> Options {
         match arg.as_str() {
             "--state" => opts.state = PathBuf::from(value()),
             "--gpus" => opts.gpus = number(value()) as usize,
+            "--use-gpus" => opts.use_gpus = Some(number(value()) as usize),
             "--parent-mib" => opts.parent_mib = number(value()),
             "--child-mib" => opts.child_mib = number(value()),
             "--hold" => opts.hold.push(PathBuf::from(value())),
@@ -137,8 +141,8 @@ fn parse_args() -> Options {
     if opts.state.as_os_str().is_empty() {
         die("--state DIR is required");
     }
-    if opts.gpus == 0 {
-        die("--gpus must be at least 1");
+    if opts.gpus == 0 || opts.use_gpus == Some(0) {
+        die("--gpus and --use-gpus must be at least 1");
     }
     opts
 }
@@ -310,9 +314,10 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DEVICE));
     fs::create_dir_all(&opts.state).unwrap_or_else(|e| die(&format!("state dir: {e}")));
-    let gpu_ids = root
+    let mut gpu_ids = root
         .ensure_topology(opts.gpus)
         .unwrap_or_else(|e| die(&e.to_string()));
+    gpu_ids.truncate(opts.use_gpus.unwrap_or(usize::MAX));
 
     let mut role = "parent".to_owned();
     let mut index = 0;

@@ -476,6 +476,33 @@ fn four_gpus_with_xgmi_use_every_sdma_ring() {
     }
 }
 
+/// A migration offers the destination only the GPUs whose render nodes the tree holds
+/// open, read before anything is frozen.
+#[test]
+fn the_gpus_in_use_are_those_whose_render_nodes_the_tree_holds() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let m = Machine::new("mi100-4x-xgmi");
+    let local = gpucr_topology::read_local(Some(&m.root)).unwrap();
+    let backend = m.backend(Duration::from_secs(10));
+    let first = spawn(&m, 0, &[m.gpus[1]], &[BoSpec::vram(m.gpus[1], MIB)]);
+    let second = spawn(&m, 1, &[m.gpus[3]], &[BoSpec::vram(m.gpus[3], MIB)]);
+    let used = backend.gpus_in_use(&[first.fake.pid, second.fake.pid], &local);
+    // In gpu_id order.
+    let mut want = vec![GpuRef::Kfd(m.gpus[1]), GpuRef::Kfd(m.gpus[3])];
+    want.sort();
+    assert_eq!(used, Some(want));
+    // A tree holding no render node (this process holds the fakes' too): the backend
+    // cannot tell.
+    let mut bare = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let none = backend.gpus_in_use(&[bare.id() as i32], &local);
+    let _ = bare.kill();
+    let _ = bare.wait();
+    assert_eq!(none, None);
+}
+
 #[test]
 fn restore_onto_other_gpu_ids() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -589,6 +589,62 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
     assert!(tree.verify(1), "the job's device memory changed");
 }
 
+/// The source offers the destination only the GPUs the job uses (the simulator's: those
+/// of the buffers in the contexts it maps), so a destination with fewer GPUs than the
+/// source, enough for the job, takes it.
+#[test]
+fn a_destination_with_fewer_gpus_than_the_source_but_enough_for_the_job_takes_it() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let hosts = Hosts::new();
+    // The source has two GPUs; the job uses the first.
+    let sim = SimRoot::new("migrate-fewer-gpus");
+    let args = [
+        "--gpus",
+        "2",
+        "--use-gpus",
+        "1",
+        "--parent-mib",
+        "8",
+        "--child-mib",
+        "4",
+    ];
+    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
+    // The destination has that one only.
+    let one_gpu = tmp.path().join("one-gpu");
+    gpucr_core::gpu::sim::SimRoot::new(&one_gpu)
+        .ensure_topology(1)
+        .unwrap();
+    let receiver = start_receiver_with(
+        &hosts,
+        tmp.path(),
+        &images,
+        &["--sysfs-root", one_gpu.to_str().unwrap()],
+        &sim.env(),
+    );
+    let moved = move_wiping_the_source(
+        Places {
+            hosts: &hosts,
+            keys: tmp.path(),
+            images: &images,
+        },
+        &job,
+        receiver,
+        &sim.env(),
+        &[],
+        || std::fs::remove_dir_all(sim.0.join("contexts")).unwrap(),
+    );
+    assert!(
+        job.verify_gpu_memory(1),
+        "device memory differs after the move: {}",
+        moved.log
+    );
+    job.wait_ticks(2);
+}
+
 #[test]
 fn a_simulated_gpu_tree_moves_with_its_device_memory() {
     gpu_tree_moves_with_its_device_memory("migrate-gpu", &[]);

@@ -31,8 +31,9 @@ pub struct IdentityArgs {
 /// Move a running process tree to another machine (stop-and-copy, or --post-copy).
 ///
 /// Connects to `gpucr receive` on HOST (mutual TLS: each side pins the other's
-/// certificate), offers the job's GPU backend and this machine's GPU topology, and
-/// stops with exit 9, the job untouched, when the destination's GPUs cannot hold it.
+/// certificate), offers the job's GPU backend and the GPUs of this machine the running
+/// job holds open (all of them when its backend finds none), and stops with exit 9,
+/// the job untouched, when the destination's GPUs cannot hold it.
 /// Then dumps the tree into a private staging directory (0700, removed at the end),
 /// the tree left stopped. Stop-and-copy sends the memory pages and the GPU data as
 /// they are dumped, each part punched out of the staging file once sent, then the

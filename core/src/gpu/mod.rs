@@ -16,6 +16,7 @@
 
 pub mod amdgpu;
 pub mod cuda;
+pub mod devices_open;
 pub mod give_back;
 mod local_topology;
 pub mod manifest;
@@ -373,6 +374,14 @@ pub trait Backend: Send + Sync {
 
     /// Whether `pid` holds a device of this backend (before anything is frozen).
     fn holds_device(&self, pid: i32) -> bool;
+
+    /// The GPUs of `local` (this machine's topology) that the running tasks `pids`
+    /// use, told before anything is frozen (a migration offers the destination only
+    /// those; the restore checks the image's own GPUs again). None when the backend
+    /// cannot tell: then the whole machine is offered. Default: None.
+    fn gpus_in_use(&self, _pids: &[i32], _local: &gpucr_topology::Topology) -> Option<Vec<GpuRef>> {
+        None
+    }
 
     /// PAUSE_DEVICES: the gpucr half's step before `pid` is frozen (a driver lock,
     /// moving memory out of the device, ...), taken for every task of the tree at the

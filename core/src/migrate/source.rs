@@ -1,7 +1,7 @@
 //! `gpucr migrate PID HOST[:PORT]`: the source's side of a stop-and-copy migration.
 //!
 //! 1. Connect, authenticate (mutual TLS, pinned certificates), exchange versions.
-//! 2. Offer the job's GPU backend and this machine's GPU topology; the receiver checks
+//! 2. Offer the job's GPU backend and the GPUs of this machine it uses; the receiver checks
 //!    it as a restore would. A mismatch ends the migration here (exit 9), the job
 //!    untouched. Else it grants lanes, and this side opens them ([`super::lanes`]).
 //! 3. Dump the tree into a private 0700 staging directory: CRIU's freeze is the job's
@@ -456,9 +456,8 @@ pub fn migrate(
     }
 }
 
-/// Offer the job to the receiver: its backend and this machine's GPU topology (every
-/// GPU the backend sees: which of them the job uses is known only once it is dumped,
-/// and the restore checks the image's own again). Ok when accepted.
+/// Offer the job to the receiver: its backend and the part of this machine's GPU
+/// topology the running tree uses ([`in_use`]). Ok when accepted.
 /// Ok: the lanes granted, and the ticket they join with.
 fn offer(
     link: &mut Link,
@@ -474,7 +473,11 @@ fn offer(
     };
     let backend = gpu::detect(pid, &setup)?;
     let topology = match &backend {
-        Some(b) => Some(gpu::LocalTopology::start(b.as_ref()).read()?),
+        Some(b) => Some(in_use(
+            b.as_ref(),
+            pid,
+            gpu::LocalTopology::start(b.as_ref()).read()?,
+        )),
         None => None,
     };
     link.send(&Control::Offer {
@@ -502,6 +505,21 @@ fn offer(
             reason,
         }),
         other => Err(ProtocolError::unexpected("accept", &other).into()),
+    }
+}
+
+/// The part of this machine's topology `local` that the tree rooted at `pid` uses, as
+/// its backend tells it from the running tree; the whole of it when the backend cannot
+/// tell. A destination with fewer GPUs than this machine, enough for the job, can then
+/// take it; the restore there checks the image's own GPUs again.
+fn in_use(
+    backend: &dyn gpu::Backend,
+    pid: i32,
+    local: gpucr_topology::Topology,
+) -> gpucr_topology::Topology {
+    match backend.gpus_in_use(&gpu::tree_pids(pid), &local) {
+        Some(used) => local.retain_gpus(|id| used.iter().any(|g| g.matches(id))),
+        None => local,
     }
 }
 

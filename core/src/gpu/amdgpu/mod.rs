@@ -340,6 +340,23 @@ impl Backend for AmdgpuBackend {
             .any(|(_, k)| *k == DeviceKind::Kfd)
     }
 
+    /// The GPUs whose render nodes the tasks hold open (the ROCm runtime opens one for
+    /// each GPU it lets the process see).
+    fn gpus_in_use(&self, pids: &[i32], _local: &gpucr_topology::Topology) -> Option<Vec<GpuRef>> {
+        let used: BTreeSet<u32> = pids
+            .iter()
+            .flat_map(|&pid| self.device_fds(pid))
+            .filter_map(|(_, kind)| match kind {
+                DeviceKind::Render { minor } => self
+                    .minors
+                    .iter()
+                    .find_map(|(&gpu_id, &m)| (m == minor).then_some(gpu_id)),
+                DeviceKind::Kfd => None,
+            })
+            .collect();
+        (!used.is_empty()).then(|| used.into_iter().map(GpuRef::Kfd).collect())
+    }
+
     fn adopt_task(
         &self,
         pid: i32,

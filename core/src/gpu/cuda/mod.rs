@@ -512,6 +512,16 @@ impl Backend for CudaBackend {
         matches!(self.driver.restore_thread_id(pid), Ok(Some(_)))
     }
 
+    /// The GPUs whose `/dev/nvidiaN` the tasks hold open (the driver opens one for each
+    /// GPU it lets the process see).
+    fn gpus_in_use(&self, pids: &[i32], local: &gpucr_topology::Topology) -> Option<Vec<GpuRef>> {
+        let devices = crate::gpu::devices_open::char_devices(pids);
+        gpus_with_minors(
+            local,
+            &crate::gpu::devices_open::nvidia_gpu_minors(&devices),
+        )
+    }
+
     fn whole_tree(&self) -> bool {
         true
     }
@@ -815,9 +825,50 @@ impl Backend for CudaBackend {
     }
 }
 
+/// The GPUs of `local` whose `/dev/nvidiaN` minor is among `minors`; None when none
+/// is (the machine's minors unknown, or no GPU node open).
+fn gpus_with_minors(
+    local: &gpucr_topology::Topology,
+    minors: &std::collections::BTreeSet<u32>,
+) -> Option<Vec<GpuRef>> {
+    let gpus: Vec<GpuRef> = local
+        .nvidia_gpus
+        .iter()
+        .filter(|g| g.minor.is_some_and(|m| minors.contains(&m)))
+        .map(|g| GpuRef::Nvidia(g.uuid.clone()))
+        .collect();
+    (!gpus.is_empty()).then_some(gpus)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
     use super::*;
+
+    #[test]
+    fn the_gpus_in_use_are_those_whose_nodes_are_open() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/topology/h100-8x");
+        let local = gpucr_topology::read_local(Some(&root)).unwrap();
+        let uuid_of = |minor: u32| {
+            let gpu = local
+                .nvidia_gpus
+                .iter()
+                .find(|g| g.minor == Some(minor))
+                .unwrap();
+            GpuRef::Nvidia(gpu.uuid.clone())
+        };
+        let used = gpus_with_minors(&local, &BTreeSet::from([3, 5])).unwrap();
+        assert_eq!(used.len(), 2, "{used:?}");
+        assert!(
+            used.contains(&uuid_of(3)) && used.contains(&uuid_of(5)),
+            "{used:?}"
+        );
+        // No GPU node open, or only minors this machine has no GPU for: cannot tell.
+        assert_eq!(gpus_with_minors(&local, &BTreeSet::new()), None);
+        assert_eq!(gpus_with_minors(&local, &BTreeSet::from([99])), None);
+    }
 
     fn task(state: &CudaState) -> TaskDevice {
         TaskDevice {

@@ -197,6 +197,23 @@ impl Backend for SimBackend {
         self.mapped_contexts(pid).is_ok_and(|c| !c.is_empty())
     }
 
+    /// The GPUs of the buffers in the contexts the tasks map.
+    fn gpus_in_use(&self, pids: &[i32], _local: &gpucr_topology::Topology) -> Option<Vec<GpuRef>> {
+        let mut gpus = BTreeSet::new();
+        for &pid in pids {
+            for context in self.mapped_contexts(pid).ok()? {
+                gpus.extend(
+                    read_context(&context)
+                        .ok()?
+                        .buffers
+                        .iter()
+                        .map(|b| b.gpu_id),
+                );
+            }
+        }
+        (!gpus.is_empty()).then(|| gpus.into_iter().map(GpuRef::Kfd).collect())
+    }
+
     fn adopt_task(
         &self,
         pid: i32,
