@@ -37,6 +37,7 @@ const BOUNDARIES: &[(&str, &[&str])] = &[
             "inspect",
             "interrupt",
             "lazy",
+            "niceness",
             "progress",
             "restore",
             "target",
