@@ -1,10 +1,12 @@
 //! Which device nodes a running tree holds open, by number: what the cuda backend
 //! tells the GPUs a job uses from before anything is frozen (a migration offers the
-//! destination only those). By device number, not by path: inside a container the nodes may be
-//! named otherwise, and the numbers are the host's.
+//! destination only those). By device number, not by path: inside a container the
+//! nodes may be named otherwise, and the numbers are the host's.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+use gpucr_abi::procfs;
 
 /// The NVIDIA driver's character device major (`/dev/nvidia*`).
 pub const NVIDIA_MAJOR: u32 = 195;
@@ -17,12 +19,10 @@ pub const NVIDIA_FIRST_CONTROL_MINOR: u32 = 254;
 pub fn char_devices(pids: &[i32]) -> BTreeSet<(u32, u32)> {
     let mut devices = BTreeSet::new();
     for &pid in pids {
-        let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        for entry in entries.flatten() {
+        let fds = procfs::fd_dir(pid);
+        for fd in procfs::fd_numbers(pid) {
             // Follows the link to the open file itself.
-            let Ok(meta) = std::fs::metadata(entry.path()) else {
+            let Ok(meta) = std::fs::metadata(format!("{fds}/{fd}")) else {
                 continue;
             };
             if meta.file_type().is_char_device() {

@@ -545,20 +545,15 @@ fn post_copy(
 ) -> Result<MigrateOutcome, PostCopyFailure> {
     let sending = Instant::now();
     let while_dumping = streamed.0.while_dumping;
-    let later: Vec<String> = files::list(image, MANIFEST_FILE)
+    let (later, sizes): (Vec<String>, Vec<u64>) = files::list(image, MANIFEST_FILE)
         .map_err(|e| PostCopyFailure::Before("sending the image", e.to_string()))?
         .into_iter()
         .filter(|(name, size)| is_pulled(name, *size))
-        .map(|(name, _)| name)
-        .collect();
+        .unzip();
+    let pulled_bytes: u64 = sizes.iter().sum();
     // The tree is stopped and stays so until every page is in: what it holds need not
     // stay on the disk too, and leaves it while the image is sent and served.
     let tree_blocks = TreeBlocks::new(&later, in_tree);
-    let pulled_bytes: u64 = later
-        .iter()
-        .filter_map(|name| std::fs::metadata(image.join(name)).ok())
-        .map(|m| m.len())
-        .sum();
     progress.event(
         "pages-in-tree",
         &format!(
