@@ -344,6 +344,7 @@ fn move_wiping_the_source(
         _restored: Restored(pid),
         received,
         log: receiver_err,
+        sent: stdout(&out),
     }
 }
 
@@ -362,6 +363,8 @@ struct Moved {
     _restored: Restored,
     received: String,
     log: String,
+    /// What `gpucr migrate` wrote on its stdout (its report with `--json`).
+    sent: String,
 }
 
 /// The entries beneath `dir`.
@@ -905,6 +908,21 @@ fn pulled_pid(line: &str) -> i32 {
         .unwrap_or_else(|| panic!("no pid in {line:?}"))
 }
 
+/// Move `job` with `--post-copy --json` to a receiver keeping its image beneath
+/// `images`: the restored job, the receiver's stderr and the source's report.
+fn move_post_copy(
+    hosts: &Hosts,
+    keys: &Path,
+    images: &Path,
+    job: &Job,
+) -> (Restored, String, serde_json::Value) {
+    let receiver = start_receiver(hosts, keys, images, &[]);
+    let out = migrate_with(hosts, keys, job, "source", &[], &["--post-copy", "--json"]);
+    let (restored, receiver_err) = both_succeeded(&out, receiver);
+    let report = serde_json::from_str(&stdout(&out)).unwrap();
+    (restored, receiver_err, report)
+}
+
 #[test]
 fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
     let _lock = criu_lock();
@@ -914,16 +932,7 @@ fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
     std::fs::create_dir(&images).unwrap();
     let hosts = Hosts::new();
     let job = Job::start(&hosts, &tmp.path().join("state"), 64);
-    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
-    let out = migrate_with(
-        &hosts,
-        tmp.path(),
-        &job,
-        "source",
-        &[],
-        &["--post-copy", "--json"],
-    );
-    let (restored, receiver_err) = both_succeeded(&out, receiver);
+    let (restored, receiver_err, report) = move_post_copy(&hosts, tmp.path(), &images, &job);
     let remote = restored.0;
     // It ran there before its memory was in: the pages files crossed after the resume.
     let note = receiver_err
@@ -931,11 +940,14 @@ fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
         .find(|l| l.contains("its memory is pulled from"))
         .unwrap_or_else(|| panic!("{receiver_err}"));
     assert_eq!(pulled_pid(note), remote);
-    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["post_copy"], true);
-    // The job's 64 MiB were served from its stopped copy, not from the source's disk.
+    // The job's 64 MiB were served from its stopped copy, and never were on the
+    // source's disk: it held no more than the files' last partial blocks (4 MiB at
+    // most, of the job's one pages file) and the odd page the tree could not give.
     let in_tree = report["pages_in_tree_bytes"].as_u64().unwrap();
     assert!(in_tree >= 60 << 20, "{report}");
+    let staged = report["pages_staged_bytes"].as_u64().unwrap();
+    assert!(staged <= 5 << 20, "{report}");
     let downtime = report["downtime_ms"].as_f64().unwrap();
     assert!(
         downtime <= report["frozen_ms"].as_f64().unwrap(),
@@ -973,6 +985,70 @@ fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
         .file_name()
         .to_string_lossy()
         .starts_with("pages-")));
+}
+
+/// A Debian program without sockets (so that every CRIU gpucr drives can dump it,
+/// 4.1 too): Python holding 48 MiB of random bytes, which it checks against their
+/// digest every tick, and a journal of its ticks.
+const PYTHON_HOLDER: &str = r#"#!/usr/bin/python3
+import hashlib, os, sys, time
+state = sys.argv[sys.argv.index("--state") + 1]
+memory = bytearray(os.urandom(48 << 20))
+want = hashlib.sha256(memory).digest()
+journal = open(os.path.join(state, "journal-parent"), "a", buffering=1)
+open(os.path.join(state, "ready"), "w").close()
+tick = 0
+while True:
+    tick += 1
+    ok = hashlib.sha256(memory).digest() == want
+    journal.write("tick=%d mem=%s\n" % (tick, "ok" if ok else "BAD"))
+    if not ok:
+        sys.exit(3)
+    time.sleep(0.1)
+"#;
+
+#[test]
+fn post_copy_moves_a_python_program_whose_memory_never_touches_the_source_disk() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let hosts = Hosts::new();
+    let holder = tmp.path().join("holder.py");
+    gpucr_abi::testing::write_script(&holder, PYTHON_HOLDER);
+    let state = tmp.path().join("state");
+    let job = Job::start_program(&hosts, &holder, &state, &[], &[], vec!["parent"]);
+    wait_for(Duration::from_secs(30), "python to be ready", || {
+        state.join("ready").exists().then_some(())
+    });
+    job.wait_ticks(2);
+    let (_restored, _, report) = move_post_copy(&hosts, tmp.path(), &images, &job);
+    // The pages came from the stopped program, through gpucr's page server: the
+    // source's disk held at most a file's last partial block of them.
+    assert!(
+        report["pages_in_tree_bytes"].as_u64().unwrap() >= 40 << 20,
+        "{report}"
+    );
+    assert!(
+        report["pages_staged_bytes"].as_u64().unwrap() <= 5 << 20,
+        "{report}"
+    );
+    wait_for(Duration::from_secs(10), "the source's copy to die", || {
+        (!alive(job.pid)).then_some(())
+    });
+    // It goes on there, every byte of its memory as it was.
+    job.wait_ticks(3);
+    let lines = read_journal(&state, "parent");
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line.num("tick"), i as u64 + 1, "{line:?}");
+        assert_eq!(
+            line.0.get("mem").map(String::as_str),
+            Some("ok"),
+            "{line:?}"
+        );
+    }
+    kept_image(&images);
 }
 
 #[test]
@@ -1048,7 +1124,7 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
     args.extend_from_slice(driver);
     let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
-    let flags = ["--post-copy"];
+    let flags = ["--post-copy", "--json"];
     let moved = move_wiping_the_source(
         Places {
             hosts: &hosts,
@@ -1072,6 +1148,19 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
         job.verify_gpu_memory(1),
         "device memory differs after the move"
     );
+    // The KFD model's give-back leaves the tree's CPU memory as CRIU dumped it: its
+    // 2 x 32 MiB are served from the stopped tree, never on the source's disk. The
+    // NVIDIA model's writes the device memory back into it: its pages files stay
+    // whole on the source's disk, and are served from there.
+    let report: serde_json::Value = serde_json::from_str(&moved.sent).unwrap();
+    let (in_tree, staged) = (
+        report["pages_in_tree_bytes"].as_u64().unwrap(),
+        report["pages_staged_bytes"].as_u64().unwrap(),
+    );
+    match driver.is_empty() {
+        true => assert!(in_tree >= 56 << 20 && staged <= 10 << 20, "{report}"),
+        false => assert!(in_tree == 0 && staged >= 64 << 20, "{report}"),
+    }
     job.wait_ticks(2);
     let image = kept_image(&images);
     assert!(image.join("gpu/index").exists());

@@ -37,7 +37,6 @@ const BOUNDARIES: &[(&str, &[&str])] = &[
             "inspect",
             "interrupt",
             "lazy",
-            "niceness",
             "progress",
             "restore",
             "target",

@@ -47,10 +47,10 @@ pub struct IdentityArgs {
 /// receiver refusing, its disk full, its restore failing) lets the job run on here
 /// (exit 12). A link lost after the commit leaves this side's copy stopped and exits
 /// 13: the job runs on the destination if the commit arrived. The staging directory
-/// holds the image but its memory pages and GPU data while it is sent; with
-/// --post-copy, the memory pages too until they are pulled, but for a job without GPU
-/// state those the stopped copy holds, which are served from that copy and leave the
-/// disk once the job runs there (docs/migration.md, "Limits").
+/// holds the image but its memory pages and GPU data while it is sent. With
+/// --post-copy, the memory pages go through gpucr's page server, which keeps on this
+/// disk only what the stopped copy cannot serve; a CUDA job's stay there until they
+/// are pulled (docs/migration.md, "Limits").
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct MigrateArgs {

@@ -41,6 +41,7 @@ pub fn run(args: &DumpArgs) -> Result<u8, crate::cmd::Failure> {
         criu_config: args.criu.criu_config.clone(),
         no_page_checksums: args.no_page_checksums,
         stop_after: args.leave_stopped,
+        pages_in_tree: false,
         cancel,
     };
     // With --leave-stopped, tasks stopped by their owner stay stopped whatever happens

@@ -57,6 +57,8 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             criu_config: args.criu.criu_config.clone(),
             no_page_checksums: false,
             stop_after: true,
+            // Set by `migrate` itself, for post-copy.
+            pages_in_tree: false,
             cancel,
         },
         post_copy: args.post_copy,
@@ -79,6 +81,7 @@ pub fn run(args: &MigrateArgs) -> Result<u8, crate::cmd::Failure> {
             "post_copy": args.post_copy,
             "downtime_ms": outcome.downtime.map(|d| d.as_secs_f64() * 1e3),
             "pages_in_tree_bytes": outcome.pages_in_tree,
+            "pages_staged_bytes": outcome.pages_staged,
             "streamed_bytes": outcome.streamed,
             "lanes": outcome.lanes,
             "events": events,

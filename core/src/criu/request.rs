@@ -172,6 +172,9 @@ pub struct DumpRequest<'a> {
     pub config_file: Option<String>,
     /// The `--criu-config` file they came from, named when CRIU refuses the request.
     pub config_origin: Option<&'a Path>,
+    /// CRIU sends the memory pages to a page server over this socket, inherited at
+    /// this number (`dump::page_server`), instead of writing them.
+    pub page_server_fd: Option<std::os::fd::RawFd>,
 }
 
 /// A RESTORE request.
@@ -223,6 +226,12 @@ impl DumpRequest<'_> {
         opts.leave_running = Some(self.leave_running);
         opts.timeout = self.timeout;
         opts.config_file = self.config_file.clone();
+        opts.ps = self.page_server_fd.map(|fd| rpc::CriuPageServerInfo {
+            fd: Some(fd),
+            // CRIU reads the port whatever the socket; it connects nowhere.
+            port: Some(0),
+            ..Default::default()
+        });
         request(rpc::CriuReqType::Dump, Some(opts))
     }
 }
@@ -343,10 +352,13 @@ mod tests {
             common: common(),
             config_file: Some("/proc/self/fd/9".into()),
             config_origin: None,
+            page_server_fd: Some(11),
         }
         .to_rpc();
         assert_eq!(req.r#type, rpc::CriuReqType::Dump as i32);
         let o = req.opts.unwrap();
+        let ps = o.ps.clone().unwrap();
+        assert_eq!((ps.fd, ps.address), (Some(11), None));
         assert_eq!(o.images_dir_fd, dir.as_raw_fd());
         assert_eq!(o.pid, Some(42));
         assert_eq!(o.leave_running, Some(true));

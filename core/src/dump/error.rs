@@ -11,6 +11,8 @@ use crate::image::manifest::ManifestError;
 use crate::image::room::RoomError;
 use crate::target::TargetError;
 
+use super::page_server::PageServerError;
+
 /// Why a dump failed. In every case the tree keeps running.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
@@ -54,6 +56,12 @@ pub enum DumpError {
     },
     #[error(transparent)]
     HelperSetup(Box<HelperError>),
+    #[error("{error}\n  the image in {dir} is incomplete; {running}")]
+    Pages {
+        error: Box<PageServerError>,
+        dir: PathBuf,
+        running: String,
+    },
     #[error("{error}\n  the image in {dir} is complete, but a task of the tree that lives on may not have its device back; {running}")]
     GiveBack {
         error: Box<HelperError>,
@@ -68,6 +76,17 @@ pub enum DumpError {
     },
 }
 
+impl DumpError {
+    /// The page server's failure before CRIU started: nothing was dumped.
+    pub(super) fn pages(dir: &std::path::Path) -> impl Fn(PageServerError) -> DumpError + '_ {
+        move |error| DumpError::Pages {
+            error: Box::new(error),
+            dir: dir.to_path_buf(),
+            running: "the tree was not touched".into(),
+        }
+    }
+}
+
 impl ExitCode for DumpError {
     fn exit_code(&self) -> u8 {
         match self {
@@ -78,6 +97,7 @@ impl ExitCode for DumpError {
             DumpError::Gpu(e) => e.exit_code(),
             DumpError::Helper { error, .. } | DumpError::HelperSetup(error) => error.exit_code(),
             DumpError::Manifest(e) => e.exit_code(),
+            DumpError::Pages { error, .. } => error.exit_code(),
             DumpError::Checksum { .. } | DumpError::Topology(_) => exit_code::FAILURE,
             DumpError::GiveBack { .. } => exit_code::GIVE_BACK_FAILED,
             DumpError::Interrupted { .. } => exit_code::INTERRUPTED,

@@ -8,8 +8,10 @@
 
 use std::path::Path;
 
+use super::page_digests::PageDigests;
+use super::page_server::{PageServer, PageServerError};
 use super::post_dump::{DumpDevices, PostDump, PostDumpError};
-use super::tree_pages::{TreePages, TreePagesOutcome};
+use super::tree_pages::TreePages;
 use crate::criu::{CriuError, Notification};
 use crate::gpu::GpuManifest;
 use crate::helper::HelperError;
@@ -24,6 +26,16 @@ pub(super) enum Refusal {
     Interrupted(&'static str),
     #[error(transparent)]
     PostDump(#[from] PostDumpError),
+    #[error(transparent)]
+    Pages(#[from] PageServerError),
+}
+
+/// Where the memory pages' digests come from.
+pub(super) enum PageSource {
+    /// CRIU writes the pages files; the digests are read from the tree meanwhile.
+    Tree(TreePages),
+    /// CRIU sends the pages to gpucr's page server, which digests what it gets.
+    Server(PageServer),
 }
 
 /// What a dump answers CRIU's notifications with, and what it gathers at post-dump.
@@ -32,10 +44,9 @@ pub(super) struct Gate<'a> {
     /// The signal that asked gpucr to stop, if one did (`interrupt::requested`).
     interrupted: fn() -> Option<i32>,
     dir: &'a Path,
-    /// The pages' digests, taken from the tree while CRIU writes them; laid out at
-    /// post-dump.
-    tree_pages: Option<TreePages>,
-    page_digests: TreePagesOutcome,
+    /// The pages' digests, taken while CRIU dumps the pages; laid out at post-dump.
+    pages: Option<PageSource>,
+    page_digests: PageDigests,
     /// The root of the tree to stop as CRIU lets it go ([`Gate::stopping`]).
     stop: Option<i32>,
 }
@@ -44,7 +55,10 @@ pub(super) struct Gate<'a> {
 pub(super) struct Gathered {
     pub gpu: Option<GpuManifest>,
     pub room: Option<ManifestRoom>,
-    pub page_digests: TreePagesOutcome,
+    pub page_digests: PageDigests,
+    /// The page server's own failure, where CRIU failed before post-dump (CRIU only
+    /// says that the connection broke).
+    pub pages_failure: Option<PageServerError>,
     /// The GPU copy was finished at post-dump (the helper's dump is closed).
     pub copy_finished: bool,
 }
@@ -53,14 +67,14 @@ impl<'a> Gate<'a> {
     pub(super) fn new(
         dir: &'a Path,
         devices: Option<&'a dyn DumpDevices>,
-        tree_pages: Option<TreePages>,
+        pages: Option<PageSource>,
     ) -> Gate<'a> {
         Gate {
             post: PostDump::new(dir, devices),
             interrupted: interrupt::requested,
             dir,
-            tree_pages,
-            page_digests: TreePagesOutcome::default(),
+            pages,
+            page_digests: PageDigests::default(),
             stop: None,
         }
     }
@@ -94,8 +108,11 @@ impl<'a> Gate<'a> {
         }
         // The pages' digests are laid out while the tree is held: what was not read
         // from it yet still can be.
-        if let Some(pages) = self.tree_pages.take() {
-            self.page_digests = pages.finish(self.dir);
+        if let Some(pages) = self.pages.take() {
+            self.page_digests = match pages {
+                PageSource::Tree(pages) => pages.finish(self.dir),
+                PageSource::Server(server) => server.finish(self.dir)?,
+            };
             progress.event(
                 "pages-digested",
                 &format!(
@@ -132,10 +149,15 @@ impl<'a> Gate<'a> {
     pub(super) fn gathered(mut self) -> Gathered {
         let copy_finished = self.post.copy_finished();
         let (gpu, room) = self.post.take_parts();
+        let pages_failure = match self.pages.take() {
+            Some(PageSource::Server(server)) => server.failure(),
+            _ => None,
+        };
         Gathered {
             gpu,
             room,
             page_digests: self.page_digests,
+            pages_failure,
             copy_finished,
         }
     }
@@ -156,6 +178,8 @@ pub(super) enum Verdict {
     },
     /// No room for the manifest: the tree was not let go.
     Room(RoomError),
+    /// The page server failed (CRIU then fails, or was refused at post-dump).
+    Pages(PageServerError),
     /// CRIU failed on its own.
     Criu(CriuError),
 }
@@ -192,6 +216,7 @@ pub(super) fn verdict(
             }
         }
         Some(Refusal::PostDump(PostDumpError::Room(error))) => return Verdict::Room(error),
+        Some(Refusal::Pages(error)) => return Verdict::Pages(error),
         None => {}
     }
     let Err(error) = criu else {

@@ -25,6 +25,8 @@ use crate::transfer::TransferConfig;
 mod complete;
 mod error;
 mod gate;
+mod page_digests;
+pub mod page_server;
 mod post_dump;
 mod tree_pages;
 
@@ -32,10 +34,10 @@ pub use complete::{
     gpu_section_bytes, is_gpu_data_file, is_pages_file, write_manifest, ImageFacts,
 };
 pub use error::DumpError;
-use gate::{Gate, Verdict};
+use gate::{Gate, PageSource, Verdict};
+pub use page_digests::{InTree, TreeRun};
 pub use post_dump::{DumpDevices, PostDump, PostDumpError};
 use tree_pages::TreePages;
-pub use tree_pages::{InTree, TreeRun};
 
 /// What to dump and how.
 #[derive(Debug, Clone)]
@@ -67,6 +69,13 @@ pub struct DumpOptions {
     /// stop (`gpucr migrate`'s freeze is the dump's own). gpucr's plugin stops it after
     /// the devices are given back; without a GPU backend, gpucr does at post-dump.
     pub stop_after: bool,
+    /// Post-copy's dump, with `stop_after`: where no GPU backend writes into the tree's
+    /// memory as it gives it its devices back (`Backend::gives_back_into_memory`), CRIU
+    /// sends the memory pages to gpucr's [`page_server`], which writes into the pages
+    /// files only what the stopped tree cannot give back ([`DumpOutcome::in_tree`]
+    /// says where the rest is). The image is complete only while the tree stays stopped,
+    /// and only with the tree's memory read into it (`migrate::tree_blocks`).
+    pub pages_in_tree: bool,
     /// The command's token, cancelled at Ctrl-C (`interrupt::cancels`): it stops the
     /// GPU copy and the helper's steps that carry the dump forward at once (the next
     /// CRIU notification is then refused, and CRIU lets the tree go).
@@ -81,8 +90,9 @@ pub struct DumpOutcome {
     pub image_bytes: u64,
     /// Bytes of CPU memory pages (pages-*.img).
     pub pages_bytes: u64,
-    /// The pieces of each pages file whose digests were taken from the tree's memory,
-    /// and where they are in it (empty when the pages were not digested from the tree).
+    /// The pieces of each pages file left out of it by the page server
+    /// ([`DumpOptions::pages_in_tree`]), and where they are in the stopped tree (empty
+    /// without the page server).
     pub in_tree: std::collections::HashMap<String, InTree>,
 }
 
@@ -129,10 +139,24 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         (false, _) => None,
     };
     let handover = criu_config.as_ref().map(CriuConfig::handover).transpose()?;
-    let inherit = session
+    // A GPU backend gives the tree its device state back as the dump ends, and may
+    // write into its memory doing so: only a tree whose backend does not keeps its
+    // pages as CRIU dumped them.
+    let keeps_pages = backend
+        .as_deref()
+        .is_none_or(|b| !b.gives_back_into_memory(&gpucr_abi::procfs::tree_pids(opts.pid)));
+    let page_socket = match opts.pages_in_tree && keeps_pages {
+        true => Some(page_server::Socket::new().map_err(DumpError::pages(&opts.dir))?),
+        false => None,
+    };
+    let mut inherit = session
         .as_ref()
         .map(Session::criu_inherit)
         .unwrap_or_default();
+    inherit.extend(page_socket.as_ref().map(page_server::Socket::criu_end));
+    let page_server_fd = page_socket
+        .as_ref()
+        .map(|s| std::os::fd::AsRawFd::as_raw_fd(&s.criu_end()));
     let (mut swrk, version) = start_criu(
         opts.criu.as_deref(),
         &env,
@@ -147,6 +171,8 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
             .map_err(|e| DumpError::CriuSetup(Box::new(e)))?;
     }
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
+    let page_server = page_socket
+        .map(|socket| socket.serve(page_server::Layout::of(version), opts.pid, opts.dir.clone()));
     let gpu = start_gpu(opts, backend, session, progress)?;
     let network_lock = opts
         .network_lock
@@ -159,6 +185,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         timeout: opts.timeout,
         config_file: handover.as_ref().map(ConfigHandover::criu_path),
         config_origin: opts.criu_config.as_deref(),
+        page_server_fd,
         common: CommonOptions {
             flags: opts.flags,
             network_lock,
@@ -169,14 +196,21 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let log = opts.dir.join(DUMP_LOG);
     let devices = gpu.as_ref().map(|g| g as &dyn DumpDevices);
     // The memory pages are digested from the tree while CRIU writes them (see
-    // `tree_pages`), laid out at post-dump.
-    let tree_pages =
-        (!opts.no_page_checksums).then(|| TreePages::start(opts.pid, opts.dir.clone()));
-    let mut gate = Gate::new(&opts.dir, devices, tree_pages).stopping(stop_at_post_dump);
+    // `tree_pages`), or by the page server as it gets them; laid out at post-dump.
+    let pages = match page_server {
+        Some(server) => Some(PageSource::Server(server)),
+        None => (!opts.no_page_checksums)
+            .then(|| PageSource::Tree(TreePages::start(opts.pid, opts.dir.clone()))),
+    };
+    let mut gate = Gate::new(&opts.dir, devices, pages).stopping(stop_at_post_dump);
     // A signal cancels the command's token, which stops the GPU copy at once; the next
     // notification fails the dump.
     let answered = swrk.dump(&request, &log, &mut |n| gate.notify(n, progress));
-    let gathered = gate.gathered();
+    let mut gathered = gate.gathered();
+    // CRIU only says that its connection broke when the page server failed.
+    let refused = answered
+        .refused
+        .or_else(|| gathered.pages_failure.take().map(gate::Refusal::Pages));
     // CRIU lets a dump succeed whose action script failed at network-unlock (scripts
     // come only from --criu-config): the user must hear of it.
     let lenient_script = match (&answered.criu, &opts.criu_config) {
@@ -192,7 +226,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     };
     let verdict = gate::verdict(
         interrupt::requested().map(interrupt::name),
-        answered.refused,
+        refused,
         criu,
         devices,
         gathered.copy_finished,
@@ -321,6 +355,14 @@ fn fail_on(
                 error: Box::new(error),
                 dir,
                 running,
+            })
+        }
+        Verdict::Pages(error) => {
+            incomplete(&error.to_string());
+            Err(DumpError::Pages {
+                error: Box::new(error),
+                dir,
+                running: running(),
             })
         }
         Verdict::Room(error) => {

@@ -51,10 +51,10 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
+use super::page_digests::{readable_private_mappings, rseq_pieces, PageDigests};
 use crate::image::checksum::{
     is_pages_file, piece_digest, BlockHasher, BLOCK_SIZE, PAGE_PIECE, READ_PIECE,
 };
-use crate::image::follow::Prefixes;
 use crate::wait::dir::DirWatch;
 
 /// How often the thread looks whether a task it has not read yet carries CRIU's
@@ -76,12 +76,10 @@ const PM_SWAP: u64 = 1 << 62;
 const PM_FILE: u64 = 1 << 61;
 const PIECES_PER_BLOCK: usize = BLOCK_SIZE as usize / PAGE_PIECE;
 
-/// The digests of one process's memory: runs of consecutive pieces.
+/// The digests of one process's memory (keyed by its pid in the tree's own
+/// namespace, as CRIU names its images): runs of consecutive pieces.
 #[derive(Debug, Default)]
 struct TaskDigests {
-    /// The process, as this machine's pid (the digests are keyed by its pid in the
-    /// tree's own namespace, as CRIU names its images).
-    pid: i32,
     /// (address of the first piece, the digests of the pieces from there), in address
     /// order, not overlapping.
     runs: Vec<(u64, Vec<u64>)>,
@@ -112,61 +110,6 @@ pub struct TreePages {
     /// Written when `stop` or `criu_done` is set: it ends the thread's waits at once.
     wake: Option<Arc<EventFd>>,
     handle: Option<JoinHandle<HashMap<u32, TaskDigests>>>,
-}
-
-/// What [`TreePages::finish`] found.
-#[derive(Debug, Default)]
-pub struct TreePagesOutcome {
-    /// The leading full blocks of each pages file it could account for.
-    pub prefixes: Prefixes,
-    /// Bytes of those blocks digested from the tree's memory.
-    pub from_tree: u64,
-    /// Bytes of those blocks read back from the files.
-    pub from_files: u64,
-    /// Where in the tree the pieces digested from it are, by pages file.
-    pub in_tree: HashMap<String, InTree>,
-}
-
-/// The pieces of one pages file whose digests were taken from the tree's memory, and
-/// where that memory is: while the tree stays stopped, those bytes of the file are the
-/// process's bytes at those addresses (post-copy's source serves them from there, and
-/// needs no copy of them on its disk).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InTree {
-    /// The process, as this machine's pid.
-    pub pid: i32,
-    /// Runs of the file, in file order, not overlapping.
-    pub runs: Vec<TreeRun>,
-}
-
-/// `len` bytes of a pages file from `offset` on: the process's memory from `addr` on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TreeRun {
-    pub offset: u64,
-    pub addr: u64,
-    pub len: u64,
-}
-
-impl InTree {
-    /// Add the piece at `offset` of the file, at `addr`, to the runs.
-    fn add_piece(&mut self, offset: u64, addr: u64) {
-        let piece = PAGE_PIECE as u64;
-        match self.runs.last_mut() {
-            Some(run) if run.offset + run.len == offset && run.addr + run.len == addr => {
-                run.len += piece
-            }
-            _ => self.runs.push(TreeRun {
-                offset,
-                addr,
-                len: piece,
-            }),
-        }
-    }
-
-    /// Bytes of the file in the tree.
-    pub fn bytes(&self) -> u64 {
-        self.runs.iter().map(|r| r.len).sum()
-    }
 }
 
 impl TreePages {
@@ -207,7 +150,7 @@ impl TreePages {
     /// CRIU is at post-dump (it has written every pagemap and pages file, and still
     /// holds the tree): finish reading the tree and lay the digests out in each pages
     /// file's order.
-    pub fn finish(mut self, dir: &Path) -> TreePagesOutcome {
+    pub fn finish(mut self, dir: &Path) -> PageDigests {
         self.criu_done.store(true, Ordering::SeqCst);
         self.wake();
         let digests = self
@@ -272,9 +215,7 @@ fn read_tree(
             if !criu_done.load(Ordering::SeqCst) && !infected() {
                 return true;
             }
-            let mut digests = read_task(pid, &maps, page_size, &mut buf, stop);
-            digests.pid = pid;
-            read.insert(vpid, digests);
+            read.insert(vpid, read_task(pid, &maps, page_size, &mut buf, stop));
             false
         });
         if left.len() == before && !criu_done.load(Ordering::SeqCst) {
@@ -293,27 +234,6 @@ fn has_pages_file(dir: &Path) -> bool {
             .flatten()
             .any(|e| is_pages_file(&e.file_name().to_string_lossy()))
     })
-}
-
-/// The mappings of a `/proc/PID/maps` text whose pages CRIU may dump from memory and
-/// that can be read now: private, readable, not executable, not a kernel area and not
-/// a device's (its pages are the device's business: reading a GPU's through its
-/// aperture would be slow, and CRIU leaves device mappings to its plugins).
-fn readable_private_mappings(maps: &str) -> Vec<(u64, u64)> {
-    maps.lines()
-        .filter_map(|line| {
-            let m = procfs::parse_mapping(line)?;
-            let perms = m.perms.as_bytes();
-            let private = perms.get(3) == Some(&b'p');
-            let readable = perms.first() == Some(&b'r');
-            let executable = perms.get(2) == Some(&b'x');
-            // The kernel's own areas have no path, only a name: `[vvar]`, `[vdso]`.
-            let kernel_area = line.ends_with(']') && line.contains(" [v");
-            let device = m.path.as_ref().is_some_and(|p| p.starts_with("/dev/"));
-            (private && readable && !executable && !kernel_area && !device)
-                .then_some((m.start, m.end))
-        })
-        .collect()
 }
 
 /// Read and digest the pages of `pid` CRIU may dump: present or swapped, and not a
@@ -410,8 +330,8 @@ fn read_run(
 
 /// Lay each task's digests out in the order of its pagemap in `dir` and fold them into
 /// its pages file's leading full blocks.
-fn assemble(dir: &Path, tasks: &HashMap<u32, TaskDigests>, page_size: u64) -> TreePagesOutcome {
-    let mut outcome = TreePagesOutcome::default();
+fn assemble(dir: &Path, tasks: &HashMap<u32, TaskDigests>, page_size: u64) -> PageDigests {
+    let mut outcome = PageDigests::default();
     let mut claimed = HashSet::new();
     let Ok(entries) = std::fs::read_dir(dir).and_then(|e| e.collect::<Result<Vec<_>, _>>()) else {
         return outcome;
@@ -435,56 +355,14 @@ fn assemble(dir: &Path, tasks: &HashMap<u32, TaskDigests>, page_size: u64) -> Tr
         if !claimed.insert(pages_name.clone()) {
             // Two pagemaps naming one pages file: not what CRIU writes for tasks.
             outcome.prefixes.remove(&pages_name);
-            outcome.in_tree.remove(&pages_name);
             continue;
         }
         let pages = dir.join(&pages_name);
-        let mut in_tree = InTree {
-            pid: task.pid,
-            runs: Vec::new(),
-        };
-        if let Some(blocks) = lay_out(
-            &pagemap,
-            &pages,
-            task,
-            &changing,
-            &mut outcome,
-            &mut in_tree,
-        ) {
-            outcome.prefixes.insert(pages_name.clone(), blocks);
-            if !in_tree.runs.is_empty() {
-                outcome.in_tree.insert(pages_name, in_tree);
-            }
+        if let Some(blocks) = lay_out(&pagemap, &pages, task, &changing, &mut outcome) {
+            outcome.prefixes.insert(pages_name, blocks);
         }
     }
     outcome
-}
-
-/// The pieces (their addresses) that hold a thread's restartable sequences area, in
-/// any process of the image: the `rseq_entry` of every `core-TID.img` among
-/// `entries`. None when a core image cannot be read.
-fn rseq_pieces(dir: &Path, entries: &[std::fs::DirEntry], page_size: u64) -> Option<HashSet<u64>> {
-    let images = gpucr_criu_image::ImageDir::new(dir, page_size);
-    let mut pieces = HashSet::new();
-    for entry in entries {
-        let name = entry.file_name();
-        let Some(tid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("core-")?.strip_suffix(".img")?.parse().ok())
-        else {
-            continue;
-        };
-        let core = images.core(tid).ok()?;
-        let Some(rseq) = core.thread_core.and_then(|t| t.rseq_entry) else {
-            continue;
-        };
-        let first = rseq.rseq_abi_pointer - rseq.rseq_abi_pointer % PAGE_PIECE as u64;
-        let last = rseq
-            .rseq_abi_pointer
-            .saturating_add(u64::from(rseq.rseq_abi_size).max(1) - 1);
-        pieces.extend((first..=last).step_by(PAGE_PIECE));
-    }
-    Some(pieces)
 }
 
 /// The leading full block digests of the pages file `pages`, which holds the data of
@@ -492,15 +370,13 @@ fn rseq_pieces(dir: &Path, entries: &[std::fs::DirEntry], page_size: u64) -> Opt
 /// where it was not read, from the file (the last, partial block is left to the final
 /// pass). None when the pagemap does not account for the whole file, or when the first
 /// piece of a block taken from the tree differs from the file's: a check on one piece
-/// in 1024 that the tree's digests are laid out where CRIU put those pages. The pieces
-/// whose digest came from the tree are added to `in_tree`.
+/// in 1024 that the tree's digests are laid out where CRIU put those pages.
 fn lay_out(
     pagemap: &Pagemap,
     pages: &Path,
     task: &TaskDigests,
     changing: &HashSet<u64>,
-    outcome: &mut TreePagesOutcome,
-    in_tree: &mut InTree,
+    outcome: &mut PageDigests,
 ) -> Option<Vec<u64>> {
     let file = File::open(pages).ok()?;
     let size = file.metadata().ok()?.len();
@@ -544,7 +420,6 @@ fn lay_out(
                         }
                     }
                     from_tree += PAGE_PIECE as u64;
-                    in_tree.add_piece(start + at, vaddr + at);
                     digest
                 }
                 None => {
@@ -572,35 +447,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_private_readable_data_mappings_are_read() {
-        let maps = "\
-55d0c0000000-55d0c0001000 r--p 00000000 fd:01 1234   /usr/bin/prog
-55d0c0001000-55d0c0002000 r-xp 00001000 fd:01 1234   /usr/bin/prog
-55d0c0003000-55d0c0005000 rw-p 00003000 fd:01 1234   /usr/bin/prog
-7f0000000000-7f0040000000 rw-p 00000000 00:00 0
-7f0040000000-7f0040001000 ---p 00000000 00:00 0
-7f0048000000-7f0048010000 rw-p 00000000 00:05 88     /dev/zero
-7f0049000000-7f0049010000 rw-p 00000000 00:05 89     /dev/dri/renderD128
-7f0050000000-7f0050001000 rw-s 00000000 00:01 77     /memfd:CRIUMFD (deleted)
-7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0      [stack]
-7ffc00100000-7ffc00104000 r--p 00000000 00:00 0      [vvar]
-7ffc00104000-7ffc00106000 r-xp 00000000 00:00 0      [vdso]
-";
-        assert_eq!(
-            readable_private_mappings(maps),
-            vec![
-                (0x55d0c0000000, 0x55d0c0001000),
-                (0x55d0c0003000, 0x55d0c0005000),
-                (0x7f0000000000, 0x7f0040000000),
-                (0x7ffc00000000, 0x7ffc00021000),
-            ]
-        );
-    }
-
-    #[test]
     fn a_piece_is_found_in_its_run_only() {
         let task = TaskDigests {
-            pid: 1,
             runs: vec![(0x1000, vec![1, 2]), (0x8000, vec![3])],
         };
         assert_eq!(task.lookup(0x1000), Some(1));
@@ -664,7 +512,6 @@ mod tests {
         // Read from the tree: the first run and part of the second; the rest is read
         // back from the file.
         let task = TaskDigests {
-            pid: 4242,
             runs: vec![
                 read_from_tree(0x10000, &first),
                 read_from_tree(0x400000, &second[..600 * PAGE_PIECE]),
@@ -677,28 +524,6 @@ mod tests {
         // Of the full block's 1024 pieces: 8 + 600 from the tree, the rest from the file.
         assert_eq!(outcome.from_tree, 608 * PAGE_PIECE as u64);
         assert_eq!(outcome.from_files, 416 * PAGE_PIECE as u64);
-        // Where those 608 pieces are: the first run whole, the second's first 600
-        // pieces, right after it in the file.
-        let piece = PAGE_PIECE as u64;
-        assert_eq!(
-            outcome.in_tree["pages-3.img"],
-            InTree {
-                pid: 4242,
-                runs: vec![
-                    TreeRun {
-                        offset: 0,
-                        addr: 0x10000,
-                        len: 8 * piece
-                    },
-                    TreeRun {
-                        offset: 8 * piece,
-                        addr: 0x400000,
-                        len: 600 * piece
-                    },
-                ],
-            }
-        );
-        assert_eq!(outcome.in_tree["pages-3.img"].bytes(), outcome.from_tree);
 
         // What the tree held is what counts: a piece that differs in the file gives a
         // block that does not match the file's own digest (the restore refuses it).
@@ -747,7 +572,6 @@ mod tests {
         let tasks = HashMap::from([(
             5,
             TaskDigests {
-                pid: 77,
                 runs: vec![read_from_tree(0x800000, &tree)],
             },
         )]);
@@ -755,20 +579,6 @@ mod tests {
         let whole = crate::image::checksum::digest_file(&pages).unwrap();
         assert_eq!(outcome.prefixes["pages-2.img"], whole.blocks);
         assert_eq!(outcome.from_files, 2 * PAGE_PIECE as u64);
-        // The two pieces holding the area are not the tree's: it is served around them.
-        let piece = PAGE_PIECE as u64;
-        let runs: Vec<_> = outcome.in_tree["pages-2.img"]
-            .runs
-            .iter()
-            .map(|r| (r.offset, r.addr, r.len))
-            .collect();
-        assert_eq!(
-            runs,
-            [
-                (0, 0x800000, 2 * piece),
-                (4 * piece, 0x800000 + 4 * piece, 1020 * piece)
-            ]
-        );
 
         // A core image that cannot be read leaves every pages file to the final pass.
         std::fs::write(dir.path().join("core-7.img"), b"not an image").unwrap();
@@ -799,28 +609,24 @@ mod tests {
             (
                 1,
                 TaskDigests {
-                    pid: 1,
                     runs: vec![read_from_tree(0x10000, &data)],
                 },
             ),
             (
                 2,
                 TaskDigests {
-                    pid: 2,
                     runs: vec![read_from_tree(0x10000, &other)],
                 },
             ),
             (
                 9,
                 TaskDigests {
-                    pid: 1,
                     runs: vec![read_from_tree(0x10000, &data)],
                 },
             ),
         ]);
         let outcome = assemble(dir.path(), &tasks, 4096);
         assert!(outcome.prefixes.is_empty(), "{:?}", outcome.prefixes);
-        assert!(outcome.in_tree.is_empty(), "{:?}", outcome.in_tree);
         assert_eq!(outcome.from_tree + outcome.from_files, 0);
     }
 

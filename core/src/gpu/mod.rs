@@ -472,6 +472,15 @@ pub trait Backend: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Whether giving the processes `pids` their devices back after a dump that leaves
+    /// them alive ([`Backend::after_dump`], [`Backend::refill_sinks`]) may write into
+    /// their CPU memory (CUDA's checkpoint keeps the device memory in the process's
+    /// own): their pages are then no longer as CRIU dumped them, and post-copy cannot
+    /// serve them from the stopped tree. Asked before anything is frozen. Default: yes.
+    fn gives_back_into_memory(&self, _pids: &[i32]) -> bool {
+        true
+    }
+
     /// Restore: whether [`Backend::resume_task`] reads the task's own CPU memory (device
     /// memory the driver staged there at the dump) other than through the task's own
     /// faults, so that an on-demand restore (`--lazy`) brings that memory in first.

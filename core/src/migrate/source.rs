@@ -39,7 +39,7 @@ use super::postcopy;
 use super::stream;
 use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
-use super::tree_blocks::{TreeBlocks, TreeBlocksError};
+use super::tree_blocks::TreeBlocks;
 use super::{hello, ProtocolError, BEAT, DEFAULT_PORT};
 use crate::dump::{DumpError, DumpOptions, InTree};
 use crate::exit_code::{self, ExitCode};
@@ -92,8 +92,12 @@ pub struct MigrateOutcome {
     /// The lanes the destination granted.
     pub lanes: u32,
     /// Post-copy: the bytes of the pulled memory pages served from the stopped job,
-    /// dropped from the staging image once the job ran on the destination.
+    /// never written to this disk.
     pub pages_in_tree: u64,
+    /// Post-copy: the bytes of the pulled memory pages this disk held (what the
+    /// stopped job could not give back: its last partial blocks, the threads'
+    /// restartable-sequences areas, executable mappings).
+    pub pages_staged: u64,
 }
 
 /// Why a migration failed.
@@ -289,6 +293,9 @@ pub fn migrate(
         leave_running: true,
         force: false,
         no_page_checksums: opts.dump.no_page_checksums || !opts.post_copy,
+        // Post-copy serves the pages from the stopped tree: what it holds never needs
+        // to be on this disk.
+        pages_in_tree: opts.post_copy,
         ..opts.dump.clone()
     };
     // Tasks stopped by their owner stay stopped should the job run on here.
@@ -355,14 +362,9 @@ pub fn migrate(
     let sending = streamed.first_sent.unwrap_or_else(Instant::now);
     if opts.post_copy {
         let sent = (&mut streamed, lanes);
-        // A GPU backend gives the tree its device state back as the dump ends, and may
-        // write its memory doing so (CUDA's checkpoint holds the device memory in the
-        // process's own): only a tree without GPU state is as CRIU dumped it.
-        let in_tree = match dumped.manifest.gpu {
-            None => dumped.in_tree,
-            Some(_) => HashMap::new(),
-        };
-        let dumped = (image.as_path(), in_tree);
+        // What the page server left out of the pages files (none where a GPU backend
+        // writes into the tree's memory as it gives its devices back).
+        let dumped = (image.as_path(), dumped.in_tree);
         return post_copy(&mut link, dumped, sent, &tree, &peer, frozen_at, progress)
             .map(|outcome| MigrateOutcome {
                 lanes: count,
@@ -445,6 +447,7 @@ pub fn migrate(
                 streamed: streamed.while_dumping,
                 lanes: count,
                 pages_in_tree: 0,
+                pages_staged: 0,
             })
         }
         // The receiver kills its copy before it says so: this one runs on.
@@ -551,19 +554,21 @@ fn post_copy(
         .filter(|(name, size)| is_pulled(name, *size))
         .unzip();
     let pulled_bytes: u64 = sizes.iter().sum();
-    // The tree is stopped and stays so until every page is in: what it holds need not
-    // stay on the disk too, and leaves it while the image is sent and served.
+    // The tree is stopped and stays so until every page is in: what it holds is not
+    // on the disk (the dump's page server left it out), and is served from there.
     let tree_blocks = TreeBlocks::new(&later, in_tree);
+    let staged = staged_bytes(image, &later);
     progress.event(
         "pages-in-tree",
         &format!(
-            "{} of the {} of memory pages to be pulled are served from the stopped job, \
-             and leave the staging image",
+            "{} of the {} of memory pages to be pulled are served from the stopped job; \
+             {} of them are on this disk",
             crate::units::size(tree_blocks.bytes()),
-            crate::units::size(pulled_bytes)
+            crate::units::size(pulled_bytes),
+            crate::units::size(staged),
         ),
     );
-    std::thread::scope(|scope| {
+    {
         let (files, bytes) = send_image(link, image, &later, streamed).map_err(|e| {
             let why = receiver_reason(link, &e).unwrap_or_else(|| e.to_string());
             PostCopyFailure::Before("sending the image", why)
@@ -577,26 +582,11 @@ fn post_copy(
             ),
         );
         let mut turns = SourceTurns {
-            scope,
             progress: &mut *progress,
             peer,
             tree,
-            tree_blocks: &tree_blocks,
-            image,
-            punching: None,
         };
         let served = postcopy::serve_blocks(link, image, &tree_blocks, &mut turns);
-        // Pages the staging image kept only cost disk until it is removed.
-        let punched = match turns.punching.take() {
-            Some(Ok(handle)) => handle
-                .join()
-                .unwrap_or_else(|_| Err(TreeBlocksError::Thread("panicked".into()))),
-            Some(Err(e)) => Err(TreeBlocksError::Thread(format!("did not start: {e}"))),
-            None => Ok(0),
-        };
-        if let Err(e) = punched {
-            progress.warn(&format!("the staging image kept its pages: {e}"));
-        }
         match served {
             Ok(postcopy::Served::Finished {
                 pid: there,
@@ -620,6 +610,7 @@ fn post_copy(
                     streamed: while_dumping,
                     lanes: 0,
                     pages_in_tree: tree_blocks.bytes(),
+                    pages_staged: staged,
                 })
             }
             Ok(postcopy::Served::Refused(why)) => Err(PostCopyFailure::Before(
@@ -635,25 +626,28 @@ fn post_copy(
                 failure.why,
             )),
         }
-    })
+    }
 }
 
-/// The source's part in post-copy's turns: the events, the pages punched out of the
-/// staging image once the job runs there (not before: the punching would take from
-/// the downtime), the stopped copy killed once every page is in.
-struct SourceTurns<'scope, 'env, 'a> {
-    scope: &'scope std::thread::Scope<'scope, 'env>,
+/// Bytes of the files `names` in `dir` that take room on its disk (holes do not).
+fn staged_bytes(dir: &Path, names: &[String]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    names
+        .iter()
+        .filter_map(|name| std::fs::metadata(dir.join(name)).ok())
+        .map(|m| (m.blocks() * 512).min(m.len()))
+        .sum()
+}
+
+/// The source's part in post-copy's turns: the events, the stopped copy killed once
+/// every page is in.
+struct SourceTurns<'a> {
     progress: &'a mut Progress,
     peer: &'a str,
     tree: &'a StoppedTree,
-    tree_blocks: &'env TreeBlocks,
-    image: &'env Path,
-    punching: Option<std::io::Result<std::thread::ScopedJoinHandle<'scope, PunchResult>>>,
 }
 
-type PunchResult = Result<u64, TreeBlocksError>;
-
-impl postcopy::ServingTurns for SourceTurns<'_, '_, '_> {
+impl postcopy::ServingTurns for SourceTurns<'_> {
     fn committing(&mut self, there: i32) {
         let peer = self.peer;
         self.progress.event(
@@ -663,15 +657,10 @@ impl postcopy::ServingTurns for SourceTurns<'_, '_, '_> {
     }
 
     fn resumed(&mut self) {
-        let (tree_blocks, image) = (self.tree_blocks, self.image);
-        self.punching = Some(
-            std::thread::Builder::new()
-                .name("gpucr-punch".into())
-                .spawn_scoped(self.scope, move || {
-                    // Beside the faults and the background stream served meanwhile.
-                    let _ = crate::niceness::run_in_background();
-                    tree_blocks.punch(image)
-                }),
+        let peer = self.peer;
+        self.progress.event(
+            "resumed",
+            &format!("the job runs on {peer}; its memory pages are served from here"),
         );
     }
 

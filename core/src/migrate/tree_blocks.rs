@@ -1,40 +1,27 @@
 //! Post-copy's source serves the memory pages from its stopped copy of the job, not
 //! from a copy of them on its disk.
 //!
-//! The dump digests most of each pages file from the tree's memory while CRIU writes
-//! it (`dump::tree_pages`), and says where each of those pieces is in the tree
-//! ([`InTree`]). Nothing writes into a stopped tree, so those bytes of the file are,
-//! until the tree is killed, the process's bytes at those addresses: [`TreeBlocks`]
-//! puts them into each block it serves, read with `process_vm_readv`, whatever the
-//! file holds there, so they can be punched out of the staging image
-//! ([`TreeBlocks::punch`]) while blocks are served: post-copy's source does so once the
-//! destination runs the job. What the dump took
-//! from the file (a thread's restartable sequences area, which the kernel rewrites,
-//! an executable mapping, the last partial block) stays in the file and is served from
-//! there. The destination checks every block against the manifest's digest, as ever.
+//! The dump takes CRIU's pages through gpucr's page server (`dump::page_server`),
+//! which leaves out of each pages file the pieces that equal the stopped tree's memory
+//! at their address, and says where those are ([`InTree`]). Nothing writes into a
+//! stopped tree, so until it is killed those bytes of the file are the process's bytes
+//! at those addresses: [`TreeBlocks`] puts them into each block it serves, read with
+//! `process_vm_readv`, over the hole the file holds there. What the page server wrote
+//! (a thread's restartable sequences area, which the kernel rewrites, an executable
+//! mapping, a file's last partial block) is served from the file. The destination
+//! checks every block against the manifest's digest, as ever.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::IoSliceMut;
-use std::path::{Path, PathBuf};
 
-use nix::fcntl::{fallocate, FallocateFlags};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 
 use crate::dump::InTree;
 
-/// Why a block could not be served from the tree, or its pieces not dropped.
+/// Why a block could not be served from the tree.
 #[derive(Debug, thiserror::Error)]
 pub enum TreeBlocksError {
-    #[error(
-        "{path}: cannot drop the pages the stopped job holds from the staging image: {source}"
-    )]
-    Punch {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error(
         "{file}: cannot read {len} bytes at {addr:#x} of pid {pid}, the stopped job \
          ({got}): the job was killed or changed under gpucr"
@@ -46,8 +33,6 @@ pub enum TreeBlocksError {
         len: u64,
         got: String,
     },
-    #[error("the thread that drops them from the staging image {0}")]
-    Thread(String),
 }
 
 /// The pages files whose pieces are served from the stopped tree.
@@ -72,37 +57,9 @@ impl TreeBlocks {
         self.files.values().map(InTree::bytes).sum()
     }
 
-    /// Punch what is served from the tree out of the files in the image `dir`; the
-    /// bytes dropped from the disk. Blocks may be served meanwhile.
-    pub fn punch(&self, dir: &Path) -> Result<u64, TreeBlocksError> {
-        let mut dropped = 0u64;
-        for (name, pieces) in &self.files {
-            let path = dir.join(name);
-            let punch_error = |source| TreeBlocksError::Punch {
-                path: path.clone(),
-                source,
-            };
-            let file = File::options()
-                .write(true)
-                .open(&path)
-                .map_err(punch_error)?;
-            for run in &pieces.runs {
-                let (offset, len) = (to_off(run.offset), to_off(run.len));
-                fallocate(
-                    &file,
-                    FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
-                    offset,
-                    len,
-                )
-                .map_err(|e| punch_error(e.into()))?;
-                dropped += run.len;
-            }
-        }
-        Ok(dropped)
-    }
-
     /// Put into `buf`, which holds `buf.len()` bytes of the file `name` from `at` on
-    /// (read from the staging image), what the tree holds for them.
+    /// (read from the staging image, holes where the tree holds them), what the tree
+    /// holds for them.
     pub fn fill(&self, name: &str, at: u64, buf: &mut [u8]) -> Result<(), TreeBlocksError> {
         let Some(pieces) = self.files.get(name) else {
             return Ok(());
@@ -145,14 +102,10 @@ impl TreeBlocks {
     }
 }
 
-/// A file offset or length as fallocate takes it (image files are far below 2^63).
-fn to_off(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::{FileExt, MetadataExt};
+    use std::fs::File;
+    use std::os::unix::fs::FileExt;
 
     use super::*;
     use crate::dump::TreeRun;
@@ -160,7 +113,8 @@ mod tests {
     const PIECE: u64 = 4096;
 
     /// A pages file of 8 pieces, its pieces 1-2 and 5-6 (run by run) this process's
-    /// `memory` (4 pieces, aligned).
+    /// `memory` (4 pieces, aligned), and holes on the disk, as the page server leaves
+    /// them; the file as CRIU sent it.
     fn image_of_own_memory(memory: &[u8]) -> (tempfile::TempDir, Vec<u8>, InTree) {
         let dir = tempfile::tempdir().unwrap();
         let mut file = vec![0u8; 8 * PIECE as usize];
@@ -170,7 +124,10 @@ mod tests {
         let p = PIECE as usize;
         file[p..3 * p].copy_from_slice(&memory[..2 * p]);
         file[5 * p..7 * p].copy_from_slice(&memory[2 * p..]);
-        std::fs::write(dir.path().join("pages-1.img"), &file).unwrap();
+        let mut on_disk = file.clone();
+        on_disk[p..3 * p].fill(0);
+        on_disk[5 * p..7 * p].fill(0);
+        std::fs::write(dir.path().join("pages-1.img"), &on_disk).unwrap();
         let base = memory.as_ptr() as u64;
         let in_tree = InTree {
             pid: std::process::id() as i32,
@@ -197,24 +154,16 @@ mod tests {
     }
 
     #[test]
-    fn pieces_in_the_tree_leave_the_disk_and_come_back_in_every_block() {
+    fn pieces_in_the_tree_come_back_in_every_block() {
         let memory = own_memory();
         let (dir, file, in_tree) = image_of_own_memory(&memory);
         let path = dir.path().join("pages-1.img");
-        let allocated = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
-        let before = allocated(&path);
         let names = vec!["pages-1.img".to_owned(), "pages-2.img".to_owned()];
         let in_tree = HashMap::from([("pages-1.img".to_owned(), in_tree)]);
         let blocks = TreeBlocks::new(&names, in_tree);
         assert_eq!(blocks.bytes(), 4 * PIECE);
-        assert_eq!(blocks.punch(dir.path()).unwrap(), 4 * PIECE);
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 8 * PIECE);
-        assert!(
-            allocated(&path) <= before - 4 * PIECE,
-            "the pieces left the disk"
-        );
-        // Read back in pieces of every size and place: the file's bytes where they
-        // stayed, the tree's where they were dropped.
+        // Read back in pieces of every size and place: the file's bytes where it has
+        // them, the tree's over its holes.
         let on_disk = File::open(&path).unwrap();
         for (at, len) in [(0, 8 * PIECE), (PIECE + 100, 5 * PIECE), (6 * PIECE, 10)] {
             let mut buf = vec![0u8; len as usize];
@@ -225,7 +174,7 @@ mod tests {
                 "{len} bytes at {at}"
             );
         }
-        // A file not pulled is not served from the tree, nor punched.
+        // A file not pulled is not served from the tree.
         let not_pulled = HashMap::from([("pages-1.img".to_owned(), InTree::default())]);
         assert_eq!(TreeBlocks::new(&[], not_pulled).bytes(), 0);
         // A file without pieces in the tree is served from its file alone.
@@ -237,13 +186,12 @@ mod tests {
     #[test]
     fn a_tree_that_is_gone_is_named() {
         let memory = own_memory();
-        let (dir, _, mut in_tree) = image_of_own_memory(&memory);
+        let (_dir, _, mut in_tree) = image_of_own_memory(&memory);
         // A pid no process has: the kernel's limit is below it.
         in_tree.pid = i32::MAX;
         let names = vec!["pages-1.img".to_owned()];
         let in_tree = HashMap::from([("pages-1.img".to_owned(), in_tree)]);
         let blocks = TreeBlocks::new(&names, in_tree);
-        blocks.punch(dir.path()).unwrap();
         let mut buf = vec![0u8; 8 * PIECE as usize];
         let e = blocks.fill("pages-1.img", 0, &mut buf).unwrap_err();
         let text = e.to_string();
@@ -251,30 +199,6 @@ mod tests {
             text.starts_with("pages-1.img: cannot read 8192 bytes at ")
                 && text.contains(&format!("of pid {}", i32::MAX)),
             "{text}"
-        );
-    }
-
-    #[test]
-    fn a_file_that_cannot_be_punched_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let names = vec!["pages-3.img".to_owned()];
-        let in_tree = HashMap::from([(
-            "pages-3.img".to_owned(),
-            InTree {
-                pid: 1,
-                runs: vec![TreeRun {
-                    offset: 0,
-                    addr: 0,
-                    len: PIECE,
-                }],
-            },
-        )]);
-        let e = TreeBlocks::new(&names, in_tree)
-            .punch(dir.path())
-            .unwrap_err();
-        assert!(
-            e.to_string().contains("pages-3.img: cannot drop the pages"),
-            "{e}"
         );
     }
 }

@@ -340,6 +340,12 @@ impl Backend for AmdgpuBackend {
             .any(|(_, k)| *k == DeviceKind::Kfd)
     }
 
+    /// KFD's resume after a dump only restarts the queues: the device memory never
+    /// left the device, and no CPU page of the process is written.
+    fn gives_back_into_memory(&self, _pids: &[i32]) -> bool {
+        false
+    }
+
     /// The GPUs whose render nodes the tasks hold open (the ROCm runtime opens one for
     /// each GPU it lets the process see).
     fn gpus_in_use(&self, pids: &[i32], _local: &gpucr_topology::Topology) -> Option<Vec<GpuRef>> {

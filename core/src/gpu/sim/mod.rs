@@ -214,6 +214,18 @@ impl Backend for SimBackend {
         (!gpus.is_empty()).then(|| gpus.into_iter().map(GpuRef::Kfd).collect())
     }
 
+    /// Only the `nvidia` driver model moves device memory through the process's own
+    /// (and back at the give-back); a context that cannot be read counts as one.
+    fn gives_back_into_memory(&self, pids: &[i32]) -> bool {
+        pids.iter().any(|&pid| {
+            self.mapped_contexts(pid).map_or(true, |contexts| {
+                contexts
+                    .iter()
+                    .any(|c| read_context(c).map_or(true, |c| c.is_nvidia()))
+            })
+        })
+    }
+
     fn adopt_task(
         &self,
         pid: i32,
@@ -638,6 +650,7 @@ mod tests {
         let backend = SimBackend::new(root, null, None).unwrap();
         let me = std::process::id() as i32;
         assert!(backend.is_nvidia_task(me));
+        assert!(backend.gives_back_into_memory(&[me]));
 
         let cancelled = Cancel::new();
         cancelled.cancel("timed out");
@@ -667,5 +680,22 @@ mod tests {
         let started = std::time::Instant::now();
         backend.after_dump(me, &Cancel::new()).unwrap();
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    /// Only the `nvidia` model writes into a task's memory as it gives the device
+    /// back: a tree of KFD-model tasks keeps its pages as CRIU dumped them.
+    #[test]
+    fn only_an_nvidia_model_context_gives_back_into_memory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = SimRoot::new(tmp.path());
+        let null = Path::new("/dev/null");
+        let me = std::process::id() as i32;
+        let mut kfd = client::SimDevice::open(&root, null, "kfd").unwrap();
+        let _kfd_buffer = kfd.alloc("b0", 0x1000, 4096, "vram").unwrap();
+        let backend = SimBackend::new(root.clone(), null, None).unwrap();
+        assert!(!backend.gives_back_into_memory(&[me]));
+        let mut nv = client::SimDevice::open_with_driver(&root, null, "nv", DRIVER_NVIDIA).unwrap();
+        let _nv_buffer = nv.alloc("b0", 0x1000, 4096, "vram").unwrap();
+        assert!(backend.gives_back_into_memory(&[me]));
     }
 }
