@@ -667,6 +667,17 @@ fn a_simulated_nvidia_model_tree_moves_with_its_device_memory() {
 /// memory, which was wiped at the source meanwhile.
 #[test]
 fn a_cuda_tree_moves_with_its_device_memory() {
+    cuda_tree_moves_with_its_device_memory(false);
+}
+
+#[test]
+fn post_copy_moves_a_cuda_tree_its_memory_served_from_the_stopped_job() {
+    cuda_tree_moves_with_its_device_memory(true);
+}
+
+/// A CUDA job of two processes (the fake driver's) moves with its device memory, by
+/// stop-and-copy or by post-copy.
+fn cuda_tree_moves_with_its_device_memory(post_copy: bool) {
     let _lock = criu_lock();
     let tmp = tempfile::tempdir().unwrap();
     keys(tmp.path());
@@ -687,8 +698,14 @@ fn a_cuda_tree_moves_with_its_device_memory() {
     let mut env = fake.env();
     env.push(("GPUCR_SIM_ROOT", sim_root.to_str().unwrap()));
     let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &env);
-    // The source's copy is stopped with its devices given back: its device memory goes.
-    let _moved = move_wiping_the_source(
+    // Stop-and-copy: the source's copy is stopped with its devices given back, and its
+    // device memory goes. Post-copy: the copy keeps its devices as the dump left them,
+    // its device memory staged in its own, which is served from it.
+    let flags: &[&str] = match post_copy {
+        true => &["--post-copy", "--json"],
+        false => &[],
+    };
+    let moved = move_wiping_the_source(
         Places {
             hosts: &hosts,
             keys: tmp.path(),
@@ -697,9 +714,11 @@ fn a_cuda_tree_moves_with_its_device_memory() {
         &job,
         receiver,
         &env,
-        &[],
+        flags,
         || {
-            assert!(fake.wipe_device_memory() > 0, "no device memory to wipe");
+            if !post_copy {
+                assert!(fake.wipe_device_memory() > 0, "no device memory to wipe");
+            }
         },
     );
     assert!(
@@ -707,6 +726,16 @@ fn a_cuda_tree_moves_with_its_device_memory() {
         "device memory differs after the move"
     );
     job.wait_ticks(2);
+    if post_copy {
+        // 2 x 24 MiB of device memory staged in the processes' memory, served from the
+        // stopped job and never on the source's disk.
+        let report: serde_json::Value = serde_json::from_str(&moved.sent).unwrap();
+        let (in_tree, staged) = (
+            report["pages_in_tree_bytes"].as_u64().unwrap(),
+            report["pages_staged_bytes"].as_u64().unwrap(),
+        );
+        assert!(in_tree >= 40 << 20 && staged <= 10 << 20, "{report}");
+    }
     let image = kept_image(&images);
     let manifest = manifest_json(&image);
     assert_eq!(manifest["gpu"]["backend"], "cuda", "{}", manifest["gpu"]);
@@ -1148,22 +1177,78 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
         job.verify_gpu_memory(1),
         "device memory differs after the move"
     );
-    // The KFD model's give-back leaves the tree's CPU memory as CRIU dumped it: its
-    // 2 x 32 MiB are served from the stopped tree, never on the source's disk. The
-    // NVIDIA model's writes the device memory back into it: its pages files stay
-    // whole on the source's disk, and are served from there.
+    // The tree's CPU memory, 2 x 32 MiB, is served from the stopped tree, never on the
+    // source's disk: the KFD model's give-back leaves it as CRIU dumped it, and the
+    // NVIDIA model's, which would write the device memory back into it, waits until
+    // the move is decided (never, as the move succeeds), so its 32 MiB of device
+    // memory staged in the process's memory is served from the tree too.
     let report: serde_json::Value = serde_json::from_str(&moved.sent).unwrap();
     let (in_tree, staged) = (
         report["pages_in_tree_bytes"].as_u64().unwrap(),
         report["pages_staged_bytes"].as_u64().unwrap(),
     );
-    match driver.is_empty() {
-        true => assert!(in_tree >= 56 << 20 && staged <= 10 << 20, "{report}"),
-        false => assert!(in_tree == 0 && staged >= 64 << 20, "{report}"),
-    }
+    assert!(in_tree >= 56 << 20 && staged <= 10 << 20, "{report}");
     job.wait_ticks(2);
     let image = kept_image(&images);
     assert!(image.join("gpu/index").exists());
+}
+
+#[test]
+fn a_post_copy_the_destination_cannot_restore_gives_the_job_its_devices_back_at_the_source() {
+    let _lock = criu_lock();
+    let tmp = tempfile::tempdir().unwrap();
+    keys(tmp.path());
+    let images = tmp.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let hosts = Hosts::new();
+    // The NVIDIA model: its devices stay locked, its kernels parked, until the
+    // give-back the post-copy dump deferred.
+    let sim = SimRoot::new("migrate-nv-post-copy-refused");
+    let args = [
+        "--parent-mib",
+        "8",
+        "--child-mib",
+        "4",
+        "--cpu-mib",
+        "24",
+        "--driver",
+        "nvidia",
+    ];
+    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
+    let broken = tmp.path().join("broken-criu");
+    gpucr_abi::testing::write_script(&broken, "#!/bin/sh\nexit 1\n");
+    let receiver = start_receiver_with(
+        &hosts,
+        tmp.path(),
+        &images,
+        &["--criu", broken.to_str().unwrap()],
+        &sim.env(),
+    );
+    let out = migrate_with(
+        &hosts,
+        tmp.path(),
+        &job,
+        "source",
+        &sim.env(),
+        &["--post-copy"],
+    );
+    let (status, _, receiver_err) = receiver.finish();
+    assert!(!status.success(), "{receiver_err}");
+    assert_fails_with(&out, 12, "the job runs on here");
+    assert!(!stderr(&out).contains("device back"), "{}", stderr(&out));
+    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    // Its kernels run again (they park while the devices are locked), and its device
+    // memory is whole.
+    assert!(alive(job.pid), "the job's root {} is gone", job.pid);
+    job.wait_ticks(2);
+    assert!(
+        !gpucr_abi::procfs::is_stopped(job.pid),
+        "the job is stopped"
+    );
+    assert!(
+        job.verify_gpu_memory(1),
+        "device memory differs after the give-back"
+    );
 }
 
 /// `gpucr receive --once` on the loopback, its images beneath `dir`, with `args`.

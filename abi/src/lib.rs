@@ -45,6 +45,11 @@ pub const ENV_BACKEND: &str = "GPUCR_BACKEND";
 /// the stop (`gpucr migrate`, with CRIU's `leave_running`). Set on the `criu swrk` child
 /// only.
 pub const ENV_STOP_AFTER_DUMP: &str = "GPUCR_STOP_AFTER_DUMP";
+/// Environment variable that, set to `1`, tells gpucr's plugin that the give-back at
+/// the end of a dump that succeeds is deferred (`gpucr migrate --post-copy`, where the
+/// stopped tree's memory is served as the image): no restore thread is let run at the
+/// exit hook, as one would change that memory. Set on the `criu swrk` child only.
+pub const ENV_DEFER_GIVE_BACK: &str = "GPUCR_DEFER_GIVE_BACK";
 /// The name gpucr's plugin registers in CRIU's inventory and descriptor.
 pub const PLUGIN_NAME: &str = "gpucr";
 /// The plugin's file name inside the directory gpucr gives CRIU as CRIU_LIBS_DIR.

@@ -287,7 +287,10 @@ impl PluginRun {
             ..
         } = self;
         if let Ok(Some(served)) = &served {
-            exit_served(served, dump, restore, stage, ret);
+            // A deferred give-back lets no restore thread run after a dump that
+            // succeeded: the tree's memory is served as the image.
+            let restore_threads = !(settings.defer_give_back && ret == 0);
+            exit_served(served, (dump, restore), stage, ret, restore_threads);
         }
         engine.finish(stage, ret);
         stop_after_dump(&settings, stage, ret);
@@ -608,7 +611,13 @@ fn stop_after_dump(settings: &Settings, stage: c_int, ret: c_int) {
 }
 
 /// The plugin half's and the helper's part of the `exit` hook.
-fn exit_served(served: &Served, dump: DumpSeen, restore: RestoreSeen, stage: c_int, ret: c_int) {
+fn exit_served(
+    served: &Served,
+    (dump, restore): (DumpSeen, RestoreSeen),
+    stage: c_int,
+    ret: c_int,
+    restore_threads: bool,
+) {
     let half = &served.half;
     // The plugin half first (AMD's queues run again), then the gpucr half; what the
     // plugin half could not undo goes to the helper, which reports it.
@@ -626,6 +635,7 @@ fn exit_served(served: &Served, dump: DumpSeen, restore: RestoreSeen, stage: c_i
     for tid in dump
         .paused
         .iter()
+        .filter(|_| restore_threads)
         .filter_map(|&pid| half.restore_thread(pid))
     {
         match RunGuard::start(tid) {

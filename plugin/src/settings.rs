@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use gpucr_abi::engine::{ENV_BIN, ENV_ENGINE, ENV_ENGINE_LOG};
 use gpucr_abi::fault::{FaultStep, ENV_FAULT};
 use gpucr_abi::sim::ENV_ROOT as ENV_SIM_ROOT;
-use gpucr_abi::{ENV_BACKEND, ENV_HELPER_FD, ENV_STOP_AFTER_DUMP};
+use gpucr_abi::{ENV_BACKEND, ENV_DEFER_GIVE_BACK, ENV_HELPER_FD, ENV_STOP_AFTER_DUMP};
 use gpucr_cuda_driver::ENV_LIBRARY as ENV_CUDA_LIBRARY;
 
 /// One CRIU run's settings. `Default` is a CRIU gpucr did not start, with nothing set.
@@ -37,6 +37,9 @@ pub struct Settings {
     /// `GPUCR_STOP_AFTER_DUMP`: the root of the tree to stop at the end of a dump that
     /// succeeded (a pid; anything else is no pid).
     pub stop_after_dump: Option<i32>,
+    /// `GPUCR_DEFER_GIVE_BACK=1`: a dump that succeeds leaves the devices as it made
+    /// them, so no restore thread runs at its exit hook.
+    pub defer_give_back: bool,
     /// The settings file's lines whose names CRIU's environment does not have, in
     /// order: the environment engine mode adds for the helper it starts.
     pub from_file: Vec<(String, String)>,
@@ -97,6 +100,7 @@ impl Settings {
             stop_after_dump: lookup(ENV_STOP_AFTER_DUMP)
                 .and_then(|v| v.to_str()?.trim().parse().ok())
                 .filter(|pid: &i32| *pid > 0),
+            defer_give_back: lookup(ENV_DEFER_GIVE_BACK).is_some_and(|v| v == "1"),
             from_file: Vec::new(),
         }
     }
@@ -130,8 +134,11 @@ mod tests {
             (ENV_ENGINE, " 0 "),
             (ENV_BIN, "/g"),
             (ENV_STOP_AFTER_DUMP, " 42"),
+            (ENV_DEFER_GIVE_BACK, "1"),
         ]));
         assert_eq!(s.stop_after_dump, Some(42));
+        assert!(s.defer_give_back);
+        assert!(!Settings::read(vars(&[(ENV_DEFER_GIVE_BACK, "0")])).defer_give_back);
         assert_eq!(s.helper_fd.as_deref(), Some("7"));
         assert_eq!(s.backend, Some("sim".into()));
         assert_eq!(s.sim_root, None);

@@ -49,8 +49,9 @@ pub struct IdentityArgs {
 /// 13: the job runs on the destination if the commit arrived. The staging directory
 /// holds the image but its memory pages and GPU data while it is sent. With
 /// --post-copy, the memory pages go through gpucr's page server, which keeps on this
-/// disk only what the stopped copy cannot serve; a CUDA job's stay there until they
-/// are pulled (docs/migration.md, "Limits").
+/// disk only what the stopped copy cannot serve; a job whose devices' give-back would
+/// change its memory (CUDA) keeps them as the dump left them until the move is
+/// decided, and gets them back only if it runs on here (docs/migration.md).
 #[derive(Debug, Clone, Args)]
 #[command(after_long_help = super::EXIT_STATUS_HELP)]
 pub struct MigrateArgs {

@@ -102,6 +102,7 @@ pub fn write_manifest(
         image_bytes,
         pages_bytes,
         in_tree: Default::default(),
+        deferred: None,
     })
 }
 

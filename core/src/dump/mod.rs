@@ -23,6 +23,7 @@ use crate::target;
 use crate::transfer::TransferConfig;
 
 mod complete;
+mod deferred;
 mod error;
 mod gate;
 mod page_digests;
@@ -33,6 +34,7 @@ mod tree_pages;
 pub use complete::{
     gpu_section_bytes, is_gpu_data_file, is_pages_file, write_manifest, ImageFacts,
 };
+pub use deferred::DeferredGiveBack;
 pub use error::DumpError;
 use gate::{Gate, PageSource, Verdict};
 pub use page_digests::{InTree, TreeRun};
@@ -69,12 +71,13 @@ pub struct DumpOptions {
     /// stop (`gpucr migrate`'s freeze is the dump's own). gpucr's plugin stops it after
     /// the devices are given back; without a GPU backend, gpucr does at post-dump.
     pub stop_after: bool,
-    /// Post-copy's dump, with `stop_after`: where no GPU backend writes into the tree's
-    /// memory as it gives it its devices back (`Backend::gives_back_into_memory`), CRIU
-    /// sends the memory pages to gpucr's [`page_server`], which writes into the pages
-    /// files only what the stopped tree cannot give back ([`DumpOutcome::in_tree`]
-    /// says where the rest is). The image is complete only while the tree stays stopped,
-    /// and only with the tree's memory read into it (`migrate::tree_blocks`).
+    /// Post-copy's dump, with `stop_after`: CRIU sends the memory pages to gpucr's
+    /// [`page_server`], which writes into the pages files only what the stopped tree
+    /// cannot give back ([`DumpOutcome::in_tree`] says where the rest is). The image is
+    /// complete only while the tree stays stopped, and only with the tree's memory read
+    /// into it (`migrate::tree_blocks`). Where the GPU backend writes into the tree's
+    /// memory as it gives it its devices back (`Backend::gives_back_into_memory`), the
+    /// give-back is deferred to the caller ([`DumpOutcome::deferred`]).
     pub pages_in_tree: bool,
     /// The command's token, cancelled at Ctrl-C (`interrupt::cancels`): it stops the
     /// GPU copy and the helper's steps that carry the dump forward at once (the next
@@ -94,6 +97,11 @@ pub struct DumpOutcome {
     /// ([`DumpOptions::pages_in_tree`]), and where they are in the stopped tree (empty
     /// without the page server).
     pub in_tree: std::collections::HashMap<String, InTree>,
+    /// With [`DumpOptions::pages_in_tree`] and a backend that writes into the tree's
+    /// memory as it gives it its devices back: the give-back, not yet done. The tree
+    /// stays stopped holding its devices as the dump left them; should it run on here,
+    /// the caller lets it run, then [`DeferredGiveBack::give_back`].
+    pub deferred: Option<DeferredGiveBack>,
 }
 
 /// Checkpoint `opts.pid` into `opts.dir`, phase by phase: check the target and start
@@ -140,12 +148,16 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     };
     let handover = criu_config.as_ref().map(CriuConfig::handover).transpose()?;
     // A GPU backend gives the tree its device state back as the dump ends, and may
-    // write into its memory doing so: only a tree whose backend does not keeps its
-    // pages as CRIU dumped them.
-    let keeps_pages = backend
-        .as_deref()
-        .is_none_or(|b| !b.gives_back_into_memory(&gpucr_abi::procfs::tree_pids(opts.pid)));
-    let page_socket = match opts.pages_in_tree && keeps_pages {
+    // write into its memory doing so: where the pages stay in the tree, that give-back
+    // waits for the caller.
+    let defer_give_back = opts.pages_in_tree
+        && backend
+            .as_deref()
+            .is_some_and(|b| b.gives_back_into_memory(&gpucr_abi::procfs::tree_pids(opts.pid)));
+    if defer_give_back && session.is_some() {
+        env.push((gpucr_abi::ENV_DEFER_GIVE_BACK.into(), "1".into()));
+    }
+    let page_socket = match opts.pages_in_tree {
         true => Some(page_server::Socket::new().map_err(DumpError::pages(&opts.dir))?),
         false => None,
     };
@@ -174,6 +186,9 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let page_server = page_socket
         .map(|socket| socket.serve(page_server::Layout::of(version), opts.pid, opts.dir.clone()));
     let gpu = start_gpu(opts, backend, session, progress)?;
+    if let (true, Some(gpu)) = (defer_give_back, &gpu) {
+        gpu.defer_give_back();
+    }
     let network_lock = opts
         .network_lock
         .unwrap_or_else(|| NetworkLock::default_for(opts.pid, opts.flags.tcp_established));
@@ -282,6 +297,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         progress.warn(&format!("after the dump, the tree killed: {error}"));
     }
     written.in_tree = gathered.page_digests.in_tree;
+    written.deferred = gpu.filter(|_| defer_give_back).map(DeferredGiveBack::new);
     Ok(written)
 }
 

@@ -475,8 +475,10 @@ pub trait Backend: Send + Sync {
     /// Whether giving the processes `pids` their devices back after a dump that leaves
     /// them alive ([`Backend::after_dump`], [`Backend::refill_sinks`]) may write into
     /// their CPU memory (CUDA's checkpoint keeps the device memory in the process's
-    /// own): their pages are then no longer as CRIU dumped them, and post-copy cannot
-    /// serve them from the stopped tree. Asked before anything is frozen. Default: yes.
+    /// own): their pages are then no longer as CRIU dumped them, so post-copy, which
+    /// serves them from the stopped tree, defers that give-back until the move is
+    /// decided (`dump::DeferredGiveBack`). Asked before anything is frozen. Default:
+    /// yes.
     fn gives_back_into_memory(&self, _pids: &[i32]) -> bool {
         true
     }

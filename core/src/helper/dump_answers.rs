@@ -165,7 +165,9 @@ pub(super) fn dump_file(
 }
 
 /// CRIU's `exit(DUMP)`: memory the driver still holds let go, and a tree that lives
-/// on given its devices (and memory) back.
+/// on given its devices (and memory) back, unless the give-back is deferred
+/// ([`super::Helper::defer_give_back`]): then a dump that succeeded leaves the tree's
+/// devices as it made them, until [`give_back_deferred`].
 pub(super) fn dump_finished(
     shared: &Answering<'_>,
     dump: &DumpSide,
@@ -174,8 +176,73 @@ pub(super) fn dump_finished(
     let tasks = &dump.tasks;
     // The image is complete and CRIU kills the tree (CRIU's result does not say
     // whether post-dump went through: `kept` does).
-    let lives_on = dump.leave_running || r.ret != 0 || !lock(tasks).kept();
+    let kept = lock(tasks).kept();
+    let lives_on = dump.leave_running || r.ret != 0 || !kept;
     shared.check()?;
+    let deferred = dump.leave_running
+        && r.ret == 0
+        && kept
+        && dump
+            .defer_give_back
+            .load(std::sync::atomic::Ordering::SeqCst);
+    let mut failures = Vec::new();
+    if deferred {
+        // Tasks paused ahead that CRIU never reached are not part of the dump: they
+        // get their devices back now.
+        let unconfirmed = shared.live(|| lock(tasks).release_unconfirmed())?;
+        let outcomes = in_parallel(&unconfirmed, |pid| {
+            shared.backend.after_dump(pid, shared.cancel)
+        });
+        failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
+        shared.live(|| lock(tasks).defer_give_back())?;
+    } else {
+        failures = end_of_dump(shared, dump, lives_on)?;
+    }
+    // The plugin half undid its own steps first (AMD's UNPAUSE).
+    failures.extend(r.plugin_errors.iter().map(|e| {
+        HelperError::Failed(format!(
+            "the plugin could not give a task its device back: {e}"
+        ))
+    }));
+    match failures.into_iter().next() {
+        Some(e) => {
+            if lives_on {
+                let _ = shared.live(|| lock(tasks).give_back_failed(e.to_string()));
+            }
+            Err(e)
+        }
+        None => Ok(ok()),
+    }
+}
+
+/// The give-back a dump deferred ([`dump_finished`]), once the tree runs again: every
+/// task the backend touched gets its device and memory back. Ok(false) when none was
+/// deferred (or it was already done).
+pub(super) fn give_back_deferred(
+    shared: &Answering<'_>,
+    dump: &DumpSide,
+) -> Result<bool, HelperError> {
+    if !lock(&dump.tasks).take_deferred() {
+        return Ok(false);
+    }
+    match end_of_dump(shared, dump, true)?.into_iter().next() {
+        Some(e) => {
+            lock(&dump.tasks).give_back_failed(e.to_string());
+            Err(e)
+        }
+        None => Ok(true),
+    }
+}
+
+/// The gpucr half's end of a dump: memory the driver still holds let go once copied
+/// (the tree dies), else given back; where the tree `lives_on`, every task the
+/// backend touched gets its device back, even if one fails. The failures, in order.
+fn end_of_dump(
+    shared: &Answering<'_>,
+    dump: &DumpSide,
+    lives_on: bool,
+) -> Result<Vec<HelperError>, HelperError> {
+    let tasks = &dump.tasks;
     let dumped = lock(tasks).pids();
     // Memory the driver still holds mapped (a copy that failed before the
     // operation was completed) is let go once copied, else given back.
@@ -210,21 +277,7 @@ pub(super) fn dump_finished(
             failures.push(e);
         }
     }
-    // The plugin half undid its own steps first (AMD's UNPAUSE).
-    failures.extend(r.plugin_errors.iter().map(|e| {
-        HelperError::Failed(format!(
-            "the plugin could not give a task its device back: {e}"
-        ))
-    }));
-    match failures.into_iter().next() {
-        Some(e) => {
-            if lives_on {
-                let _ = shared.live(|| lock(tasks).give_back_failed(e.to_string()));
-            }
-            Err(e)
-        }
-        None => Ok(ok()),
-    }
+    Ok(failures)
 }
 
 /// Every fd of `pid`'s buffers is in: the gpucr half takes the task over and its
@@ -335,6 +388,19 @@ mod tests {
         None,
     }
 
+    /// The pids `Takeover::after_dump` gave back, in order (each test uses pids of its
+    /// own).
+    static GIVEN_BACK: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+    fn given_back(pid: i32) -> usize {
+        GIVEN_BACK
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|&&p| p == pid)
+            .count()
+    }
+
     /// A backend whose takeover of a task fails where it is told to; with a gate, the
     /// takeover waits until the gate is opened (a message, or its sender dropped).
     struct Takeover(Failure, Option<Mutex<std::sync::mpsc::Receiver<()>>>);
@@ -394,6 +460,11 @@ mod tests {
                 device,
                 sources: Vec::new(),
             }))
+        }
+
+        fn after_dump(&self, pid: i32, _cancel: &Cancel) -> Result<(), GpuError> {
+            GIVEN_BACK.lock().unwrap().push(pid);
+            Ok(())
         }
 
         fn file_owner(&self, _fd: BorrowedFd<'_>, _: &[i32]) -> Result<Option<i32>, GpuError> {
@@ -467,6 +538,56 @@ mod tests {
     fn recorded(served: &Served<DumpSide>, pid: i32) -> (Option<&'static str>, bool) {
         let stage = lock(&served.side.tasks).stage(pid).map(DumpStage::name);
         (stage, lock(&served.side.devices).contains_key(&pid))
+    }
+
+    /// Post-copy's dump defers the give-back: the end of a dump that succeeded, its
+    /// tree living on, gives no task back; asked later, every task taken over is given
+    /// back, once. A dump that failed gives its tasks back at once, deferred or not.
+    #[test]
+    fn a_deferred_give_back_waits_until_asked_and_runs_once() {
+        for (ret, pid) in [(0, 4201), (1, 4202)] {
+            let image = tempfile::tempdir().unwrap();
+            let config = TransferConfig::default();
+            let writer = DumpWriter::start(image.path(), config.clone(), no_events()).unwrap();
+            let served = Served {
+                shared: Shared::new(
+                    Arc::new(Takeover(Failure::None, None)),
+                    Default::default(),
+                    Duration::from_secs(10),
+                    Cancel::new(),
+                ),
+                side: DumpSide::new(writer, (image.path().to_path_buf(), config), true),
+            };
+            served
+                .side
+                .defer_give_back
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            checkpoint(&served, pid).unwrap();
+            lock(&served.side.tasks).keep();
+            let cancel = Cancel::new();
+            let answering = Answering {
+                shared: &served.shared,
+                cancel: &cancel,
+            };
+            let finished = DumpFinished {
+                ret,
+                plugin_errors: Vec::new(),
+            };
+            assert!(
+                dump_finished(&answering, &served.side, finished)
+                    .unwrap()
+                    .ok
+            );
+            if ret == 0 {
+                assert_eq!(given_back(pid), 0, "given back before it was asked");
+                assert_eq!(recorded(&served, pid), (Some("taken over"), true));
+                assert!(give_back_deferred(&answering, &served.side).unwrap());
+            }
+            assert_eq!(given_back(pid), 1, "ret {ret}");
+            assert_eq!(recorded(&served, pid).0, Some("released"), "ret {ret}");
+            assert!(!give_back_deferred(&answering, &served.side).unwrap());
+            assert_eq!(given_back(pid), 1, "ret {ret}: given back twice");
+        }
     }
 
     /// A dump's helper has no answer for a restore's request: it is refused, naming it,

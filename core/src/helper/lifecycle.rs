@@ -136,6 +136,9 @@ pub struct DumpTasks {
     /// Why a tree that lives on may not have all its devices back (the first failure
     /// of the end of the dump).
     give_back_failure: Option<String>,
+    /// The end of the dump left the tree's devices as the dump made them, to be given
+    /// back only when asked ([`DumpTasks::defer_give_back`]).
+    give_back_deferred: bool,
 }
 
 impl DumpTasks {
@@ -161,6 +164,18 @@ impl DumpTasks {
     /// Whether the image is complete ([`DumpTasks::keep`]).
     pub fn kept(&self) -> bool {
         self.kept
+    }
+
+    /// The end of a dump that succeeded, its tree living on stopped: its devices stay
+    /// as the dump left them (a give-back would write into memory the image leaves in
+    /// the tree) until [`DumpTasks::take_deferred`].
+    pub fn defer_give_back(&mut self) {
+        self.give_back_deferred = true;
+    }
+
+    /// Whether a give-back was deferred and not yet taken; true once.
+    pub fn take_deferred(&mut self) -> bool {
+        std::mem::replace(&mut self.give_back_deferred, false)
     }
 
     /// The end of the dump failed for a tree that lives on: `why` it may not have all

@@ -74,6 +74,18 @@ impl GpuDump {
         self.helper.give_back_failure()
     }
 
+    /// Leave the tree's devices as the dump made them once it succeeds, until
+    /// [`GpuDump::give_back_deferred`] (see [`DumpHelper::defer_give_back`]).
+    pub fn defer_give_back(&self) {
+        self.helper.defer_give_back();
+    }
+
+    /// The give-back the dump deferred, for a tree that runs again (see
+    /// [`DumpHelper::give_back_deferred`]).
+    pub fn give_back_deferred(&self) -> Result<bool, HelperError> {
+        self.helper.give_back_deferred()
+    }
+
     /// Engine mode: the engine steps the plugin asks for.
     pub fn engine_steps(&self) -> std::sync::mpsc::Receiver<super::EngineCall> {
         self.helper.engine_steps()

@@ -289,6 +289,30 @@ impl Helper<DumpSide> {
         lock(&self.served.side.tasks).keep();
     }
 
+    /// A dump that succeeded and leaves its tree living on (stopped, `gpucr migrate
+    /// --post-copy`) leaves the tree's devices as it made them: the backend's give-back
+    /// would write into memory the image leaves in the tree. [`Helper::give_back_deferred`]
+    /// gives them back should the tree run on here; a tree killed needs none. Asked
+    /// before the dump ends.
+    pub fn defer_give_back(&self) {
+        self.served
+            .side
+            .defer_give_back
+            .store(true, Ordering::SeqCst);
+    }
+
+    /// The give-back the dump deferred, for a tree that runs again: every task the
+    /// backend touched gets its device and memory back (a Ctrl-C does not stop it: a
+    /// job must not be left without its GPU). Ok(false) when none was deferred.
+    pub fn give_back_deferred(&self) -> Result<bool, HelperError> {
+        let cancel = Cancel::new();
+        let shared = Answering {
+            shared: &self.served.shared,
+            cancel: &cancel,
+        };
+        dump_answers::give_back_deferred(&shared, &self.served.side)
+    }
+
     /// Why the tree, which lives on, may not have all its devices back, if the end of
     /// the dump failed (a driver's restore or unlock, AMD's UNPAUSE). Kept apart from
     /// [`Helper::take_failure`], which holds the dump's first failure.

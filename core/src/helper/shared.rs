@@ -31,6 +31,9 @@ pub struct DumpSide {
     pub(super) tasks: Mutex<DumpTasks>,
     /// Whether the tree lives on after a successful dump.
     pub(super) leave_running: bool,
+    /// Whether a tree that lives on after a successful dump keeps its devices as the
+    /// dump left them until asked (`Helper::defer_give_back`).
+    pub(super) defer_give_back: std::sync::atomic::AtomicBool,
     /// Where the writer writes and how: a tree that lives on after its device memory
     /// left the GPUs gets it back from there.
     pub(super) image: (std::path::PathBuf, crate::transfer::TransferConfig),
@@ -48,6 +51,7 @@ impl DumpSide {
             devices: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(DumpTasks::default()),
             leave_running,
+            defer_give_back: std::sync::atomic::AtomicBool::new(false),
             image,
         }
     }

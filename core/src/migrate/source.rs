@@ -335,15 +335,29 @@ pub fn migrate(
             return Err(error.into());
         }
     };
+    // Post-copy's dump may have left the devices as it made them (their give-back
+    // would change the memory served from the tree): given back should the job run on
+    // here, let go with the tree killed otherwise.
+    let deferred = dumped.deferred.clone();
+    if deferred.is_some() {
+        progress.event(
+            "give-back-deferred",
+            "the job keeps its devices as the dump left them until the move is decided \
+             (their give-back would change the memory served from it)",
+        );
+    }
     let abort = |link: &mut Link, during: &'static str, why: String| {
         let _ = link.send(&Control::Failed {
             code: exit_code::MIGRATION_FAILED,
             reason: format!("the source gave up while {during}: {why}"),
         });
-        let resumed = match tree.resume() {
+        let mut resumed = match tree.resume() {
             0 => format!("pid {pid} is no longer there to resume"),
             n => format!("the job runs on here (pid {pid}, {n} tasks resumed)"),
         };
+        if let Some(Err(e)) = deferred.as_ref().map(|d| d.give_back()) {
+            resumed.push_str(&format!(", but a task may not have its device back: {e}"));
+        }
         MigrateError::Failed {
             pid,
             peer: peer.clone(),
