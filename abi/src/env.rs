@@ -363,6 +363,12 @@ pub const VARIABLES: &[Variable] = &[
         "set by `gpucr migrate` for its plugin: the root of the tree the plugin stops at \
          the end of the dump, once its devices are given back",
     ),
+    variable(
+        crate::ENV_DEFER_GIVE_BACK,
+        false,
+        Internal,
+        "set to 1 by `gpucr migrate --post-copy` for its plugin: the devices are given          back only once the move is decided, so no restore thread runs at the end of a          dump that succeeded",
+    ),
 ];
 
 /// The entry for `name`: the variable of that name, else the family it belongs to.

@@ -47,7 +47,23 @@ pub fn gpucr(args: &[&str]) -> Output {
 /// Start gpucr with `args` and `env` in the background, its output piped (collect it
 /// with `wait_with_output`), to signal it while it works ([`signal_child`]).
 pub fn spawn_gpucr(args: &[&str], env: &[(&str, &str)]) -> Child {
-    Command::new(gpucr_bin())
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(gpucr_bin());
+    // As from a terminal, whatever the test runner was started with (`nohup` leaves
+    // SIGHUP ignored, and gpucr keeps an ignored SIGHUP ignored): the tests signal it.
+    // SAFETY: signal(2) is async-signal-safe, and nothing else runs in the child
+    // between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGHUP,
+                nix::sys::signal::SigHandler::SigDfl,
+            )
+            .map(drop)
+            .map_err(std::io::Error::from)
+        });
+    }
+    command
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())

@@ -102,7 +102,6 @@ pub fn write_manifest(
         image_bytes,
         pages_bytes,
         in_tree: Default::default(),
-        deferred: None,
     })
 }
 

@@ -17,13 +17,14 @@ pub struct DeferredGiveBack {
 }
 
 impl DeferredGiveBack {
-    pub(super) fn new(gpu: GpuDump) -> DeferredGiveBack {
-        DeferredGiveBack { gpu: Arc::new(gpu) }
+    pub(super) fn new(gpu: Arc<GpuDump>) -> DeferredGiveBack {
+        DeferredGiveBack { gpu }
     }
 
     /// The tree runs again (the caller has let it run: a driver gives a process back
     /// through a thread of its own): every task the dump touched gets its devices and
-    /// memory back.
+    /// memory back. Nothing to do where the end of the dump gave them back already (a
+    /// dump that failed).
     pub fn give_back(&self) -> Result<(), HelperError> {
         self.gpu.give_back_deferred().map(drop)
     }

@@ -97,17 +97,26 @@ pub struct DumpOutcome {
     /// ([`DumpOptions::pages_in_tree`]), and where they are in the stopped tree (empty
     /// without the page server).
     pub in_tree: std::collections::HashMap<String, InTree>,
-    /// With [`DumpOptions::pages_in_tree`] and a backend that writes into the tree's
-    /// memory as it gives it its devices back: the give-back, not yet done. The tree
-    /// stays stopped holding its devices as the dump left them; should it run on here,
-    /// the caller lets it run, then [`DeferredGiveBack::give_back`].
-    pub deferred: Option<DeferredGiveBack>,
 }
 
 /// Checkpoint `opts.pid` into `opts.dir`, phase by phase: check the target and start
 /// the GPU side, run CRIU's dump with the [`gate`] answering its notifications, tell
 /// the user the [`gate::verdict`], write the manifest.
 pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, DumpError> {
+    dump_deferring(opts, progress, &mut None)
+}
+
+/// [`dump`] for post-copy ([`DumpOptions::pages_in_tree`]): where the GPU backend's
+/// give-back would write into the tree's memory, `deferred` gets that give-back, not
+/// yet done, whether the dump succeeds or fails (one that fails once CRIU is done, at
+/// the manifest say, leaves the devices as it made them too). The tree stays stopped
+/// holding its devices; should it run on, the caller lets it run, then
+/// [`DeferredGiveBack::give_back`] (a no-op where the end of the dump gave them back).
+pub fn dump_deferring(
+    opts: &DumpOptions,
+    progress: &mut Progress,
+    deferred: &mut Option<DeferredGiveBack>,
+) -> Result<DumpOutcome, DumpError> {
     progress.event("start", "checking the target");
     let criu_config = opts
         .criu_config
@@ -185,9 +194,10 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
     let dir_fd = dir::prepare_for_dump(&opts.dir, opts.force)?;
     let page_server = page_socket
         .map(|socket| socket.serve(page_server::Layout::of(version), opts.pid, opts.dir.clone()));
-    let gpu = start_gpu(opts, backend, session, progress)?;
+    let gpu = start_gpu(opts, backend, session, progress)?.map(std::sync::Arc::new);
     if let (true, Some(gpu)) = (defer_give_back, &gpu) {
         gpu.defer_give_back();
+        *deferred = Some(DeferredGiveBack::new(gpu.clone()));
     }
     let network_lock = opts
         .network_lock
@@ -209,7 +219,7 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         },
     };
     let log = opts.dir.join(DUMP_LOG);
-    let devices = gpu.as_ref().map(|g| g as &dyn DumpDevices);
+    let devices = gpu.as_deref().map(|g| g as &dyn DumpDevices);
     // The memory pages are digested from the tree while CRIU writes them (see
     // `tree_pages`), or by the page server as it gets them; laid out at post-dump.
     let pages = match page_server {
@@ -297,7 +307,6 @@ pub fn dump(opts: &DumpOptions, progress: &mut Progress) -> Result<DumpOutcome, 
         progress.warn(&format!("after the dump, the tree killed: {error}"));
     }
     written.in_tree = gathered.page_digests.in_tree;
-    written.deferred = gpu.filter(|_| defer_give_back).map(DeferredGiveBack::new);
     Ok(written)
 }
 

@@ -41,7 +41,7 @@ use super::tls::{self, TlsError};
 use super::tree::StoppedTree;
 use super::tree_blocks::TreeBlocks;
 use super::{hello, ProtocolError, BEAT, DEFAULT_PORT};
-use crate::dump::{DumpError, DumpOptions, InTree};
+use crate::dump::{DeferredGiveBack, DumpError, DumpOptions, InTree};
 use crate::exit_code::{self, ExitCode};
 use crate::gpu::{self, GpuError};
 use crate::image::MANIFEST_FILE;
@@ -302,7 +302,11 @@ pub fn migrate(
     let stopped = StoppedTree::before_freeze(pid);
     let frozen_at = Instant::now();
     progress.event("freeze", "dumping the job (CRIU freezes it)");
-    let dumping = || crate::dump::dump(&dump, progress);
+    // Post-copy's dump may leave the devices as it made them (their give-back would
+    // change the memory served from the tree): given back should the job run on here,
+    // let go with the tree killed otherwise.
+    let mut deferred = None;
+    let dumping = || crate::dump::dump_deferring(&dump, progress, &mut deferred);
     let pick = match opts.post_copy {
         true => stream::Pick::GpuData,
         false => stream::Pick::PagesAndGpuData,
@@ -316,6 +320,11 @@ pub fn migrate(
         Err(error) => {
             // The job runs on, and the receiver is told and keeps nothing.
             stopped.resume();
+            if let Some(Err(e)) = deferred.as_ref().map(DeferredGiveBack::give_back) {
+                progress.warn(&format!(
+                    "pid {pid}: a task may not have its device back: {e}"
+                ));
+            }
             let _ = link.send(&Control::Failed {
                 code: error.exit_code(),
                 reason: error.to_string(),
@@ -335,10 +344,6 @@ pub fn migrate(
             return Err(error.into());
         }
     };
-    // Post-copy's dump may have left the devices as it made them (their give-back
-    // would change the memory served from the tree): given back should the job run on
-    // here, let go with the tree killed otherwise.
-    let deferred = dumped.deferred.clone();
     if deferred.is_some() {
         progress.event(
             "give-back-deferred",
