@@ -69,7 +69,8 @@ pub struct DumpOptions {
     /// With `leave_running`: stop the tree (SIGSTOP to every process) as CRIU lets it go
     /// after a dump that succeeded, so that it never runs between its image and the
     /// stop (`gpucr migrate`'s freeze is the dump's own). gpucr's plugin stops it after
-    /// the devices are given back; without a GPU backend, gpucr does at post-dump.
+    /// the devices are given back (or deferred, [`dump_deferring`]); without a GPU
+    /// backend, gpucr does at post-dump.
     pub stop_after: bool,
     /// Post-copy's dump, with `stop_after`: CRIU sends the memory pages to gpucr's
     /// [`page_server`], which writes into the pages files only what the stopped tree

@@ -185,34 +185,22 @@ pub(super) fn dump_finished(
         && dump
             .defer_give_back
             .load(std::sync::atomic::Ordering::SeqCst);
-    let mut failures = Vec::new();
-    if deferred {
+    let mut failures = if deferred {
         // Tasks paused ahead that CRIU never reached are not part of the dump: they
         // get their devices back now.
         let unconfirmed = shared.live(|| lock(tasks).release_unconfirmed())?;
-        let outcomes = in_parallel(&unconfirmed, |pid| {
-            shared.backend.after_dump(pid, shared.cancel)
-        });
-        failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
         shared.live(|| lock(tasks).defer_give_back())?;
+        give_back_each(shared, &unconfirmed)
     } else {
-        failures = end_of_dump(shared, dump, lives_on)?;
-    }
+        end_of_dump(shared, dump, lives_on)?
+    };
     // The plugin half undid its own steps first (AMD's UNPAUSE).
     failures.extend(r.plugin_errors.iter().map(|e| {
         HelperError::Failed(format!(
             "the plugin could not give a task its device back: {e}"
         ))
     }));
-    match failures.into_iter().next() {
-        Some(e) => {
-            if lives_on {
-                let _ = shared.live(|| lock(tasks).give_back_failed(e.to_string()));
-            }
-            Err(e)
-        }
-        None => Ok(ok()),
-    }
+    first_failure(shared, dump, failures, lives_on).map(|()| ok())
 }
 
 /// The give-back a dump deferred ([`dump_finished`]), once the tree runs again: every
@@ -225,13 +213,37 @@ pub(super) fn give_back_deferred(
     if !lock(&dump.tasks).take_deferred() {
         return Ok(false);
     }
-    match end_of_dump(shared, dump, true)?.into_iter().next() {
+    let failures = end_of_dump(shared, dump, true)?;
+    first_failure(shared, dump, failures, true).map(|()| true)
+}
+
+/// The first of `failures`, if any; where the tree `lives_on`, it is also kept as why
+/// the tree may not have every device back.
+fn first_failure(
+    shared: &Answering<'_>,
+    dump: &DumpSide,
+    failures: Vec<HelperError>,
+    lives_on: bool,
+) -> Result<(), HelperError> {
+    match failures.into_iter().next() {
         Some(e) => {
-            lock(&dump.tasks).give_back_failed(e.to_string());
+            if lives_on {
+                let _ = shared.live(|| lock(&dump.tasks).give_back_failed(e.to_string()));
+            }
             Err(e)
         }
-        None => Ok(true),
+        None => Ok(()),
     }
+}
+
+/// [`Backend::after_dump`](crate::gpu::Backend::after_dump) for each of `pids` at
+/// once: the failures.
+fn give_back_each(shared: &Answering<'_>, pids: &[i32]) -> Vec<HelperError> {
+    in_parallel(pids, |pid| shared.backend.after_dump(pid, shared.cancel))
+        .into_iter()
+        .filter_map(Result::err)
+        .map(Into::into)
+        .collect()
 }
 
 /// The gpucr half's end of a dump: memory the driver still holds let go once copied
@@ -270,8 +282,7 @@ fn end_of_dump(
         // back, even if one fails.
         pids.extend(shared.live(|| lock(tasks).release())?);
     }
-    let outcomes = in_parallel(&pids, |pid| shared.backend.after_dump(pid, shared.cancel));
-    failures.extend(outcomes.into_iter().filter_map(Result::err).map(Into::into));
+    failures.extend(give_back_each(shared, &pids));
     if lives_on && !pids.is_empty() {
         if let Err(e) = fault::check(FaultStep::GiveBack) {
             failures.push(e);
@@ -505,9 +516,20 @@ mod tests {
     /// The state of a dump into `image` with `backend`, under the command's token
     /// `operation`.
     fn dump_under(backend: Takeover, image: &Path, operation: Cancel) -> Served<DumpSide> {
+        dump_of(backend, image, operation, false)
+    }
+
+    /// The state of a dump into `image` with `backend`, under `operation`; with
+    /// `leave_running` the tree lives on.
+    fn dump_of(
+        backend: Takeover,
+        image: &Path,
+        operation: Cancel,
+        leave_running: bool,
+    ) -> Served<DumpSide> {
         let config = TransferConfig::default();
         let writer = DumpWriter::start(image, config.clone(), no_events()).unwrap();
-        let side = DumpSide::new(writer, (image.to_path_buf(), config), false);
+        let side = DumpSide::new(writer, (image.to_path_buf(), config), leave_running);
         let shared = Shared::new(
             Arc::new(backend),
             Default::default(),
@@ -547,17 +569,12 @@ mod tests {
     fn a_deferred_give_back_waits_until_asked_and_runs_once() {
         for (ret, pid) in [(0, 4201), (1, 4202)] {
             let image = tempfile::tempdir().unwrap();
-            let config = TransferConfig::default();
-            let writer = DumpWriter::start(image.path(), config.clone(), no_events()).unwrap();
-            let served = Served {
-                shared: Shared::new(
-                    Arc::new(Takeover(Failure::None, None)),
-                    Default::default(),
-                    Duration::from_secs(10),
-                    Cancel::new(),
-                ),
-                side: DumpSide::new(writer, (image.path().to_path_buf(), config), true),
-            };
+            let served = dump_of(
+                Takeover(Failure::None, None),
+                image.path(),
+                Cancel::new(),
+                true,
+            );
             served
                 .side
                 .defer_give_back

@@ -320,10 +320,8 @@ pub fn migrate(
         Err(error) => {
             // The job runs on, and the receiver is told and keeps nothing.
             stopped.resume();
-            if let Some(Err(e)) = deferred.as_ref().map(DeferredGiveBack::give_back) {
-                progress.warn(&format!(
-                    "pid {pid}: a task may not have its device back: {e}"
-                ));
+            if let Some(why) = give_devices_back(deferred.as_ref()) {
+                progress.warn(&format!("pid {pid}: {why}"));
             }
             let _ = link.send(&Control::Failed {
                 code: error.exit_code(),
@@ -360,8 +358,8 @@ pub fn migrate(
             0 => format!("pid {pid} is no longer there to resume"),
             n => format!("the job runs on here (pid {pid}, {n} tasks resumed)"),
         };
-        if let Some(Err(e)) = deferred.as_ref().map(|d| d.give_back()) {
-            resumed.push_str(&format!(", but a task may not have its device back: {e}"));
+        if let Some(why) = give_devices_back(deferred.as_ref()) {
+            resumed.push_str(&format!(", but {why}"));
         }
         MigrateError::Failed {
             pid,
@@ -381,8 +379,7 @@ pub fn migrate(
     let sending = streamed.first_sent.unwrap_or_else(Instant::now);
     if opts.post_copy {
         let sent = (&mut streamed, lanes);
-        // What the page server left out of the pages files (none where a GPU backend
-        // writes into the tree's memory as it gives its devices back).
+        // What the page server left out of the pages files, served from the tree.
         let dumped = (image.as_path(), dumped.in_tree);
         return post_copy(&mut link, dumped, sent, &tree, &peer, frozen_at, progress)
             .map(|outcome| MigrateOutcome {
@@ -646,6 +643,13 @@ fn post_copy(
             )),
         }
     }
+}
+
+/// Once the tree runs again: the devices a post-copy dump left as it made them given
+/// back (nothing to do without a deferred give-back); why a task may lack its device.
+fn give_devices_back(deferred: Option<&DeferredGiveBack>) -> Option<String> {
+    let error = deferred?.give_back().err()?;
+    Some(format!("a task may not have its device back: {error}"))
 }
 
 /// Bytes of the files `names` in `dir` that take room on its disk (holes do not).
