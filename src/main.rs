@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         Command::EngineHelper(args) => Ok(cmd::engine_helper::run(args)),
         Command::CudaGuard(args) => cmd::cuda_guard::run(args),
         Command::RestoreGuard(args) => cmd::restore_guard::run(args),
+        Command::MigrateGuard(args) => cmd::migrate_guard::run(args),
         Command::SimGuard(args) => cmd::sim_guard::run(args),
         Command::LazyGuard(args) => cmd::lazy_guard::run(args),
     };

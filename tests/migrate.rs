@@ -172,6 +172,46 @@ impl Drop for Job {
     }
 }
 
+/// What every move needs: the CRIU lock, a temporary directory with the keys of both
+/// sides (and an intruder's), the destination's image directory beneath it, and the two
+/// hosts.
+struct Scene {
+    tmp: tempfile::TempDir,
+    images: PathBuf,
+    hosts: Hosts,
+    // Last, so that it is let go once the hosts and the directory are gone.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl Scene {
+    fn new() -> Scene {
+        let lock = criu_lock();
+        let tmp = tempfile::tempdir().unwrap();
+        keys(tmp.path());
+        let images = tmp.path().join("images");
+        std::fs::create_dir(&images).unwrap();
+        Scene {
+            tmp,
+            images,
+            hosts: Hosts::new(),
+            _lock: lock,
+        }
+    }
+
+    /// The directory with the keys, the destination's image directory, the hosts.
+    fn parts(&self) -> (&Path, &Path, &Hosts) {
+        (self.tmp.path(), &self.images, &self.hosts)
+    }
+
+    fn places(&self) -> Places<'_> {
+        Places {
+            hosts: &self.hosts,
+            keys: self.tmp.path(),
+            images: &self.images,
+        }
+    }
+}
+
 /// Key pairs for both sides, and one for an intruder.
 fn keys(dir: &Path) {
     for name in ["source", "receiver", "intruder"] {
@@ -256,17 +296,24 @@ fn migrate_with(
     env: &[(&str, &str)],
     flags: &[&str],
 ) -> Output {
-    hosts
-        .command(Host::Source, gpucr_bin())
+    migrate_command(hosts, keys, job, me, flags)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run gpucr migrate")
+}
+
+/// The command line of `gpucr migrate` of `job` with `flags`, as `me`, in the source's
+/// namespace (nsenter runs gpucr in its own process).
+fn migrate_command(hosts: &Hosts, keys: &Path, job: &Job, me: &str, flags: &[&str]) -> Command {
+    let mut command = hosts.command(Host::Source, gpucr_bin());
+    command
         .args(["migrate", "--tcp-established", "--link-timeout", "5"])
         .args(flags)
         .arg(job.pid.to_string())
         .arg(destination(hosts))
         .args(identity_args(keys, me, "receiver"))
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run gpucr migrate")
+        .stdin(Stdio::null());
+    command
 }
 
 /// Both sides of a move succeeded (`out`, the source's output; `receiver`, which has
@@ -377,15 +424,11 @@ fn entries(dir: &Path) -> Vec<String> {
 
 #[test]
 fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
-    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
-    let out = migrate_with(&hosts, tmp.path(), &job, "source", &[], &["--lanes", "3"]);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 64);
+    let receiver = start_receiver(hosts, dir, images, &[]);
+    let out = migrate_with(hosts, dir, &job, "source", &[], &["--lanes", "3"]);
     let (restored, _) = both_succeeded(&out, receiver);
     let remote = restored.0;
     assert!(stdout(&out).contains("over 3 lanes"), "{}", stdout(&out));
@@ -399,7 +442,7 @@ fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
         assert_journal_continuous(&job.state, role);
     }
     // The destination keeps a complete image, 0700, that `inspect --verify` accepts.
-    let kept = entries(&images);
+    let kept = entries(images);
     assert_eq!(kept.len(), 1, "{kept:?}");
     let image = images.join(&kept[0]);
     let mode = std::fs::metadata(&image).unwrap().permissions();
@@ -419,15 +462,11 @@ fn a_cpu_tree_moves_and_goes_on_at_the_destination() {
 /// destination that task is still stopped and the others run, as on the source.
 #[test]
 fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let script = tmp.path().join("two-sleeps.sh");
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let script = dir.join("two-sleeps.sh");
     gpucr_abi::testing::write_script(&script, "#!/bin/sh\nsleep 600 &\nsleep 600 &\nwait\n");
-    let hosts = Hosts::new();
-    let job = Job::start_program(&hosts, &script, &tmp.path().join("state"), &[], &[], vec![]);
+    let job = Job::start_program(hosts, &script, &dir.join("state"), &[], &[], vec![]);
     let tasks = || gpucr_abi::procfs::tree_pids(job.pid);
     wait_for(Duration::from_secs(30), "both sleeps to start", || {
         (tasks().len() == 3).then_some(())
@@ -437,8 +476,8 @@ fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
     wait_for(Duration::from_secs(10), "the sleep to stop", || {
         gpucr_abi::procfs::is_stopped(held).then_some(())
     });
-    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
-    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
+    let receiver = start_receiver(hosts, dir, images, &[]);
+    let out = migrate(hosts, dir, &job, "source", &[]);
     let (restored, _) = both_succeeded(&out, receiver);
     let there = gpucr_abi::procfs::tree_pids(restored.0);
     assert_eq!(there.len(), 3, "restored tasks: {there:?}");
@@ -459,15 +498,11 @@ fn a_task_its_owner_stopped_stays_stopped_at_the_destination() {
 
 #[test]
 fn a_wrong_key_is_refused_before_anything_else() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 16);
-    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
-    let out = migrate(&hosts, tmp.path(), &job, "intruder", &[]);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 16);
+    let receiver = start_receiver(hosts, dir, images, &[]);
+    let out = migrate(hosts, dir, &job, "intruder", &[]);
     let (status, _, receiver_err) = receiver.finish();
     assert_eq!(
         status.code(),
@@ -480,54 +515,81 @@ fn a_wrong_key_is_refused_before_anything_else() {
     );
     assert!(!receiver_err.contains("authenticated"), "{receiver_err}");
     assert_fails_with(&out, 12, "the job was not touched");
-    assert!(entries(&images).is_empty(), "{:?}", entries(&images));
+    assert!(entries(images).is_empty(), "{:?}", entries(images));
     job.runs_on_at_the_source();
 }
 
 #[test]
 fn a_link_cut_while_the_image_crosses_lets_the_job_run_on_at_the_source() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
-    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 64);
+    let receiver = start_receiver(hosts, dir, images, &[]);
     // 100 ms after each 1 MiB chunk: the 64 MiB take seconds to cross.
     let migrating = std::thread::scope(|scope| {
         let migrating = scope.spawn(|| {
             migrate(
-                &hosts,
-                tmp.path(),
+                hosts,
+                dir,
                 &job,
                 "source",
                 &[("GPUCR_TEST_MIGRATE_THROTTLE_MS", "100")],
             )
         });
         // The first file of the image has arrived: the job is frozen and crossing.
-        wait_for_the_image_to_cross(&images);
+        wait_for_the_image_to_cross(images);
         hosts.cut(Host::Source);
         migrating.join().unwrap()
     });
     let (status, _, receiver_err) = receiver.finish();
     assert_fails_with(&migrating, 12, "the job runs on here");
     assert!(!status.success(), "{receiver_err}");
-    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
+    job.runs_on_at_the_source();
+}
+
+/// `gpucr migrate` killed outright (SIGKILL, so it cannot undo anything itself) while
+/// the image crosses: its guard lets the job run on at the source, and the destination,
+/// its link gone, keeps nothing.
+#[test]
+fn a_gpucr_migrate_killed_outright_before_the_commit_leaves_the_job_running_at_the_source() {
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 64);
+    let receiver = start_receiver(hosts, dir, images, &[]);
+    let mut migrating = migrate_command(hosts, dir, &job, "source", &[])
+        .env("GPUCR_TEST_MIGRATE_THROTTLE_MS", "100")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gpucr migrate");
+    // The guard writes on gpucr's standard error, which it inherits.
+    let mut said = Lines::of(migrating.stderr.take().unwrap());
+    wait_for_the_image_to_cross(images);
+    assert!(
+        gpucr_abi::procfs::is_stopped(job.pid),
+        "the job is not frozen"
+    );
+    kill(Pid::from_raw(migrating.id() as i32), Signal::SIGKILL).unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&migrating.wait().unwrap()),
+        Some(libc::SIGKILL)
+    );
+    said.wait_for_line(Duration::from_secs(60), "the job runs on here");
+    let (status, _, receiver_err) = receiver.finish();
+    assert!(!status.success(), "{receiver_err}");
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
     job.runs_on_at_the_source();
 }
 
 #[test]
 fn a_full_destination_disk_lets_the_job_run_on_at_the_source() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    let _tmpfs = mount_tmpfs(&images, 8 << 20);
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
-    let receiver = start_receiver(&hosts, tmp.path(), &images, &[]);
-    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let _tmpfs = mount_tmpfs(images, 8 << 20);
+    let job = Job::start(hosts, &dir.join("state"), 64);
+    let receiver = start_receiver(hosts, dir, images, &[]);
+    let out = migrate(hosts, dir, &job, "source", &[]);
     let (status, _, receiver_err) = receiver.finish();
     assert_eq!(
         status.code(),
@@ -537,38 +599,34 @@ fn a_full_destination_disk_lets_the_job_run_on_at_the_source() {
     assert!(receiver_err.contains("No space left"), "{receiver_err}");
     assert_fails_with(&out, 12, "the job runs on here");
     assert!(stderr(&out).contains("No space left"), "{}", stderr(&out));
-    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
     job.runs_on_at_the_source();
 }
 
 #[test]
 fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
     // A simulated GPU job with 3 GPUs; the destination has none.
     let sim = SimRoot::new("migrate-topology");
     let tree = SimTree::start(
-        &tmp.path().join("state"),
+        &dir.join("state"),
         &sim.0,
         &["--gpus", "3", "--parent-mib", "8", "--child-mib", "4"],
     );
     let no_gpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topology/cpu-only");
     let receiver = start_receiver(
-        &hosts,
-        tmp.path(),
-        &images,
+        hosts,
+        dir,
+        images,
         &["--sysfs-root", no_gpus.to_str().unwrap()],
     );
     let out = hosts
         .command(Host::Source, gpucr_bin())
         .args(["migrate", "--link-timeout", "5"])
         .arg(tree.pid.to_string())
-        .arg(destination(&hosts))
-        .args(identity_args(tmp.path(), "source", "receiver"))
+        .arg(destination(hosts))
+        .args(identity_args(dir, "source", "receiver"))
         .envs(sim.env())
         .stdin(Stdio::null())
         .output()
@@ -585,7 +643,7 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
         Some(i32::from(gpucr_core::exit_code::TOPOLOGY_INCOMPATIBLE)),
         "{receiver_err}"
     );
-    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
     // Never stopped, never dumped: it ticks on, its device memory its own.
     assert!(!gpucr_abi::procfs::is_stopped(tree.pid));
     tree.wait_ticks(2);
@@ -597,12 +655,8 @@ fn a_topology_mismatch_stops_the_source_with_exit_9_and_the_job_untouched() {
 /// source, enough for the job, takes it.
 #[test]
 fn a_destination_with_fewer_gpus_than_the_source_but_enough_for_the_job_takes_it() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
     // The source has two GPUs; the job uses the first.
     let sim = SimRoot::new("migrate-fewer-gpus");
     let args = [
@@ -615,31 +669,22 @@ fn a_destination_with_fewer_gpus_than_the_source_but_enough_for_the_job_takes_it
         "--child-mib",
         "4",
     ];
-    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
+    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
     // The destination has that one only.
-    let one_gpu = tmp.path().join("one-gpu");
+    let one_gpu = dir.join("one-gpu");
     gpucr_core::gpu::sim::SimRoot::new(&one_gpu)
         .ensure_topology(1)
         .unwrap();
     let receiver = start_receiver_with(
-        &hosts,
-        tmp.path(),
-        &images,
+        hosts,
+        dir,
+        images,
         &["--sysfs-root", one_gpu.to_str().unwrap()],
         &sim.env(),
     );
-    let moved = move_wiping_the_source(
-        Places {
-            hosts: &hosts,
-            keys: tmp.path(),
-            images: &images,
-        },
-        &job,
-        receiver,
-        &sim.env(),
-        &[],
-        || std::fs::remove_dir_all(sim.0.join("contexts")).unwrap(),
-    );
+    let moved = move_wiping_the_source(scene.places(), &job, receiver, &sim.env(), &[], || {
+        std::fs::remove_dir_all(sim.0.join("contexts")).unwrap()
+    });
     assert!(
         job.verify_gpu_memory(1),
         "device memory differs after the move: {}",
@@ -678,26 +723,22 @@ fn post_copy_moves_a_cuda_tree_its_memory_served_from_the_stopped_job() {
 /// A CUDA job of two processes (the fake driver's) moves with its device memory, by
 /// stop-and-copy or by post-copy.
 fn cuda_tree_moves_with_its_device_memory(post_copy: bool) {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
     let fake = common::fake_cuda::FakeCuda::new();
     let job = Job::start_device_workload(
-        &hosts,
+        hosts,
         "cuda_workload",
-        &tmp.path().join("state"),
+        &dir.join("state"),
         &["--procs", "2", "--mib", "24"],
         &fake.env(),
     );
     assert!(job.verify_gpu_memory(1));
-    let sim_root = tmp.path().join("sim");
+    let sim_root = dir.join("sim");
     std::fs::create_dir(&sim_root).unwrap();
     let mut env = fake.env();
     env.push(("GPUCR_SIM_ROOT", sim_root.to_str().unwrap()));
-    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &env);
+    let receiver = start_receiver_with(hosts, dir, images, &[], &env);
     // Stop-and-copy: the source's copy is stopped with its devices given back, and its
     // device memory goes. Post-copy: the copy keeps its devices as the dump left them,
     // its device memory staged in its own, which is served from it.
@@ -705,22 +746,11 @@ fn cuda_tree_moves_with_its_device_memory(post_copy: bool) {
         true => &["--post-copy", "--json"],
         false => &[],
     };
-    let moved = move_wiping_the_source(
-        Places {
-            hosts: &hosts,
-            keys: tmp.path(),
-            images: &images,
-        },
-        &job,
-        receiver,
-        &env,
-        flags,
-        || {
-            if !post_copy {
-                assert!(fake.wipe_device_memory() > 0, "no device memory to wipe");
-            }
-        },
-    );
+    let moved = move_wiping_the_source(scene.places(), &job, receiver, &env, flags, || {
+        if !post_copy {
+            assert!(fake.wipe_device_memory() > 0, "no device memory to wipe");
+        }
+    });
     assert!(
         job.verify_gpu_memory(2),
         "device memory differs after the move"
@@ -736,7 +766,7 @@ fn cuda_tree_moves_with_its_device_memory(post_copy: bool) {
         );
         assert!(in_tree >= 40 << 20 && staged <= 10 << 20, "{report}");
     }
-    let image = kept_image(&images);
+    let image = kept_image(images);
     let manifest = manifest_json(&image);
     assert_eq!(manifest["gpu"]["backend"], "cuda", "{}", manifest["gpu"]);
     assert_eq!(manifest["gpu"]["tasks"].as_array().unwrap().len(), 2);
@@ -744,24 +774,16 @@ fn cuda_tree_moves_with_its_device_memory(post_copy: bool) {
 }
 
 fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
     let sim = SimRoot::new(name);
     let mut args = vec!["--parent-mib", "24", "--child-mib", "8"];
     args.extend_from_slice(driver);
-    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
-    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &["--json"], &sim.env());
+    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
+    let receiver = start_receiver_with(hosts, dir, images, &["--json"], &sim.env());
     // The restored tree can only get its device memory from the image.
     let moved = move_wiping_the_source(
-        Places {
-            hosts: &hosts,
-            keys: tmp.path(),
-            images: &images,
-        },
+        scene.places(),
         &job,
         receiver,
         &sim.env(),
@@ -783,7 +805,7 @@ fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
     );
     job.wait_ticks(2);
     // It crossed through the image's gpu/ files, which the destination keeps.
-    let kept = entries(&images);
+    let kept = entries(images);
     assert_eq!(kept.len(), 1, "{kept:?}");
     let image = images.join(&kept[0]);
     let manifest = manifest_json(&image);
@@ -825,24 +847,15 @@ fn gpu_tree_moves_with_its_device_memory(name: &str, driver: &[&str]) {
 
 #[test]
 fn a_failed_restore_at_the_destination_lets_the_job_run_on_at_the_source() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 16);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 16);
     // The destination's CRIU fails at once (a program that only exits 1): the whole
     // image crossed by then.
-    let broken = tmp.path().join("broken-criu");
+    let broken = dir.join("broken-criu");
     gpucr_abi::testing::write_script(&broken, "#!/bin/sh\nexit 1\n");
-    let receiver = start_receiver(
-        &hosts,
-        tmp.path(),
-        &images,
-        &["--criu", broken.to_str().unwrap()],
-    );
-    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
+    let receiver = start_receiver(hosts, dir, images, &["--criu", broken.to_str().unwrap()]);
+    let out = migrate(hosts, dir, &job, "source", &[]);
     let (status, _, receiver_err) = receiver.finish();
     assert!(!status.success(), "{receiver_err}");
     assert!(
@@ -850,7 +863,7 @@ fn a_failed_restore_at_the_destination_lets_the_job_run_on_at_the_source() {
         "{receiver_err}"
     );
     assert_fails_with(&out, 12, "the job runs on here");
-    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
     job.runs_on_at_the_source();
 }
 
@@ -883,22 +896,18 @@ fn a_signal_ends_the_wait_for_a_migration() {
 
 #[test]
 fn a_link_lost_after_the_commit_keeps_the_source_copy_stopped() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 16);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 16);
     // The receiver lets the job run on the Commit, then the link goes before Resumed.
     let receiver = start_receiver_with(
-        &hosts,
-        tmp.path(),
-        &images,
+        hosts,
+        dir,
+        images,
         &[],
         &[("GPUCR_TEST_MIGRATE_NO_RESUMED", "1")],
     );
-    let out = migrate(&hosts, tmp.path(), &job, "source", &[]);
+    let out = migrate(hosts, dir, &job, "source", &[]);
     let (status, received, receiver_err) = receiver.finish();
     assert!(status.success(), "{receiver_err}");
     let _restored = Restored(received.trim().parse().unwrap());
@@ -954,14 +963,10 @@ fn move_post_copy(
 
 #[test]
 fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
-    let (restored, receiver_err, report) = move_post_copy(&hosts, tmp.path(), &images, &job);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 64);
+    let (restored, receiver_err, report) = move_post_copy(hosts, dir, images, &job);
     let remote = restored.0;
     // It ran there before its memory was in: the pages files crossed after the resume.
     let note = receiver_err
@@ -1008,7 +1013,7 @@ fn post_copy_runs_the_job_at_the_destination_before_its_memory_is_there() {
         assert_journal_continuous(&job.state, role);
     }
     // Every block pulled, the image whole.
-    let image = kept_image(&images);
+    let image = kept_image(images);
     assert!(std::fs::read_dir(&image).unwrap().any(|e| e
         .unwrap()
         .file_name()
@@ -1038,21 +1043,17 @@ while True:
 
 #[test]
 fn post_copy_moves_a_python_program_whose_memory_never_touches_the_source_disk() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let holder = tmp.path().join("holder.py");
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let holder = dir.join("holder.py");
     gpucr_abi::testing::write_script(&holder, PYTHON_HOLDER);
-    let state = tmp.path().join("state");
-    let job = Job::start_program(&hosts, &holder, &state, &[], &[], vec!["parent"]);
+    let state = dir.join("state");
+    let job = Job::start_program(hosts, &holder, &state, &[], &[], vec!["parent"]);
     wait_for(Duration::from_secs(30), "python to be ready", || {
         state.join("ready").exists().then_some(())
     });
     job.wait_ticks(2);
-    let (_restored, _, report) = move_post_copy(&hosts, tmp.path(), &images, &job);
+    let (_restored, _, report) = move_post_copy(hosts, dir, images, &job);
     // The pages came from the stopped program, through gpucr's page server: the
     // source's disk held at most a file's last partial block of them.
     assert!(
@@ -1077,30 +1078,26 @@ fn post_copy_moves_a_python_program_whose_memory_never_touches_the_source_disk()
             "{line:?}"
         );
     }
-    kept_image(&images);
+    kept_image(images);
 }
 
 #[test]
 fn a_link_cut_during_post_copy_kills_the_destination_tree_and_the_source_says_so() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
-    let job = Job::start(&hosts, &tmp.path().join("state"), 64);
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 64);
     // A second before each block is placed there: 64 MiB take the destination well
     // over ten seconds to pull.
     let mut receiver = start_receiver_with(
-        &hosts,
-        tmp.path(),
-        &images,
+        hosts,
+        dir,
+        images,
         &[],
         &[("GPUCR_TEST_LAZY_THROTTLE_MS", "1000")],
     );
     let (out, there) = std::thread::scope(|scope| {
         let migrating =
-            scope.spawn(|| migrate_with(&hosts, tmp.path(), &job, "source", &[], &["--post-copy"]));
+            scope.spawn(|| migrate_with(hosts, dir, &job, "source", &[], &["--post-copy"]));
         let note = receiver
             .stderr
             .wait_for_line(Duration::from_secs(60), "its memory is pulled from");
@@ -1125,9 +1122,48 @@ fn a_link_cut_during_post_copy_kills_the_destination_tree_and_the_source_says_so
         "the destination's tree to die",
         || (!alive(there)).then_some(()),
     );
-    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
     // The source says so, and never lets its copy run on its own.
     assert_fails_with(&out, 13, "post-copy");
+    assert!(alive(job.pid) && gpucr_abi::procfs::is_stopped(job.pid));
+}
+
+/// `gpucr migrate --post-copy` killed outright once the destination runs the job: the
+/// destination, its memory no longer coming, kills its tree, and the source's guard
+/// keeps the source's copy stopped (the job may have run on there), and says so.
+#[test]
+fn a_gpucr_migrate_killed_outright_after_the_commit_keeps_the_source_copy_stopped() {
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 64);
+    let mut receiver = start_receiver_with(
+        hosts,
+        dir,
+        images,
+        &[],
+        &[("GPUCR_TEST_LAZY_THROTTLE_MS", "1000")],
+    );
+    let mut migrating = migrate_command(hosts, dir, &job, "source", &["--post-copy"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gpucr migrate");
+    let mut said = Lines::of(migrating.stderr.take().unwrap());
+    let note = receiver
+        .stderr
+        .wait_for_line(Duration::from_secs(60), "its memory is pulled from");
+    let there = pulled_pid(&note);
+    kill(Pid::from_raw(migrating.id() as i32), Signal::SIGKILL).unwrap();
+    migrating.wait().unwrap();
+    let kept = said.wait_for_line(Duration::from_secs(60), "its copy here is kept stopped");
+    assert!(kept.contains(&job.pid.to_string()), "{kept}");
+    let (status, _, receiver_err) = receiver.finish();
+    assert!(!status.success(), "{receiver_err}");
+    wait_for(
+        Duration::from_secs(10),
+        "the destination's tree to die",
+        || (!alive(there)).then_some(()),
+    );
     assert!(alive(job.pid) && gpucr_abi::procfs::is_stopped(job.pid));
 }
 
@@ -1142,32 +1178,17 @@ fn post_copy_moves_a_simulated_nvidia_model_tree_with_its_device_memory() {
 }
 
 fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
     let sim = SimRoot::new(name);
     let mut args = vec!["--parent-mib", "24", "--child-mib", "8", "--cpu-mib", "32"];
     args.extend_from_slice(driver);
-    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
-    let receiver = start_receiver_with(&hosts, tmp.path(), &images, &[], &sim.env());
+    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
+    let receiver = start_receiver_with(hosts, dir, images, &[], &sim.env());
     let flags = ["--post-copy", "--json"];
-    let moved = move_wiping_the_source(
-        Places {
-            hosts: &hosts,
-            keys: tmp.path(),
-            images: &images,
-        },
-        &job,
-        receiver,
-        &sim.env(),
-        &flags,
-        || {
-            std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
-        },
-    );
+    let moved = move_wiping_the_source(scene.places(), &job, receiver, &sim.env(), &flags, || {
+        std::fs::remove_dir_all(sim.0.join("contexts")).unwrap();
+    });
     assert!(
         moved.log.contains("its memory is pulled from"),
         "{}",
@@ -1189,18 +1210,14 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
     );
     assert!(in_tree >= 56 << 20 && staged <= 10 << 20, "{report}");
     job.wait_ticks(2);
-    let image = kept_image(&images);
+    let image = kept_image(images);
     assert!(image.join("gpu/index").exists());
 }
 
 #[test]
 fn a_post_copy_the_destination_cannot_restore_gives_the_job_its_devices_back_at_the_source() {
-    let _lock = criu_lock();
-    let tmp = tempfile::tempdir().unwrap();
-    keys(tmp.path());
-    let images = tmp.path().join("images");
-    std::fs::create_dir(&images).unwrap();
-    let hosts = Hosts::new();
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
     // The NVIDIA model: its devices stay locked, its kernels parked, until the
     // give-back the post-copy dump deferred.
     let sim = SimRoot::new("migrate-nv-post-copy-refused");
@@ -1214,32 +1231,86 @@ fn a_post_copy_the_destination_cannot_restore_gives_the_job_its_devices_back_at_
         "--driver",
         "nvidia",
     ];
-    let job = Job::start_gpu(&hosts, &tmp.path().join("state"), &sim, &args);
-    let broken = tmp.path().join("broken-criu");
+    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
+    let broken = dir.join("broken-criu");
     gpucr_abi::testing::write_script(&broken, "#!/bin/sh\nexit 1\n");
     let receiver = start_receiver_with(
-        &hosts,
-        tmp.path(),
-        &images,
+        hosts,
+        dir,
+        images,
         &["--criu", broken.to_str().unwrap()],
         &sim.env(),
     );
-    let out = migrate_with(
-        &hosts,
-        tmp.path(),
-        &job,
-        "source",
-        &sim.env(),
-        &["--post-copy"],
-    );
+    let out = migrate_with(hosts, dir, &job, "source", &sim.env(), &["--post-copy"]);
     let (status, _, receiver_err) = receiver.finish();
     assert!(!status.success(), "{receiver_err}");
     assert_fails_with(&out, 12, "the job runs on here");
     assert!(!stderr(&out).contains("device back"), "{}", stderr(&out));
-    assert!(entries(&images).is_empty(), "kept: {:?}", entries(&images));
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
     // Its kernels run again (they park while the devices are locked), and its device
     // memory is whole.
     assert!(alive(job.pid), "the job's root {} is gone", job.pid);
+    job.wait_ticks(2);
+    assert!(
+        !gpucr_abi::procfs::is_stopped(job.pid),
+        "the job is stopped"
+    );
+    assert!(
+        job.verify_gpu_memory(1),
+        "device memory differs after the give-back"
+    );
+}
+
+/// A post-copy of the simulator's NVIDIA model, its devices left as the dump made them
+/// (the give-back deferred), with `gpucr migrate` killed outright while the destination
+/// restores: the migrate guard lets the job run on at the source, and the dump's
+/// give-back guard gives it its devices back; its kernels go on, its memory whole.
+#[test]
+fn a_post_copy_gpucr_killed_outright_before_the_commit_gives_the_job_its_devices_back() {
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let sim = SimRoot::new("migrate-nv-post-copy-killed");
+    let args = [
+        "--parent-mib",
+        "8",
+        "--child-mib",
+        "4",
+        "--cpu-mib",
+        "24",
+        "--driver",
+        "nvidia",
+    ];
+    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
+    // The destination's restore takes long enough to kill the source meanwhile.
+    let slow = dir.join("slow-criu");
+    gpucr_abi::testing::write_script(&slow, "#!/bin/sh\nsleep 10\nexit 1\n");
+    let receiver = start_receiver_with(
+        hosts,
+        dir,
+        images,
+        &["--criu", slow.to_str().unwrap()],
+        &sim.env(),
+    );
+    let mut migrating = migrate_command(hosts, dir, &job, "source", &["--post-copy"])
+        .envs(sim.env())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gpucr migrate");
+    let mut said = Lines::of(migrating.stderr.take().unwrap());
+    // The manifest crosses last: then the destination restores.
+    wait_for(Duration::from_secs(60), "the manifest to cross", || {
+        entries(images)
+            .first()
+            .filter(|d| images.join(d).join("gpucr.json").exists())
+            .map(|_| ())
+    });
+    kill(Pid::from_raw(migrating.id() as i32), Signal::SIGKILL).unwrap();
+    migrating.wait().unwrap();
+    said.wait_for_line(Duration::from_secs(60), "the job runs on here");
+    let (status, _, receiver_err) = receiver.finish();
+    assert!(!status.success(), "{receiver_err}");
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
     job.wait_ticks(2);
     assert!(
         !gpucr_abi::procfs::is_stopped(job.pid),

@@ -7,9 +7,10 @@
 //! one record per line on its standard input. gpucr writes what the guard needs to know
 //! as the operation goes, and `done` once the operation is over, whatever its outcome
 //! (when the [`GuardProcess`] is dropped). Input that ends without `done` means gpucr
-//! died, and the guard undoes what is left. Three guards exist: the CUDA dump's
+//! died, and the guard undoes what is left. Five guards exist: the CUDA dump's
 //! (`gpu::cuda::guard`), the dump's of the simulator's NVIDIA model
-//! (`gpu::sim::guard`), and the restore's (`restore_guard`).
+//! (`gpu::sim::guard`), the restore's (`restore_guard`), the lazy restore's
+//! (`lazy::guard`) and the migration source's (`migrate::guard`).
 
 use std::ffi::OsStr;
 use std::io::{self, BufRead, Write};

@@ -33,6 +33,7 @@ const BOUNDARIES: &[(&str, &[&str])] = &[
             "dump",
             "exit_code",
             "gpu",
+            "guard",
             "image",
             "inspect",
             "interrupt",

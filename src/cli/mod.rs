@@ -13,6 +13,7 @@ mod inspect;
 mod install_plugin;
 mod lazy_guard;
 mod migrate;
+mod migrate_guard;
 mod restore;
 mod restore_guard;
 mod sim_guard;
@@ -32,6 +33,7 @@ pub use inspect::InspectArgs;
 pub use install_plugin::InstallPluginArgs;
 pub use lazy_guard::LazyGuardArgs;
 pub use migrate::{IdentityArgs, KeygenArgs, MigrateArgs, ReceiveArgs};
+pub use migrate_guard::MigrateGuardArgs;
 pub use restore::RestoreArgs;
 pub use restore_guard::RestoreGuardArgs;
 pub use sim_guard::SimGuardArgs;
@@ -93,6 +95,8 @@ pub enum Command {
     SimGuard(SimGuardArgs),
     #[command(hide = true)]
     LazyGuard(LazyGuardArgs),
+    #[command(hide = true)]
+    MigrateGuard(MigrateGuardArgs),
 }
 
 /// Parse gpucr's command line. An environment variable that backs a flag (`GPUCR_CRIU`,
@@ -218,7 +222,8 @@ mod tests {
                 "cuda-guard",
                 "restore-guard",
                 "sim-guard",
-                "lazy-guard"
+                "lazy-guard",
+                "migrate-guard"
             ]
         );
         for users in [

@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod install_plugin;
 pub mod lazy_guard;
 pub mod migrate;
+pub mod migrate_guard;
 pub mod restore;
 pub mod restore_guard;
 pub mod sim_guard;

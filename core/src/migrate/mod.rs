@@ -8,13 +8,15 @@
 //! fresh, confined directory on the destination ([`files`]); the memory pages and the
 //! GPU data on several connections in parallel as they are dumped ([`lanes`],
 //! [`stream`], [`parts`]). Both sides keep their copy
-//! of the job stopped until one of them may run ([`tree`]); post-copy's source serves
-//! the pages from its stopped copy ([`tree_blocks`]). docs/migration.md has the
+//! of the job stopped until one of them may run ([`tree`]), the source's guarded from a
+//! gpucr killed outright ([`guard`]); post-copy's source serves the pages from its
+//! stopped copy ([`tree_blocks`]). docs/migration.md has the
 //! protocol, the failures and what each side does about them.
 
 use std::time::Duration;
 
 pub mod files;
+pub mod guard;
 pub mod identity;
 pub mod lanes;
 pub mod link;

@@ -23,7 +23,9 @@
 //! Any failure before Commit is sent (the link, the receiver's refusal, its restore, a
 //! full disk there) lets the job run on here (SIGCONT). Once Commit is sent, the
 //! source never lets its copy run again on its own: without Resumed it keeps it
-//! stopped and says so ([`MigrateError::Uncertain`]).
+//! stopped and says so ([`MigrateError::Uncertain`]). A gpucr killed outright leaves
+//! the job to its guard ([`super::guard`]), which does the same: lets it run before the
+//! Commit, keeps it stopped after.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -31,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::files::{self, FilesError};
+use super::guard::SourceGuard;
 use super::identity::{IdentityError, IdentityFiles};
 use super::lanes::Lanes;
 use super::link::{Link, LinkError};
@@ -300,6 +303,19 @@ pub fn migrate(
     };
     // Tasks stopped by their owner stay stopped should the job run on here.
     let stopped = StoppedTree::before_freeze(pid);
+    // A gpucr killed outright from here on leaves the job to its guard, which lets it
+    // run before the Commit (`guard`). Dropped as this function returns, it ends
+    // without a word.
+    let guard = match SourceGuard::start() {
+        Ok(guard) => {
+            guard.tasks(&stopped);
+            Some(guard)
+        }
+        Err(e) => {
+            progress.warn(&format!("cannot start the migrate guard: {e}"));
+            None
+        }
+    };
     let frozen_at = Instant::now();
     progress.event("freeze", "dumping the job (CRIU freezes it)");
     // Post-copy's dump may leave the devices as it made them (their give-back would
@@ -333,7 +349,13 @@ pub fn migrate(
     // Every task is stopped, or stops now: the plugin's or the gate's SIGSTOP came
     // while CRIU held them, and this waits for each (and stops any it missed).
     let tree = match stopped.stop() {
-        Ok(tree) => tree,
+        Ok(tree) => {
+            // Any task the walk before the freeze missed.
+            if let Some(guard) = &guard {
+                guard.tasks(&tree);
+            }
+            tree
+        }
         Err(error) => {
             let _ = link.send(&Control::Failed {
                 code: exit_code::MIGRATION_FAILED,
@@ -381,7 +403,8 @@ pub fn migrate(
         let sent = (&mut streamed, lanes);
         // What the page server left out of the pages files, served from the tree.
         let dumped = (image.as_path(), dumped.in_tree);
-        return post_copy(&mut link, dumped, sent, &tree, &peer, frozen_at, progress)
+        let held = (&tree, guard.as_ref());
+        return post_copy(&mut link, dumped, sent, held, &peer, frozen_at, progress)
             .map(|outcome| MigrateOutcome {
                 lanes: count,
                 ..outcome
@@ -442,6 +465,9 @@ pub fn migrate(
         peer: peer.clone(),
         why,
     };
+    if let Some(guard) = &guard {
+        guard.commit();
+    }
     link.send(&Control::Commit)
         .map_err(|e| uncertain(e.to_string()))?;
     match link.receive_control() {
@@ -557,7 +583,7 @@ fn post_copy(
     link: &mut Link,
     (image, in_tree): (&Path, HashMap<String, InTree>),
     streamed: (&mut stream::Streamed, Lanes),
-    tree: &StoppedTree,
+    (tree, guard): (&StoppedTree, Option<&SourceGuard>),
     peer: &str,
     frozen_at: Instant,
     progress: &mut Progress,
@@ -601,6 +627,7 @@ fn post_copy(
             progress: &mut *progress,
             peer,
             tree,
+            guard,
         };
         let served = postcopy::serve_blocks(link, image, &tree_blocks, &mut turns);
         match served {
@@ -668,10 +695,14 @@ struct SourceTurns<'a> {
     progress: &'a mut Progress,
     peer: &'a str,
     tree: &'a StoppedTree,
+    guard: Option<&'a SourceGuard>,
 }
 
 impl postcopy::ServingTurns for SourceTurns<'_> {
     fn committing(&mut self, there: i32) {
+        if let Some(guard) = self.guard {
+            guard.commit();
+        }
         let peer = self.peer;
         self.progress.event(
             "restored-there",

@@ -114,16 +114,21 @@ impl StoppedTree {
         }
     }
 
+    /// The tasks [`StoppedTree::resume`] lets run: every task of the tree now but those
+    /// stopped before gpucr stopped it.
+    pub fn resumable(&self) -> BTreeSet<i32> {
+        let all = descendants(&[self.root]);
+        all.difference(&self.stopped_before).copied().collect()
+    }
+
     /// Let every task of the tree run again, but those stopped before gpucr stopped
     /// it; how many were sent SIGCONT.
     pub fn resume(&self) -> usize {
-        let all = descendants(&[self.root]);
-        let mut resumed = 0;
-        for pid in all.difference(&self.stopped_before) {
+        let resumable = self.resumable();
+        for pid in &resumable {
             let _ = kill(Pid::from_raw(*pid), Signal::SIGCONT);
-            resumed += 1;
         }
-        resumed
+        resumable.len()
     }
 
     /// Kill every task of the tree; how many were sent SIGKILL.
