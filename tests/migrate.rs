@@ -582,6 +582,67 @@ fn a_gpucr_migrate_killed_outright_before_the_commit_leaves_the_job_running_at_t
     job.runs_on_at_the_source();
 }
 
+/// The processes of the sample workload in `host`'s network namespace, stopped: what a
+/// receiver restored there and left stopped for the source's Commit.
+fn stopped_workload_in(hosts: &Hosts, host: Host) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let ns = std::fs::metadata(hosts.path(host)).unwrap().ino();
+    let workload = workload_bin();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == workload)
+                && std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == ns)
+                && gpucr_abi::procfs::is_stopped(*pid)
+        })
+        .collect()
+}
+
+/// `gpucr receive` killed outright once it has restored the tree, stopped, before the
+/// source's Commit (`GPUCR_TEST_MIGRATE_HOLD_RESTORED_MS` holds it there): its guard
+/// kills the stopped tree and removes the partial image, and the source, its link
+/// gone, lets the job run on there.
+#[test]
+fn a_gpucr_receive_killed_outright_before_the_commit_leaves_nothing_at_the_destination() {
+    let scene = Scene::new();
+    let (dir, images, hosts) = scene.parts();
+    let job = Job::start(hosts, &dir.join("state"), 16);
+    let receiver = start_receiver_with(
+        hosts,
+        dir,
+        images,
+        &[],
+        &[("GPUCR_TEST_MIGRATE_HOLD_RESTORED_MS", "3000")],
+    );
+    let out = std::thread::scope(|scope| {
+        let migrating = scope.spawn(|| migrate(hosts, dir, &job, "source", &[]));
+        let there = wait_for(Duration::from_secs(60), "the tree restored there", || {
+            Some(stopped_workload_in(hosts, Host::Destination)).filter(|pids| !pids.is_empty())
+        });
+        kill(Pid::from_raw(receiver.child.id() as i32), Signal::SIGKILL).unwrap();
+        let (status, _, receiver_err) = receiver.finish();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+        assert!(
+            receiver_err.contains("the tree was killed"),
+            "{receiver_err}"
+        );
+        assert!(receiver_err.contains("removed it"), "{receiver_err}");
+        for pid in there {
+            wait_for(Duration::from_secs(10), "the restored tree to die", || {
+                (!alive(pid)).then_some(())
+            });
+        }
+        migrating.join().unwrap()
+    });
+    assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
+    assert_fails_with(&out, 12, "the job runs on here");
+    job.runs_on_at_the_source();
+}
+
 #[test]
 fn a_full_destination_disk_lets_the_job_run_on_at_the_source() {
     let scene = Scene::new();

@@ -320,6 +320,13 @@ pub const VARIABLES: &[Variable] = &[
          Resumed, so that tests see the source keep its copy stopped (exit 13)",
     ),
     variable(
+        "GPUCR_TEST_MIGRATE_HOLD_RESTORED_MS",
+        false,
+        Testing,
+        "milliseconds `gpucr receive` holds the tree it restored, stopped, before it tells \
+         the source, so that tests can kill the receiver in that window",
+    ),
+    variable(
         "GPUCR_BENCH_SESSION",
         false,
         Testing,

@@ -13,8 +13,16 @@
 //! outcome. Input that ends without `done` after a root: the guard sends the tree
 //! SIGSTOP at once (a task CRIU still traces takes it the moment CRIU detaches, before
 //! it runs an instruction), waits until CRIU has let go, and kills the tree.
+//!
+//! `gpucr receive` starts the same guard for each migration it takes, as soon as it
+//! makes the image's directory (`discard DIR`), tells it the restored root once CRIU
+//! has restored the tree, stopped, and says `done` once the tree may run without it
+//! (stop-and-copy: the source's Commit; post-copy: every page in). Input that ends
+//! without `done` then kills the tree as above and removes the directory: a receiver
+//! killed outright leaves neither a stopped tree nor a partial image behind.
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -42,6 +50,30 @@ impl RestoreGuard {
             self.0.send(&Root { pid, start }.line());
         }
     }
+
+    /// Tell the guard to remove `dir` (a directory this gpucr made) should gpucr die
+    /// before it says `done`. A path that is not one line of UTF-8 is not recorded.
+    pub fn discard(&self, dir: &Path) {
+        if let Some(dir) = dir
+            .to_str()
+            .filter(|d| !d.contains('\n') && d.starts_with('/'))
+        {
+            self.0.send(&format!("{DISCARD} {dir}"));
+        }
+    }
+}
+
+/// The record's word for a directory to remove.
+const DISCARD: &str = "discard";
+
+/// The directories the records name to remove, in their order.
+pub fn discarded(lines: &[String]) -> Vec<PathBuf> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(DISCARD)?.strip_prefix(' '))
+        .filter(|d| d.starts_with('/'))
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// The restored tree's root, as gpucr recorded it.
@@ -124,6 +156,23 @@ mod tests {
         for bad in ["root", "root 1", "root 1 2 3", "root x 2", "task 1 2 3"] {
             assert_eq!(Root::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn discarded_directories_read_back_and_relative_ones_are_skipped() {
+        let lines: Vec<String> = [
+            "root 1 2",
+            "discard /var/lib/gpucr/in/migration-x",
+            "discard relative",
+            "discarded /nope",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            discarded(&lines),
+            [PathBuf::from("/var/lib/gpucr/in/migration-x")]
+        );
+        assert_eq!(root(&lines), Some(Root { pid: 1, start: 2 }));
     }
 
     #[test]

@@ -40,6 +40,7 @@ const BOUNDARIES: &[(&str, &[&str])] = &[
             "lazy",
             "progress",
             "restore",
+            "restore_guard",
             "target",
             "transfer",
             "units",

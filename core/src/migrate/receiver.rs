@@ -18,7 +18,9 @@
 //! 6. On the source's Commit, the tree is let run: Resumed. The image directory stays.
 //!
 //! Any failure before the Commit kills what was restored and removes the directory,
-//! and the source is told (Failed) when the link still carries it.
+//! and the source is told (Failed) when the link still carries it. A receiver killed
+//! outright leaves both to its guard ([`crate::restore_guard`]), which does the same
+//! until the tree may run without it.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -41,6 +43,7 @@ use crate::exit_code::{self, ExitCode};
 use crate::gpu::TaskTiming;
 use crate::progress::Progress;
 use crate::restore::{RestoreError, RestoreOptions};
+use crate::restore_guard::RestoreGuard;
 use crate::transfer::GpuStats;
 
 /// Where to listen, where to keep images, and how to restore.
@@ -282,6 +285,19 @@ fn serve(
             path: opts.dir.clone(),
             source,
         })?;
+    // A receiver killed outright leaves what it made to this guard: the partial image
+    // removed, and once restored, the stopped tree killed (`restore_guard`). Told
+    // `done` once the tree may run without this side.
+    let guard = match RestoreGuard::start() {
+        Ok(guard) => {
+            guard.discard(image.path());
+            Some(guard)
+        }
+        Err(e) => {
+            progress.warn(&format!("cannot start the restore guard: {e}"));
+            None
+        }
+    };
     let refuse = |link: &mut Link, error: ReceiveError| {
         let _ = link.send(&Control::Failed {
             code: error.exit_code(),
@@ -315,6 +331,7 @@ fn serve(
             ),
         );
         let received = (files, bytes, syncing, reserved);
+        let image = (image, guard);
         return serve_post_copy(link, image, &later, opts, &peer, progress, received);
     }
     // Each chunk was checked as it came; the restore verifies the image as every
@@ -344,6 +361,9 @@ fn serve(
             ))
         }
     };
+    if let Some(guard) = &guard {
+        guard.root(restored.pid);
+    }
     let tree = StoppedTree::restored(
         restored.pid,
         image.path(),
@@ -351,6 +371,13 @@ fn serve(
     );
     let gpu = restored.gpu;
     let give_up = |why: String| no_commit(&tree, &peer, why);
+    if let Some(hold) = std::env::var("GPUCR_TEST_MIGRATE_HOLD_RESTORED_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        // The restored tree held, stopped, as a test makes it.
+        std::thread::sleep(Duration::from_millis(hold));
+    }
     if let Err(e) = beat.and_then(|()| link.send(&Control::Restored { pid: tree.root })) {
         return Err(give_up(e.to_string()));
     }
@@ -372,6 +399,8 @@ fn serve(
     }
     let dir = image.keep();
     tree.resume();
+    // The tree runs on its own now.
+    drop(guard);
     if std::env::var_os("GPUCR_TEST_MIGRATE_NO_RESUMED").is_some() {
         // The link lost right after the Commit, as a test makes it.
         drop(link);
@@ -623,7 +652,8 @@ struct Received {
 /// image with it, AllIn.
 fn serve_post_copy(
     link: Link,
-    image: tempfile::TempDir,
+    // The guard is told `done` as this returns: the tree needs this side until then.
+    (image, guard): (tempfile::TempDir, Option<RestoreGuard>),
     later: &[(String, u64)],
     opts: &ReceiveOptions,
     peer: &str,
@@ -674,6 +704,9 @@ fn serve_post_copy(
             }))
         }
     };
+    if let Some(guard) = &guard {
+        guard.root(restored.pid);
+    }
     let tree = StoppedTree::restored(
         restored.pid,
         image.path(),
