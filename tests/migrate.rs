@@ -302,6 +302,25 @@ fn migrate_with(
         .expect("run gpucr migrate")
 }
 
+/// `gpucr migrate` of `job` with `env` and `flags` started, and its standard error read
+/// as it comes (where its guard writes, should it be killed).
+fn spawn_migrate(
+    hosts: &Hosts,
+    keys: &Path,
+    job: &Job,
+    env: &[(&str, &str)],
+    flags: &[&str],
+) -> (Child, Lines) {
+    let mut migrating = migrate_command(hosts, keys, job, "source", flags)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gpucr migrate");
+    let said = Lines::of(migrating.stderr.take().unwrap());
+    (migrating, said)
+}
+
 /// The command line of `gpucr migrate` of `job` with `flags`, as `me`, in the source's
 /// namespace (nsenter runs gpucr in its own process).
 fn migrate_command(hosts: &Hosts, keys: &Path, job: &Job, me: &str, flags: &[&str]) -> Command {
@@ -557,14 +576,13 @@ fn a_gpucr_migrate_killed_outright_before_the_commit_leaves_the_job_running_at_t
     let (dir, images, hosts) = scene.parts();
     let job = Job::start(hosts, &dir.join("state"), 64);
     let receiver = start_receiver(hosts, dir, images, &[]);
-    let mut migrating = migrate_command(hosts, dir, &job, "source", &[])
-        .env("GPUCR_TEST_MIGRATE_THROTTLE_MS", "100")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run gpucr migrate");
-    // The guard writes on gpucr's standard error, which it inherits.
-    let mut said = Lines::of(migrating.stderr.take().unwrap());
+    let (mut migrating, mut said) = spawn_migrate(
+        hosts,
+        dir,
+        &job,
+        &[("GPUCR_TEST_MIGRATE_THROTTLE_MS", "100")],
+        &[],
+    );
     wait_for_the_image_to_cross(images);
     assert!(
         gpucr_abi::procfs::is_stopped(job.pid),
@@ -1204,12 +1222,7 @@ fn a_gpucr_migrate_killed_outright_after_the_commit_keeps_the_source_copy_stoppe
         &[],
         &[("GPUCR_TEST_LAZY_THROTTLE_MS", "1000")],
     );
-    let mut migrating = migrate_command(hosts, dir, &job, "source", &["--post-copy"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run gpucr migrate");
-    let mut said = Lines::of(migrating.stderr.take().unwrap());
+    let (mut migrating, mut said) = spawn_migrate(hosts, dir, &job, &[], &["--post-copy"]);
     let note = receiver
         .stderr
         .wait_for_line(Duration::from_secs(60), "its memory is pulled from");
@@ -1279,47 +1292,15 @@ fn post_copy_moves_a_gpu_tree(name: &str, driver: &[&str]) {
 fn a_post_copy_the_destination_cannot_restore_gives_the_job_its_devices_back_at_the_source() {
     let scene = Scene::new();
     let (dir, images, hosts) = scene.parts();
-    // The NVIDIA model: its devices stay locked, its kernels parked, until the
-    // give-back the post-copy dump deferred.
-    let sim = SimRoot::new("migrate-nv-post-copy-refused");
-    let args = [
-        "--parent-mib",
-        "8",
-        "--child-mib",
-        "4",
-        "--cpu-mib",
-        "24",
-        "--driver",
-        "nvidia",
-    ];
-    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
-    let broken = dir.join("broken-criu");
-    gpucr_abi::testing::write_script(&broken, "#!/bin/sh\nexit 1\n");
-    let receiver = start_receiver_with(
-        hosts,
-        dir,
-        images,
-        &["--criu", broken.to_str().unwrap()],
-        &sim.env(),
-    );
+    let (sim, job, receiver) =
+        nvidia_job_and_receiver(&scene, "migrate-nv-post-copy-refused", "exit 1");
     let out = migrate_with(hosts, dir, &job, "source", &sim.env(), &["--post-copy"]);
     let (status, _, receiver_err) = receiver.finish();
     assert!(!status.success(), "{receiver_err}");
     assert_fails_with(&out, 12, "the job runs on here");
     assert!(!stderr(&out).contains("device back"), "{}", stderr(&out));
     assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
-    // Its kernels run again (they park while the devices are locked), and its device
-    // memory is whole.
-    assert!(alive(job.pid), "the job's root {} is gone", job.pid);
-    job.wait_ticks(2);
-    assert!(
-        !gpucr_abi::procfs::is_stopped(job.pid),
-        "the job is stopped"
-    );
-    assert!(
-        job.verify_gpu_memory(1),
-        "device memory differs after the give-back"
-    );
+    runs_on_with_its_devices(&job);
 }
 
 /// A post-copy of the simulator's NVIDIA model, its devices left as the dump made them
@@ -1330,35 +1311,10 @@ fn a_post_copy_the_destination_cannot_restore_gives_the_job_its_devices_back_at_
 fn a_post_copy_gpucr_killed_outright_before_the_commit_gives_the_job_its_devices_back() {
     let scene = Scene::new();
     let (dir, images, hosts) = scene.parts();
-    let sim = SimRoot::new("migrate-nv-post-copy-killed");
-    let args = [
-        "--parent-mib",
-        "8",
-        "--child-mib",
-        "4",
-        "--cpu-mib",
-        "24",
-        "--driver",
-        "nvidia",
-    ];
-    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
     // The destination's restore takes long enough to kill the source meanwhile.
-    let slow = dir.join("slow-criu");
-    gpucr_abi::testing::write_script(&slow, "#!/bin/sh\nsleep 10\nexit 1\n");
-    let receiver = start_receiver_with(
-        hosts,
-        dir,
-        images,
-        &["--criu", slow.to_str().unwrap()],
-        &sim.env(),
-    );
-    let mut migrating = migrate_command(hosts, dir, &job, "source", &["--post-copy"])
-        .envs(sim.env())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run gpucr migrate");
-    let mut said = Lines::of(migrating.stderr.take().unwrap());
+    let (sim, job, receiver) =
+        nvidia_job_and_receiver(&scene, "migrate-nv-post-copy-killed", "sleep 10\nexit 1");
+    let (mut migrating, mut said) = spawn_migrate(hosts, dir, &job, &sim.env(), &["--post-copy"]);
     // The manifest crosses last: then the destination restores.
     wait_for(Duration::from_secs(60), "the manifest to cross", || {
         entries(images)
@@ -1372,6 +1328,46 @@ fn a_post_copy_gpucr_killed_outright_before_the_commit_gives_the_job_its_devices
     let (status, _, receiver_err) = receiver.finish();
     assert!(!status.success(), "{receiver_err}");
     assert!(entries(images).is_empty(), "kept: {:?}", entries(images));
+    runs_on_with_its_devices(&job);
+}
+
+/// The simulator's NVIDIA model (its devices stay locked, its kernels parked, until
+/// the give-back a post-copy dump defers), started at the source of `scene`, and a
+/// receiver whose CRIU is a shell script running `criu_script`.
+fn nvidia_job_and_receiver(
+    scene: &Scene,
+    name: &str,
+    criu_script: &str,
+) -> (SimRoot, Job, Receiver) {
+    let (dir, images, hosts) = scene.parts();
+    let sim = SimRoot::new(name);
+    let args = [
+        "--parent-mib",
+        "8",
+        "--child-mib",
+        "4",
+        "--cpu-mib",
+        "24",
+        "--driver",
+        "nvidia",
+    ];
+    let job = Job::start_gpu(hosts, &dir.join("state"), &sim, &args);
+    let criu = dir.join("stand-in-criu");
+    gpucr_abi::testing::write_script(&criu, &format!("#!/bin/sh\n{criu_script}\n"));
+    let receiver = start_receiver_with(
+        hosts,
+        dir,
+        images,
+        &["--criu", criu.to_str().unwrap()],
+        &sim.env(),
+    );
+    (sim, job, receiver)
+}
+
+/// The job runs on at the source with its devices given back: its kernels run again
+/// (they park while the devices are locked), and its device memory is whole.
+fn runs_on_with_its_devices(job: &Job) {
+    assert!(alive(job.pid), "the job's root {} is gone", job.pid);
     job.wait_ticks(2);
     assert!(
         !gpucr_abi::procfs::is_stopped(job.pid),
