@@ -76,6 +76,42 @@ impl Drop for GuardProcess {
     }
 }
 
+/// A process as gpucr recorded it for a guard: its pid, and its start time
+/// ([`crate::target::start_time`]), which tells it from a later process with the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    pub pid: i32,
+    pub start: u64,
+}
+
+impl Recorded {
+    /// `pid` as it is now; None once it is gone.
+    pub fn now(pid: i32) -> Option<Recorded> {
+        crate::target::start_time(pid).map(|start| Recorded { pid, start })
+    }
+
+    /// The record `WORD PID START`.
+    pub fn line(&self, word: &str) -> String {
+        format!("{word} {} {}", self.pid, self.start)
+    }
+
+    /// The record `WORD PID START`, and nothing more on its line.
+    pub fn parse(word: &str, line: &str) -> Option<Recorded> {
+        let mut words = line.split_whitespace();
+        (words.next()? == word).then_some(())?;
+        let recorded = Recorded {
+            pid: words.next()?.parse().ok()?,
+            start: words.next()?.parse().ok()?,
+        };
+        words.next().is_none().then_some(recorded)
+    }
+
+    /// Whether `pid` is still the process gpucr recorded.
+    pub fn is_alive(&self) -> bool {
+        crate::target::start_time(self.pid) == Some(self.start)
+    }
+}
+
 /// What a guard read: its records, and whether gpucr said the operation was over.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Records {

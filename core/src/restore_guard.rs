@@ -28,8 +28,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::guard::GuardProcess;
-use crate::target;
+use crate::guard::{GuardProcess, Recorded};
 
 /// The hidden subcommand that runs the guard.
 pub const SUBCOMMAND: &str = "restore-guard";
@@ -46,8 +45,8 @@ impl RestoreGuard {
 
     /// Tell the guard the restored tree's root.
     pub fn root(&self, pid: i32) {
-        if let Some(start) = target::start_time(pid) {
-            self.0.send(&Root { pid, start }.line());
+        if let Some(root) = Root::now(pid) {
+            self.0.send(&root.line(ROOT));
         }
     }
 
@@ -76,39 +75,18 @@ pub fn discarded(lines: &[String]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The restored tree's root, as gpucr recorded it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Root {
-    pub pid: i32,
-    /// [`target::start_time`] at post-restore.
-    pub start: u64,
-}
+/// The restored tree's root, as gpucr recorded it at post-restore.
+pub type Root = Recorded;
 
-impl Root {
-    /// The record: `root PID START`.
-    fn line(&self) -> String {
-        format!("root {} {}", self.pid, self.start)
-    }
-
-    fn parse(line: &str) -> Option<Root> {
-        let mut words = line.split_whitespace();
-        (words.next()? == "root").then_some(())?;
-        let root = Root {
-            pid: words.next()?.parse().ok()?,
-            start: words.next()?.parse().ok()?,
-        };
-        words.next().is_none().then_some(root)
-    }
-
-    /// Whether `pid` is still the process gpucr restored.
-    fn is_alive(&self) -> bool {
-        target::start_time(self.pid) == Some(self.start)
-    }
-}
+/// The record's word for the root: `root PID START`.
+const ROOT: &str = "root";
 
 /// The root the records name (the last one), if any.
 pub fn root(lines: &[String]) -> Option<Root> {
-    lines.iter().filter_map(|l| Root::parse(l)).next_back()
+    lines
+        .iter()
+        .filter_map(|l| Root::parse(ROOT, l))
+        .next_back()
 }
 
 /// Stop the tree of `root` at once, and again every few milliseconds until CRIU has let
@@ -150,11 +128,11 @@ mod tests {
     fn the_root_record_reads_back_and_the_last_one_wins() {
         let first = Root { pid: 10, start: 5 };
         let second = Root { pid: 11, start: 6 };
-        assert_eq!(Root::parse(&first.line()), Some(first));
-        let lines = vec![first.line(), "garbage".into(), second.line()];
+        assert_eq!(Root::parse(ROOT, &first.line(ROOT)), Some(first));
+        let lines = vec![first.line(ROOT), "garbage".into(), second.line(ROOT)];
         assert_eq!(root(&lines), Some(second));
         for bad in ["root", "root 1", "root 1 2 3", "root x 2", "task 1 2 3"] {
-            assert_eq!(Root::parse(bad), None, "{bad:?}");
+            assert_eq!(Root::parse(ROOT, bad), None, "{bad:?}");
         }
     }
 
@@ -182,13 +160,13 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        let start = target::start_time(pid).unwrap();
+        let start = crate::target::start_time(pid).unwrap();
         let other = Root {
             pid,
             start: start + 1,
         };
         assert!(kill_half_restored(other, Duration::from_secs(1)).is_empty());
-        assert!(target::is_running(pid));
+        assert!(crate::target::is_running(pid));
         let root = Root { pid, start };
         assert_eq!(kill_half_restored(root, Duration::from_secs(1)), [pid]);
         let status = child.wait().unwrap();

@@ -26,8 +26,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use super::tree::StoppedTree;
-use crate::guard::GuardProcess;
-use crate::target;
+use crate::guard::{GuardProcess, Recorded};
 
 /// The hidden subcommand that runs the guard.
 pub const SUBCOMMAND: &str = "migrate-guard";
@@ -51,10 +50,8 @@ impl SourceGuard {
 
     /// Tell the guard every task of `tree` that a failure would let run.
     pub fn tasks(&self, tree: &StoppedTree) {
-        for pid in tree.resumable() {
-            if let Some(start) = target::start_time(pid) {
-                self.0.send(&Task { pid, start }.line());
-            }
+        for task in tree.resumable().into_iter().filter_map(Task::now) {
+            self.0.send(&task.line(TASK));
         }
     }
 
@@ -66,34 +63,10 @@ impl SourceGuard {
 }
 
 /// One task gpucr would let run, as it recorded it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Task {
-    pub pid: i32,
-    /// [`target::start_time`] when gpucr recorded it.
-    pub start: u64,
-}
+pub type Task = Recorded;
 
-impl Task {
-    /// The record: `task PID START`.
-    fn line(&self) -> String {
-        format!("task {} {}", self.pid, self.start)
-    }
-
-    fn parse(line: &str) -> Option<Task> {
-        let mut words = line.split_whitespace();
-        (words.next()? == "task").then_some(())?;
-        let task = Task {
-            pid: words.next()?.parse().ok()?,
-            start: words.next()?.parse().ok()?,
-        };
-        words.next().is_none().then_some(task)
-    }
-
-    /// Whether `pid` is still the process gpucr recorded.
-    fn is_alive(&self) -> bool {
-        target::start_time(self.pid) == Some(self.start)
-    }
-}
+/// The record's word for a task: `task PID START`.
+const TASK: &str = "task";
 
 /// What the records say: the tasks (each once), and whether Commit was to be sent.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -108,7 +81,7 @@ pub fn guarded(lines: &[String]) -> Guarded {
     for line in lines {
         if line.trim() == COMMIT {
             guarded.committed = true;
-        } else if let Some(task) = Task::parse(line) {
+        } else if let Some(task) = Task::parse(TASK, line) {
             if !guarded.tasks.iter().any(|t| t.pid == task.pid) {
                 guarded.tasks.push(task);
             }
@@ -171,10 +144,10 @@ mod tests {
     #[test]
     fn records_read_back_and_commit_is_seen() {
         let task = Task { pid: 42, start: 7 };
-        assert_eq!(Task::parse(&task.line()), Some(task));
-        assert_eq!(Task::parse("task 42"), None);
-        assert_eq!(Task::parse("task 42 7 8"), None);
-        assert_eq!(Task::parse("root 42 7"), None);
+        assert_eq!(Task::parse(TASK, &task.line(TASK)), Some(task));
+        assert_eq!(Task::parse(TASK, "task 42"), None);
+        assert_eq!(Task::parse(TASK, "task 42 7 8"), None);
+        assert_eq!(Task::parse(TASK, "root 42 7"), None);
         let lines: Vec<String> = ["task 1 2", "noise", "task 3 4", "task 1 2"]
             .map(String::from)
             .to_vec();
@@ -205,7 +178,7 @@ mod tests {
         }
         let task = Task {
             pid,
-            start: target::start_time(pid).unwrap(),
+            start: crate::target::start_time(pid).unwrap(),
         };
         let other = Task {
             pid,
