@@ -639,6 +639,22 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), PageServerError> {
         })
 }
 
+/// For the tests here and below: `pieces` pieces of this process's own memory in a
+/// page-aligned buffer (the buffer, and where the pieces start in it), each filled with
+/// its number from 1, the first 8 bytes that number whole.
+#[cfg(test)]
+fn own_memory(pieces: usize) -> (Vec<u8>, usize) {
+    let mut backing = vec![0u8; (pieces + 1) * PAGE_PIECE];
+    let skip = (PAGE_PIECE - backing.as_ptr() as usize % PAGE_PIECE) % PAGE_PIECE;
+    backing.truncate(skip + pieces * PAGE_PIECE);
+    for (i, piece) in backing[skip..].chunks_exact_mut(PAGE_PIECE).enumerate() {
+        let number = i as u64 + 1;
+        piece.fill(number as u8);
+        piece[..8].copy_from_slice(&number.to_le_bytes());
+    }
+    (backing, skip)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{Read, Write};
@@ -647,20 +663,6 @@ mod tests {
 
     use super::*;
     use crate::image::checksum::block_digest;
-
-    /// This process's memory: `blocks` whole blocks and 2 pieces more, page-aligned,
-    /// each piece filled with its number.
-    fn own_memory(blocks: usize) -> (Vec<u8>, usize) {
-        let pieces = blocks * (BLOCK_SIZE as usize / PAGE_PIECE) + 2;
-        let mut backing = vec![0u8; (pieces + 1) * PAGE_PIECE];
-        let skip = (PAGE_PIECE - backing.as_ptr() as usize % PAGE_PIECE) % PAGE_PIECE;
-        backing.truncate(skip + pieces * PAGE_PIECE);
-        let memory = &mut backing[skip..];
-        for (i, piece) in memory.chunks_exact_mut(PAGE_PIECE).enumerate() {
-            piece[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
-        }
-        (backing, skip)
-    }
 
     /// Play CRIU's part for `layout`: this process's memory as pid `vpid`'s, then a
     /// shared segment's page, then the close.
@@ -719,7 +721,7 @@ mod tests {
         let bulk = (BULK_THRESHOLD / BLOCK_SIZE) as usize;
         // A file post-copy pulls block by block, and one it sends whole.
         for (layout, blocks) in [(Layout::Narrow, bulk), (Layout::Wide, bulk - 2)] {
-            let (backing, skip) = own_memory(blocks);
+            let (backing, skip) = own_memory(blocks * (BLOCK_SIZE as usize / PAGE_PIECE) + 2);
             let memory = &backing[skip..];
             let addr = memory.as_ptr() as u64;
             let dir = tempfile::tempdir().unwrap();

@@ -208,21 +208,8 @@ fn read_tree(tree: &TreeSource, addr: u64, len: usize, buf: &mut Vec<u8>) -> usi
 
 #[cfg(test)]
 mod tests {
+    use super::super::own_memory;
     use super::*;
-
-    /// This process's own memory: `pieces` pieces, each filled with its number, in a
-    /// page-aligned buffer.
-    fn own_memory(pieces: usize) -> (Vec<u8>, usize) {
-        let mut backing = vec![0u8; (pieces + 1) * PAGE_PIECE];
-        let start = backing.as_ptr() as usize;
-        let skip = (PAGE_PIECE - start % PAGE_PIECE) % PAGE_PIECE;
-        backing.truncate(skip + pieces * PAGE_PIECE);
-        let memory = &mut backing[skip..];
-        for (i, piece) in memory.chunks_exact_mut(PAGE_PIECE).enumerate() {
-            piece.fill((i as u8).wrapping_add(1));
-        }
-        (backing, skip)
-    }
 
     fn source(addr: u64, len: u64) -> TreeSource {
         TreeSource {
