@@ -386,6 +386,17 @@ pub fn find(name: &str) -> Option<&'static Variable> {
         .or_else(|| VARIABLES.iter().find(|v| v.matches(name)))
 }
 
+/// The milliseconds the test hook `name` (a listed pause or hold, `GPUCR_TEST_*_MS`)
+/// asks for: None when it is unset or not a whole number.
+pub fn test_millis(name: &str) -> Option<std::time::Duration> {
+    debug_assert!(
+        find(name).is_some_and(|v| v.audience == Audience::Testing),
+        "{name} is not a listed test hook"
+    );
+    let millis = std::env::var(name).ok()?.parse().ok()?;
+    Some(std::time::Duration::from_millis(millis))
+}
+
 /// The `GPUCR_*` names engine mode reads, which a settings file may set (families as
 /// their prefix followed by `*`).
 pub fn engine_settings() -> impl Iterator<Item = &'static Variable> {

@@ -58,10 +58,7 @@ pub struct ServeOptions {
 
 /// The test-only pause before each block served (`GPUCR_TEST_LAZY_THROTTLE_MS`).
 fn throttle() -> Option<Duration> {
-    std::env::var("GPUCR_TEST_LAZY_THROTTLE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
+    gpucr_abi::env::test_millis("GPUCR_TEST_LAZY_THROTTLE_MS")
 }
 
 /// The test-only gate (`GPUCR_TEST_LAZY_GATE`): until this file exists, the background

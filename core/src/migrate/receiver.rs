@@ -371,12 +371,9 @@ fn serve(
     );
     let gpu = restored.gpu;
     let give_up = |why: String| no_commit(&tree, &peer, why);
-    if let Some(hold) = std::env::var("GPUCR_TEST_MIGRATE_HOLD_RESTORED_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(hold) = gpucr_abi::env::test_millis("GPUCR_TEST_MIGRATE_HOLD_RESTORED_MS") {
         // The restored tree held, stopped, as a test makes it.
-        std::thread::sleep(Duration::from_millis(hold));
+        std::thread::sleep(hold);
     }
     if let Err(e) = beat.and_then(|()| link.send(&Control::Restored { pid: tree.root })) {
         return Err(give_up(e.to_string()));

@@ -804,10 +804,7 @@ fn receiver_reason(link: &mut Link, error: &FilesError) -> Option<String> {
 /// The test-only pause after each chunk sent (`GPUCR_TEST_MIGRATE_THROTTLE_MS`), so
 /// that tests can cut the link while the image crosses.
 fn throttle() -> Option<Duration> {
-    std::env::var("GPUCR_TEST_MIGRATE_THROTTLE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis)
+    gpucr_abi::env::test_millis("GPUCR_TEST_MIGRATE_THROTTLE_MS")
 }
 
 /// The version this side speaks, for the Hello.
