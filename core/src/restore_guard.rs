@@ -53,13 +53,19 @@ impl RestoreGuard {
     /// Tell the guard to remove `dir` (a directory this gpucr made) should gpucr die
     /// before it says `done`. A path that is not one line of UTF-8 is not recorded.
     pub fn discard(&self, dir: &Path) {
-        if let Some(dir) = dir
-            .to_str()
-            .filter(|d| !d.contains('\n') && d.starts_with('/'))
-        {
-            self.0.send(&format!("{DISCARD} {dir}"));
+        if let Some(record) = discard_record(dir) {
+            self.0.send(&record);
         }
     }
+}
+
+/// The record `discard DIR` for `dir`, made absolute (the guard reads only absolute
+/// paths, and `gpucr receive --dir` may be relative); None for a path that is not one
+/// line of UTF-8.
+fn discard_record(dir: &Path) -> Option<String> {
+    let dir = std::path::absolute(dir).ok()?;
+    let dir = dir.to_str().filter(|d| !d.contains('\n'))?;
+    Some(format!("{DISCARD} {dir}"))
 }
 
 /// The record's word for a directory to remove.
@@ -151,6 +157,14 @@ mod tests {
             [PathBuf::from("/var/lib/gpucr/in/migration-x")]
         );
         assert_eq!(root(&lines), Some(Root { pid: 1, start: 2 }));
+    }
+
+    #[test]
+    fn a_relative_directory_is_recorded_absolute_and_reads_back() {
+        let record = discard_record(Path::new("in/migration-x")).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(discarded(&[record]), [cwd.join("in/migration-x")]);
+        assert_eq!(discard_record(Path::new("/a\nb")), None);
     }
 
     #[test]
